@@ -1,0 +1,83 @@
+//! All file access goes through [`FileSystem`], so tests can run the engine on
+//! memory, simulate a crash that drops everything not fsynced, and inject I/O
+//! errors on chosen operations.
+//!
+//! Contract for implementations:
+//! 1. Data appended to a [`WritableFile`] is durable only after
+//!    [`WritableFile::sync`] returns `Ok`.
+//! 2. A created, renamed or removed directory entry is durable only after
+//!    [`FileSystem::sync_dir`] on its parent returns `Ok`.
+//! 3. [`FileSystem::rename`] atomically replaces the target.
+//! 4. Readers of a file see all data appended and `flush`ed before they opened it.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+pub mod fault;
+pub mod mem;
+pub mod posix;
+
+pub use fault::{FaultFs, FaultKind};
+pub use mem::MemFs;
+pub use posix::PosixFs;
+
+/// A file opened for appending.
+pub trait WritableFile: Send + Sync {
+    /// Appends `data` (may be buffered).
+    fn append(&mut self, data: &[u8]) -> io::Result<()>;
+    /// Pushes buffered data to the operating system (visible to readers, not durable).
+    fn flush(&mut self) -> io::Result<()>;
+    /// Flushes and makes all appended data durable (fdatasync).
+    fn sync(&mut self) -> io::Result<()>;
+    /// Bytes appended so far.
+    fn len(&self) -> u64;
+    /// True when nothing was appended.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A file opened for positional reads, shared between threads.
+pub trait RandomAccessFile: Send + Sync {
+    /// Fills `buf` from `offset`; an error if the file is shorter.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// File size when it was opened.
+    fn len(&self) -> u64;
+    /// True for an empty file.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A held advisory lock on a file; released on drop.
+pub trait FileLock: Send + Sync {}
+
+/// The file-system operations the engine needs.
+pub trait FileSystem: Send + Sync + 'static {
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates (or truncates) a file for appending.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Opens a file for positional reads.
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>>;
+    /// Reads a whole file.
+    fn read_all(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Atomically renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Names (not paths) of the entries in a directory.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// True if the path exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Size of a file in bytes.
+    fn file_size(&self, path: &Path) -> io::Result<u64>;
+    /// Makes the directory's entries durable (fsync of the directory).
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Takes an exclusive lock on `path` (created if missing); fails if held.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+}
+
+/// Shared handle to a file system.
+pub type FsRef = Arc<dyn FileSystem>;

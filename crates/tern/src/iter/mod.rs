@@ -1,0 +1,36 @@
+//! Iteration over internal entries.
+//!
+//! Every source (memtable, table, level, merge of many) implements
+//! [`InternalIterator`]; the user-facing [`DbIterator`](crate::DbIterator)
+//! adds MVCC visibility and bounds on top of a merge of them.
+
+use crate::error::Result;
+
+/// A cursor over internal entries (`user_key ‖ trailer` → value) in internal
+/// key order. Positioning methods never fail: an I/O or corruption error makes
+/// the iterator invalid and is reported by [`InternalIterator::status`].
+pub trait InternalIterator: Send {
+    /// True when positioned at an entry.
+    fn valid(&self) -> bool;
+    /// Positions at the first entry.
+    fn seek_to_first(&mut self);
+    /// Positions at the last entry.
+    fn seek_to_last(&mut self);
+    /// Positions at the first entry whose internal key is `>= target`.
+    fn seek(&mut self, target: &[u8]);
+    /// Positions at the last entry whose internal key is `<= target`.
+    fn seek_for_prev(&mut self, target: &[u8]);
+    /// Moves to the next entry. Requires `valid()`.
+    fn next(&mut self);
+    /// Moves to the previous entry. Requires `valid()`.
+    fn prev(&mut self);
+    /// The internal key at the cursor. Requires `valid()`.
+    fn key(&self) -> &[u8];
+    /// The value at the cursor. Requires `valid()`.
+    fn value(&self) -> &[u8];
+    /// The first error met, if any.
+    fn status(&self) -> Result<()>;
+}
+
+/// Boxed iterator, as merged by the engine.
+pub type BoxedIter = Box<dyn InternalIterator>;
