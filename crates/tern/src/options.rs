@@ -1,10 +1,6 @@
 //! Options. Each is documented with its default and unit; "behaviour" options
 //! change what the store does, "performance" options only how fast.
 
-use std::sync::Arc;
-
-use crate::io::{FsRef, PosixFs};
-
 /// Per-block compression of SST data blocks. Do not change the values: they
 /// are stored in every block trailer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
