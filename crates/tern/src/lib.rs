@@ -21,4 +21,5 @@ pub mod version;
 pub mod wal;
 
 pub use error::{Error, Result};
-pub use options::Compression;
+pub use format::write_batch::WriteBatch;
+pub use options::{Compression, Options, ReadOptions, WriteOptions};

@@ -25,3 +25,176 @@ impl Compression {
         }
     }
 }
+
+use std::sync::Arc;
+
+use crate::io::{FsRef, PosixFs};
+
+/// Number of LSM levels (L0 … L6).
+pub const NUM_LEVELS: usize = 7;
+
+/// How a database is opened and tuned.
+///
+/// Behaviour: `create_if_missing`, `error_if_exists`, `max_key_size`,
+/// `max_value_size`, `fs`. Everything else affects only performance and space.
+#[derive(Clone)]
+pub struct Options {
+    /// Create the directory and an empty store if none exists. Default: true.
+    pub create_if_missing: bool,
+    /// Fail if a store already exists. Default: false.
+    pub error_if_exists: bool,
+    /// Largest accepted key, bytes. Default: 64 KiB.
+    pub max_key_size: usize,
+    /// Largest accepted value, bytes. Default: 256 MiB.
+    pub max_value_size: usize,
+    /// Where files live. Default: the local file system.
+    pub fs: FsRef,
+
+    /// Memtable size that triggers a switch and flush, bytes. Default: 64 MiB.
+    pub write_buffer_size: usize,
+    /// Memtables (active + immutable) kept before writes stop. Default: 3.
+    pub max_write_buffer_number: usize,
+    /// L0 files that trigger a compaction. Default: 4.
+    pub level0_file_num_compaction_trigger: usize,
+    /// L0 files at which each write is delayed by 1 ms. Default: 20.
+    pub level0_slowdown_writes_trigger: usize,
+    /// L0 files at which writes wait for compaction. Default: 36.
+    pub level0_stop_writes_trigger: usize,
+    /// Target size of the base level, bytes. Default: 256 MiB.
+    pub max_bytes_for_level_base: u64,
+    /// Size ratio between adjacent levels. Default: 10.
+    pub max_bytes_for_level_multiplier: u64,
+    /// Size targets derived from the last level (RocksDB's
+    /// `level_compaction_dynamic_level_bytes`). Default: true.
+    pub dynamic_level_bytes: bool,
+    /// Size at which compaction output files are cut, bytes. Default: 64 MiB.
+    pub target_file_size: u64,
+    /// Uncompressed data block size, bytes. Default: 4 KiB.
+    pub block_size: usize,
+    /// Keys between restart points in a block. Default: 16.
+    pub block_restart_interval: usize,
+    /// Bloom filter bits per key; 0 disables filters. Default: 10.
+    pub bloom_bits_per_key: u32,
+    /// Compression per level (the last entry applies to deeper levels).
+    /// Default: none for L0–L1, LZ4 below.
+    pub compression_per_level: Vec<Compression>,
+    /// Block cache capacity, bytes; 0 disables it. Default: 64 MiB.
+    pub block_cache_capacity: usize,
+    /// Manifest size that triggers a rewrite as one snapshot, bytes. Default: 64 MiB.
+    pub max_manifest_file_size: u64,
+    /// Largest WAL group-commit record, bytes. Default: 1 MiB.
+    pub max_write_group_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            create_if_missing: true,
+            error_if_exists: false,
+            max_key_size: 64 << 10,
+            max_value_size: 256 << 20,
+            fs: Arc::new(PosixFs),
+            write_buffer_size: 64 << 20,
+            max_write_buffer_number: 3,
+            level0_file_num_compaction_trigger: 4,
+            level0_slowdown_writes_trigger: 20,
+            level0_stop_writes_trigger: 36,
+            max_bytes_for_level_base: 256 << 20,
+            max_bytes_for_level_multiplier: 10,
+            dynamic_level_bytes: true,
+            target_file_size: 64 << 20,
+            block_size: 4 << 10,
+            block_restart_interval: 16,
+            bloom_bits_per_key: 10,
+            compression_per_level: vec![Compression::None, Compression::None, Compression::Lz4],
+            block_cache_capacity: 64 << 20,
+            max_manifest_file_size: 64 << 20,
+            max_write_group_bytes: 1 << 20,
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("write_buffer_size", &self.write_buffer_size)
+            .field("max_write_buffer_number", &self.max_write_buffer_number)
+            .field("level0_file_num_compaction_trigger", &self.level0_file_num_compaction_trigger)
+            .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
+            .field("target_file_size", &self.target_file_size)
+            .field("compression_per_level", &self.compression_per_level)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    /// Compression for SSTs written to `level`.
+    pub fn compression_for(&self, level: usize) -> Compression {
+        self.compression_per_level
+            .get(level)
+            .or(self.compression_per_level.last())
+            .copied()
+            .unwrap_or(Compression::None)
+    }
+
+    /// Checks the options for values the engine cannot work with.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: &str| Err(crate::Error::InvalidArgument(m.to_string()));
+        if self.write_buffer_size < 4096 {
+            return bad("write_buffer_size must be at least 4096 bytes");
+        }
+        if self.max_write_buffer_number < 2 {
+            return bad("max_write_buffer_number must be at least 2");
+        }
+        if self.level0_file_num_compaction_trigger == 0
+            || self.level0_slowdown_writes_trigger < self.level0_file_num_compaction_trigger
+            || self.level0_stop_writes_trigger < self.level0_slowdown_writes_trigger
+        {
+            return bad("need 0 < level0 compaction trigger <= slowdown trigger <= stop trigger");
+        }
+        if self.max_bytes_for_level_multiplier < 2 {
+            return bad("max_bytes_for_level_multiplier must be at least 2");
+        }
+        if self.block_size == 0 || self.block_restart_interval == 0 {
+            return bad("block_size and block_restart_interval must be positive");
+        }
+        if self.max_key_size == 0 || self.max_key_size > (1 << 24) {
+            return bad("max_key_size must be between 1 byte and 16 MiB");
+        }
+        if self.max_value_size > (1 << 30) {
+            return bad("max_value_size must be at most 1 GiB");
+        }
+        Ok(())
+    }
+}
+
+/// Options for one write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// Fsync the WAL before acknowledging: survives power loss. Default: false
+    /// (survives a process crash, not a power loss).
+    pub sync: bool,
+    /// Skip the WAL: the write survives only a flush or a clean close.
+    pub disable_wal: bool,
+}
+
+impl WriteOptions {
+    /// Options with `sync = true`.
+    pub fn synced() -> Self {
+        WriteOptions {
+            sync: true,
+            disable_wal: false,
+        }
+    }
+}
+
+/// Options for reads and iterators.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions<'a> {
+    /// Read as of this snapshot; default: the latest state.
+    pub snapshot: Option<&'a crate::db::Snapshot>,
+    /// Iterators start at keys `>= lower_bound`.
+    pub lower_bound: Option<Vec<u8>>,
+    /// Iterators stop before keys `>= upper_bound`.
+    pub upper_bound: Option<Vec<u8>>,
+}

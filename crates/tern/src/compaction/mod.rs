@@ -1,1 +1,15 @@
-//! (module under construction)
+//! Leveled compaction, split into deciding and doing:
+//! [`picker`] chooses what to compact from a version (pure, cheap), a
+//! [`CompactionJob`] turns input tables into output tables (pure apart from
+//! file I/O, no access to the store), and an [`Executor`] decides where a job
+//! runs. Installing the result is the store's business: one version edit.
+
+mod executor;
+mod job;
+pub mod picker;
+mod retention;
+
+pub use executor::{Executor, LocalExecutor};
+pub use job::{CompactionJob, CompactionOutput, JobContext};
+pub use picker::{CompactionPlan, PickerInput};
+pub use retention::Retention;

@@ -1,0 +1,162 @@
+//! A compaction job: input tables + retention rules → output tables.
+//!
+//! The job holds no handle to the store: only file metadata, snapshot
+//! sequence numbers and options, so it can run on any thread or, later, in
+//! another process over shared storage.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::Retention;
+use crate::error::{Error, IoContext, Result};
+use crate::format::internal_key::{self, ValueKind};
+use crate::io::FsRef;
+use crate::iter::{BoxedIter, InternalIterator, MergingIterator};
+use crate::sst::{Table, TableBuilder, TableOptions};
+use crate::version::FileMeta;
+use crate::wal::table_file_name;
+
+/// Everything a compaction needs to know.
+#[derive(Debug, Clone)]
+pub struct CompactionJob {
+    /// Directory holding the inputs; outputs are written there too.
+    pub dir: PathBuf,
+    /// Input files (from the source and the output level).
+    pub inputs: Vec<FileMeta>,
+    /// Level the outputs are installed in.
+    pub output_level: usize,
+    /// Which versions must survive.
+    pub retention: Retention,
+    /// User-key ranges `[lo, hi]` of files in levels below the output level,
+    /// one sorted list per level; a tombstone may be dropped only for keys
+    /// outside all of them.
+    pub deeper_ranges: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// Output files are cut near this size, bytes.
+    pub target_file_size: u64,
+    /// Format options for the outputs.
+    pub table_options: TableOptions,
+}
+
+/// What the job needs from its environment.
+#[derive(Clone)]
+pub struct JobContext {
+    /// File system holding `dir`.
+    pub fs: FsRef,
+    /// Source of fresh file numbers.
+    pub next_file_number: Arc<AtomicU64>,
+}
+
+/// The result of a job.
+#[derive(Debug, Clone, Default)]
+pub struct CompactionOutput {
+    /// Output tables, in key order.
+    pub files: Vec<FileMeta>,
+    /// Bytes of input tables read.
+    pub bytes_read: u64,
+    /// Bytes of output tables written.
+    pub bytes_written: u64,
+    /// Entries read from the inputs.
+    pub entries_read: u64,
+    /// Entries dropped as shadowed or as obsolete tombstones.
+    pub entries_dropped: u64,
+}
+
+impl CompactionJob {
+    /// Runs the job. On error, partial outputs are removed.
+    pub fn run(&self, ctx: &JobContext) -> Result<CompactionOutput> {
+        let mut out = CompactionOutput::default();
+        let res = self.run_inner(ctx, &mut out);
+        if res.is_err() {
+            for f in &out.files {
+                let _ = ctx.fs.remove_file(&self.dir.join(table_file_name(f.number)));
+            }
+        }
+        res.map(|()| out)
+    }
+
+    fn run_inner(&self, ctx: &JobContext, out: &mut CompactionOutput) -> Result<()> {
+        let mut children: Vec<BoxedIter> = Vec::with_capacity(self.inputs.len());
+        for f in &self.inputs {
+            let path = self.dir.join(table_file_name(f.number));
+            let t = Table::open(&ctx.fs, &path, f.number, None)?;
+            out.bytes_read += f.file_size;
+            children.push(Box::new(t.iter()));
+        }
+        let mut iter = MergingIterator::new(children);
+        iter.seek_to_first();
+
+        let mut builder: Option<(u64, PathBuf, TableBuilder)> = None;
+        let mut current_key: Vec<u8> = Vec::new();
+        let mut have_key = false;
+        let mut last_stripe = usize::MAX;
+        while iter.valid() {
+            let key = iter.key();
+            let parsed = internal_key::parse(key).map_err(|e| {
+                Error::corruption(&self.dir, 0, format!("bad internal key in compaction input: {e}"))
+            })?;
+            out.entries_read += 1;
+            let new_key = !have_key || parsed.user_key != current_key.as_slice();
+            if new_key {
+                current_key.clear();
+                current_key.extend_from_slice(parsed.user_key);
+                have_key = true;
+                last_stripe = usize::MAX;
+                // Cut outputs only between user keys, so levels never split a key.
+                if builder.as_ref().is_some_and(|b| b.2.estimated_size() >= self.target_file_size) {
+                    if let Some(b) = builder.take() {
+                        out.files.push(finish(b)?);
+                    }
+                }
+            }
+            let stripe = self.retention.stripe(parsed.seq);
+            let shadowed = stripe == last_stripe;
+            last_stripe = stripe;
+            let obsolete_tombstone = parsed.kind == ValueKind::Delete
+                && stripe == 0
+                && !self.in_deeper_levels(parsed.user_key);
+            if shadowed || obsolete_tombstone {
+                out.entries_dropped += 1;
+            } else {
+                if builder.is_none() {
+                    let number = ctx.next_file_number.fetch_add(1, Ordering::SeqCst);
+                    let path = self.dir.join(table_file_name(number));
+                    let file = ctx.fs.create(&path).ctx(&path)?;
+                    let b = TableBuilder::new(file, path.clone(), self.table_options.clone());
+                    builder = Some((number, path, b));
+                }
+                if let Some((_, _, b)) = builder.as_mut() {
+                    b.add(key, iter.value())?;
+                }
+            }
+            iter.next();
+        }
+        iter.status()?;
+        if let Some(b) = builder.take() {
+            out.files.push(finish(b)?);
+        }
+        out.bytes_written = out.files.iter().map(|f| f.file_size).sum();
+        Ok(())
+    }
+
+    fn in_deeper_levels(&self, ukey: &[u8]) -> bool {
+        self.deeper_ranges.iter().any(|ranges| {
+            let i = ranges.partition_point(|(_, hi)| hi.as_slice() < ukey);
+            ranges.get(i).is_some_and(|(lo, _)| lo.as_slice() <= ukey)
+        })
+    }
+}
+
+fn finish((number, _path, builder): (u64, PathBuf, TableBuilder)) -> Result<FileMeta> {
+    let s = builder.finish()?;
+    Ok(FileMeta {
+        number,
+        file_size: s.file_size,
+        smallest: s.smallest,
+        largest: s.largest,
+        smallest_seq: s.smallest_seq,
+        largest_seq: s.largest_seq,
+        num_entries: s.num_entries,
+        num_deletions: s.num_deletions,
+    })
+}

@@ -1,0 +1,245 @@
+//! The manifest: a log of version edits, and the `CURRENT` pointer to it.
+//!
+//! Every change to the LSM shape is one edit, appended and fsynced before it
+//! takes effect. At open and whenever the manifest outgrows
+//! `max_manifest_file_size`, a new manifest starts with a snapshot of the
+//! whole version, and `CURRENT` is switched to it by atomic rename followed by
+//! a directory fsync. See `docs/format/manifest.md`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::{Version, VersionBuilder};
+use crate::error::{Error, IoContext, Result};
+use crate::format::version_edit::VersionEdit;
+use crate::io::FsRef;
+use crate::options::NUM_LEVELS;
+use crate::wal::{manifest_file_name, LogKind, LogReader, LogWriter};
+
+/// What recovery found in the manifest.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveredState {
+    /// Manifest that was replayed.
+    pub manifest_number: u64,
+    /// Edits replayed.
+    pub edits: usize,
+}
+
+/// The current version plus the counters persisted with it.
+pub struct VersionSet {
+    dir: PathBuf,
+    fs: FsRef,
+    current: Arc<Version>,
+    next_file_number: Arc<AtomicU64>,
+    /// WALs numbered below this hold only flushed data.
+    pub log_number: u64,
+    /// Highest sequence number known persisted in tables.
+    pub last_sequence: u64,
+    /// Where the next compaction of each level starts (round robin).
+    pub compact_pointers: [Vec<u8>; NUM_LEVELS],
+    manifest: Option<LogWriter>,
+    manifest_number: u64,
+    max_manifest_size: u64,
+    live: Vec<Weak<Version>>,
+}
+
+impl VersionSet {
+    /// An empty set for a new store; call [`VersionSet::log_and_apply`] to
+    /// write its first manifest.
+    pub fn new(fs: FsRef, dir: &Path, max_manifest_size: u64) -> Self {
+        VersionSet {
+            dir: dir.to_path_buf(),
+            fs,
+            current: Arc::new(Version::default()),
+            next_file_number: Arc::new(AtomicU64::new(2)),
+            log_number: 0,
+            last_sequence: 0,
+            compact_pointers: Default::default(),
+            manifest: None,
+            manifest_number: 0,
+            max_manifest_size,
+            live: Vec::new(),
+        }
+    }
+
+    /// Replays the manifest named by `CURRENT`.
+    pub fn recover(fs: FsRef, dir: &Path, max_manifest_size: u64) -> Result<(Self, RecoveredState)> {
+        let current_path = dir.join("CURRENT");
+        let current = fs.read_all(&current_path).ctx(&current_path)?;
+        let name = std::str::from_utf8(&current)
+            .ok()
+            .and_then(|s| s.strip_suffix('\n'))
+            .filter(|s| s.starts_with("MANIFEST-") && !s.contains('/'))
+            .ok_or_else(|| Error::corruption(&current_path, 0, "CURRENT does not name a manifest"))?;
+        let manifest_number: u64 = name["MANIFEST-".len()..]
+            .parse()
+            .map_err(|_| Error::corruption(&current_path, 0, "bad manifest number in CURRENT"))?;
+        let path = dir.join(name);
+        let data = fs.read_all(&path).ctx(&path)?;
+        let mut reader = LogReader::new(data, path.clone(), LogKind::Manifest)?;
+        let mut set = VersionSet::new(fs, dir, max_manifest_size);
+        let mut builder = VersionBuilder::new(&set.current);
+        let mut edits = 0;
+        let mut next_file = None;
+        loop {
+            let offset = reader.last_record_offset();
+            let Some(rec) = reader.next_record()? else { break };
+            let edit = VersionEdit::decode(rec).map_err(|e| e.in_file(&path, offset))?;
+            builder
+                .apply(&edit)
+                .map_err(|e| Error::corruption(&path, offset, format!("edit does not apply: {e}")))?;
+            if let Some(n) = edit.log_number {
+                set.log_number = n;
+            }
+            if let Some(n) = edit.next_file_number {
+                next_file = Some(n);
+            }
+            if let Some(n) = edit.last_sequence {
+                set.last_sequence = n;
+            }
+            for (level, key) in &edit.compact_pointers {
+                if let Some(p) = set.compact_pointers.get_mut(*level as usize) {
+                    p.clone_from(key);
+                }
+            }
+            edits += 1;
+        }
+        let next_file =
+            next_file.ok_or_else(|| Error::corruption(&path, 0, "manifest has no next-file-number"))?;
+        let version = builder
+            .build()
+            .map_err(|e| Error::corruption(&path, 0, format!("inconsistent version: {e}")))?;
+        set.next_file_number.store(next_file.max(manifest_number + 1), Ordering::SeqCst);
+        set.current = Arc::new(version);
+        set.manifest_number = manifest_number;
+        Ok((
+            set,
+            RecoveredState {
+                manifest_number,
+                edits,
+            },
+        ))
+    }
+
+    /// The current version.
+    pub fn current(&self) -> Arc<Version> {
+        self.current.clone()
+    }
+
+    /// Allocates a new file number.
+    pub fn new_file_number(&self) -> u64 {
+        self.next_file_number.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// The shared file-number counter, for jobs that allocate their own outputs.
+    pub fn file_number_counter(&self) -> Arc<AtomicU64> {
+        self.next_file_number.clone()
+    }
+
+    /// Number of the live manifest.
+    pub fn manifest_number(&self) -> u64 {
+        self.manifest_number
+    }
+
+    /// Logs `edit` durably, then makes the resulting version current.
+    /// On error nothing changes in memory; the caller should treat the store
+    /// as failed (the manifest may hold a partial record, which recovery
+    /// drops as a torn tail).
+    pub fn log_and_apply(&mut self, edit: &mut VersionEdit) -> Result<()> {
+        edit.next_file_number = Some(self.next_file_number.load(Ordering::SeqCst));
+        if edit.last_sequence.is_none() {
+            edit.last_sequence = Some(self.last_sequence);
+        }
+        let mut builder = VersionBuilder::new(&self.current);
+        builder.apply(edit)?;
+        let version = builder.build()?;
+
+        let roll = match &self.manifest {
+            None => true,
+            Some(m) => m.len() >= self.max_manifest_size,
+        };
+        if roll {
+            self.write_new_manifest(&version, edit)?;
+        } else if let Some(m) = self.manifest.as_mut() {
+            let path = self.dir.join(manifest_file_name(self.manifest_number));
+            // New files named in the edit must be durable in the directory first.
+            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+            m.add_record(&edit.encode()).ctx(&path)?;
+            m.sync().ctx(&path)?;
+        }
+        if let Some(n) = edit.log_number {
+            self.log_number = n;
+        }
+        if let Some(n) = edit.last_sequence {
+            self.last_sequence = n;
+        }
+        for (level, key) in &edit.compact_pointers {
+            if let Some(p) = self.compact_pointers.get_mut(*level as usize) {
+                p.clone_from(key);
+            }
+        }
+        self.live.retain(|w| w.strong_count() > 0);
+        self.live.push(Arc::downgrade(&self.current));
+        self.current = Arc::new(version);
+        Ok(())
+    }
+
+    fn write_new_manifest(&mut self, version: &Version, edit: &VersionEdit) -> Result<()> {
+        let number = self.new_file_number();
+        let path = self.dir.join(manifest_file_name(number));
+        let file = self.fs.create(&path).ctx(&path)?;
+        let mut writer = LogWriter::new(file, LogKind::Manifest).ctx(&path)?;
+        let mut snapshot = VersionEdit {
+            log_number: Some(edit.log_number.unwrap_or(self.log_number)),
+            next_file_number: Some(self.next_file_number.load(Ordering::SeqCst)),
+            last_sequence: edit.last_sequence.or(Some(self.last_sequence)),
+            ..Default::default()
+        };
+        for (level, files) in version.levels.iter().enumerate() {
+            for f in files {
+                snapshot.new_files.push((level as u32, (**f).clone()));
+            }
+        }
+        for (level, key) in self.compact_pointers.iter().enumerate() {
+            if !key.is_empty() {
+                snapshot.compact_pointers.push((level as u32, key.clone()));
+            }
+        }
+        snapshot.compact_pointers.extend(edit.compact_pointers.iter().cloned());
+        writer.add_record(&snapshot.encode()).ctx(&path)?;
+        writer.sync().ctx(&path)?;
+        self.set_current(number)?;
+        let old = std::mem::replace(&mut self.manifest_number, number);
+        self.manifest = Some(writer);
+        if old != 0 && old != number {
+            let old_path = self.dir.join(manifest_file_name(old));
+            // Best effort: an old manifest left behind is removed at next open.
+            let _ = self.fs.remove_file(&old_path);
+        }
+        Ok(())
+    }
+
+    fn set_current(&self, manifest_number: u64) -> Result<()> {
+        let tmp = self.dir.join(format!("{manifest_number:06}.tmp"));
+        let mut f = self.fs.create(&tmp).ctx(&tmp)?;
+        f.append(format!("{}\n", manifest_file_name(manifest_number)).as_bytes())
+            .ctx(&tmp)?;
+        f.sync().ctx(&tmp)?;
+        drop(f);
+        let current = self.dir.join("CURRENT");
+        self.fs.rename(&tmp, &current).ctx(&current)?;
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)
+    }
+
+    /// File numbers referenced by the current version or any version a
+    /// reader still holds.
+    pub fn live_files(&mut self) -> std::collections::HashSet<u64> {
+        self.live.retain(|w| w.strong_count() > 0);
+        let mut set: std::collections::HashSet<u64> = self.current.file_numbers().collect();
+        for v in self.live.iter().filter_map(Weak::upgrade) {
+            set.extend(v.file_numbers());
+        }
+        set
+    }
+}
