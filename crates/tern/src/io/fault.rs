@@ -355,6 +355,7 @@ impl FileSystem for FaultFs {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::io::MemFs;

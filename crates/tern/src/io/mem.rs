@@ -443,6 +443,7 @@ impl FileSystem for MemFs {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
