@@ -1,1 +1,556 @@
-//! todo
+//! A [`FileSystem`] wrapper that injects I/O errors, for testing how the
+//! engine reacts to failed writes, syncs, reads and metadata operations.
+//!
+//! Faults are checked before the wrapped operation runs, so a failed
+//! operation has no effect on the inner file system (a failed `sync` leaves
+//! the data unsynced, the harsher of the possible outcomes).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{FileLock, FileSystem, FsRef, RandomAccessFile, WritableFile};
+
+/// The kinds of operation a fault can be injected into.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum FaultKind {
+    /// [`WritableFile::append`] and [`WritableFile::flush`].
+    Write,
+    /// [`WritableFile::sync`].
+    Sync,
+    /// [`FileSystem::open`], [`FileSystem::read_all`] and
+    /// [`RandomAccessFile::read_exact_at`].
+    Read,
+    /// [`FileSystem::create`].
+    Create,
+    /// [`FileSystem::rename`].
+    Rename,
+    /// [`FileSystem::remove_file`].
+    Remove,
+    /// [`FileSystem::sync_dir`].
+    SyncDir,
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::Write,
+        FaultKind::Sync,
+        FaultKind::Read,
+        FaultKind::Create,
+        FaultKind::Rename,
+        FaultKind::Remove,
+        FaultKind::SyncDir,
+    ];
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            FaultKind::Write => "write",
+            FaultKind::Sync => "sync",
+            FaultKind::Read => "read",
+            FaultKind::Create => "create",
+            FaultKind::Rename => "rename",
+            FaultKind::Remove => "remove",
+            FaultKind::SyncDir => "sync_dir",
+        };
+        f.write_str(name)
+    }
+}
+
+#[derive(Debug)]
+struct Rule {
+    /// Matching operations still allowed to succeed before the fault fires.
+    pass: u64,
+    /// Keep failing after the first fault (until `clear`).
+    persistent: bool,
+}
+
+#[derive(Debug)]
+struct Random {
+    state: u64,
+    probability: f64,
+    kinds: Vec<FaultKind>,
+}
+
+impl Random {
+    /// splitmix64: tiny, deterministic, good enough for picking faults.
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn hit(&mut self) -> bool {
+        // 53 random bits as a float in [0, 1).
+        let x = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        x < self.probability
+    }
+}
+
+#[derive(Debug, Default)]
+struct Faults {
+    rules: HashMap<FaultKind, Rule>,
+    random: Option<Random>,
+    path_filter: Option<String>,
+    injected: u64,
+}
+
+impl Faults {
+    /// Decides whether this operation fails. `paths` are the paths it touches;
+    /// with a path filter set, only operations on a matching path count.
+    fn check(&mut self, kind: FaultKind, paths: &[&Path]) -> io::Result<()> {
+        if let Some(filter) = &self.path_filter {
+            if !paths
+                .iter()
+                .any(|p| p.to_string_lossy().contains(filter.as_str()))
+            {
+                return Ok(());
+            }
+        }
+        let fire = match self.rules.get_mut(&kind) {
+            Some(rule) if rule.pass > 0 => {
+                rule.pass -= 1;
+                false
+            }
+            Some(rule) => {
+                if !rule.persistent {
+                    self.rules.remove(&kind);
+                }
+                true
+            }
+            None => match &mut self.random {
+                Some(random) if random.kinds.contains(&kind) => random.hit(),
+                _ => false,
+            },
+        };
+        if !fire {
+            return Ok(());
+        }
+        self.injected += 1;
+        let on = paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" -> ");
+        Err(io::Error::other(format!("injected fault: {kind} on {on}")))
+    }
+}
+
+type Shared = Arc<Mutex<Faults>>;
+
+/// Wraps another file system and makes chosen operations fail.
+///
+/// Handles created through it (writable and random-access files) share its
+/// fault state, so faults set later also reach files opened earlier.
+pub struct FaultFs {
+    inner: FsRef,
+    faults: Shared,
+}
+
+impl fmt::Debug for FaultFs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultFs")
+            .field("faults", &*self.faults.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultFs {
+    /// Wraps `inner`; no faults are injected until asked for.
+    pub fn new(inner: FsRef) -> Arc<FaultFs> {
+        Arc::new(FaultFs {
+            inner,
+            faults: Arc::new(Mutex::new(Faults::default())),
+        })
+    }
+
+    /// The wrapped file system.
+    pub fn inner(&self) -> &FsRef {
+        &self.inner
+    }
+
+    /// Lets `after` operations of `kind` succeed, then fails the next one;
+    /// with `persistent`, every later one fails too until [`FaultFs::clear`].
+    /// Replaces any earlier rule for `kind`.
+    pub fn inject(&self, kind: FaultKind, after: u64, persistent: bool) {
+        self.faults.lock().rules.insert(
+            kind,
+            Rule {
+                pass: after,
+                persistent,
+            },
+        );
+    }
+
+    /// The `(n+1)`-th operation of `kind` from now and every later one fail.
+    pub fn fail_after(&self, kind: FaultKind, n: u64) {
+        self.inject(kind, n, true);
+    }
+
+    /// The next operation of `kind` fails, later ones succeed.
+    pub fn fail_once(&self, kind: FaultKind) {
+        self.inject(kind, 0, false);
+    }
+
+    /// Fails each operation of the given kinds with `probability`, drawn from
+    /// a generator seeded with `seed` (the same sequence of operations gives
+    /// the same faults). An empty `kinds` means every kind. Rules set with
+    /// [`FaultFs::inject`] take precedence for their kind.
+    pub fn set_random(&self, seed: u64, probability: f64, kinds: &[FaultKind]) {
+        let kinds = if kinds.is_empty() {
+            FaultKind::ALL.to_vec()
+        } else {
+            kinds.to_vec()
+        };
+        self.faults.lock().random = Some(Random {
+            state: seed,
+            probability,
+            kinds,
+        });
+    }
+
+    /// Only operations on a path containing `s` can fail (and count towards
+    /// [`FaultFs::inject`]'s `after`); for example `".log"`.
+    pub fn only_paths_containing(&self, s: &str) {
+        self.faults.lock().path_filter = Some(s.to_owned());
+    }
+
+    /// Removes all rules, random faults and the path filter. The count of
+    /// injected faults is kept.
+    pub fn clear(&self) {
+        let mut faults = self.faults.lock();
+        faults.rules.clear();
+        faults.random = None;
+        faults.path_filter = None;
+    }
+
+    /// How many faults were injected so far.
+    pub fn injected(&self) -> u64 {
+        self.faults.lock().injected
+    }
+
+    fn check(&self, kind: FaultKind, paths: &[&Path]) -> io::Result<()> {
+        self.faults.lock().check(kind, paths)
+    }
+}
+
+struct FaultWritable {
+    inner: Box<dyn WritableFile>,
+    path: PathBuf,
+    faults: Shared,
+}
+
+impl FaultWritable {
+    fn check(&self, kind: FaultKind) -> io::Result<()> {
+        self.faults.lock().check(kind, &[&self.path])
+    }
+}
+
+impl WritableFile for FaultWritable {
+    fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        self.check(FaultKind::Write)?;
+        self.inner.append(data)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.check(FaultKind::Write)?;
+        self.inner.flush()
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.check(FaultKind::Sync)?;
+        self.inner.sync()
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+struct FaultRandom {
+    inner: Arc<dyn RandomAccessFile>,
+    path: PathBuf,
+    faults: Shared,
+}
+
+impl RandomAccessFile for FaultRandom {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.faults.lock().check(FaultKind::Read, &[&self.path])?;
+        self.inner.read_exact_at(offset, buf)
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+impl FileSystem for FaultFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.check(FaultKind::Create, &[path])?;
+        let inner = self.inner.create(path)?;
+        Ok(Box::new(FaultWritable {
+            inner,
+            path: path.to_path_buf(),
+            faults: self.faults.clone(),
+        }))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
+        self.check(FaultKind::Read, &[path])?;
+        let inner = self.inner.open(path)?;
+        Ok(Arc::new(FaultRandom {
+            inner,
+            path: path.to_path_buf(),
+            faults: self.faults.clone(),
+        }))
+    }
+
+    fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.check(FaultKind::Read, &[path])?;
+        self.inner.read_all(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.check(FaultKind::Rename, &[from, to])?;
+        self.inner.rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.check(FaultKind::Remove, &[path])?;
+        self.inner.remove_file(path)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+
+    fn file_size(&self, path: &Path) -> io::Result<u64> {
+        self.inner.file_size(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.check(FaultKind::SyncDir, &[path])?;
+        self.inner.sync_dir(path)
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
+        self.inner.lock(path)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::io::MemFs;
+
+    fn p(s: &str) -> &Path {
+        Path::new(s)
+    }
+
+    fn setup() -> (Arc<MemFs>, Arc<FaultFs>) {
+        let mem = MemFs::new();
+        mem.create_dir_all(p("db")).unwrap();
+        let fs = FaultFs::new(mem.clone());
+        (mem, fs)
+    }
+
+    fn is_injected(e: &io::Error) -> bool {
+        e.kind() == io::ErrorKind::Other && e.to_string().starts_with("injected fault")
+    }
+
+    #[test]
+    fn passes_through_without_faults() {
+        let (mem, fs) = setup();
+        let mut f = fs.create(p("db/a")).unwrap();
+        f.append(b"abc").unwrap();
+        f.sync().unwrap();
+        assert_eq!(f.len(), 3);
+        fs.sync_dir(p("db")).unwrap();
+        let r = fs.open(p("db/a")).unwrap();
+        let mut buf = [0u8; 3];
+        r.read_exact_at(0, &mut buf).unwrap();
+        assert_eq!(&buf, b"abc");
+        fs.rename(p("db/a"), p("db/b")).unwrap();
+        assert_eq!(fs.list_dir(p("db")).unwrap(), vec!["b"]);
+        assert_eq!(mem.read_all(p("db/b")).unwrap(), b"abc");
+        fs.remove_file(p("db/b")).unwrap();
+        assert!(!fs.exists(p("db/b")));
+        assert_eq!(fs.injected(), 0);
+    }
+
+    #[test]
+    fn fail_after_lets_n_pass_then_fails_until_clear() {
+        let (mem, fs) = setup();
+        let mut f = fs.create(p("db/a")).unwrap();
+        fs.fail_after(FaultKind::Write, 2);
+        f.append(b"1").unwrap();
+        f.append(b"2").unwrap();
+        let err = f.append(b"3").unwrap_err();
+        assert!(is_injected(&err));
+        assert_eq!(err.to_string(), "injected fault: write on db/a");
+        assert!(f.append(b"4").is_err());
+        assert!(f.flush().is_err());
+        // Other kinds are unaffected.
+        f.sync().unwrap();
+        assert_eq!(mem.read_all(p("db/a")).unwrap(), b"12");
+        assert_eq!(fs.injected(), 3);
+        fs.clear();
+        f.append(b"5").unwrap();
+        assert_eq!(mem.read_all(p("db/a")).unwrap(), b"125");
+        assert_eq!(fs.injected(), 3);
+    }
+
+    #[test]
+    fn once_fails_a_single_operation() {
+        let (_mem, fs) = setup();
+        let mut f = fs.create(p("db/a")).unwrap();
+        fs.inject(FaultKind::Sync, 1, false);
+        f.sync().unwrap();
+        assert!(is_injected(&f.sync().unwrap_err()));
+        f.sync().unwrap();
+        f.sync().unwrap();
+        fs.fail_once(FaultKind::Sync);
+        assert!(f.sync().is_err());
+        f.sync().unwrap();
+        assert_eq!(fs.injected(), 2);
+    }
+
+    #[test]
+    fn failed_sync_leaves_data_unsynced() {
+        let (mem, fs) = setup();
+        let mut f = fs.create(p("db/a")).unwrap();
+        fs.sync_dir(p("db")).unwrap();
+        f.append(b"data").unwrap();
+        fs.fail_once(FaultKind::Sync);
+        assert!(f.sync().is_err());
+        mem.crash();
+        assert_eq!(mem.read_all(p("db/a")).unwrap(), b"");
+    }
+
+    #[test]
+    fn metadata_operations_fail() {
+        let (mem, fs) = setup();
+        fs.fail_once(FaultKind::Create);
+        assert!(fs.create(p("db/a")).is_err());
+        assert!(!mem.exists(p("db/a")));
+        drop(fs.create(p("db/a")).unwrap());
+
+        fs.fail_once(FaultKind::Rename);
+        let err = fs.rename(p("db/a"), p("db/b")).unwrap_err();
+        assert_eq!(err.to_string(), "injected fault: rename on db/a -> db/b");
+        assert!(mem.exists(p("db/a")));
+
+        fs.fail_once(FaultKind::SyncDir);
+        assert!(fs.sync_dir(p("db")).is_err());
+        mem.crash();
+        assert!(!mem.exists(p("db/a")));
+
+        drop(fs.create(p("db/a")).unwrap());
+        fs.fail_once(FaultKind::Remove);
+        assert!(fs.remove_file(p("db/a")).is_err());
+        assert!(mem.exists(p("db/a")));
+
+        fs.fail_once(FaultKind::Read);
+        assert!(fs.read_all(p("db/a")).is_err());
+        fs.read_all(p("db/a")).unwrap();
+        assert_eq!(fs.injected(), 5);
+    }
+
+    #[test]
+    fn reads_through_open_handles_fail() {
+        let (_mem, fs) = setup();
+        let mut f = fs.create(p("db/a")).unwrap();
+        f.append(b"abcd").unwrap();
+        let r = fs.open(p("db/a")).unwrap();
+        let mut buf = [0u8; 2];
+        fs.fail_after(FaultKind::Read, 1);
+        r.read_exact_at(0, &mut buf).unwrap();
+        assert!(is_injected(&r.read_exact_at(2, &mut buf).unwrap_err()));
+        assert!(fs.open(p("db/a")).is_err());
+        fs.clear();
+        r.read_exact_at(2, &mut buf).unwrap();
+        assert_eq!(&buf, b"cd");
+    }
+
+    #[test]
+    fn path_filter_limits_faults() {
+        let (_mem, fs) = setup();
+        let mut log = fs.create(p("db/000001.log")).unwrap();
+        let mut sst = fs.create(p("db/000002.sst")).unwrap();
+        fs.only_paths_containing(".log");
+        fs.fail_after(FaultKind::Write, 1);
+        sst.append(b"x").unwrap();
+        log.append(b"x").unwrap();
+        sst.append(b"x").unwrap();
+        assert!(log.append(b"x").is_err());
+        sst.append(b"x").unwrap();
+        fs.clear();
+        log.append(b"x").unwrap();
+    }
+
+    fn random_pattern(seed: u64) -> Vec<bool> {
+        let (_mem, fs) = setup();
+        let mut f = fs.create(p("db/a")).unwrap();
+        fs.set_random(seed, 0.3, &[FaultKind::Write]);
+        let pattern: Vec<bool> = (0..200).map(|_| f.append(b"x").is_err()).collect();
+        // Kinds not listed never fail.
+        for _ in 0..50 {
+            f.sync().unwrap();
+        }
+        assert_eq!(
+            fs.injected(),
+            pattern.iter().filter(|&&failed| failed).count() as u64
+        );
+        pattern
+    }
+
+    #[test]
+    fn random_faults_are_deterministic() {
+        let a = random_pattern(42);
+        assert_eq!(a, random_pattern(42));
+        assert_ne!(a, random_pattern(43));
+        let failures = a.iter().filter(|&&failed| failed).count();
+        assert!((30..90).contains(&failures), "{failures} failures");
+    }
+
+    #[test]
+    fn random_with_no_kinds_means_all_and_rules_take_precedence() {
+        let (_mem, fs) = setup();
+        fs.set_random(7, 1.0, &[]);
+        assert!(fs.create(p("db/a")).is_err());
+        assert!(fs.sync_dir(p("db")).is_err());
+        fs.inject(FaultKind::Create, 5, false);
+        let mut f = fs.create(p("db/a")).unwrap();
+        assert!(f.append(b"x").is_err());
+        fs.set_random(7, 0.0, &[]);
+        f.append(b"x").unwrap();
+        fs.clear();
+        fs.sync_dir(p("db")).unwrap();
+    }
+
+    #[test]
+    fn works_as_fs_ref() {
+        let (_mem, fs) = setup();
+        let shared: FsRef = fs.clone();
+        fs.fail_once(FaultKind::Create);
+        assert!(shared.create(p("db/a")).is_err());
+        assert_eq!(fs.injected(), 1);
+    }
+}

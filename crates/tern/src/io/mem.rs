@@ -1,1 +1,768 @@
-//! todo
+//! An in-memory [`FileSystem`] that can simulate power loss.
+//!
+//! Every file is a node holding its current bytes and the bytes as of its
+//! last successful `sync`. Two namespaces map paths to nodes: the live one
+//! that operations see, and the durable one that only [`FileSystem::sync_dir`]
+//! updates (for the entries directly in that directory). [`MemFs::crash`]
+//! throws away everything that was not made durable, following the contract
+//! in [`super`].
+//!
+//! Directories made by `create_dir_all` are durable at once; the engine only
+//! creates its own directory, and modelling that loss adds nothing.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{FileLock, FileSystem, RandomAccessFile, WritableFile};
+
+#[derive(Default)]
+struct NodeData {
+    data: Vec<u8>,
+    synced: Vec<u8>,
+    /// False while `synced` is a prefix of `data`, so `sync` only copies the
+    /// new tail instead of the whole file.
+    diverged: bool,
+}
+
+impl NodeData {
+    fn sync(&mut self) {
+        if !self.diverged && self.synced.len() <= self.data.len() {
+            let start = self.synced.len();
+            self.synced.extend_from_slice(&self.data[start..]);
+        } else {
+            self.synced.clone_from(&self.data);
+            self.diverged = false;
+        }
+    }
+}
+
+type Node = Arc<Mutex<NodeData>>;
+
+fn new_node() -> Node {
+    Arc::new(Mutex::new(NodeData::default()))
+}
+
+#[derive(Default)]
+struct State {
+    live: HashMap<PathBuf, Node>,
+    durable: HashMap<PathBuf, Node>,
+    dirs: HashSet<PathBuf>,
+    /// Held locks: path → id of the guard that holds it.
+    locks: HashMap<PathBuf, u64>,
+}
+
+impl State {
+    fn dir_exists(&self, dir: &Path) -> bool {
+        is_root(dir) || self.dirs.contains(dir)
+    }
+
+    fn check_parent(&self, path: &Path) -> io::Result<()> {
+        match path.parent() {
+            Some(parent) if !self.dir_exists(parent) => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("parent directory of {} does not exist", path.display()),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn node(&self, path: &Path) -> io::Result<&Node> {
+        self.live.get(path).ok_or_else(|| not_found(path))
+    }
+}
+
+fn is_root(dir: &Path) -> bool {
+    dir.as_os_str().is_empty() || dir.parent().is_none()
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{} does not exist", path.display()),
+    )
+}
+
+fn in_dir(path: &Path, dir: &Path) -> bool {
+    path.parent() == Some(dir)
+}
+
+/// In-memory files with crash simulation, for tests.
+pub struct MemFs {
+    state: Arc<Mutex<State>>,
+    next_lock_id: AtomicU64,
+}
+
+impl Default for MemFs {
+    fn default() -> Self {
+        MemFs {
+            state: Arc::new(Mutex::new(State::default())),
+            next_lock_id: AtomicU64::new(1),
+        }
+    }
+}
+
+impl fmt::Debug for MemFs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("MemFs")
+            .field("files", &state.live.len())
+            .field("dirs", &state.dirs.len())
+            .finish()
+    }
+}
+
+impl MemFs {
+    /// An empty shared file system.
+    pub fn new() -> Arc<MemFs> {
+        Arc::new(MemFs::default())
+    }
+
+    /// Simulates power loss: the namespace reverts to its durable entries,
+    /// every file to its last synced bytes (never synced: empty), and all
+    /// locks are released. Handles opened before the crash keep pointing at
+    /// the old nodes, so their writes and syncs no longer reach any file.
+    pub fn crash(&self) {
+        let mut state = self.state.lock();
+        let durable = durable_copy(&state);
+        state.live = durable.clone();
+        state.durable = durable;
+        state.locks.clear();
+    }
+
+    /// A new, independent file system holding what would survive a crash now.
+    /// Unlike [`MemFs::crash`] this leaves `self` untouched, so code still
+    /// running against the old one cannot disturb the copy at all.
+    pub fn crashed_copy(&self) -> Arc<MemFs> {
+        let state = self.state.lock();
+        let durable = durable_copy(&state);
+        let copy = MemFs::default();
+        {
+            let mut new_state = copy.state.lock();
+            new_state.live = durable.clone();
+            new_state.durable = durable;
+            new_state.dirs = state.dirs.clone();
+        }
+        Arc::new(copy)
+    }
+
+    /// XORs the byte at `offset` of `path` with `xor`, in both the current
+    /// and the synced contents (a damaged disk, not an unsynced write).
+    pub fn corrupt_byte(&self, path: &Path, offset: u64, xor: u8) -> io::Result<()> {
+        let state = self.state.lock();
+        let mut node = state.node(path)?.lock();
+        let at = usize::try_from(offset).unwrap_or(usize::MAX);
+        if at >= node.data.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("offset {offset} is past the end of {}", path.display()),
+            ));
+        }
+        node.data[at] ^= xor;
+        if let Some(b) = node.synced.get_mut(at) {
+            *b ^= xor;
+        }
+        Ok(())
+    }
+
+    /// Cuts `path` to at most `len` bytes, in both the current and the synced
+    /// contents (a torn tail left on disk).
+    pub fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let state = self.state.lock();
+        let mut node = state.node(path)?.lock();
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        node.data.truncate(len);
+        node.synced.truncate(len);
+        Ok(())
+    }
+
+    /// Paths of all files, sorted.
+    pub fn file_names(&self) -> Vec<PathBuf> {
+        let state = self.state.lock();
+        let mut names: Vec<PathBuf> = state.live.keys().cloned().collect();
+        names.sort();
+        names
+    }
+}
+
+/// Fresh nodes holding the synced bytes of every durable entry. A node
+/// reachable under two durable paths stays shared, like a hard link.
+fn durable_copy(state: &State) -> HashMap<PathBuf, Node> {
+    let mut fresh: HashMap<*const Mutex<NodeData>, Node> = HashMap::new();
+    let mut out = HashMap::with_capacity(state.durable.len());
+    for (path, node) in &state.durable {
+        let copy = fresh
+            .entry(Arc::as_ptr(node))
+            .or_insert_with(|| {
+                let synced = node.lock().synced.clone();
+                Arc::new(Mutex::new(NodeData {
+                    data: synced.clone(),
+                    synced,
+                    diverged: false,
+                }))
+            })
+            .clone();
+        out.insert(path.clone(), copy);
+    }
+    out
+}
+
+struct MemWritable {
+    node: Node,
+    len: u64,
+}
+
+impl WritableFile for MemWritable {
+    fn append(&mut self, data: &[u8]) -> io::Result<()> {
+        self.node.lock().data.extend_from_slice(data);
+        self.len += data.len() as u64;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.node.lock().sync();
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+struct MemRandom {
+    node: Node,
+    len: u64,
+}
+
+fn eof(offset: u64, n: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("read of {n} bytes at {offset} is past the end of the file"),
+    )
+}
+
+impl RandomAccessFile for MemRandom {
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| eof(offset, buf.len()))?;
+        let node = self.node.lock();
+        // The file may have been truncated since it was opened.
+        let (start, end) = (offset as usize, end as usize);
+        let src = node
+            .data
+            .get(start..end)
+            .ok_or_else(|| eof(offset, buf.len()))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+struct MemLock {
+    state: Arc<Mutex<State>>,
+    path: PathBuf,
+    id: u64,
+}
+
+impl FileLock for MemLock {}
+
+impl Drop for MemLock {
+    fn drop(&mut self) {
+        let mut state = self.state.lock();
+        // After a crash the lock may already belong to someone else.
+        if state.locks.get(&self.path) == Some(&self.id) {
+            state.locks.remove(&self.path);
+        }
+    }
+}
+
+impl FileSystem for MemFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        for dir in path.ancestors() {
+            if is_root(dir) {
+                break;
+            }
+            if state.live.contains_key(dir) {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} is a file", dir.display()),
+                ));
+            }
+            state.dirs.insert(dir.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let mut state = self.state.lock();
+        state.check_parent(path)?;
+        if state.dirs.contains(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} is a directory", path.display()),
+            ));
+        }
+        let node = match state.live.get(path) {
+            // O_TRUNC on an existing file: same node, the cut is not durable
+            // until the next sync.
+            Some(node) => {
+                let mut data = node.lock();
+                data.data.clear();
+                data.diverged = true;
+                node.clone()
+            }
+            None => {
+                let node = new_node();
+                state.live.insert(path.to_path_buf(), node.clone());
+                node
+            }
+        };
+        Ok(Box::new(MemWritable { node, len: 0 }))
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
+        let state = self.state.lock();
+        let node = state.node(path)?.clone();
+        let len = node.lock().data.len() as u64;
+        Ok(Arc::new(MemRandom { node, len }))
+    }
+
+    fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let state = self.state.lock();
+        let data = state.node(path)?.lock().data.clone();
+        Ok(data)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        if state.dirs.contains(from) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("renaming directory {} is not supported", from.display()),
+            ));
+        }
+        state.node(from)?;
+        state.check_parent(to)?;
+        if state.dirs.contains(to) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} is a directory", to.display()),
+            ));
+        }
+        if let Some(node) = state.live.remove(from) {
+            state.live.insert(to.to_path_buf(), node);
+        }
+        Ok(())
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        state
+            .live
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let state = self.state.lock();
+        if !state.dir_exists(path) {
+            return Err(not_found(path));
+        }
+        let names = state
+            .live
+            .keys()
+            .chain(state.dirs.iter())
+            .filter(|p| in_dir(p, path))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+            .collect();
+        Ok(names)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        let state = self.state.lock();
+        state.live.contains_key(path) || state.dir_exists(path)
+    }
+
+    fn file_size(&self, path: &Path) -> io::Result<u64> {
+        let state = self.state.lock();
+        let len = state.node(path)?.lock().data.len() as u64;
+        Ok(len)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state.lock();
+        if !state.dir_exists(path) {
+            return Err(not_found(path));
+        }
+        let State { live, durable, .. } = &mut *state;
+        durable.retain(|p, _| !in_dir(p, path));
+        for (p, node) in live.iter() {
+            if in_dir(p, path) {
+                durable.insert(p.clone(), node.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
+        let mut state = self.state.lock();
+        if state.locks.contains_key(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{} is already locked", path.display()),
+            ));
+        }
+        if !state.live.contains_key(path) {
+            state.check_parent(path)?;
+            state.live.insert(path.to_path_buf(), new_node());
+        }
+        let id = self.next_lock_id.fetch_add(1, Ordering::Relaxed);
+        state.locks.insert(path.to_path_buf(), id);
+        Ok(Box::new(MemLock {
+            state: self.state.clone(),
+            path: path.to_path_buf(),
+            id,
+        }))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> &Path {
+        Path::new(s)
+    }
+
+    fn setup() -> Arc<MemFs> {
+        let fs = MemFs::new();
+        fs.create_dir_all(p("db")).unwrap();
+        fs
+    }
+
+    fn write(fs: &MemFs, path: &str, data: &[u8], sync: bool) -> Box<dyn WritableFile> {
+        let mut f = fs.create(p(path)).unwrap();
+        f.append(data).unwrap();
+        f.flush().unwrap();
+        if sync {
+            f.sync().unwrap();
+        }
+        f
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn crash_drops_unsynced_bytes() {
+        let fs = setup();
+        let mut f = write(&fs, "db/a", b"hello", true);
+        fs.sync_dir(p("db")).unwrap();
+        f.append(b" world").unwrap();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"hello world");
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"hello");
+        assert_eq!(fs.file_size(p("db/a")).unwrap(), 5);
+    }
+
+    #[test]
+    fn never_synced_file_is_empty_after_crash() {
+        let fs = setup();
+        let _f = write(&fs, "db/a", b"data", false);
+        fs.sync_dir(p("db")).unwrap();
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"");
+    }
+
+    #[test]
+    fn synced_data_and_entry_survive() {
+        let fs = setup();
+        let mut f = write(&fs, "db/a", b"one", true);
+        f.append(b"two").unwrap();
+        f.sync().unwrap();
+        fs.sync_dir(p("db")).unwrap();
+        drop(f);
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"onetwo");
+        // A second crash changes nothing.
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"onetwo");
+    }
+
+    #[test]
+    fn created_file_without_dir_sync_disappears() {
+        let fs = setup();
+        let _f = write(&fs, "db/a", b"data", true);
+        assert!(fs.exists(p("db/a")));
+        fs.crash();
+        assert!(!fs.exists(p("db/a")));
+        assert!(fs.list_dir(p("db")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn rename_without_dir_sync_is_reverted() {
+        let fs = setup();
+        write(&fs, "db/tmp", b"new", true);
+        write(&fs, "db/CURRENT", b"old", true);
+        fs.sync_dir(p("db")).unwrap();
+        fs.rename(p("db/tmp"), p("db/CURRENT")).unwrap();
+        assert_eq!(fs.read_all(p("db/CURRENT")).unwrap(), b"new");
+        assert!(!fs.exists(p("db/tmp")));
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/CURRENT")).unwrap(), b"old");
+        assert_eq!(fs.read_all(p("db/tmp")).unwrap(), b"new");
+    }
+
+    #[test]
+    fn rename_with_dir_sync_sticks() {
+        let fs = setup();
+        write(&fs, "db/tmp", b"new", true);
+        write(&fs, "db/CURRENT", b"old", true);
+        fs.sync_dir(p("db")).unwrap();
+        fs.rename(p("db/tmp"), p("db/CURRENT")).unwrap();
+        fs.sync_dir(p("db")).unwrap();
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/CURRENT")).unwrap(), b"new");
+        assert!(!fs.exists(p("db/tmp")));
+        assert_eq!(sorted(fs.list_dir(p("db")).unwrap()), vec!["CURRENT"]);
+    }
+
+    #[test]
+    fn remove_needs_dir_sync() {
+        let fs = setup();
+        write(&fs, "db/a", b"a", true);
+        write(&fs, "db/b", b"b", true);
+        fs.sync_dir(p("db")).unwrap();
+        fs.remove_file(p("db/a")).unwrap();
+        fs.remove_file(p("db/b")).unwrap();
+        assert!(!fs.exists(p("db/a")));
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"a");
+        fs.remove_file(p("db/a")).unwrap();
+        fs.sync_dir(p("db")).unwrap();
+        fs.crash();
+        assert!(!fs.exists(p("db/a")));
+        assert!(fs.exists(p("db/b")));
+    }
+
+    #[test]
+    fn sync_dir_only_covers_that_directory() {
+        let fs = setup();
+        fs.create_dir_all(p("db/sub")).unwrap();
+        write(&fs, "db/a", b"a", true);
+        write(&fs, "db/sub/b", b"b", true);
+        fs.sync_dir(p("db")).unwrap();
+        fs.crash();
+        assert!(fs.exists(p("db/a")));
+        assert!(!fs.exists(p("db/sub/b")));
+        assert_eq!(sorted(fs.list_dir(p("db")).unwrap()), vec!["a", "sub"]);
+    }
+
+    #[test]
+    fn stale_handles_cannot_touch_post_crash_state() {
+        let fs = setup();
+        let mut f = write(&fs, "db/a", b"kept", true);
+        fs.sync_dir(p("db")).unwrap();
+        fs.crash();
+        f.append(b"stale").unwrap();
+        f.sync().unwrap();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"kept");
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"kept");
+    }
+
+    #[test]
+    fn crashed_copy_leaves_original_alone() {
+        let fs = setup();
+        let mut f = write(&fs, "db/a", b"kept", true);
+        fs.sync_dir(p("db")).unwrap();
+        f.append(b"more").unwrap();
+        let copy = fs.crashed_copy();
+        assert_eq!(copy.read_all(p("db/a")).unwrap(), b"kept");
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"keptmore");
+        f.sync().unwrap();
+        fs.remove_file(p("db/a")).unwrap();
+        assert_eq!(copy.read_all(p("db/a")).unwrap(), b"kept");
+        assert_eq!(copy.list_dir(p("db")).unwrap(), vec!["a"]);
+    }
+
+    #[test]
+    fn recreate_truncates_but_old_contents_survive_crash_until_synced() {
+        let fs = setup();
+        write(&fs, "db/a", b"old", true);
+        fs.sync_dir(p("db")).unwrap();
+        let mut f = write(&fs, "db/a", b"x", false);
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"x");
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"old");
+        drop(f);
+        f = write(&fs, "db/a", b"y", true);
+        drop(f);
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"y");
+    }
+
+    #[test]
+    fn readers_see_appended_data_and_keep_open_length() {
+        let fs = setup();
+        let mut f = write(&fs, "db/a", b"0123456789", false);
+        let r = fs.open(p("db/a")).unwrap();
+        assert_eq!(r.len(), 10);
+        f.append(b"abc").unwrap();
+        let mut buf = [0u8; 4];
+        r.read_exact_at(6, &mut buf).unwrap();
+        assert_eq!(&buf, b"6789");
+        let err = r.read_exact_at(8, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        let err = r.read_exact_at(u64::MAX, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+        let r2 = fs.open(p("db/a")).unwrap();
+        assert_eq!(r2.len(), 13);
+        r2.read_exact_at(9, &mut buf).unwrap();
+        assert_eq!(&buf, b"9abc");
+        assert_eq!(f.len(), 13);
+    }
+
+    #[test]
+    fn missing_paths_are_not_found() {
+        let fs = setup();
+        let kind = |r: io::Result<()>| r.unwrap_err().kind();
+        assert_eq!(
+            fs.open(p("db/x")).err().map(|e| e.kind()),
+            Some(io::ErrorKind::NotFound)
+        );
+        assert_eq!(
+            fs.read_all(p("db/x")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(kind(fs.remove_file(p("db/x"))), io::ErrorKind::NotFound);
+        assert_eq!(
+            kind(fs.rename(p("db/x"), p("db/y"))),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(
+            fs.list_dir(p("nope")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(kind(fs.sync_dir(p("nope"))), io::ErrorKind::NotFound);
+        assert_eq!(
+            fs.create(p("nope/a")).err().map(|e| e.kind()),
+            Some(io::ErrorKind::NotFound)
+        );
+        // Files at the top level need no directory.
+        write(&fs, "top", b"t", false);
+        assert!(fs.exists(p("top")));
+    }
+
+    #[test]
+    fn list_dir_returns_direct_children() {
+        let fs = MemFs::new();
+        fs.create_dir_all(p("/tmp/db/sub")).unwrap();
+        write(&fs, "/tmp/db/000001.log", b"", false);
+        write(&fs, "/tmp/db/sub/deep", b"", false);
+        assert_eq!(
+            sorted(fs.list_dir(p("/tmp/db")).unwrap()),
+            vec!["000001.log", "sub"]
+        );
+        assert_eq!(fs.list_dir(p("/tmp/db/")).unwrap().len(), 2);
+        assert_eq!(fs.list_dir(p("/tmp")).unwrap(), vec!["db"]);
+        assert!(fs.exists(p("/tmp/db")));
+        assert_eq!(
+            fs.file_names(),
+            vec![
+                PathBuf::from("/tmp/db/000001.log"),
+                PathBuf::from("/tmp/db/sub/deep")
+            ]
+        );
+    }
+
+    #[test]
+    fn lock_is_exclusive_until_dropped_or_crash() {
+        let fs = setup();
+        let l1 = fs.lock(p("db/LOCK")).unwrap();
+        let err = fs.lock(p("db/LOCK")).err().map(|e| e.kind());
+        assert_eq!(err, Some(io::ErrorKind::WouldBlock));
+        assert!(fs.exists(p("db/LOCK")));
+        let other = fs.lock(p("db/OTHER")).unwrap();
+        drop(l1);
+        let l2 = fs.lock(p("db/LOCK")).unwrap();
+        fs.crash();
+        let l3 = fs.lock(p("db/LOCK")).unwrap();
+        // Dropping a pre-crash guard must not release the new holder.
+        drop(l2);
+        drop(other);
+        assert!(fs.lock(p("db/LOCK")).is_err());
+        drop(l3);
+        fs.lock(p("db/LOCK")).unwrap();
+    }
+
+    #[test]
+    fn corrupt_and_truncate_hit_durable_contents() {
+        let fs = setup();
+        write(&fs, "db/a", b"abcdef", true);
+        fs.sync_dir(p("db")).unwrap();
+        fs.corrupt_byte(p("db/a"), 1, 0x01).unwrap();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"accdef");
+        fs.truncate(p("db/a"), 4).unwrap();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"accd");
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/a")).unwrap(), b"accd");
+        assert!(fs.corrupt_byte(p("db/a"), 4, 1).is_err());
+        assert!(fs.truncate(p("db/x"), 0).is_err());
+    }
+
+    #[test]
+    fn concurrent_appends_and_syncs() {
+        let fs = setup();
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let fs = fs.clone();
+                std::thread::spawn(move || {
+                    let path = format!("db/{t}");
+                    let mut f = fs.create(p(&path)).unwrap();
+                    for i in 0..1000u32 {
+                        f.append(&i.to_le_bytes()).unwrap();
+                        if i % 10 == 0 {
+                            f.sync().unwrap();
+                        }
+                    }
+                    f.sync().unwrap();
+                    fs.sync_dir(p("db")).unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        fs.crash();
+        for t in 0..4 {
+            assert_eq!(fs.file_size(p(&format!("db/{t}"))).unwrap(), 4000);
+        }
+    }
+
+    #[test]
+    fn is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<MemFs>();
+        let _: crate::io::FsRef = MemFs::new();
+    }
+}

@@ -18,8 +18,8 @@ pub mod fault;
 pub mod mem;
 pub mod posix;
 
-
-
+pub use fault::{FaultFs, FaultKind};
+pub use mem::MemFs;
 pub use posix::PosixFs;
 
 /// A file opened for appending.
