@@ -1,0 +1,170 @@
+//! Chooses the next compaction from a version. Pure: no I/O, no locks.
+
+use super::super::version::{file_overlaps, FileRef, LevelTargets, Version};
+use crate::format::internal_key::{self, user_key};
+use crate::options::{Options, NUM_LEVELS};
+
+/// Borrowed state the picker reads.
+pub struct PickerInput<'a> {
+    /// The version to pick from.
+    pub version: &'a Version,
+    /// Store options.
+    pub opts: &'a Options,
+    /// Per level, the largest key of the last compaction (round robin).
+    pub compact_pointers: &'a [Vec<u8>; NUM_LEVELS],
+}
+
+/// A chosen compaction.
+#[derive(Debug, Clone)]
+pub struct CompactionPlan {
+    /// Level the inputs come from.
+    pub level: usize,
+    /// Level the outputs go to.
+    pub output_level: usize,
+    /// Files taken from `level`.
+    pub inputs: Vec<FileRef>,
+    /// Overlapping files taken from `output_level`.
+    pub output_level_inputs: Vec<FileRef>,
+    /// The single input can move down without being rewritten.
+    pub trivial_move: bool,
+    /// Score that triggered it (manual compactions: 0).
+    pub score: f64,
+}
+
+impl CompactionPlan {
+    fn new(v: &Version, level: usize, output_level: usize, inputs: Vec<FileRef>, score: f64) -> Self {
+        let (lo, hi) = user_range(&inputs);
+        let output_level_inputs = if output_level == level {
+            Vec::new()
+        } else {
+            v.overlapping(output_level, lo.as_deref(), hi.as_deref())
+        };
+        let trivial_move = inputs.len() == 1 && output_level_inputs.is_empty() && output_level != level;
+        CompactionPlan {
+            level,
+            output_level,
+            inputs,
+            output_level_inputs,
+            trivial_move,
+            score,
+        }
+    }
+
+    /// Every input file.
+    pub fn all_inputs(&self) -> impl Iterator<Item = &FileRef> {
+        self.inputs.iter().chain(self.output_level_inputs.iter())
+    }
+}
+
+/// Smallest and largest user key over `files`.
+pub fn user_range(files: &[FileRef]) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let lo = files.iter().map(|f| user_key(&f.smallest)).min().map(<[u8]>::to_vec);
+    let hi = files.iter().map(|f| user_key(&f.largest)).max().map(<[u8]>::to_vec);
+    (lo, hi)
+}
+
+/// The compaction with the highest score `>= 1`, if any.
+pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
+    let v = input.version;
+    let targets = LevelTargets::compute(v, input.opts);
+    let scores = targets.scores(v, input.opts);
+    let (level, score) = scores
+        .iter()
+        .copied()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if score < 1.0 {
+        return None;
+    }
+    if level == 0 {
+        // All of L0: its files overlap, and taking a subset could push an
+        // older version below a newer one.
+        let inputs = v.levels[0].clone();
+        return Some(CompactionPlan::new(v, 0, targets.base_level, inputs, score));
+    }
+    let files = &v.levels[level];
+    let pointer = &input.compact_pointers[level];
+    let file = files
+        .iter()
+        .find(|f| pointer.is_empty() || internal_key::compare(&f.largest, pointer).is_gt())
+        .or_else(|| files.first())?
+        .clone();
+    Some(CompactionPlan::new(v, level, level + 1, vec![file], score))
+}
+
+/// A manual compaction of `[lo, hi]` (None = unbounded) out of `level`, or
+/// None when the level holds nothing in range.
+pub fn plan_range(v: &Version, opts: &Options, level: usize, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Option<CompactionPlan> {
+    if level + 1 >= NUM_LEVELS {
+        return None;
+    }
+    let inputs = if level == 0 {
+        let any = v.levels[0].iter().any(|f| file_overlaps(f, lo, hi));
+        if any { v.levels[0].clone() } else { Vec::new() }
+    } else {
+        v.overlapping(level, lo, hi)
+    };
+    if inputs.is_empty() {
+        return None;
+    }
+    let output_level = if level == 0 {
+        LevelTargets::compute(v, opts).base_level
+    } else {
+        level + 1
+    };
+    let mut plan = CompactionPlan::new(v, level, output_level, inputs, 0.0);
+    // A manual compaction rewrites, so tombstones and old versions go away.
+    plan.trivial_move = plan.trivial_move && level != 0 && output_level + 1 < NUM_LEVELS;
+    Some(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::internal_key::{make_internal_key, ValueKind};
+    use crate::version::FileMeta;
+    use std::sync::Arc;
+
+    fn file(n: u64, lo: &str, hi: &str, size: u64) -> FileRef {
+        Arc::new(FileMeta {
+            number: n,
+            file_size: size,
+            smallest: make_internal_key(lo.as_bytes(), n * 10, ValueKind::Value),
+            largest: make_internal_key(hi.as_bytes(), n * 10 + 1, ValueKind::Value),
+            largest_seq: n * 10 + 1,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn l0_trigger_picks_all_l0_into_base() {
+        let opts = Options::default();
+        let mut v = Version::default();
+        for i in 0..4 {
+            v.levels[0].push(file(i + 1, "a", "m", 1000));
+        }
+        v.levels[6].push(file(9, "c", "d", 1000));
+        v.levels[6].push(file(10, "x", "z", 1000));
+        let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
+        let plan = pick(&PickerInput { version: &v, opts: &opts, compact_pointers: &ptrs }).unwrap();
+        assert_eq!(plan.level, 0);
+        assert_eq!(plan.output_level, 6);
+        assert_eq!(plan.inputs.len(), 4);
+        assert_eq!(plan.output_level_inputs.len(), 1);
+        assert!(!plan.trivial_move);
+    }
+
+    #[test]
+    fn nothing_to_do_below_trigger_and_trivial_move() {
+        let opts = Options::default();
+        let mut v = Version::default();
+        v.levels[0].push(file(1, "a", "b", 10));
+        let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
+        assert!(pick(&PickerInput { version: &v, opts: &opts, compact_pointers: &ptrs }).is_none());
+        let plan = plan_range(&v, &opts, 0, None, None).unwrap();
+        assert!(!plan.trivial_move, "manual compaction of L0 rewrites");
+        v.levels[3].push(file(2, "a", "b", 10));
+        let plan = plan_range(&v, &opts, 3, None, None).unwrap();
+        assert!(plan.trivial_move);
+    }
+}
