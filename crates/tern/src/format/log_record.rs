@@ -137,19 +137,29 @@ pub fn decode_file_header(file: &[u8], kind: LogKind) -> Result<FileHeader, Deco
         if expected[..head.len()] == *head {
             return Ok(FileHeader::Torn);
         }
-        return Err(DecodeError::new(0, format!("torn {} header does not match its magic", kind.name())));
+        return Err(DecodeError::new(
+            0,
+            format!("torn {} header does not match its magic", kind.name()),
+        ));
     }
     let magic = &head[..8];
     if magic != kind.magic() {
         let reason = match LogKind::from_magic(magic) {
-            Some(other) => format!("expected a {} but found a {} header", kind.name(), other.name()),
+            Some(other) => format!(
+                "expected a {} but found a {} header",
+                kind.name(),
+                other.name()
+            ),
             None => format!("bad magic for a {}", kind.name()),
         };
         return Err(DecodeError::new(0, reason));
     }
     let stored_crc = fixed32_at(head, 12);
     if stored_crc != checksum::crc(&head[..12]) {
-        return Err(DecodeError::new(0, format!("{} header checksum mismatch", kind.name())));
+        return Err(DecodeError::new(
+            0,
+            format!("{} header checksum mismatch", kind.name()),
+        ));
     }
     let version = fixed32_at(head, 8);
     if version != LOG_FORMAT_VERSION {
@@ -235,7 +245,10 @@ pub fn decode_record(file: &[u8], pos: usize) -> RecordOutcome<'_> {
             payload,
             next: pos + RECORD_HEADER_LEN + len,
         },
-        None => RecordOutcome::Corrupt(DecodeError::new(pos, format!("unknown log record type {ty}"))),
+        None => RecordOutcome::Corrupt(DecodeError::new(
+            pos,
+            format!("unknown log record type {ty}"),
+        )),
     }
 }
 
@@ -278,9 +291,15 @@ mod tests {
         assert!(e.reason.contains("write-ahead log"), "{}", e.reason);
         assert_eq!(decode_file_header(&[], LogKind::Wal), Ok(FileHeader::Empty));
         for n in 1..FILE_HEADER_LEN {
-            assert_eq!(decode_file_header(&w[..n], LogKind::Wal), Ok(FileHeader::Torn));
+            assert_eq!(
+                decode_file_header(&w[..n], LogKind::Wal),
+                Ok(FileHeader::Torn)
+            );
         }
-        assert_eq!(decode_file_header(&[0; 40], LogKind::Wal), Ok(FileHeader::Torn));
+        assert_eq!(
+            decode_file_header(&[0; 40], LogKind::Wal),
+            Ok(FileHeader::Torn)
+        );
         assert!(decode_file_header(b"XY", LogKind::Wal).is_err());
         let mut bad = w;
         bad[13] ^= 1;

@@ -147,7 +147,8 @@ pub fn set_current(fs: &dyn FileSystem, dir: &Path, number: u64) -> Result<()> {
     let current = dir.join(CURRENT_FILE_NAME);
     let res = (|| {
         let mut f = fs.create(&tmp).ctx(&tmp)?;
-        f.append(current_file_contents(number).as_bytes()).ctx(&tmp)?;
+        f.append(current_file_contents(number).as_bytes())
+            .ctx(&tmp)?;
         f.sync().ctx(&tmp)?;
         drop(f);
         fs.rename(&tmp, &current).ctx(&current)
@@ -169,13 +170,22 @@ mod tests {
     fn names_roundtrip() {
         for n in [0u64, 1, 7, 999_999, 1_000_000, 123_456_789, u64::MAX] {
             assert_eq!(parse_file_name(&wal_file_name(n)), Some((FileType::Wal, n)));
-            assert_eq!(parse_file_name(&table_file_name(n)), Some((FileType::Table, n)));
+            assert_eq!(
+                parse_file_name(&table_file_name(n)),
+                Some((FileType::Table, n))
+            );
             assert_eq!(
                 parse_file_name(&manifest_file_name(n)),
                 Some((FileType::Manifest, n))
             );
-            assert_eq!(parse_file_name(&temp_file_name(n)), Some((FileType::Temp, n)));
-            assert_eq!(parse_file_name(&blob_file_name(n)), Some((FileType::Blob, n)));
+            assert_eq!(
+                parse_file_name(&temp_file_name(n)),
+                Some((FileType::Temp, n))
+            );
+            assert_eq!(
+                parse_file_name(&blob_file_name(n)),
+                Some((FileType::Blob, n))
+            );
             assert_eq!(parse_current(current_file_contents(n).as_bytes()), Some(n));
         }
         assert_eq!(wal_file_name(42), "000042.log");
@@ -187,9 +197,22 @@ mod tests {
     #[test]
     fn rejects_foreign_names() {
         for name in [
-            "", "7.log", "0000007.log", "+00001.log", "000001.LOG", "000001.log.bak", "abcdef.sst",
-            "MANIFEST-", "MANIFEST-1", "MANIFEST-00000x", "000001", ".log", "current", "LOCK2",
-            "99999999999999999999.sst", "000001.txt",
+            "",
+            "7.log",
+            "0000007.log",
+            "+00001.log",
+            "000001.LOG",
+            "000001.log.bak",
+            "abcdef.sst",
+            "MANIFEST-",
+            "MANIFEST-1",
+            "MANIFEST-00000x",
+            "000001",
+            ".log",
+            "current",
+            "LOCK2",
+            "99999999999999999999.sst",
+            "000001.txt",
         ] {
             assert_eq!(parse_file_name(name), None, "{name:?}");
         }

@@ -149,7 +149,10 @@ mod tests {
             );
         }
         // A whole preallocated file that never got its header.
-        assert_eq!(read_all(vec![0; 8192], &path, LogKind::Wal), (vec![], Some(0)));
+        assert_eq!(
+            read_all(vec![0; 8192], &path, LogKind::Wal),
+            (vec![], Some(0))
+        );
     }
 
     #[test]

@@ -45,7 +45,10 @@ impl LogWriter {
         if payload.len() > MAX_PAYLOAD_LEN {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("log record of {} bytes exceeds the 4 GiB limit", payload.len()),
+                format!(
+                    "log record of {} bytes exceeds the 4 GiB limit",
+                    payload.len()
+                ),
             ));
         }
         self.buf.clear();
