@@ -225,6 +225,7 @@ fn seq(r: &mut Reader<'_>) -> Result<u64, DecodeError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};

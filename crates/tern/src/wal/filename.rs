@@ -162,6 +162,7 @@ pub fn set_current(fs: &dyn FileSystem, dir: &Path, number: u64) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::io::PosixFs;

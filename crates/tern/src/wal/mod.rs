@@ -21,6 +21,7 @@ pub use reader::LogReader;
 pub use writer::LogWriter;
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use std::path::{Path, PathBuf};
 
