@@ -329,6 +329,36 @@ mod tests {
     }
 
     #[test]
+    fn documented_example() {
+        let t = [1u8, 0, 0, 0, 0, 0, 0, 0];
+        let key = |k: u8| [&[k][..], &t[..]].concat();
+        let e = VersionEdit {
+            log_number: Some(5),
+            next_file_number: Some(7),
+            new_files: vec![(
+                0,
+                FileMeta {
+                    number: 6,
+                    file_size: 300,
+                    smallest: key(b'a'),
+                    largest: key(b'b'),
+                    smallest_seq: 1,
+                    largest_seq: 2,
+                    num_entries: 2,
+                    num_deletions: 0,
+                },
+            )],
+            ..Default::default()
+        };
+        let mut want = vec![1, 5, 2, 7, 6, 0, 6, 0xac, 2, 9];
+        want.extend_from_slice(&key(b'a'));
+        want.push(9);
+        want.extend_from_slice(&key(b'b'));
+        want.extend_from_slice(&[1, 2, 2, 0]);
+        assert_eq!(e.encode(), want);
+    }
+
+    #[test]
     fn random_roundtrip() {
         let mut rng = SmallRng::seed_from_u64(0x7e54_ed17);
         for _ in 0..2000 {
