@@ -1,1 +1,363 @@
-//! (module under construction)
+//! Framing of append-only log files: the write-ahead log and the manifest.
+//!
+//! A log file is a 16-byte file header followed by records:
+//!
+//! ```text
+//! file header:  magic (8) ‖ format version u32 LE ‖ masked crc32c u32 LE of the first 12 bytes
+//! record:       masked crc32c u32 LE of (type ‖ payload) ‖ payload length u32 LE ‖ type u8 ‖ payload
+//! ```
+//!
+//! This module only encodes and classifies bytes; the recovery policy for
+//! damaged or incomplete tails lives in [`decode_record`] so it can be tested
+//! and fuzzed without I/O. The full specification is `docs/format/wal.md`.
+
+use crate::error::DecodeError;
+use crate::format::checksum;
+use crate::format::coding::{fixed32_at, put_fixed32};
+
+/// Magic bytes at the start of every write-ahead log.
+pub const WAL_MAGIC: [u8; 8] = *b"TERNWAL\0";
+
+/// Magic bytes at the start of every manifest.
+pub const MANIFEST_MAGIC: [u8; 8] = *b"TERNMAN\0";
+
+/// Current log format version, stored in the file header.
+pub const LOG_FORMAT_VERSION: u32 = 1;
+
+/// Length of the file header: magic, version, header checksum.
+pub const FILE_HEADER_LEN: usize = 16;
+
+/// Length of a record header: checksum, payload length, type.
+pub const RECORD_HEADER_LEN: usize = 9;
+
+/// Largest payload a record can hold (the length field is a u32).
+pub const MAX_PAYLOAD_LEN: usize = u32::MAX as usize;
+
+/// Which kind of log a file is; each has its own magic so that a manifest is
+/// never replayed as a WAL or the other way round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogKind {
+    /// A write-ahead log (records are encoded write batches).
+    Wal,
+    /// A manifest (records are encoded version edits).
+    Manifest,
+}
+
+impl LogKind {
+    /// The magic bytes that start a file of this kind.
+    pub fn magic(self) -> [u8; 8] {
+        match self {
+            LogKind::Wal => WAL_MAGIC,
+            LogKind::Manifest => MANIFEST_MAGIC,
+        }
+    }
+
+    /// A short human-readable name, used in error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogKind::Wal => "write-ahead log",
+            LogKind::Manifest => "manifest",
+        }
+    }
+
+    fn from_magic(magic: &[u8]) -> Option<LogKind> {
+        if magic == WAL_MAGIC {
+            Some(LogKind::Wal)
+        } else if magic == MANIFEST_MAGIC {
+            Some(LogKind::Manifest)
+        } else {
+            None
+        }
+    }
+}
+
+/// The type byte of a record. Only [`RecordType::Full`] is written today;
+/// values 2–4 are reserved for fragmented records (first/middle/last) and 0
+/// is never valid, so zero-filled space never parses as a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RecordType {
+    /// The payload is one complete logical record.
+    Full = 1,
+}
+
+impl RecordType {
+    /// Decodes a type byte; `None` for unknown or reserved values.
+    pub fn from_u8(b: u8) -> Option<RecordType> {
+        match b {
+            1 => Some(RecordType::Full),
+            _ => None,
+        }
+    }
+}
+
+/// The 16-byte file header for a log of `kind`.
+pub fn encode_file_header(kind: LogKind) -> [u8; FILE_HEADER_LEN] {
+    let mut h = [0u8; FILE_HEADER_LEN];
+    h[..8].copy_from_slice(&kind.magic());
+    h[8..12].copy_from_slice(&LOG_FORMAT_VERSION.to_le_bytes());
+    let crc = checksum::crc(&h[..12]);
+    h[12..16].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// What the start of a log file holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileHeader {
+    /// The file is empty: no header, no records.
+    Empty,
+    /// The file is shorter than a header (or the header is all zero bytes):
+    /// it was created but its header never fully reached the disk. It holds
+    /// no records.
+    Torn,
+    /// A valid header of the expected kind; records start at
+    /// [`FILE_HEADER_LEN`].
+    Valid,
+}
+
+/// Checks the file header at the start of `file` (the whole file, or at
+/// least its first [`FILE_HEADER_LEN`] bytes) against the expected `kind`.
+///
+/// Errors (always at offset 0): wrong or foreign magic, unsupported version,
+/// header checksum mismatch. A short file whose bytes are a prefix of the
+/// expected header (or are all zero) is [`FileHeader::Torn`], not an error.
+pub fn decode_file_header(file: &[u8], kind: LogKind) -> Result<FileHeader, DecodeError> {
+    if file.is_empty() {
+        return Ok(FileHeader::Empty);
+    }
+    let expected = encode_file_header(kind);
+    let head = &file[..file.len().min(FILE_HEADER_LEN)];
+    if head.iter().all(|&b| b == 0) {
+        // Space allocated before the header was written.
+        return Ok(FileHeader::Torn);
+    }
+    if head.len() < FILE_HEADER_LEN {
+        // Only a prefix of the header was persisted. The bytes present must
+        // still match what we would have written.
+        if expected[..head.len()] == *head {
+            return Ok(FileHeader::Torn);
+        }
+        return Err(DecodeError::new(
+            0,
+            format!("torn {} header does not match its magic", kind.name()),
+        ));
+    }
+    let magic = &head[..8];
+    if magic != kind.magic() {
+        let reason = match LogKind::from_magic(magic) {
+            Some(other) => format!(
+                "expected a {} but found a {} header",
+                kind.name(),
+                other.name()
+            ),
+            None => format!("bad magic for a {}", kind.name()),
+        };
+        return Err(DecodeError::new(0, reason));
+    }
+    let stored_crc = fixed32_at(head, 12);
+    if stored_crc != checksum::crc(&head[..12]) {
+        return Err(DecodeError::new(
+            0,
+            format!("{} header checksum mismatch", kind.name()),
+        ));
+    }
+    let version = fixed32_at(head, 8);
+    if version != LOG_FORMAT_VERSION {
+        return Err(DecodeError::new(
+            0,
+            format!("unsupported {} format version {version}", kind.name()),
+        ));
+    }
+    Ok(FileHeader::Valid)
+}
+
+/// Appends one framed record (header and payload) to `dst`.
+///
+/// The caller must keep `payload.len() <= MAX_PAYLOAD_LEN`; the writer checks
+/// this before calling.
+pub fn encode_record(dst: &mut Vec<u8>, payload: &[u8]) {
+    debug_assert!(payload.len() <= MAX_PAYLOAD_LEN);
+    let ty = [RecordType::Full as u8];
+    put_fixed32(dst, checksum::crc2(&ty, payload));
+    put_fixed32(dst, payload.len() as u32);
+    dst.push(ty[0]);
+    dst.extend_from_slice(payload);
+}
+
+/// The result of decoding the record that starts at some offset of a log file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordOutcome<'a> {
+    /// A valid record.
+    Record {
+        /// The payload bytes.
+        payload: &'a [u8],
+        /// Offset of the next record (just past this one).
+        next: usize,
+    },
+    /// The offset is exactly the end of the file: no more records.
+    End,
+    /// The rest of the file is an incomplete or partially persisted final
+    /// write (or unwritten, zero-filled space). Recovery stops here without
+    /// an error; the bytes from this offset on are dropped.
+    TornTail,
+    /// A damaged record that is followed by more data. The error's offset is
+    /// the record's start offset in `file`.
+    Corrupt(DecodeError),
+}
+
+/// Decodes the record at `pos` in `file` (the whole log file's contents),
+/// applying the recovery policy:
+///
+/// 1. fewer than [`RECORD_HEADER_LEN`] bytes left, or a payload length that
+///    runs past the end of the file → [`RecordOutcome::TornTail`];
+/// 2. everything from `pos` to the end is zero bytes → `TornTail`;
+/// 3. checksum mismatch on a record that ends exactly at the end of the file
+///    → `TornTail`;
+/// 4. any other checksum mismatch, or a record with a valid checksum but an
+///    unknown type → [`RecordOutcome::Corrupt`] at `pos`.
+///
+/// Never allocates: a huge length field is compared to the bytes present.
+pub fn decode_record(file: &[u8], pos: usize) -> RecordOutcome<'_> {
+    if pos >= file.len() {
+        return RecordOutcome::End;
+    }
+    let rest = &file[pos..];
+    if rest.len() < RECORD_HEADER_LEN {
+        return RecordOutcome::TornTail;
+    }
+    let stored_crc = fixed32_at(rest, 0);
+    let len = fixed32_at(rest, 4) as usize;
+    let ty = rest[8];
+    let body = &rest[RECORD_HEADER_LEN..];
+    if len > body.len() {
+        return RecordOutcome::TornTail;
+    }
+    let payload = &body[..len];
+    if checksum::crc2(&[ty], payload) != stored_crc {
+        let ends_at_eof = len == body.len();
+        if ends_at_eof || all_zero(rest) {
+            return RecordOutcome::TornTail;
+        }
+        return RecordOutcome::Corrupt(DecodeError::new(pos, "log record checksum mismatch"));
+    }
+    match RecordType::from_u8(ty) {
+        Some(RecordType::Full) => RecordOutcome::Record {
+            payload,
+            next: pos + RECORD_HEADER_LEN + len,
+        },
+        None => RecordOutcome::Corrupt(DecodeError::new(
+            pos,
+            format!("unknown log record type {ty}"),
+        )),
+    }
+}
+
+fn all_zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn log(kind: LogKind, payloads: &[&[u8]]) -> Vec<u8> {
+        let mut f = encode_file_header(kind).to_vec();
+        for p in payloads {
+            encode_record(&mut f, p);
+        }
+        f
+    }
+
+    fn collect(f: &[u8]) -> (Vec<Vec<u8>>, RecordOutcome<'_>) {
+        let mut out = Vec::new();
+        let mut pos = FILE_HEADER_LEN;
+        loop {
+            match decode_record(f, pos) {
+                RecordOutcome::Record { payload, next } => {
+                    out.push(payload.to_vec());
+                    pos = next;
+                }
+                other => return (out, other),
+            }
+        }
+    }
+
+    #[test]
+    fn header_roundtrip_and_kinds() {
+        let w = encode_file_header(LogKind::Wal);
+        assert_eq!(decode_file_header(&w, LogKind::Wal), Ok(FileHeader::Valid));
+        let e = decode_file_header(&w, LogKind::Manifest).unwrap_err();
+        assert_eq!(e.offset, 0);
+        assert!(e.reason.contains("write-ahead log"), "{}", e.reason);
+        assert_eq!(decode_file_header(&[], LogKind::Wal), Ok(FileHeader::Empty));
+        for n in 1..FILE_HEADER_LEN {
+            assert_eq!(
+                decode_file_header(&w[..n], LogKind::Wal),
+                Ok(FileHeader::Torn)
+            );
+        }
+        assert_eq!(
+            decode_file_header(&[0; 40], LogKind::Wal),
+            Ok(FileHeader::Torn)
+        );
+        assert!(decode_file_header(b"XY", LogKind::Wal).is_err());
+        let mut bad = w;
+        bad[13] ^= 1;
+        assert!(decode_file_header(&bad, LogKind::Wal).is_err());
+        let mut v2 = w;
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = checksum::crc(&v2[..12]);
+        v2[12..16].copy_from_slice(&crc.to_le_bytes());
+        let e = decode_file_header(&v2, LogKind::Wal).unwrap_err();
+        assert!(e.reason.contains("version"));
+    }
+
+    #[test]
+    fn records_roundtrip() {
+        let f = log(LogKind::Wal, &[b"a", b"", b"hello world"]);
+        let (recs, end) = collect(&f);
+        assert_eq!(recs, vec![b"a".to_vec(), vec![], b"hello world".to_vec()]);
+        assert_eq!(end, RecordOutcome::End);
+    }
+
+    #[test]
+    fn every_truncation_is_a_clean_torn_tail() {
+        let f = log(LogKind::Wal, &[b"first", b"second record", b"third"]);
+        let (full, _) = collect(&f);
+        for cut in FILE_HEADER_LEN..f.len() {
+            let (recs, end) = collect(&f[..cut]);
+            assert!(recs.len() < 3);
+            assert_eq!(recs[..], full[..recs.len()]);
+            assert!(
+                matches!(end, RecordOutcome::TornTail | RecordOutcome::End),
+                "cut {cut}: {end:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn huge_length_is_torn_not_allocated() {
+        let mut f = log(LogKind::Wal, &[b"x"]);
+        let start = f.len();
+        f.extend_from_slice(&[1, 2, 3, 4, 0xff, 0xff, 0xff, 0xff, 1, 9, 9]);
+        let (recs, end) = collect(&f);
+        assert_eq!(recs.len(), 1);
+        assert_eq!(end, RecordOutcome::TornTail);
+        assert_eq!(decode_record(&f, start), RecordOutcome::TornTail);
+    }
+
+    #[test]
+    fn unknown_type_with_valid_crc_is_corrupt() {
+        let mut f = log(LogKind::Wal, &[]);
+        let payload = b"p";
+        put_fixed32(&mut f, checksum::crc2(&[7], payload));
+        put_fixed32(&mut f, 1);
+        f.push(7);
+        f.extend_from_slice(payload);
+        match decode_record(&f, FILE_HEADER_LEN) {
+            RecordOutcome::Corrupt(e) => assert_eq!(e.offset, FILE_HEADER_LEN as u64),
+            other => panic!("{other:?}"),
+        }
+    }
+}

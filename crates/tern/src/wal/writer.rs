@@ -1,0 +1,98 @@
+//! Appending records to a log file.
+
+use std::io;
+
+use crate::format::log_record::{
+    encode_file_header, encode_record, LogKind, MAX_PAYLOAD_LEN, RECORD_HEADER_LEN,
+};
+use crate::io::WritableFile;
+
+/// Scratch buffers that grew past this are released after use, so one huge
+/// record does not pin its size in memory for the life of the log.
+const MAX_RETAINED_BUF: usize = 4 << 20;
+
+/// Appends framed records to a log file (a WAL or a manifest).
+///
+/// Each record is written with a single `append` call on the underlying
+/// file. After any error from this writer the file's tail is in an unknown
+/// state: the caller must stop writing to it (the database poisons itself).
+pub struct LogWriter {
+    file: Box<dyn WritableFile>,
+    kind: LogKind,
+    buf: Vec<u8>,
+}
+
+impl LogWriter {
+    /// Wraps a newly created, empty file and writes the file header.
+    pub fn new(mut file: Box<dyn WritableFile>, kind: LogKind) -> io::Result<Self> {
+        if !file.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a log writer must start on an empty file",
+            ));
+        }
+        file.append(&encode_file_header(kind))?;
+        Ok(LogWriter {
+            file,
+            kind,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Appends one record holding `payload` (may be empty; at most
+    /// `u32::MAX` bytes). Durable only after [`LogWriter::sync`].
+    pub fn add_record(&mut self, payload: &[u8]) -> io::Result<()> {
+        if payload.len() > MAX_PAYLOAD_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "log record of {} bytes exceeds the 4 GiB limit",
+                    payload.len()
+                ),
+            ));
+        }
+        self.buf.clear();
+        self.buf.reserve(RECORD_HEADER_LEN + payload.len());
+        encode_record(&mut self.buf, payload);
+        let res = self.file.append(&self.buf);
+        if self.buf.capacity() > MAX_RETAINED_BUF {
+            self.buf = Vec::new();
+        }
+        res
+    }
+
+    /// Pushes buffered records to the operating system (survives a process
+    /// crash, not a power loss).
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+
+    /// Flushes and makes every record appended so far durable.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.file.sync()
+    }
+
+    /// Bytes written to the file so far, header included.
+    pub fn len(&self) -> u64 {
+        self.file.len()
+    }
+
+    /// True when no record was added yet (the file holds only its header).
+    pub fn is_empty(&self) -> bool {
+        self.file.len() <= crate::format::log_record::FILE_HEADER_LEN as u64
+    }
+
+    /// Which kind of log this is.
+    pub fn kind(&self) -> LogKind {
+        self.kind
+    }
+}
+
+impl std::fmt::Debug for LogWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogWriter")
+            .field("kind", &self.kind)
+            .field("len", &self.file.len())
+            .finish()
+    }
+}
