@@ -15,7 +15,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::version_edit::VersionEdit;
 use crate::io::FsRef;
 use crate::options::NUM_LEVELS;
-use crate::wal::{manifest_file_name, LogKind, LogReader, LogWriter};
+use crate::wal::{manifest_file_name, read_current, set_current, LogKind, LogReader, LogWriter};
 
 /// What recovery found in the manifest.
 #[derive(Debug, Clone, Copy)]
@@ -65,16 +65,10 @@ impl VersionSet {
 
     /// Replays the manifest named by `CURRENT`.
     pub fn recover(fs: FsRef, dir: &Path, max_manifest_size: u64) -> Result<(Self, RecoveredState)> {
-        let current_path = dir.join("CURRENT");
-        let current = fs.read_all(&current_path).ctx(&current_path)?;
-        let name = std::str::from_utf8(&current)
-            .ok()
-            .and_then(|s| s.strip_suffix('\n'))
-            .filter(|s| s.starts_with("MANIFEST-") && !s.contains('/'))
-            .ok_or_else(|| Error::corruption(&current_path, 0, "CURRENT does not name a manifest"))?;
-        let manifest_number: u64 = name["MANIFEST-".len()..]
-            .parse()
-            .map_err(|_| Error::corruption(&current_path, 0, "bad manifest number in CURRENT"))?;
+        let manifest_number = read_current(fs.as_ref(), dir)?.ok_or_else(|| {
+            Error::InvalidArgument(format!("{} holds no Tern store (no CURRENT file)", dir.display()))
+        })?;
+        let name = manifest_file_name(manifest_number);
         let path = dir.join(name);
         let data = fs.read_all(&path).ctx(&path)?;
         let mut reader = LogReader::new(data, path.clone(), LogKind::Manifest)?;
@@ -83,9 +77,10 @@ impl VersionSet {
         let mut edits = 0;
         let mut next_file = None;
         loop {
-            let offset = reader.last_record_offset();
             let Some(rec) = reader.next_record()? else { break };
-            let edit = VersionEdit::decode(rec).map_err(|e| e.in_file(&path, offset))?;
+            let edit = VersionEdit::decode(rec);
+            let offset = reader.last_record_offset();
+            let edit = edit.map_err(|e| e.in_file(&path, offset))?;
             builder
                 .apply(&edit)
                 .map_err(|e| Error::corruption(&path, offset, format!("edit does not apply: {e}")))?;
@@ -209,7 +204,7 @@ impl VersionSet {
         snapshot.compact_pointers.extend(edit.compact_pointers.iter().cloned());
         writer.add_record(&snapshot.encode()).ctx(&path)?;
         writer.sync().ctx(&path)?;
-        self.set_current(number)?;
+        set_current(self.fs.as_ref(), &self.dir, number)?;
         let old = std::mem::replace(&mut self.manifest_number, number);
         self.manifest = Some(writer);
         if old != 0 && old != number {
@@ -218,18 +213,6 @@ impl VersionSet {
             let _ = self.fs.remove_file(&old_path);
         }
         Ok(())
-    }
-
-    fn set_current(&self, manifest_number: u64) -> Result<()> {
-        let tmp = self.dir.join(format!("{manifest_number:06}.tmp"));
-        let mut f = self.fs.create(&tmp).ctx(&tmp)?;
-        f.append(format!("{}\n", manifest_file_name(manifest_number)).as_bytes())
-            .ctx(&tmp)?;
-        f.sync().ctx(&tmp)?;
-        drop(f);
-        let current = self.dir.join("CURRENT");
-        self.fs.rename(&tmp, &current).ctx(&current)?;
-        self.fs.sync_dir(&self.dir).ctx(&self.dir)
     }
 
     /// File numbers referenced by the current version or any version a

@@ -1,0 +1,150 @@
+//! The state shared by the handle, the writers and the background threads.
+//!
+//! Locking: `state` guards the LSM shape, the memtable list and background
+//! scheduling; it is never held across table or WAL I/O except the short
+//! manifest append of an install. Readers touch only `current` (a cheap
+//! `Arc` clone), writers only the commit queue and, as group leader, `wal`.
+//! Lock order: `queue` → `state` → `wal` → `current`.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::snapshot::SnapshotList;
+use super::stats::Counters;
+use super::table_cache::TableCache;
+use super::write::Writer;
+use crate::cache::BlockCache;
+use crate::compaction::Executor;
+use crate::error::{Error, Result};
+use crate::io::{FileLock, FsRef};
+use crate::memtable::MemTable;
+use crate::options::Options;
+use crate::version::{Version, VersionSet};
+use crate::wal::LogWriter;
+
+/// What a read needs: the memtables and the table version, all immutable.
+pub struct SuperVersion {
+    /// The memtable receiving writes.
+    pub mem: Arc<MemTable>,
+    /// Immutable memtables, newest first.
+    pub imms: Vec<Arc<MemTable>>,
+    /// The table files.
+    pub version: Arc<Version>,
+}
+
+/// An immutable memtable waiting for flush, with the WAL that holds its data.
+pub struct Immutable {
+    pub mem: Arc<MemTable>,
+    pub wal_number: u64,
+}
+
+/// Mutable state behind `Shared::state`.
+pub struct State {
+    pub versions: VersionSet,
+    pub mem: Arc<MemTable>,
+    pub mem_wal_number: u64,
+    /// Oldest first.
+    pub imms: VecDeque<Immutable>,
+    /// Set after a failed WAL write/sync, flush or manifest write: the store
+    /// refuses writes until reopened.
+    pub bg_error: Option<String>,
+    pub shutting_down: bool,
+    pub flush_running: bool,
+    pub compaction_running: bool,
+    /// A manual compaction wants the compaction lock; background picks wait.
+    pub manual_compactions: usize,
+    /// Table files no longer in the current version, deleted once no reader
+    /// holds a version that lists them.
+    pub obsolete_tables: Vec<u64>,
+    /// WAL files whose data is flushed.
+    pub obsolete_wals: Vec<u64>,
+    /// Consecutive compaction failures (for back-off).
+    pub compaction_failures: u32,
+}
+
+/// Everything the handle and the background threads share.
+pub struct Shared {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub fs: FsRef,
+    pub state: Mutex<State>,
+    /// Signalled when background work finishes (flush, compaction, error).
+    pub bg_done: Condvar,
+    /// Signalled to wake background threads.
+    pub bg_work: Condvar,
+    pub current: Mutex<Arc<SuperVersion>>,
+    /// Highest sequence number visible to readers.
+    pub visible_seq: AtomicU64,
+    pub queue: Mutex<VecDeque<Arc<Writer>>>,
+    /// The active WAL (number, writer); used only by the group leader.
+    pub wal: Mutex<Option<(u64, LogWriter)>>,
+    pub tables: Arc<TableCache>,
+    pub block_cache: Option<Arc<BlockCache>>,
+    pub counters: Counters,
+    pub snapshots: Arc<SnapshotList>,
+    /// Held while a compaction picks, runs and installs.
+    pub compaction_lock: Mutex<()>,
+    pub executor: Arc<dyn Executor>,
+    pub closed: AtomicBool,
+    pub _lock: Box<dyn FileLock>,
+}
+
+impl Shared {
+    /// Fails if the store was closed.
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// The current super version.
+    pub fn super_version(&self) -> Arc<SuperVersion> {
+        self.current.lock().clone()
+    }
+
+    /// Publishes a new super version from `state`.
+    pub fn install_super_version(&self, state: &State) {
+        let sv = SuperVersion {
+            mem: state.mem.clone(),
+            imms: state.imms.iter().rev().map(|i| i.mem.clone()).collect(),
+            version: state.versions.current(),
+        };
+        *self.current.lock() = Arc::new(sv);
+    }
+
+    /// Records a fatal background error and wakes everyone.
+    pub fn set_bg_error(&self, state: &mut State, e: &Error) {
+        if state.bg_error.is_none() {
+            tracing::error!("tern: background error, refusing writes until reopened: {e}");
+            state.bg_error = Some(e.to_string());
+        }
+        self.bg_done.notify_all();
+    }
+
+    /// Deletes obsolete files no reader can still see. Called with `state` held;
+    /// removal failures are left for the next open to clean up.
+    pub fn delete_obsolete_files(&self, state: &mut State) {
+        if !state.obsolete_tables.is_empty() {
+            let live = state.versions.live_files();
+            let fs = &self.fs;
+            let dir = &self.dir;
+            let tables = &self.tables;
+            state.obsolete_tables.retain(|&n| {
+                if live.contains(&n) {
+                    return true;
+                }
+                tables.evict(n);
+                let _ = fs.remove_file(&dir.join(crate::wal::table_file_name(n)));
+                false
+            });
+        }
+        for n in state.obsolete_wals.drain(..) {
+            let _ = self.fs.remove_file(&self.dir.join(crate::wal::wal_file_name(n)));
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Counters a RocksDB user would look for, and their typed snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Live counters, updated with relaxed atomics off the critical sections.
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub(crate) user_bytes_written: AtomicU64,
+    pub(crate) keys_written: AtomicU64,
+    pub(crate) wal_bytes_written: AtomicU64,
+    pub(crate) wal_syncs: AtomicU64,
+    pub(crate) write_groups: AtomicU64,
+    pub(crate) flush_bytes_written: AtomicU64,
+    pub(crate) flushes: AtomicU64,
+    pub(crate) compaction_bytes_read: AtomicU64,
+    pub(crate) compaction_bytes_written: AtomicU64,
+    pub(crate) compactions: AtomicU64,
+    pub(crate) trivial_moves: AtomicU64,
+    pub(crate) compaction_failures: AtomicU64,
+    pub(crate) stall_micros: AtomicU64,
+    pub(crate) slowdowns: AtomicU64,
+    pub(crate) stops: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+}
+
+/// Size and file count of one level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LevelStats {
+    /// Table files in the level.
+    pub files: usize,
+    /// Bytes of those files.
+    pub bytes: u64,
+}
+
+/// A point-in-time copy of the store's statistics.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Bytes of keys and values passed to writes.
+    pub user_bytes_written: u64,
+    /// Keys written (puts and deletes).
+    pub keys_written: u64,
+    /// Bytes appended to WAL files.
+    pub wal_bytes_written: u64,
+    /// WAL fsyncs.
+    pub wal_syncs: u64,
+    /// Group commits (one WAL record each).
+    pub write_groups: u64,
+    /// Bytes of L0 tables written by flushes.
+    pub flush_bytes_written: u64,
+    /// Completed flushes.
+    pub flushes: u64,
+    /// Bytes of tables read by compactions.
+    pub compaction_bytes_read: u64,
+    /// Bytes of tables written by compactions.
+    pub compaction_bytes_written: u64,
+    /// Completed compactions (trivial moves included).
+    pub compactions: u64,
+    /// Compactions that moved a file down without rewriting it.
+    pub trivial_moves: u64,
+    /// Compaction jobs that failed (their outputs were discarded).
+    pub compaction_failures: u64,
+    /// Total microseconds writers waited on slow-down and stop triggers.
+    pub stall_micros: u64,
+    /// Writes delayed by the L0 slow-down trigger.
+    pub slowdowns: u64,
+    /// Times writers stopped for a flush or compaction.
+    pub stops: u64,
+    /// Shape of the LSM, L0 first.
+    pub levels: Vec<LevelStats>,
+    /// Bytes of all live table files.
+    pub sst_bytes: u64,
+    /// Bytes of live WAL files.
+    pub wal_bytes: u64,
+    /// Memtable bytes (active + immutable).
+    pub memtable_bytes: u64,
+    /// Immutable memtables waiting for flush.
+    pub immutable_memtables: usize,
+    /// Block cache hits.
+    pub block_cache_hits: u64,
+    /// Block cache misses.
+    pub block_cache_misses: u64,
+    /// Last sequence number assigned.
+    pub last_sequence: u64,
+    /// Live snapshots.
+    pub snapshots: usize,
+}
+
+impl Stats {
+    pub(crate) fn from_counters(c: &Counters) -> Stats {
+        Stats {
+            user_bytes_written: c.user_bytes_written.load(Relaxed),
+            keys_written: c.keys_written.load(Relaxed),
+            wal_bytes_written: c.wal_bytes_written.load(Relaxed),
+            wal_syncs: c.wal_syncs.load(Relaxed),
+            write_groups: c.write_groups.load(Relaxed),
+            flush_bytes_written: c.flush_bytes_written.load(Relaxed),
+            flushes: c.flushes.load(Relaxed),
+            compaction_bytes_read: c.compaction_bytes_read.load(Relaxed),
+            compaction_bytes_written: c.compaction_bytes_written.load(Relaxed),
+            compactions: c.compactions.load(Relaxed),
+            trivial_moves: c.trivial_moves.load(Relaxed),
+            compaction_failures: c.compaction_failures.load(Relaxed),
+            stall_micros: c.stall_micros.load(Relaxed),
+            slowdowns: c.slowdowns.load(Relaxed),
+            stops: c.stops.load(Relaxed),
+            ..Default::default()
+        }
+    }
+
+    /// Write amplification: bytes written to tables and WAL per user byte.
+    pub fn write_amplification(&self) -> f64 {
+        let written = self.wal_bytes_written + self.flush_bytes_written + self.compaction_bytes_written;
+        written as f64 / self.user_bytes_written.max(1) as f64
+    }
+}
+
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "user bytes written      {}", self.user_bytes_written)?;
+        writeln!(f, "keys written            {}", self.keys_written)?;
+        writeln!(f, "wal bytes written       {} ({} syncs, {} groups)", self.wal_bytes_written, self.wal_syncs, self.write_groups)?;
+        writeln!(f, "flush bytes written     {} ({} flushes)", self.flush_bytes_written, self.flushes)?;
+        writeln!(f, "compaction read/write   {} / {} ({} jobs, {} trivial moves, {} failed)", self.compaction_bytes_read, self.compaction_bytes_written, self.compactions, self.trivial_moves, self.compaction_failures)?;
+        writeln!(f, "write amplification     {:.2}", self.write_amplification())?;
+        writeln!(f, "stall micros            {} ({} slowdowns, {} stops)", self.stall_micros, self.slowdowns, self.stops)?;
+        writeln!(f, "block cache hit/miss    {} / {}", self.block_cache_hits, self.block_cache_misses)?;
+        writeln!(f, "space: sst {} wal {} memtables {} ({} immutable)", self.sst_bytes, self.wal_bytes, self.memtable_bytes, self.immutable_memtables)?;
+        for (i, l) in self.levels.iter().enumerate() {
+            if l.files > 0 {
+                writeln!(f, "  L{i}: {} files, {} bytes", l.files, l.bytes)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,247 @@
+//! The write path: a commit queue where the writer at the front leads a
+//! group, writes one WAL record for all of it (fsyncing once if any member
+//! asked for `sync`), inserts the group into the memtable and publishes its
+//! sequence numbers. Everyone else in the group just waits for the result.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use super::core::{Immutable, Shared, State};
+use super::stats::Counters;
+use crate::error::{Error, IoContext, Result};
+use crate::format::write_batch::WriteBatch;
+use crate::memtable::MemTable;
+use crate::options::WriteOptions;
+use crate::wal::{wal_file_name, LogKind, LogWriter};
+
+/// Per-entry memtable overhead assumed when reserving room (node header,
+/// links, trailer).
+const ENTRY_OVERHEAD: usize = 96;
+
+/// A pending write in the commit queue.
+pub struct Writer {
+    batch: Mutex<Option<WriteBatch>>,
+    opts: WriteOptions,
+    /// Switch the memtable even if it is not full (used by `flush`).
+    force_switch: bool,
+    result: Mutex<Option<Result<()>>>,
+    cv: Condvar,
+}
+
+impl Writer {
+    fn new(batch: Option<WriteBatch>, opts: WriteOptions, force_switch: bool) -> Arc<Self> {
+        Arc::new(Writer {
+            batch: Mutex::new(batch),
+            opts,
+            force_switch,
+            result: Mutex::new(None),
+            cv: Condvar::new(),
+        })
+    }
+}
+
+/// Memtable bytes needed for `batch`.
+fn reserve_for(batch: &WriteBatch) -> usize {
+    batch.approximate_size() + batch.len() * ENTRY_OVERHEAD
+}
+
+/// Arena capacity for a new memtable that must hold at least `need` bytes.
+fn memtable_capacity(write_buffer_size: usize, need: usize) -> usize {
+    write_buffer_size.max(need) + need + (write_buffer_size / 8).max(64 << 10)
+}
+
+impl Shared {
+    /// Creates the initial memtable for a store.
+    pub fn new_memtable(&self, need: usize) -> Arc<MemTable> {
+        Arc::new(MemTable::new(memtable_capacity(self.opts.write_buffer_size, need)))
+    }
+
+    /// Commits `batch` (None: only a forced memtable switch).
+    pub fn write(&self, batch: Option<WriteBatch>, opts: WriteOptions, force_switch: bool) -> Result<()> {
+        let me = Writer::new(batch, opts, force_switch);
+        let mut queue = self.queue.lock();
+        queue.push_back(me.clone());
+        loop {
+            if let Some(r) = me.result.lock().take() {
+                return r;
+            }
+            if queue.front().is_some_and(|f| Arc::ptr_eq(f, &me)) {
+                break;
+            }
+            me.cv.wait(&mut queue);
+        }
+        // Leader: take a group from the front of the queue.
+        let mut group: Vec<Arc<Writer>> = vec![me.clone()];
+        let mut bytes = me.batch.lock().as_ref().map_or(0, WriteBatch::approximate_size);
+        let max = self.opts.max_write_group_bytes.min(bytes.max(128 << 10) + (1 << 20));
+        if !force_switch {
+            for w in queue.iter().skip(1) {
+                let b = w.batch.lock();
+                let size = b.as_ref().map_or(0, WriteBatch::approximate_size);
+                if w.force_switch || w.opts.disable_wal != opts.disable_wal || bytes + size > max {
+                    break;
+                }
+                bytes += size;
+                drop(b);
+                group.push(w.clone());
+            }
+        }
+        drop(queue);
+
+        let result = self.commit_group(&group);
+
+        let mut queue = self.queue.lock();
+        for w in &group {
+            if let Some(front) = queue.pop_front() {
+                debug_assert!(Arc::ptr_eq(&front, w));
+            }
+            if !Arc::ptr_eq(w, &me) {
+                *w.result.lock() = Some(match &result {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(crate::iter::clone_error(e)),
+                });
+                w.cv.notify_one();
+            }
+        }
+        if let Some(front) = queue.front() {
+            front.cv.notify_one();
+        }
+        result
+    }
+
+    fn commit_group(&self, group: &[Arc<Writer>]) -> Result<()> {
+        let leader = &group[0];
+        let sync = group.iter().any(|w| w.opts.sync);
+        let disable_wal = leader.opts.disable_wal;
+        // Merge the group into one batch (the leader's own when alone).
+        let mut merged = leader.batch.lock().take().unwrap_or_default();
+        for w in &group[1..] {
+            if let Some(b) = w.batch.lock().take() {
+                merged.append(&b);
+            }
+        }
+        let need = reserve_for(&merged);
+        let mem = {
+            let mut state = self.state.lock();
+            self.make_room(&mut state, need, leader.force_switch)?;
+            state.mem.clone()
+        };
+        if merged.is_empty() {
+            return Ok(());
+        }
+        let first_seq = self.visible_seq.load(Ordering::Acquire) + 1;
+        merged.set_seq(first_seq);
+        if !disable_wal {
+            let mut wal = self.wal.lock();
+            let res = match wal.as_mut() {
+                Some((number, w)) => w
+                    .add_record(merged.as_bytes())
+                    .and_then(|()| w.flush())
+                    .and_then(|()| if sync { w.sync() } else { Ok(()) })
+                    .ctx(&self.dir.join(wal_file_name(*number))),
+                None => Err(Error::Closed),
+            };
+            drop(wal);
+            if let Err(e) = res {
+                let mut state = self.state.lock();
+                self.set_bg_error(&mut state, &e);
+                return Err(e);
+            }
+            Counters::add(&self.counters.wal_bytes_written, merged.approximate_size() as u64 + 9);
+            if sync {
+                Counters::add(&self.counters.wal_syncs, 1);
+            }
+        }
+        let mut seq = first_seq;
+        for e in merged.iter() {
+            let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
+            mem.add(seq, e.kind, e.key, e.value).map_err(|_| {
+                Error::InvalidArgument("write does not fit in a memtable".to_string())
+            })?;
+            seq += 1;
+        }
+        Counters::add(&self.counters.user_bytes_written, merged.approximate_size() as u64);
+        Counters::add(&self.counters.keys_written, merged.len() as u64);
+        Counters::add(&self.counters.write_groups, 1);
+        self.visible_seq.store(seq - 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes sure the active memtable has room for `need` bytes, switching
+    /// it and stalling on flush/compaction debt as the triggers say.
+    pub(crate) fn make_room(&self, state: &mut MutexGuard<'_, State>, need: usize, mut force: bool) -> Result<()> {
+        let mut allow_delay = !force;
+        loop {
+            if let Some(e) = &state.bg_error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed);
+            }
+            let l0 = state.versions.current().levels[0].len();
+            if allow_delay && l0 >= self.opts.level0_slowdown_writes_trigger {
+                // Spread the delay over many writes instead of stopping one.
+                let start = Instant::now();
+                MutexGuard::unlocked(state, || std::thread::sleep(Duration::from_millis(1)));
+                Counters::add(&self.counters.stall_micros, start.elapsed().as_micros() as u64);
+                Counters::add(&self.counters.slowdowns, 1);
+                allow_delay = false;
+                continue;
+            }
+            let used = state.mem.approximate_memory_usage();
+            let fits = used + need <= state.mem.arena_capacity() && used < self.opts.write_buffer_size;
+            if !force && fits {
+                return Ok(());
+            }
+            if force && state.mem.is_empty() {
+                return Ok(());
+            }
+            if state.imms.len() + 1 >= self.opts.max_write_buffer_number || l0 >= self.opts.level0_stop_writes_trigger {
+                let start = Instant::now();
+                self.bg_work.notify_all();
+                self.bg_done.wait_for(state, Duration::from_millis(100));
+                Counters::add(&self.counters.stall_micros, start.elapsed().as_micros() as u64);
+                Counters::add(&self.counters.stops, 1);
+                continue;
+            }
+            self.switch_memtable(state, need)?;
+            force = false;
+        }
+    }
+
+    /// Freezes the active memtable and starts a new one with a new WAL.
+    fn switch_memtable(&self, state: &mut State, need: usize) -> Result<()> {
+        let number = state.versions.new_file_number();
+        let path = self.dir.join(wal_file_name(number));
+        let res = (|| {
+            let file = self.fs.create(&path).ctx(&path)?;
+            let writer = LogWriter::new(file, LogKind::Wal).ctx(&path)?;
+            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+            let mut wal = self.wal.lock();
+            // The old WAL must be durable before any write lands in the new
+            // one, so a crash can lose only a suffix of the history.
+            if let Some((old_number, old)) = wal.as_mut() {
+                old.sync().ctx(&self.dir.join(wal_file_name(*old_number)))?;
+            }
+            *wal = Some((number, writer));
+            Ok(())
+        })();
+        if let Err(e) = res {
+            self.set_bg_error(state, &e);
+            return Err(e);
+        }
+        let mem = self.new_memtable(need);
+        let old = std::mem::replace(&mut state.mem, mem);
+        let old_wal = std::mem::replace(&mut state.mem_wal_number, number);
+        state.imms.push_back(Immutable {
+            mem: old,
+            wal_number: old_wal,
+        });
+        self.install_super_version(state);
+        self.bg_work.notify_all();
+        Ok(())
+    }
+}
