@@ -201,6 +201,7 @@ impl Drop for Arena {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -230,4 +230,5 @@ impl InternalIterator for MemTableIter {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests;
