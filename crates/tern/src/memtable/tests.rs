@@ -461,3 +461,43 @@ fn iterator_outlives_handle() {
     let boxed: crate::iter::BoxedIter = Box::new(it);
     assert!(boxed.valid());
 }
+
+#[test]
+fn concurrent_inserts_until_full_under_contention() {
+    // Tiny key space: threads keep racing for the same splice.
+    let m = Arc::new(MemTable::new(256 << 10));
+    let threads = 4u64;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                let mut added = vec![];
+                let mut i = 0u64;
+                loop {
+                    let key = [b'k', (i % 3) as u8];
+                    let seq = i * threads + t + 1;
+                    match m.add(seq, ValueKind::Value, &key, &seq.to_le_bytes()) {
+                        Ok(()) => added.push((key, seq)),
+                        Err(MemTableFull) => return added,
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let mut model = BTreeMap::new();
+    for h in handles {
+        for (key, seq) in h.join().unwrap() {
+            model.insert(
+                IKey(make_internal_key(&key, seq, ValueKind::Value)),
+                seq.to_le_bytes().to_vec(),
+            );
+        }
+    }
+    assert!(model.len() > 1000);
+    assert_eq!(m.len(), model.len());
+    assert!(m.approximate_memory_usage() <= m.arena_capacity());
+    let want: Vec<_> = model.iter().map(|(k, v)| (k.0.clone(), v.clone())).collect();
+    assert_eq!(collect_forward(&m), want);
+    assert_eq!(collect_backward(&m), want);
+}
