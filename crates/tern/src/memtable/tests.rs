@@ -497,7 +497,10 @@ fn concurrent_inserts_until_full_under_contention() {
     assert!(model.len() > 1000);
     assert_eq!(m.len(), model.len());
     assert!(m.approximate_memory_usage() <= m.arena_capacity());
-    let want: Vec<_> = model.iter().map(|(k, v)| (k.0.clone(), v.clone())).collect();
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
     assert_eq!(collect_forward(&m), want);
     assert_eq!(collect_backward(&m), want);
 }
