@@ -1,1 +1,125 @@
-fn main() {}
+//! Memtable benchmarks: insert (sequential and random keys), point lookups
+//! (hit and miss) and a full scan, over 100k entries with 16-byte keys and
+//! 100-byte values.
+
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use tern::format::internal_key::ValueKind;
+use tern::iter::InternalIterator;
+use tern::memtable::MemTable;
+
+const N: usize = 100_000;
+const VALUE_LEN: usize = 100;
+const ARENA: usize = 32 << 20;
+
+fn key(i: usize) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k.copy_from_slice(format!("key{i:013}").as_bytes());
+    k
+}
+
+fn keys_sequential() -> Vec<[u8; 16]> {
+    (0..N).map(key).collect()
+}
+
+fn keys_random() -> Vec<[u8; 16]> {
+    let mut keys = keys_sequential();
+    keys.shuffle(&mut SmallRng::seed_from_u64(42));
+    keys
+}
+
+fn fill(keys: &[[u8; 16]]) -> MemTable {
+    let m = MemTable::new(ARENA);
+    let value = [0xabu8; VALUE_LEN];
+    for (i, k) in keys.iter().enumerate() {
+        if m.add(i as u64 + 1, ValueKind::Value, k, &value).is_err() {
+            panic!("arena too small for the benchmark");
+        }
+    }
+    m
+}
+
+fn insert(c: &mut Criterion) {
+    let mut g = c.benchmark_group("memtable_insert_100k");
+    g.throughput(Throughput::Elements(N as u64));
+    for (name, keys) in [("sequential", keys_sequential()), ("random", keys_random())] {
+        g.bench_function(name, |b| {
+            b.iter_batched(|| (), |()| fill(black_box(&keys)), BatchSize::PerIteration)
+        });
+    }
+    g.finish();
+}
+
+fn get(c: &mut Criterion) {
+    let keys = keys_random();
+    let m = fill(&keys);
+    // Same random order as the hits, but absent: the last byte is not a digit.
+    let misses: Vec<[u8; 16]> = keys
+        .iter()
+        .map(|k| {
+            let mut k = *k;
+            k[15] = b'x';
+            k
+        })
+        .collect();
+    let mut g = c.benchmark_group("memtable_get_100k");
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("hit", |b| {
+        b.iter(|| {
+            for k in &keys {
+                black_box(m.get(k, u64::MAX));
+            }
+        })
+    });
+    g.bench_function("miss", |b| {
+        b.iter(|| {
+            for k in &misses {
+                black_box(m.get(k, u64::MAX));
+            }
+        })
+    });
+    g.finish();
+}
+
+fn scan(c: &mut Criterion) {
+    let m = Arc::new(fill(&keys_random()));
+    let mut g = c.benchmark_group("memtable_scan_100k");
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("forward", |b| {
+        b.iter(|| {
+            let mut it = m.iter();
+            it.seek_to_first();
+            let mut n = 0usize;
+            while it.valid() {
+                black_box((it.key(), it.value()));
+                n += 1;
+                it.next();
+            }
+            assert_eq!(n, N);
+        })
+    });
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = insert, get, scan
+}
+criterion_main!(benches);

@@ -1,1 +1,234 @@
-//! (module under construction)
+//! The memtable: recent writes, in memory, in internal-key order.
+//!
+//! A [`MemTable`] is an arena-allocated concurrent skiplist (see
+//! `skiplist.rs`) whose links are `u32` offsets into one fixed-size arena
+//! (see `arena.rs`), not pointers. The whole table is therefore one
+//! contiguous, relocatable block of memory; allocation is a bump of an atomic
+//! counter. Inserts are lock-free and may run from many threads at once;
+//! reads and iteration never wait.
+//!
+//! Entries are never removed. When the arena has no room for an entry,
+//! [`MemTable::add`] returns [`MemTableFull`] and leaves the table unchanged;
+//! the caller then switches to a fresh memtable.
+
+mod arena;
+mod skiplist;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::format::internal_key::{self, SeqNo, ValueKind, KIND_FOR_SEEK, MAX_SEQ, TRAILER_LEN};
+use crate::iter::InternalIterator;
+
+use arena::Arena;
+use skiplist::{node_size, NodeRef, SkipList, Target, HEAD_REGION, MAX_HEIGHT};
+
+/// Returned by [`MemTable::add`] when the arena has no room for the entry.
+/// The table is unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemTableFull;
+
+impl fmt::Display for MemTableFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("memtable arena is full")
+    }
+}
+
+impl std::error::Error for MemTableFull {}
+
+/// An in-memory, concurrently writable, sorted table of internal entries.
+///
+/// `Send + Sync`: share it behind an [`Arc`] between writers and readers.
+pub struct MemTable {
+    list: SkipList,
+}
+
+impl fmt::Debug for MemTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemTable")
+            .field("len", &self.len())
+            .field("used", &self.approximate_memory_usage())
+            .field("capacity", &self.arena_capacity())
+            .finish()
+    }
+}
+
+impl MemTable {
+    /// Creates an empty memtable, reserving `arena_capacity` bytes of zeroed
+    /// memory up front (pages never touched cost nothing). The capacity is
+    /// rounded up to a multiple of 8, raised to at least the head node's size
+    /// and capped just below 4 GiB (offsets are 32-bit); see
+    /// [`MemTable::arena_capacity`].
+    pub fn new(arena_capacity: usize) -> MemTable {
+        MemTable {
+            list: SkipList::new(arena_capacity),
+        }
+    }
+
+    /// Inserts `user_key ‖ (seq, kind) → value`. Thread-safe and lock-free.
+    ///
+    /// Each internal key must be inserted at most once (sequence numbers are
+    /// unique per key). On [`MemTableFull`] nothing was inserted and the
+    /// table is unchanged; smaller entries may still fit.
+    pub fn add(
+        &self,
+        seq: SeqNo,
+        kind: ValueKind,
+        user_key: &[u8],
+        value: &[u8],
+    ) -> Result<(), MemTableFull> {
+        debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
+        let trailer = internal_key::pack_trailer(seq, kind as u8);
+        self.list
+            .insert(user_key, trailer, value)
+            .map_err(|()| MemTableFull)
+    }
+
+    /// The newest entry for `user_key` whose sequence number is `<= seq`, as
+    /// `(entry_seq, kind, value)`. A [`ValueKind::Delete`] entry is returned
+    /// as such (with an empty or arbitrary value); the caller decides what it
+    /// means.
+    pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Option<(SeqNo, ValueKind, &[u8])> {
+        let seq = seq.min(MAX_SEQ);
+        let target = Target::new(user_key, internal_key::pack_trailer(seq, KIND_FOR_SEEK));
+        let node = self.list.seek_ge(&target)?;
+        let ikey = self.list.key(node);
+        if internal_key::user_key(ikey) != user_key {
+            return None;
+        }
+        let trailer = internal_key::trailer(ikey);
+        let kind = ValueKind::from_u8(trailer as u8)?;
+        Some((trailer >> 8, kind, self.list.value(node)))
+    }
+
+    /// An iterator over all entries, in internal-key order. It holds a clone
+    /// of the `Arc`, so it may outlive the caller's handle, and it sees
+    /// entries inserted concurrently if it reaches them.
+    pub fn iter(self: &Arc<Self>) -> MemTableIter {
+        MemTableIter {
+            table: Arc::clone(self),
+            node: None,
+        }
+    }
+
+    /// Arena bytes used so far (including per-entry overhead and the head
+    /// node). Never more than [`MemTable::arena_capacity`].
+    pub fn approximate_memory_usage(&self) -> usize {
+        self.list.used()
+    }
+
+    /// Bytes reserved for the arena.
+    pub fn arena_capacity(&self) -> usize {
+        self.list.capacity()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// True when no entry has been added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The largest `user_key.len() + value.len()` that always fits into an
+    /// empty memtable created with `arena_capacity` (0 if none does).
+    pub fn max_entry_size(arena_capacity: usize) -> usize {
+        let cap = Arena::effective_capacity(arena_capacity.max(HEAD_REGION));
+        let room = (cap - HEAD_REGION) & !3;
+        // A node of maximal height: links, header, key, trailer, value.
+        room.saturating_sub(4 * MAX_HEIGHT + 8 + TRAILER_LEN)
+    }
+
+    /// The smallest `arena_capacity` whose empty memtable is guaranteed to
+    /// hold one entry with a `key_len`-byte user key and a `value_len`-byte
+    /// value (saturating at `usize::MAX`; entries beyond about 4 GiB never
+    /// fit).
+    pub fn required_capacity(key_len: usize, value_len: usize) -> usize {
+        key_len
+            .checked_add(TRAILER_LEN)
+            .and_then(|k| node_size(MAX_HEIGHT, k, value_len))
+            .and_then(|n| n.checked_add(HEAD_REGION))
+            .unwrap_or(usize::MAX)
+    }
+}
+
+/// An iterator over a [`MemTable`]'s entries, holding the table alive.
+///
+/// `key()` is the internal key (`user_key ‖ trailer`), `value()` the value.
+/// Moving backwards searches for the predecessor (O(log n)), as in LevelDB.
+pub struct MemTableIter {
+    table: Arc<MemTable>,
+    node: Option<NodeRef>,
+}
+
+impl fmt::Debug for MemTableIter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemTableIter")
+            .field("valid", &self.valid())
+            .finish()
+    }
+}
+
+impl InternalIterator for MemTableIter {
+    fn valid(&self) -> bool {
+        self.node.is_some()
+    }
+
+    fn seek_to_first(&mut self) {
+        self.node = self.table.list.first();
+    }
+
+    fn seek_to_last(&mut self) {
+        self.node = self.table.list.last();
+    }
+
+    fn seek(&mut self, target: &[u8]) {
+        self.node = self.table.list.seek_ge(&Target::from_ikey(target));
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) {
+        self.node = self.table.list.seek_le(&Target::from_ikey(target));
+    }
+
+    fn next(&mut self) {
+        debug_assert!(self.valid());
+        if let Some(n) = self.node {
+            self.node = self.table.list.next_node(n);
+        }
+    }
+
+    fn prev(&mut self) {
+        debug_assert!(self.valid());
+        if let Some(n) = self.node {
+            let list = &self.table.list;
+            self.node = list.seek_lt(&Target::from_ikey(list.key(n)));
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        debug_assert!(self.valid());
+        match self.node {
+            Some(n) => self.table.list.key(n),
+            None => &[],
+        }
+    }
+
+    fn value(&self) -> &[u8] {
+        debug_assert!(self.valid());
+        match self.node {
+            Some(n) => self.table.list.value(n),
+            None => &[],
+        }
+    }
+
+    fn status(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,0 +1,454 @@
+//! A concurrent skiplist of `(internal key, value)` entries living in an
+//! [`Arena`], linked by `u32` arena offsets instead of pointers.
+//!
+//! Insertion is lock-free (CAS on links, as in RocksDB's `InlineSkipList`);
+//! reads never wait: they only follow links with Acquire loads.
+//!
+//! Node layout, for a node of height `h` whose arena region starts at `a`:
+//!
+//! ```text
+//! a                                  n = a + 4h
+//! | link[h-1] | ... | link[1] | link[0] | ikey_len u32 | value_len u32 | ikey | value | pad |
+//! ```
+//!
+//! The node's offset `n` points at its header, so the key is at a fixed
+//! distance from it; link `i` is the `AtomicU32` at `n - 4(i + 1)`. The
+//! internal key (`user_key ‖ trailer`) is stored contiguously.
+//!
+//! Invariants (the `SAFETY` comments below refer to them by number, and to
+//! the arena's own invariants as "arena invariant N"):
+//!
+//! 1. Every node is exactly one arena region laid out as above. Regions start
+//!    at multiples of 4, so `n` and every link word are 4-aligned.
+//! 2. A node's header, key and value are written once, by its inserter,
+//!    before the node is published, and never change afterwards. Its link
+//!    words are only ever accessed atomically.
+//! 3. A node is published by a Release CAS of its offset into a predecessor's
+//!    link word, level 0 first. Readers reach a node other than the head only
+//!    through an Acquire load of a link holding its offset, so everything its
+//!    inserter wrote before publishing (invariant 2) is visible to them.
+//! 4. The head node is the first region of the arena, of height
+//!    [`MAX_HEIGHT`], with an empty key and value, so its offset is
+//!    [`HEAD`]. No link ever points at the head, so a link value of 0 is
+//!    unambiguous and means "null". Every [`NodeRef`] therefore names a
+//!    published node (or the head, inside this module only).
+//! 5. At every level, links lead to nodes in strictly increasing internal-key
+//!    order. A node linked at level `i` was already linked at every level
+//!    below `i`, and link `i` is only read from a node reached at a level
+//!    `>= i`, hence only for `i < height` of that node: within its region.
+//! 6. Nodes are never removed, and a link only changes from `next` to a new
+//!    node that sorts between the link's owner and `next`. So a node offset a
+//!    reader holds stays valid for the arena's whole life, and a splice
+//!    predecessor stays before the key it was computed for.
+
+use std::cell::Cell;
+use std::cmp::Ordering as CmpOrdering;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use super::arena::{align_up, Arena};
+use crate::format::internal_key::{self, TRAILER_LEN};
+
+/// Tallest node.
+pub(crate) const MAX_HEIGHT: usize = 12;
+/// Each level holds about one node in `BRANCHING` of the level below.
+const BRANCHING: u64 = 4;
+/// Size of the node header (`ikey_len`, `value_len`).
+const HEADER_LEN: usize = 8;
+/// Offset of the head node (invariant 4).
+const HEAD: u32 = (4 * MAX_HEIGHT) as u32;
+/// Arena bytes taken by the head node.
+pub(crate) const HEAD_REGION: usize = 4 * MAX_HEIGHT + HEADER_LEN;
+
+/// Arena bytes a node of `height` holding an internal key of `ikey_len` bytes
+/// and a value of `value_len` bytes takes, or `None` on overflow.
+#[inline]
+pub(crate) fn node_size(height: usize, ikey_len: usize, value_len: usize) -> Option<usize> {
+    align_up(
+        (4 * height + HEADER_LEN)
+            .checked_add(ikey_len)?
+            .checked_add(value_len)?,
+    )
+}
+
+/// A published node (never the head outside this module; invariant 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NodeRef(NonZeroU32);
+
+impl NodeRef {
+    #[inline]
+    fn off(self) -> usize {
+        self.0.get() as usize
+    }
+}
+
+/// What a search looks for: an internal key split into its two parts, so
+/// lookups need not build one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target<'a> {
+    user_key: &'a [u8],
+    trailer: u64,
+}
+
+impl<'a> Target<'a> {
+    /// Target for `user_key ‖ trailer`.
+    #[inline]
+    pub(crate) fn new(user_key: &'a [u8], trailer: u64) -> Self {
+        Target { user_key, trailer }
+    }
+
+    /// Target for an encoded internal key (split as [`internal_key::compare`]
+    /// would).
+    #[inline]
+    pub(crate) fn from_ikey(ikey: &'a [u8]) -> Self {
+        Target {
+            user_key: internal_key::user_key(ikey),
+            trailer: internal_key::trailer(ikey),
+        }
+    }
+
+    /// `internal_key::compare(node_key, self)`.
+    #[inline]
+    fn cmp_node(&self, node_key: &[u8]) -> CmpOrdering {
+        match internal_key::user_key(node_key).cmp(self.user_key) {
+            CmpOrdering::Equal => self.trailer.cmp(&internal_key::trailer(node_key)),
+            o => o,
+        }
+    }
+}
+
+/// The skiplist proper. Thread-safe: `&self` methods may run concurrently.
+pub(crate) struct SkipList {
+    arena: Arena,
+    /// Height of the tallest node ever inserted (only grows; Relaxed is fine:
+    /// a reader that sees a stale value just starts lower, one that sees a
+    /// new value before the links finds them null and moves down).
+    max_height: AtomicUsize,
+    len: AtomicUsize,
+}
+
+impl SkipList {
+    /// An empty list in an arena of `capacity` bytes (at least room for the
+    /// head node).
+    pub(crate) fn new(capacity: usize) -> SkipList {
+        let arena = Arena::new(capacity.max(HEAD_REGION));
+        let start = arena.allocate(HEAD_REGION);
+        // The arena is fresh and at least HEAD_REGION bytes long, so the head
+        // lands at offset 0 and `HEAD` is its offset (invariant 4). Its
+        // header (zero lengths) and links (null) are already zero.
+        assert_eq!(start, Some(0), "head node must be the first allocation");
+        SkipList {
+            arena,
+            max_height: AtomicUsize::new(1),
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    /// The arena's capacity.
+    pub(crate) fn capacity(&self) -> usize {
+        self.arena.capacity()
+    }
+
+    /// Arena bytes used, head node included.
+    pub(crate) fn used(&self) -> usize {
+        self.arena.used()
+    }
+
+    /// Entries inserted.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    // ---- node accessors: the only code here that touches arena memory ----
+
+    /// The link word of `node` at `level`.
+    ///
+    /// `node` is the head or a published node, or a node this thread is
+    /// inserting, and `level` is below its height (invariant 5 for readers;
+    /// the inserter knows its own height).
+    #[inline]
+    fn link(&self, node: u32, level: usize) -> &AtomicU32 {
+        debug_assert!(level < MAX_HEIGHT && node != 0);
+        let off = node as usize - 4 * (level + 1);
+        // SAFETY: by the contract above `level < height(node)`, so `off` is
+        // inside the node's link area (invariant 1), which is in bounds, 4-
+        // aligned (invariant 1) and only accessed atomically (invariant 2).
+        unsafe { self.arena.atomic_u32(off) }
+    }
+
+    /// Reads the next node at `level`; `node` as for [`SkipList::link`].
+    #[inline]
+    fn next(&self, node: u32, level: usize) -> u32 {
+        self.link(node, level).load(Ordering::Acquire)
+    }
+
+    /// `(ikey_len, value_len)` of a published node or the head.
+    #[inline]
+    fn lens(&self, node: u32) -> (usize, usize) {
+        // SAFETY: the header is the 8 bytes at `node` (invariant 1), written
+        // before publication (or zero for the head) and immutable; we reached
+        // the node via an Acquire load, so the writes are visible
+        // (invariants 2, 3 and 4). No link word overlaps the header.
+        let h = unsafe { self.arena.bytes(node as usize, HEADER_LEN) };
+        let k = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let v = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+        (k, v)
+    }
+
+    /// The internal key of a published node or the head.
+    #[inline]
+    fn key_at(&self, node: u32) -> &[u8] {
+        let (k, _) = self.lens(node);
+        // SAFETY: the key follows the header inside the node's region
+        // (invariant 1); it was written before publication, is visible to us
+        // and never changes (invariants 2 and 3).
+        unsafe { self.arena.bytes(node as usize + HEADER_LEN, k) }
+    }
+
+    /// The internal key of `node`.
+    #[inline]
+    pub(crate) fn key(&self, node: NodeRef) -> &[u8] {
+        self.key_at(node.0.get())
+    }
+
+    /// The value of `node`.
+    #[inline]
+    pub(crate) fn value(&self, node: NodeRef) -> &[u8] {
+        let (k, v) = self.lens(node.0.get());
+        // SAFETY: the value follows the key inside the node's region
+        // (invariant 1); written before publication, visible and immutable
+        // (invariants 2 and 3).
+        unsafe { self.arena.bytes(node.off() + HEADER_LEN + k, v) }
+    }
+
+    // ---- insertion ----
+
+    /// Inserts `user_key ‖ trailer → value`. Lock-free; safe to call from
+    /// many threads at once. Returns `Err(())` without changing the list when
+    /// the arena has no room (or the entry is too large to encode).
+    pub(crate) fn insert(&self, user_key: &[u8], trailer: u64, value: &[u8]) -> Result<(), ()> {
+        let ikey_len = user_key.len().checked_add(TRAILER_LEN).ok_or(())?;
+        let ikey_len32 = u32::try_from(ikey_len).map_err(|_| ())?;
+        let value_len32 = u32::try_from(value.len()).map_err(|_| ())?;
+        let height = random_height();
+        let size = node_size(height, ikey_len, value.len()).ok_or(())?;
+        let start = self.arena.allocate(size).ok_or(())?;
+        let n = start + 4 * height;
+        // Fits: the arena's capacity is at most u32::MAX (arena invariant 2).
+        let node = n as u32;
+
+        // SAFETY: `[n, n + 8 + ikey_len + value_len)` is the part of the
+        // region `[start, start + size)` after the links; `allocate` just
+        // handed that region to this thread and it is unpublished (arena
+        // invariant 4), and no link word lies in it.
+        unsafe {
+            self.arena.write(n, &ikey_len32.to_le_bytes());
+            self.arena.write(n + 4, &value_len32.to_le_bytes());
+            self.arena.write(n + HEADER_LEN, user_key);
+            self.arena
+                .write(n + HEADER_LEN + user_key.len(), &trailer.to_le_bytes());
+            self.arena.write(n + HEADER_LEN + ikey_len, value);
+        }
+
+        let mut max = self.max_height.load(Ordering::Relaxed);
+        while height > max {
+            match self.max_height.compare_exchange_weak(
+                max,
+                height,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(m) => max = m,
+            }
+        }
+        let top = self.max_height.load(Ordering::Relaxed);
+        debug_assert!(top >= height);
+
+        let target = Target::new(user_key, trailer);
+        let mut prev = [HEAD; MAX_HEIGHT];
+        let mut next = [0u32; MAX_HEIGHT];
+        let mut before = HEAD;
+        for level in (0..top).rev() {
+            let (p, x) = self.find_splice_for_level(&target, before, level);
+            prev[level] = p;
+            next[level] = x;
+            before = p;
+        }
+
+        for level in 0..height {
+            loop {
+                // Not yet reachable at this level, so Relaxed suffices; the
+                // Release CAS below publishes it.
+                self.link(node, level).store(next[level], Ordering::Relaxed);
+                match self.link(prev[level], level).compare_exchange(
+                    next[level],
+                    node,
+                    Ordering::Release,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(_) => {
+                        // Someone inserted between prev and next: search again
+                        // from prev, which still sorts before us (invariant 6).
+                        let (p, x) = self.find_splice_for_level(&target, prev[level], level);
+                        prev[level] = p;
+                        next[level] = x;
+                    }
+                }
+            }
+        }
+        self.len.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Walks `level` from `before` (which sorts before `target`) and returns
+    /// `(prev, next)` with `prev < target <= next` (next 0 = end).
+    #[inline]
+    fn find_splice_for_level(&self, target: &Target<'_>, before: u32, level: usize) -> (u32, u32) {
+        let mut x = before;
+        loop {
+            let next = self.next(x, level);
+            if next == 0 || target.cmp_node(self.key_at(next)) != CmpOrdering::Less {
+                return (x, next);
+            }
+            x = next;
+        }
+    }
+
+    // ---- searches ----
+
+    #[inline]
+    fn to_ref(node: u32) -> Option<NodeRef> {
+        if node == HEAD {
+            None
+        } else {
+            NonZeroU32::new(node).map(NodeRef)
+        }
+    }
+
+    /// Walks down from the head, advancing on each level while `advance`
+    /// holds for the next node's key; returns the last node passed at level 0
+    /// (the head if none) and the node after it.
+    #[inline]
+    fn descend(&self, mut advance: impl FnMut(&[u8]) -> bool) -> (u32, u32) {
+        let mut x = HEAD;
+        let mut level = self.max_height.load(Ordering::Relaxed) - 1;
+        loop {
+            let next = self.next(x, level);
+            if next != 0 && advance(self.key_at(next)) {
+                x = next;
+            } else if level == 0 {
+                return (x, next);
+            } else {
+                level -= 1;
+            }
+        }
+    }
+
+    /// First node with key `>= target`.
+    pub(crate) fn seek_ge(&self, target: &Target<'_>) -> Option<NodeRef> {
+        let (_, next) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
+        Self::to_ref(next)
+    }
+
+    /// Last node with key `< target`.
+    pub(crate) fn seek_lt(&self, target: &Target<'_>) -> Option<NodeRef> {
+        let (x, _) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
+        Self::to_ref(x)
+    }
+
+    /// Last node with key `<= target`.
+    pub(crate) fn seek_le(&self, target: &Target<'_>) -> Option<NodeRef> {
+        let (x, _) = self.descend(|k| target.cmp_node(k) != CmpOrdering::Greater);
+        Self::to_ref(x)
+    }
+
+    /// First node.
+    pub(crate) fn first(&self) -> Option<NodeRef> {
+        Self::to_ref(self.next(HEAD, 0))
+    }
+
+    /// Last node.
+    pub(crate) fn last(&self) -> Option<NodeRef> {
+        let (x, _) = self.descend(|_| true);
+        Self::to_ref(x)
+    }
+
+    /// The node after `node`.
+    #[inline]
+    pub(crate) fn next_node(&self, node: NodeRef) -> Option<NodeRef> {
+        Self::to_ref(self.next(node.0.get(), 0))
+    }
+}
+
+/// A random height in `1..=MAX_HEIGHT`, each level with probability
+/// `1 / BRANCHING` of the one below, from a cheap per-thread xorshift.
+fn random_height() -> usize {
+    static SEEDS: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            SEEDS.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1,
+        );
+    }
+    let mut r = STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    });
+    let mut h = 1;
+    while h < MAX_HEIGHT && r % BRANCHING == 0 {
+        h += 1;
+        r /= BRANCHING;
+    }
+    h
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heights_are_geometric() {
+        let mut counts = [0usize; MAX_HEIGHT + 1];
+        for _ in 0..100_000 {
+            counts[random_height()] += 1;
+        }
+        assert_eq!(counts[0], 0);
+        // About 3/4 of nodes have height 1, 3/16 height 2.
+        assert!((70_000..80_000).contains(&counts[1]), "{counts:?}");
+        assert!((16_000..21_500).contains(&counts[2]), "{counts:?}");
+    }
+
+    #[test]
+    fn node_size_accounts_links_header_and_padding() {
+        assert_eq!(node_size(1, 8, 0), Some(4 + 8 + 8));
+        assert_eq!(node_size(2, 9, 1), Some(8 + 8 + 12));
+        assert_eq!(node_size(1, usize::MAX, 1), None);
+    }
+
+    #[test]
+    fn links_and_order() {
+        let l = SkipList::new(1 << 16);
+        assert!(l.first().is_none() && l.last().is_none());
+        for (k, s) in [(b"b", 1u64), (b"a", 1), (b"c", 1), (b"b", 5)] {
+            l.insert(k, s << 8 | 1, b"v").unwrap();
+        }
+        let mut keys = vec![];
+        let mut n = l.first();
+        while let Some(x) = n {
+            keys.push(l.key(x).to_vec());
+            n = l.next_node(x);
+        }
+        let mut sorted = keys.clone();
+        sorted.sort_by(|a, b| internal_key::compare(a, b));
+        assert_eq!(keys, sorted);
+        assert_eq!(keys.len(), 4);
+        assert_eq!(l.len(), 4);
+        assert_eq!(internal_key::user_key(l.key(l.last().unwrap())), b"c");
+    }
+}

@@ -1,0 +1,506 @@
+//! Tests of the public memtable API against a `BTreeMap` model.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::format::internal_key::{make_internal_key, parse, seek_key};
+
+/// A `BTreeMap` key ordered like internal keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct IKey(Vec<u8>);
+
+impl Ord for IKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        internal_key::compare(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for IKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn collect_forward(m: &Arc<MemTable>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut it = m.iter();
+    it.seek_to_first();
+    let mut out = vec![];
+    while it.valid() {
+        out.push((it.key().to_vec(), it.value().to_vec()));
+        it.next();
+    }
+    assert!(it.status().is_ok());
+    out
+}
+
+fn collect_backward(m: &Arc<MemTable>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut it = m.iter();
+    it.seek_to_last();
+    let mut out = vec![];
+    while it.valid() {
+        out.push((it.key().to_vec(), it.value().to_vec()));
+        it.prev();
+    }
+    out.reverse();
+    out
+}
+
+#[test]
+fn send_sync() {
+    fn is_send_sync<T: Send + Sync>() {}
+    fn is_send<T: Send>() {}
+    is_send_sync::<MemTable>();
+    is_send::<MemTableIter>();
+}
+
+#[test]
+fn empty_table() {
+    let m = Arc::new(MemTable::new(1024));
+    assert!(m.is_empty());
+    assert_eq!(m.len(), 0);
+    assert!(m.get(b"a", MAX_SEQ).is_none());
+    let mut it = m.iter();
+    assert!(!it.valid());
+    it.seek_to_first();
+    assert!(!it.valid());
+    it.seek_to_last();
+    assert!(!it.valid());
+    it.seek(&seek_key(b"a", 1));
+    assert!(!it.valid());
+    it.seek_for_prev(&seek_key(b"a", 1));
+    assert!(!it.valid());
+    assert!(it.status().is_ok());
+    assert!(m.approximate_memory_usage() > 0);
+    assert!(m.approximate_memory_usage() <= m.arena_capacity());
+}
+
+#[test]
+fn orders_internal_keys_with_versions() {
+    let m = Arc::new(MemTable::new(1 << 16));
+    m.add(3, ValueKind::Value, b"b", b"b3").unwrap();
+    m.add(1, ValueKind::Value, b"b", b"b1").unwrap();
+    m.add(7, ValueKind::Delete, b"b", b"").unwrap();
+    m.add(2, ValueKind::Value, b"a", b"a2").unwrap();
+    m.add(9, ValueKind::BlobRef, b"c", b"ref").unwrap();
+    m.add(5, ValueKind::Value, b"ab", b"ab5").unwrap();
+    assert_eq!(m.len(), 6);
+    let got: Vec<_> = collect_forward(&m)
+        .into_iter()
+        .map(|(k, v)| {
+            let p = parse(&k).unwrap();
+            (p.user_key.to_vec(), p.seq, p.kind, v)
+        })
+        .collect();
+    let want = vec![
+        (b"a".to_vec(), 2, ValueKind::Value, b"a2".to_vec()),
+        (b"ab".to_vec(), 5, ValueKind::Value, b"ab5".to_vec()),
+        (b"b".to_vec(), 7, ValueKind::Delete, vec![]),
+        (b"b".to_vec(), 3, ValueKind::Value, b"b3".to_vec()),
+        (b"b".to_vec(), 1, ValueKind::Value, b"b1".to_vec()),
+        (b"c".to_vec(), 9, ValueKind::BlobRef, b"ref".to_vec()),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(collect_backward(&m), collect_forward(&m));
+}
+
+#[test]
+fn get_sees_snapshot() {
+    let m = MemTable::new(1 << 16);
+    m.add(10, ValueKind::Value, b"k", b"v10").unwrap();
+    m.add(20, ValueKind::Delete, b"k", b"").unwrap();
+    m.add(30, ValueKind::Value, b"k", b"v30").unwrap();
+    m.add(15, ValueKind::Value, b"j", b"j15").unwrap();
+    m.add(15, ValueKind::Value, b"l", b"l15").unwrap();
+
+    assert_eq!(m.get(b"k", 9), None);
+    assert_eq!(m.get(b"k", 10), Some((10, ValueKind::Value, &b"v10"[..])));
+    assert_eq!(m.get(b"k", 19), Some((10, ValueKind::Value, &b"v10"[..])));
+    assert_eq!(m.get(b"k", 20), Some((20, ValueKind::Delete, &b""[..])));
+    assert_eq!(m.get(b"k", 29), Some((20, ValueKind::Delete, &b""[..])));
+    assert_eq!(m.get(b"k", 30), Some((30, ValueKind::Value, &b"v30"[..])));
+    assert_eq!(
+        m.get(b"k", MAX_SEQ),
+        Some((30, ValueKind::Value, &b"v30"[..]))
+    );
+    assert_eq!(
+        m.get(b"k", u64::MAX),
+        Some((30, ValueKind::Value, &b"v30"[..]))
+    );
+    assert_eq!(m.get(b"j", 14), None);
+    assert_eq!(m.get(b"j", 15), Some((15, ValueKind::Value, &b"j15"[..])));
+    assert_eq!(m.get(b"kk", 100), None);
+    assert_eq!(m.get(b"", 100), None);
+    assert_eq!(m.get(b"a", 100), None);
+    assert_eq!(m.get(b"z", 100), None);
+}
+
+#[test]
+fn empty_keys_and_values() {
+    let m = Arc::new(MemTable::new(4096));
+    m.add(1, ValueKind::Value, b"", b"").unwrap();
+    m.add(2, ValueKind::Value, b"", b"x").unwrap();
+    m.add(3, ValueKind::Value, b"a", b"").unwrap();
+    assert_eq!(m.get(b"", 1), Some((1, ValueKind::Value, &b""[..])));
+    assert_eq!(m.get(b"", 5), Some((2, ValueKind::Value, &b"x"[..])));
+    assert_eq!(m.get(b"a", 5), Some((3, ValueKind::Value, &b""[..])));
+    let all = collect_forward(&m);
+    assert_eq!(
+        all,
+        vec![
+            (make_internal_key(b"", 2, ValueKind::Value), b"x".to_vec()),
+            (make_internal_key(b"", 1, ValueKind::Value), vec![]),
+            (make_internal_key(b"a", 3, ValueKind::Value), vec![]),
+        ]
+    );
+    let mut it = m.iter();
+    it.seek_for_prev(&make_internal_key(b"", 1, ValueKind::Value));
+    assert!(it.valid());
+    assert_eq!(it.key(), make_internal_key(b"", 1, ValueKind::Value));
+    it.prev();
+    assert_eq!(it.key(), make_internal_key(b"", 2, ValueKind::Value));
+    it.prev();
+    assert!(!it.valid());
+}
+
+/// Random entries; returns the model.
+fn fill_random(m: &MemTable, rng: &mut StdRng, n: usize) -> BTreeMap<IKey, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    for seq in 1..=n as u64 {
+        let klen = rng.gen_range(0..6);
+        // Small alphabet so that keys repeat and get several versions.
+        let key: Vec<u8> = (0..klen).map(|_| rng.gen_range(b'a'..b'e')).collect();
+        let vlen = rng.gen_range(0..20);
+        let value: Vec<u8> = (0..vlen).map(|_| rng.gen()).collect();
+        let kind = match rng.gen_range(0..10) {
+            0 => ValueKind::Delete,
+            1 => ValueKind::BlobRef,
+            _ => ValueKind::Value,
+        };
+        m.add(seq, kind, &key, &value).unwrap();
+        model.insert(IKey(make_internal_key(&key, seq, kind)), value);
+    }
+    model
+}
+
+fn random_target(rng: &mut StdRng, max_seq: u64) -> Vec<u8> {
+    let klen = rng.gen_range(0..7);
+    let key: Vec<u8> = (0..klen).map(|_| rng.gen_range(b'a'..b'f')).collect();
+    let seq = rng.gen_range(0..=max_seq + 1);
+    let kind = rng.gen_range(0..3u8);
+    let kind = if rng.gen_bool(0.2) { 0xff } else { kind };
+    let mut t = key;
+    internal_key::append_internal_key(&mut t, &[], seq, kind);
+    t
+}
+
+#[test]
+fn iterator_matches_model() {
+    for seed in [1u64, 2, 3] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let m = Arc::new(MemTable::new(1 << 20));
+        let n = 2000;
+        let model = fill_random(&m, &mut rng, n);
+        assert_eq!(m.len(), n);
+        let want: Vec<_> = model
+            .iter()
+            .map(|(k, v)| (k.0.clone(), v.clone()))
+            .collect();
+        assert_eq!(collect_forward(&m), want);
+        assert_eq!(collect_backward(&m), want);
+
+        let mut it = m.iter();
+        for _ in 0..2000 {
+            let target = random_target(&mut rng, n as u64);
+            let t = IKey(target.clone());
+
+            it.seek(&target);
+            let expect = model.range(t.clone()..).next();
+            match expect {
+                None => assert!(!it.valid()),
+                Some((k, v)) => {
+                    assert!(it.valid());
+                    assert_eq!(it.key(), &k.0[..]);
+                    assert_eq!(it.value(), &v[..]);
+                    // Step both ways from here.
+                    let mut after = model.range(t.clone()..).skip(1);
+                    it.next();
+                    match after.next() {
+                        None => assert!(!it.valid()),
+                        Some((k2, _)) => assert_eq!(it.key(), &k2.0[..]),
+                    }
+                    it.seek(&target);
+                    it.prev();
+                    match model.range(..t.clone()).next_back() {
+                        None => assert!(!it.valid()),
+                        Some((k0, _)) => assert_eq!(it.key(), &k0.0[..]),
+                    }
+                }
+            }
+
+            it.seek_for_prev(&target);
+            match model.range(..=t.clone()).next_back() {
+                None => assert!(!it.valid()),
+                Some((k, v)) => {
+                    assert!(it.valid());
+                    assert_eq!(it.key(), &k.0[..]);
+                    assert_eq!(it.value(), &v[..]);
+                }
+            }
+
+            // get() agrees with the model too.
+            let uk = internal_key::user_key(&target);
+            let seq = internal_key::trailer(&target) >> 8;
+            let expect = model
+                .range(IKey(seek_key(uk, seq.min(MAX_SEQ)))..)
+                .next()
+                .filter(|(k, _)| internal_key::user_key(&k.0) == uk)
+                .map(|(k, v)| {
+                    let p = parse(&k.0).unwrap();
+                    (p.seq, p.kind, v.as_slice())
+                });
+            assert_eq!(m.get(uk, seq), expect);
+        }
+    }
+}
+
+#[test]
+fn full_arena_is_reported_and_table_stays_consistent() {
+    let m = Arc::new(MemTable::new(4096));
+    let mut model = BTreeMap::new();
+    let mut seq = 0u64;
+    let mut failures = 0;
+    let mut rng = StdRng::seed_from_u64(7);
+    // Keep adding until several inserts in a row fail.
+    while failures < 20 {
+        seq += 1;
+        let key = format!("key{:05}", rng.gen_range(0..100_000)).into_bytes();
+        let value = vec![b'v'; rng.gen_range(0..64)];
+        let before = (m.len(), m.approximate_memory_usage());
+        match m.add(seq, ValueKind::Value, &key, &value) {
+            Ok(()) => {
+                failures = 0;
+                model.insert(IKey(make_internal_key(&key, seq, ValueKind::Value)), value);
+            }
+            Err(MemTableFull) => {
+                failures += 1;
+                // A failed insert leaves everything as it was.
+                assert_eq!((m.len(), m.approximate_memory_usage()), before);
+            }
+        }
+        assert!(m.approximate_memory_usage() <= m.arena_capacity());
+    }
+    assert!(!model.is_empty());
+    assert_eq!(m.len(), model.len());
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    assert_eq!(collect_forward(&m), want);
+    assert_eq!(collect_backward(&m), want);
+    // A huge entry fails, and a tiny one may still fit afterwards.
+    let used = m.approximate_memory_usage();
+    assert_eq!(
+        m.add(seq + 1, ValueKind::Value, b"k", &vec![0; 10_000]),
+        Err(MemTableFull)
+    );
+    assert_eq!(m.approximate_memory_usage(), used);
+    assert_eq!(format!("{MemTableFull}"), "memtable arena is full");
+}
+
+#[test]
+fn failed_big_insert_does_not_block_small_ones() {
+    let m = MemTable::new(1024);
+    assert!(m.add(1, ValueKind::Value, b"big", &[1; 2000]).is_err());
+    m.add(2, ValueKind::Value, b"small", b"v").unwrap();
+    assert_eq!(m.get(b"small", 2), Some((2, ValueKind::Value, &b"v"[..])));
+    assert_eq!(m.len(), 1);
+}
+
+#[test]
+fn large_value_close_to_capacity() {
+    let cap = 1 << 20;
+    let max = MemTable::max_entry_size(cap);
+    assert!(max > cap - 200 && max < cap, "{max}");
+    let key = b"the-key";
+    let value: Vec<u8> = (0..max - key.len()).map(|i| i as u8).collect();
+    // Repeat so that random heights up to the maximum are exercised.
+    for _ in 0..50 {
+        let m = Arc::new(MemTable::new(cap));
+        m.add(42, ValueKind::Value, key, &value).unwrap();
+        let (seq, kind, v) = m.get(key, 100).unwrap();
+        assert_eq!((seq, kind), (42, ValueKind::Value));
+        assert_eq!(v, &value[..]);
+        assert!(m.approximate_memory_usage() <= m.arena_capacity());
+    }
+    // One byte more may not fit (depends on the node's height), but the
+    // required capacity for it always does.
+    let need = MemTable::required_capacity(key.len(), value.len() + 1);
+    assert!(MemTable::max_entry_size(need) > max);
+    let m = MemTable::new(need);
+    m.add(1, ValueKind::Value, key, &[7; 1]).unwrap();
+    for (k, v) in [(0, 0), (5, 100), (16, 1 << 20), (3, 12345)] {
+        let need = MemTable::required_capacity(k, v);
+        assert!(MemTable::max_entry_size(need) >= k + v);
+        for _ in 0..20 {
+            let m = MemTable::new(need);
+            m.add(1, ValueKind::Value, &vec![1; k], &vec![2; v])
+                .unwrap();
+        }
+    }
+    assert_eq!(MemTable::max_entry_size(0), 0);
+    assert_eq!(MemTable::required_capacity(usize::MAX, 1), usize::MAX);
+}
+
+#[test]
+fn concurrent_inserts_from_four_threads() {
+    let m = Arc::new(MemTable::new(64 << 20));
+    let threads = 4u64;
+    let per_thread = 20_000u64;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(100 + t);
+                for i in 0..per_thread {
+                    // Interleaved key spaces and shared keys with distinct seqs.
+                    let k = rng.gen_range(0..10_000u32);
+                    let key = format!("{k:08}");
+                    let seq = i * threads + t + 1;
+                    let value = format!("{t}:{i}");
+                    m.add(seq, ValueKind::Value, key.as_bytes(), value.as_bytes())
+                        .unwrap();
+                    if i % 1000 == 0 {
+                        // Concurrent readers see a consistent prefix.
+                        assert!(m.get(key.as_bytes(), seq).is_some());
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(m.len() as u64, threads * per_thread);
+
+    let mut model = BTreeMap::new();
+    for t in 0..threads {
+        let mut rng = StdRng::seed_from_u64(100 + t);
+        for i in 0..per_thread {
+            let k = rng.gen_range(0..10_000u32);
+            let key = format!("{k:08}");
+            let seq = i * threads + t + 1;
+            model.insert(
+                IKey(make_internal_key(key.as_bytes(), seq, ValueKind::Value)),
+                format!("{t}:{i}").into_bytes(),
+            );
+        }
+    }
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    assert_eq!(collect_forward(&m), want);
+    for (k, v) in model.iter().step_by(97) {
+        let p = parse(&k.0).unwrap();
+        assert_eq!(m.get(p.user_key, p.seq), Some((p.seq, p.kind, &v[..])));
+    }
+}
+
+#[test]
+fn concurrent_readers_during_inserts() {
+    let m = Arc::new(MemTable::new(16 << 20));
+    let writer = {
+        let m = Arc::clone(&m);
+        std::thread::spawn(move || {
+            for i in 0..20_000u64 {
+                let key = format!("{:08}", (i * 7919) % 20_000);
+                m.add(i + 1, ValueKind::Value, key.as_bytes(), key.as_bytes())
+                    .unwrap();
+            }
+        })
+    };
+    let reader = {
+        let m = Arc::clone(&m);
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                // Whatever is visible is sorted and intact.
+                let mut it = m.iter();
+                it.seek_to_first();
+                let mut last: Option<Vec<u8>> = None;
+                while it.valid() {
+                    let k = it.key().to_vec();
+                    assert_eq!(internal_key::user_key(&k), it.value());
+                    if let Some(l) = &last {
+                        assert_eq!(internal_key::compare(l, &k), Ordering::Less);
+                    }
+                    last = Some(k);
+                    it.next();
+                }
+            }
+        })
+    };
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(m.len(), 20_000);
+}
+
+#[test]
+fn iterator_outlives_handle() {
+    let m = Arc::new(MemTable::new(4096));
+    m.add(1, ValueKind::Value, b"k", b"v").unwrap();
+    let mut it = m.iter();
+    drop(m);
+    it.seek_to_first();
+    assert!(it.valid());
+    assert_eq!(it.value(), b"v");
+    let boxed: crate::iter::BoxedIter = Box::new(it);
+    assert!(boxed.valid());
+}
+
+#[test]
+fn concurrent_inserts_until_full_under_contention() {
+    // Tiny key space: threads keep racing for the same splice.
+    let m = Arc::new(MemTable::new(256 << 10));
+    let threads = 4u64;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                let mut added = vec![];
+                let mut i = 0u64;
+                loop {
+                    let key = [b'k', (i % 3) as u8];
+                    let seq = i * threads + t + 1;
+                    match m.add(seq, ValueKind::Value, &key, &seq.to_le_bytes()) {
+                        Ok(()) => added.push((key, seq)),
+                        Err(MemTableFull) => return added,
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let mut model = BTreeMap::new();
+    for h in handles {
+        for (key, seq) in h.join().unwrap() {
+            model.insert(
+                IKey(make_internal_key(&key, seq, ValueKind::Value)),
+                seq.to_le_bytes().to_vec(),
+            );
+        }
+    }
+    assert!(model.len() > 1000);
+    assert_eq!(m.len(), model.len());
+    assert!(m.approximate_memory_usage() <= m.arena_capacity());
+    let want: Vec<_> = model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    assert_eq!(collect_forward(&m), want);
+    assert_eq!(collect_backward(&m), want);
+}
