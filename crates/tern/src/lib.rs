@@ -23,3 +23,5 @@ pub mod wal;
 pub use error::{Error, Result};
 pub use format::write_batch::WriteBatch;
 pub use options::{Compression, Options, ReadOptions, WriteOptions};
+pub use db::{Db, Snapshot, Stats};
+pub use iter::DbIterator;

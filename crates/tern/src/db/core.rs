@@ -54,9 +54,6 @@ pub struct State {
     pub bg_error: Option<String>,
     pub shutting_down: bool,
     pub flush_running: bool,
-    pub compaction_running: bool,
-    /// A manual compaction wants the compaction lock; background picks wait.
-    pub manual_compactions: usize,
     /// Table files no longer in the current version, deleted once no reader
     /// holds a version that lists them.
     pub obsolete_tables: Vec<u64>,

@@ -1,1 +1,300 @@
-//! (module under construction)
+//! The database handle and its public API.
+//!
+//! `Db` is `Send + Sync`: share it between threads with `Arc<Db>`. Writers
+//! are grouped into commits (see [`write`]); readers never block writers.
+
+mod background;
+mod compact;
+mod core;
+mod flush;
+mod open;
+mod snapshot;
+mod stats;
+pub mod table_cache;
+mod write;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+pub use self::snapshot::{Snapshot, SnapshotList};
+pub use self::stats::{LevelStats, Stats};
+use self::core::Shared;
+use crate::compaction::Executor;
+use crate::error::{Error, Result};
+use crate::format::internal_key::{self, seek_key, ValueKind};
+use crate::format::write_batch::WriteBatch;
+use crate::iter::{BoxedIter, DbIterator, InternalIterator, LevelIterator, MergingIterator};
+use crate::options::{Options, ReadOptions, WriteOptions, NUM_LEVELS};
+
+/// An open Tern store.
+pub struct Db {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("dir", &self.shared.dir).finish_non_exhaustive()
+    }
+}
+
+impl Db {
+    /// Opens the store in `path`, creating it if `opts.create_if_missing`.
+    /// Recovery replays the manifest and every WAL that was not yet flushed.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        Self::open_with_executor(path, opts, None)
+    }
+
+    /// Like [`Db::open`], running compactions through `executor`.
+    pub fn open_with_executor(path: impl AsRef<Path>, opts: Options, executor: Option<Arc<dyn Executor>>) -> Result<Db> {
+        let shared = open::open(path.as_ref(), opts, executor)?;
+        let threads = background::start(&shared).map_err(|e| Error::io(path.as_ref(), e))?;
+        Ok(Db {
+            shared,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Sets `key` to `value` (default write options).
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(b, WriteOptions::default())
+    }
+
+    /// Removes `key` (default write options).
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(b, WriteOptions::default())
+    }
+
+    /// Applies `batch` atomically. With `opts.sync` the write is on stable
+    /// storage when this returns.
+    pub fn write(&self, batch: WriteBatch, opts: WriteOptions) -> Result<()> {
+        self.shared.check_open()?;
+        for e in batch.iter() {
+            let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
+            self.check_key(e.key)?;
+            if e.kind != ValueKind::Delete && e.value.len() > self.shared.opts.max_value_size {
+                return Err(Error::InvalidArgument(format!(
+                    "value of {} bytes exceeds max_value_size ({} bytes)",
+                    e.value.len(),
+                    self.shared.opts.max_value_size
+                )));
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.shared.write(Some(batch), opts, false)
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::InvalidArgument("keys must not be empty".into()));
+        }
+        if key.len() > self.shared.opts.max_key_size {
+            return Err(Error::InvalidArgument(format!(
+                "key of {} bytes exceeds max_key_size ({} bytes)",
+                key.len(),
+                self.shared.opts.max_key_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// The value of `key` at the latest state.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_opt(key, &ReadOptions::default())
+    }
+
+    /// The value of `key` as `opts` say (e.g. at a snapshot).
+    pub fn get_opt(&self, key: &[u8], opts: &ReadOptions<'_>) -> Result<Option<Vec<u8>>> {
+        self.shared.check_open()?;
+        self.check_key(key)?;
+        let seq = match opts.snapshot {
+            Some(s) => s.seq(),
+            None => self.shared.visible_seq.load(Ordering::Acquire),
+        };
+        let sv = self.shared.super_version();
+        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            if let Some((_, kind, value)) = mem.get(key, seq) {
+                return Ok(match kind {
+                    ValueKind::Delete => None,
+                    ValueKind::Value | ValueKind::BlobRef => Some(value.to_vec()),
+                });
+            }
+        }
+        let lookup = seek_key(key, seq);
+        for f in sv.version.files_for_key(key, &lookup) {
+            let table = self.shared.tables.get(f.number, f.file_size)?;
+            if let Some((ikey, value)) = table.get(&lookup)? {
+                let parsed = internal_key::parse(&ikey).map_err(|e| e.in_file(table.path(), 0))?;
+                return Ok(match parsed.kind {
+                    ValueKind::Delete => None,
+                    ValueKind::Value | ValueKind::BlobRef => Some(value),
+                });
+            }
+        }
+        Ok(None)
+    }
+
+    /// A consistent view of the current state; release it by dropping it.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        self.shared.check_open()?;
+        let seq = self.shared.visible_seq.load(Ordering::Acquire);
+        Ok(Snapshot::new(seq, self.shared.snapshots.clone()))
+    }
+
+    /// An iterator over the store (or a snapshot of it) within the bounds
+    /// in `opts`. It starts unpositioned: call a `seek*` method first.
+    pub fn iter(&self, opts: ReadOptions<'_>) -> Result<DbIterator> {
+        self.shared.check_open()?;
+        let seq = match opts.snapshot {
+            Some(s) => s.seq(),
+            None => self.shared.visible_seq.load(Ordering::Acquire),
+        };
+        let sv = self.shared.super_version();
+        let mut children: Vec<BoxedIter> = Vec::new();
+        children.push(Box::new(sv.mem.iter()));
+        for m in &sv.imms {
+            children.push(Box::new(m.iter()));
+        }
+        for f in &sv.version.levels[0] {
+            let t = self.shared.tables.get(f.number, f.file_size)?;
+            children.push(Box::new(t.iter()));
+        }
+        for level in 1..NUM_LEVELS {
+            let files = &sv.version.levels[level];
+            if !files.is_empty() {
+                children.push(Box::new(LevelIterator::new(files.clone(), self.shared.tables.clone())));
+            }
+        }
+        let merged: BoxedIter = Box::new(MergingIterator::new(children));
+        let pin: crate::iter::db_iter::Pin = sv.version.clone();
+        Ok(DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin]))
+    }
+
+    /// Writes every memtable to L0 and waits for it; afterwards no WAL is
+    /// needed to recover the data written so far.
+    pub fn flush(&self) -> Result<()> {
+        self.shared.check_open()?;
+        self.flush_inner()
+    }
+
+    fn flush_inner(&self) -> Result<()> {
+        self.shared.write(None, WriteOptions::default(), true)?;
+        let mut state = self.shared.state.lock();
+        loop {
+            if let Some(e) = &state.bg_error {
+                return Err(Error::Poisoned(e.clone()));
+            }
+            if state.imms.is_empty() {
+                return Ok(());
+            }
+            self.shared.bg_work.notify_all();
+            self.shared.bg_done.wait_for(&mut state, std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Compacts all data with keys in `[lo, hi]` (None = unbounded) into the
+    /// last level, dropping overwritten versions and tombstones no snapshot
+    /// needs. Flushes the memtable first.
+    pub fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
+        self.flush()?;
+        self.shared.compact_range(lo, hi)
+    }
+
+    /// Counters and the LSM shape.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        let mut st = Stats::from_counters(&s.counters);
+        let sv = s.super_version();
+        st.levels = (0..NUM_LEVELS)
+            .map(|l| LevelStats {
+                files: sv.version.levels[l].len(),
+                bytes: sv.version.level_bytes(l),
+            })
+            .collect();
+        st.sst_bytes = sv.version.total_bytes();
+        st.memtable_bytes = std::iter::once(&sv.mem)
+            .chain(sv.imms.iter())
+            .map(|m| m.approximate_memory_usage() as u64)
+            .sum();
+        st.immutable_memtables = sv.imms.len();
+        if let Some(c) = &s.block_cache {
+            st.block_cache_hits = c.hits();
+            st.block_cache_misses = c.misses();
+        }
+        st.last_sequence = s.visible_seq.load(Ordering::Acquire);
+        st.snapshots = s.snapshots.len();
+        if let Ok(names) = s.fs.list_dir(&s.dir) {
+            st.wal_bytes = names
+                .iter()
+                .filter(|n| n.ends_with(".log"))
+                .filter_map(|n| s.fs.file_size(&s.dir.join(n)).ok())
+                .sum();
+        }
+        st
+    }
+
+    /// Waits until no flush or compaction is pending (for tests and tools).
+    pub fn wait_for_background(&self) -> Result<()> {
+        loop {
+            self.flush_inner()?;
+            if !self.shared.compact_one()? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Flushes memtables, stops background work and releases the store.
+    /// Later calls on this handle return [`Error::Closed`].
+    pub fn close(&self) -> Result<()> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let flushed = self.flush_inner();
+        self.shutdown();
+        flushed
+    }
+
+    fn shutdown(&self) {
+        {
+            let mut state = self.shared.state.lock();
+            state.shutting_down = true;
+            self.shared.bg_work.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        self.shared.closed.store(true, Ordering::Release);
+        let mut wal = self.shared.wal.lock();
+        if let Some((_, w)) = wal.as_mut() {
+            let _ = w.sync();
+        }
+        *wal = None;
+        let mut state = self.shared.state.lock();
+        self.shared.delete_obsolete_files(&mut state);
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if !self.shared.closed.load(Ordering::Acquire) {
+            if let Err(e) = self.close() {
+                tracing::warn!("tern: close on drop failed: {e}");
+            }
+        }
+    }
+}

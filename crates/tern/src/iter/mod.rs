@@ -35,12 +35,13 @@ pub trait InternalIterator: Send {
 /// Boxed iterator, as merged by the engine.
 pub type BoxedIter = Box<dyn InternalIterator>;
 
-mod db_iter;
+pub mod db_iter;
 mod level;
 mod merging;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub(crate) use db_iter::clone_error;
 pub use db_iter::DbIterator;
 pub use level::LevelIterator;
 pub use merging::MergingIterator;

@@ -1,0 +1,151 @@
+//! Running compactions and installing their results.
+
+use std::sync::atomic::Ordering;
+
+use super::core::Shared;
+use super::stats::Counters;
+use crate::compaction::picker::{self, CompactionPlan, PickerInput};
+use crate::compaction::{CompactionJob, JobContext, Retention};
+use crate::error::Result;
+use crate::format::internal_key::user_key;
+use crate::format::version_edit::VersionEdit;
+use crate::options::NUM_LEVELS;
+
+impl Shared {
+    /// Picks and runs one background compaction. Returns whether one ran.
+    pub fn compact_one(&self) -> Result<bool> {
+        let _guard = self.compaction_lock.lock();
+        let plan = {
+            let state = self.state.lock();
+            if state.bg_error.is_some() || state.shutting_down {
+                return Ok(false);
+            }
+            let version = state.versions.current();
+            picker::pick(&PickerInput {
+                version: &version,
+                opts: &self.opts,
+                compact_pointers: &state.versions.compact_pointers,
+            })
+        };
+        match plan {
+            Some(plan) => self.run_plan(&plan).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Compacts every level's data in `[lo, hi]` down to the last level.
+    pub fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
+        let _guard = self.compaction_lock.lock();
+        let res = (|| {
+            for level in 0..NUM_LEVELS - 1 {
+                let plan = {
+                    let state = self.state.lock();
+                    if let Some(e) = &state.bg_error {
+                        return Err(crate::Error::Poisoned(e.clone()));
+                    }
+                    picker::plan_range(&state.versions.current(), &self.opts, level, lo, hi)
+                };
+                if let Some(plan) = plan {
+                    self.run_plan(&plan)?;
+                }
+            }
+            Ok(())
+        })();
+        self.bg_work.notify_all();
+        res
+    }
+
+    /// Runs a plan and installs it. The caller holds `compaction_lock`.
+    fn run_plan(&self, plan: &CompactionPlan) -> Result<()> {
+        let mut edit = VersionEdit::default();
+        for f in &plan.inputs {
+            edit.deleted_files.push((plan.level as u32, f.number));
+        }
+        if let Some(last) = plan.inputs.iter().map(|f| &f.largest).max_by(|a, b| crate::format::internal_key::compare(a, b)) {
+            edit.compact_pointers.push((plan.level as u32, last.clone()));
+        }
+        if plan.trivial_move {
+            for f in &plan.inputs {
+                edit.new_files.push((plan.output_level as u32, (**f).clone()));
+            }
+            self.install(edit, false)?;
+            Counters::add(&self.counters.trivial_moves, 1);
+            Counters::add(&self.counters.compactions, 1);
+            return Ok(());
+        }
+        for f in &plan.output_level_inputs {
+            edit.deleted_files.push((plan.output_level as u32, f.number));
+        }
+        let job = self.build_job(plan);
+        let ctx = {
+            let state = self.state.lock();
+            JobContext {
+                fs: self.fs.clone(),
+                next_file_number: state.versions.file_number_counter(),
+            }
+        };
+        let output = match self.executor.execute(&job, &ctx) {
+            Ok(o) => o,
+            Err(e) => {
+                Counters::add(&self.counters.compaction_failures, 1);
+                return Err(e);
+            }
+        };
+        for f in &output.files {
+            edit.new_files.push((plan.output_level as u32, f.clone()));
+        }
+        let outputs: Vec<u64> = output.files.iter().map(|f| f.number).collect();
+        if let Err(e) = self.install(edit, true) {
+            for n in outputs {
+                let _ = self.fs.remove_file(&self.dir.join(crate::wal::table_file_name(n)));
+            }
+            return Err(e);
+        }
+        Counters::add(&self.counters.compaction_bytes_read, output.bytes_read);
+        Counters::add(&self.counters.compaction_bytes_written, output.bytes_written);
+        Counters::add(&self.counters.compactions, 1);
+        Ok(())
+    }
+
+    fn build_job(&self, plan: &CompactionPlan) -> CompactionJob {
+        let state = self.state.lock();
+        let version = state.versions.current();
+        let deeper_ranges = version.levels[plan.output_level + 1..]
+            .iter()
+            .map(|files| {
+                files
+                    .iter()
+                    .map(|f| (user_key(&f.smallest).to_vec(), user_key(&f.largest).to_vec()))
+                    .collect()
+            })
+            .collect();
+        CompactionJob {
+            dir: self.dir.clone(),
+            inputs: plan.all_inputs().map(|f| (**f).clone()).collect(),
+            output_level: plan.output_level,
+            retention: Retention::new(self.snapshots.all()),
+            deeper_ranges,
+            target_file_size: self.opts.target_file_size,
+            table_options: self.table_options(plan.output_level),
+        }
+    }
+
+    /// Logs `edit` and publishes the new version. With `rewrite`, the deleted
+    /// files become obsolete (a trivial move keeps them).
+    fn install(&self, mut edit: VersionEdit, rewrite: bool) -> Result<()> {
+        let mut state = self.state.lock();
+        edit.last_sequence = Some(self.visible_seq.load(Ordering::Acquire).max(state.versions.last_sequence));
+        if let Err(e) = state.versions.log_and_apply(&mut edit) {
+            self.set_bg_error(&mut state, &e);
+            return Err(e);
+        }
+        if rewrite {
+            let obsolete: Vec<u64> = edit.deleted_files.iter().map(|&(_, n)| n).collect();
+            state.obsolete_tables.extend(obsolete);
+        }
+        self.install_super_version(&state);
+        self.delete_obsolete_files(&mut state);
+        self.bg_done.notify_all();
+        Ok(())
+    }
+}

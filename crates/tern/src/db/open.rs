@@ -1,0 +1,187 @@
+//! Opening a store: lock, replay the manifest, replay WALs newer than the
+//! flushed point into L0 tables, start a fresh manifest and WAL, and delete
+//! every file the recovered version does not reference.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::core::{Shared, State, SuperVersion};
+use super::snapshot::SnapshotList;
+use super::stats::Counters;
+use super::table_cache::TableCache;
+use crate::cache::BlockCache;
+use crate::compaction::{Executor, LocalExecutor};
+use crate::error::{Error, IoContext, Result};
+use crate::format::version_edit::VersionEdit;
+use crate::format::write_batch::WriteBatch;
+use crate::memtable::MemTable;
+use crate::options::Options;
+use crate::version::VersionSet;
+use crate::wal::{parse_file_name, wal_file_name, FileType, LogKind, LogReader, LogWriter, LOCK_FILE_NAME};
+
+/// Opens (or creates) the store in `dir`.
+pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> Result<Arc<Shared>> {
+    opts.validate()?;
+    let fs = opts.fs.clone();
+    if opts.create_if_missing {
+        fs.create_dir_all(dir).ctx(dir)?;
+    }
+    let lock_path = dir.join(LOCK_FILE_NAME);
+    let lock = fs.lock(&lock_path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::InvalidArgument(format!("{} does not exist (set create_if_missing)", dir.display()))
+        } else {
+            Error::Busy(format!("cannot lock {}: {e}; is another process using this store?", lock_path.display()))
+        }
+    })?;
+    let exists = fs.exists(&dir.join("CURRENT"));
+    let versions = if exists {
+        if opts.error_if_exists {
+            return Err(Error::InvalidArgument(format!("{} already holds a store", dir.display())));
+        }
+        VersionSet::recover(fs.clone(), dir, opts.max_manifest_file_size)?.0
+    } else if opts.create_if_missing {
+        VersionSet::new(fs.clone(), dir, opts.max_manifest_file_size)
+    } else {
+        return Err(Error::InvalidArgument(format!(
+            "{} holds no Tern store and create_if_missing is false",
+            dir.display()
+        )));
+    };
+
+    let block_cache = (opts.block_cache_capacity > 0).then(|| BlockCache::new(opts.block_cache_capacity));
+    let tables = Arc::new(TableCache::new(dir.to_path_buf(), fs.clone(), block_cache.clone()));
+    let mem = Arc::new(MemTable::new(16));
+    let state = State {
+        versions,
+        mem: mem.clone(),
+        mem_wal_number: 0,
+        imms: VecDeque::new(),
+        bg_error: None,
+        shutting_down: false,
+        flush_running: false,
+        obsolete_tables: Vec::new(),
+        obsolete_wals: Vec::new(),
+        compaction_failures: 0,
+    };
+    let sv = SuperVersion {
+        mem,
+        imms: Vec::new(),
+        version: state.versions.current(),
+    };
+    let shared = Arc::new(Shared {
+        dir: dir.to_path_buf(),
+        fs,
+        state: Mutex::new(state),
+        bg_done: Condvar::new(),
+        bg_work: Condvar::new(),
+        current: Mutex::new(Arc::new(sv)),
+        visible_seq: AtomicU64::new(0),
+        queue: Mutex::new(VecDeque::new()),
+        wal: Mutex::new(None),
+        tables,
+        block_cache,
+        counters: Counters::default(),
+        snapshots: Arc::new(SnapshotList::default()),
+        compaction_lock: Mutex::new(()),
+        executor: executor.unwrap_or_else(|| Arc::new(LocalExecutor)),
+        closed: AtomicBool::new(false),
+        _lock: lock,
+        opts,
+    });
+    recover_wals(&shared)?;
+    Ok(shared)
+}
+
+/// Replays WALs at or after the manifest's log number, writes what they hold
+/// to L0, then starts a new manifest and WAL and removes orphans.
+fn recover_wals(s: &Arc<Shared>) -> Result<()> {
+    let mut state = s.state.lock();
+    let names = s.fs.list_dir(&s.dir).ctx(&s.dir)?;
+    let mut wals: Vec<u64> = names
+        .iter()
+        .filter_map(|n| parse_file_name(n))
+        .filter(|&(t, n)| t == FileType::Wal && n >= state.versions.log_number)
+        .map(|(_, n)| n)
+        .collect();
+    wals.sort_unstable();
+
+    let mut edit = VersionEdit::default();
+    let mut max_seq = state.versions.last_sequence;
+    let mut mem = s.new_memtable(0);
+    for &number in &wals {
+        let path = s.dir.join(wal_file_name(number));
+        let data = s.fs.read_all(&path).ctx(&path)?;
+        let mut reader = LogReader::new(data, path.clone(), LogKind::Wal)?;
+        while let Some(rec) = reader.next_record()? {
+            let batch = WriteBatch::from_bytes(rec);
+            let offset = reader.last_record_offset();
+            let batch = batch.map_err(|e| e.in_file(&path, offset + crate::format::log_record::RECORD_HEADER_LEN as u64))?;
+            let mut seq = batch.seq();
+            for e in batch.iter() {
+                let e = e.map_err(|e| e.in_file(&path, offset))?;
+                if mem.add(seq, e.kind, e.key, e.value).is_err() {
+                    // Full: write it out and continue in a fresh memtable.
+                    let number = state.versions.new_file_number();
+                    if let Some(meta) = s.write_level0_table(&mem, number)? {
+                        edit.new_files.push((0, meta));
+                    }
+                    mem = s.new_memtable(e.key.len() + e.value.len() + 128);
+                    mem.add(seq, e.kind, e.key, e.value)
+                        .map_err(|_| Error::corruption(&path, offset, "write too large for a memtable"))?;
+                }
+                max_seq = max_seq.max(seq);
+                seq += 1;
+            }
+        }
+        if let Some(at) = reader.torn_tail() {
+            tracing::warn!("tern: dropped the torn tail of {} at offset {at}", path.display());
+        }
+    }
+    let number = state.versions.new_file_number();
+    if let Some(meta) = s.write_level0_table(&mem, number)? {
+        edit.new_files.push((0, meta));
+    }
+
+    // A fresh WAL for new writes, then one manifest snapshot naming it.
+    let wal_number = state.versions.new_file_number();
+    let wal_path = s.dir.join(wal_file_name(wal_number));
+    let file = s.fs.create(&wal_path).ctx(&wal_path)?;
+    let writer = LogWriter::new(file, LogKind::Wal).ctx(&wal_path)?;
+    s.fs.sync_dir(&s.dir).ctx(&s.dir)?;
+    edit.log_number = Some(wal_number);
+    edit.last_sequence = Some(max_seq);
+    state.versions.log_and_apply(&mut edit)?;
+    *s.wal.lock() = Some((wal_number, writer));
+    state.mem = s.new_memtable(0);
+    state.mem_wal_number = wal_number;
+    s.visible_seq.store(max_seq, std::sync::atomic::Ordering::Release);
+    s.install_super_version(&state);
+    remove_orphans(s, &state, &names)?;
+    Ok(())
+}
+
+/// Deletes files of ours that the recovered state does not reference.
+fn remove_orphans(s: &Shared, state: &State, names: &[String]) -> Result<()> {
+    let live: std::collections::HashSet<u64> = state.versions.current().file_numbers().collect();
+    for name in names {
+        let Some((kind, number)) = parse_file_name(name) else { continue };
+        let obsolete = match kind {
+            FileType::Wal => number < state.versions.log_number,
+            FileType::Table => !live.contains(&number),
+            FileType::Manifest => number != state.versions.manifest_number(),
+            FileType::Temp => true,
+            FileType::Current | FileType::Lock | FileType::Blob => false,
+        };
+        if obsolete {
+            let path = s.dir.join(name);
+            tracing::info!("tern: removing obsolete file {}", path.display());
+            s.fs.remove_file(&path).ctx(&path)?;
+        }
+    }
+    Ok(())
+}
