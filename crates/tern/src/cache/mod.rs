@@ -104,6 +104,7 @@ impl BlockCache {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::format::block::BlockBuilder;

@@ -474,6 +474,7 @@ impl BlockIter {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};

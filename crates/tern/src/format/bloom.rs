@@ -138,6 +138,7 @@ impl<'a> BloomFilter<'a> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

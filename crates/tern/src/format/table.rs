@@ -529,6 +529,7 @@ fn field(out: &mut Vec<u8>, t: u32, payload: &[u8]) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};

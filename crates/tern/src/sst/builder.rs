@@ -340,6 +340,7 @@ pub(crate) fn short_successor(key: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::format::internal_key::{compare, make_internal_key};

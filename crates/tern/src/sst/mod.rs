@@ -14,6 +14,7 @@ mod builder;
 mod iter;
 mod reader;
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests;
 
 pub use crate::format::table::TableProperties;
