@@ -1,1 +1,110 @@
-fn main() {}
+//! Data block benchmarks: building ~4 KiB blocks, seeking in them and
+//! iterating them forward and backward.
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use tern::format::block::{Block, BlockBuilder, BlockIter};
+use tern::format::internal_key::{compare, make_internal_key, seek_key, ValueKind, MAX_SEQ};
+
+/// Entries of about 16-byte user keys and 100-byte values filling ~4 KiB.
+fn entries() -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut size = 0;
+    let mut i = 0u64;
+    while size < 4096 {
+        let k = make_internal_key(
+            format!("user{:012}", i * 7).as_bytes(),
+            1000 - i,
+            ValueKind::Value,
+        );
+        let v = vec![(i % 251) as u8; 100];
+        size += k.len() + v.len();
+        out.push((k, v));
+        i += 1;
+    }
+    out
+}
+
+fn build(entries: &[(Vec<u8>, Vec<u8>)]) -> Arc<Block> {
+    let mut b = BlockBuilder::new(16);
+    for (k, v) in entries {
+        b.add(k, v);
+    }
+    Arc::new(Block::new(b.finish().to_vec()).unwrap())
+}
+
+fn benches(c: &mut Criterion) {
+    let es = entries();
+    let n = es.len() as u64;
+
+    let mut g = c.benchmark_group("block");
+    g.measurement_time(Duration::from_secs(2));
+    g.warm_up_time(Duration::from_millis(500));
+
+    g.throughput(Throughput::Elements(n));
+    g.bench_function("build_4k", |b| {
+        let mut builder = BlockBuilder::new(16);
+        b.iter(|| {
+            builder.reset();
+            for (k, v) in &es {
+                builder.add(k, v);
+            }
+            black_box(builder.finish().len())
+        })
+    });
+
+    let block = build(&es);
+    g.bench_function("iterate_forward_4k", |b| {
+        let mut it = BlockIter::new(Arc::clone(&block), compare);
+        b.iter(|| {
+            let mut sum = 0usize;
+            it.seek_to_first();
+            while it.valid() {
+                sum += it.key().len() + it.value().len();
+                it.next();
+            }
+            black_box(sum)
+        })
+    });
+    g.bench_function("iterate_backward_4k", |b| {
+        let mut it = BlockIter::new(Arc::clone(&block), compare);
+        b.iter(|| {
+            let mut sum = 0usize;
+            it.seek_to_last();
+            while it.valid() {
+                sum += it.key().len() + it.value().len();
+                it.prev();
+            }
+            black_box(sum)
+        })
+    });
+
+    let targets: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            seek_key(
+                format!("user{:012}", i * 7 + (i % 2) * 3).as_bytes(),
+                MAX_SEQ,
+            )
+        })
+        .collect();
+    g.throughput(Throughput::Elements(targets.len() as u64));
+    g.bench_function("seek_4k", |b| {
+        let mut it = BlockIter::new(Arc::clone(&block), compare);
+        b.iter(|| {
+            let mut found = 0usize;
+            for t in &targets {
+                it.seek(t);
+                found += usize::from(it.valid());
+            }
+            black_box(found)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(block_benches, benches);
+criterion_main!(block_benches);

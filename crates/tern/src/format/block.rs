@@ -1,1 +1,658 @@
-//! (module under construction)
+//! Sorted key-value blocks with prefix compression and restart points.
+//!
+//! A block is a run of entries followed by the restart array:
+//!
+//! ```text
+//! entry*  restart[0] u32 LE … restart[n-1] u32 LE  n u32 LE
+//! entry = shared varint32 ‖ non_shared varint32 ‖ value_len varint32
+//!         ‖ key[shared..] (non_shared bytes) ‖ value (value_len bytes)
+//! ```
+//!
+//! `shared` is the length of the prefix the key has in common with the
+//! previous entry's key. Every `restart_interval` entries the prefix is reset
+//! (`shared = 0`) and the entry's offset is recorded as a restart point, so a
+//! seek can binary-search the restart points and then scan forward. An empty
+//! block still has one restart point (offset 0). The byte layout is specified
+//! in `docs/format/sst.md`.
+//!
+//! The decoder ([`Block`], [`BlockIter`]) checks every length against the
+//! block bounds and reports malformed input as a [`DecodeError`]; it never
+//! panics and every step makes progress, so it cannot loop on bad input.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use crate::error::DecodeError;
+use crate::format::coding::{fixed32_at, put_fixed32, put_varint32};
+
+/// Key comparison used by a [`BlockIter`].
+pub type Comparator = fn(&[u8], &[u8]) -> Ordering;
+
+/// Builds one block. Keys must be added in increasing order (not checked here).
+#[derive(Debug, Clone)]
+pub struct BlockBuilder {
+    buf: Vec<u8>,
+    restarts: Vec<u32>,
+    counter: usize,
+    restart_interval: usize,
+    last_key: Vec<u8>,
+    num_entries: usize,
+    finished: bool,
+}
+
+impl BlockBuilder {
+    /// A builder that places a restart point every `restart_interval` entries
+    /// (at least 1).
+    pub fn new(restart_interval: usize) -> Self {
+        BlockBuilder {
+            buf: Vec::new(),
+            restarts: vec![0],
+            counter: 0,
+            restart_interval: restart_interval.max(1),
+            last_key: Vec::new(),
+            num_entries: 0,
+            finished: false,
+        }
+    }
+
+    /// Clears the builder for a new block, keeping its allocations.
+    pub fn reset(&mut self) {
+        self.buf.clear();
+        self.restarts.clear();
+        self.restarts.push(0);
+        self.counter = 0;
+        self.last_key.clear();
+        self.num_entries = 0;
+        self.finished = false;
+    }
+
+    /// Appends an entry. `key` must sort after the previously added key.
+    pub fn add(&mut self, key: &[u8], value: &[u8]) {
+        debug_assert!(!self.finished, "add after finish without reset");
+        let mut shared = 0;
+        if self.counter < self.restart_interval {
+            shared = common_prefix_len(&self.last_key, key);
+        } else {
+            self.restarts.push(self.buf.len() as u32);
+            self.counter = 0;
+        }
+        let non_shared = key.len() - shared;
+        put_varint32(&mut self.buf, shared as u32);
+        put_varint32(&mut self.buf, non_shared as u32);
+        put_varint32(&mut self.buf, value.len() as u32);
+        self.buf.extend_from_slice(&key[shared..]);
+        self.buf.extend_from_slice(value);
+        self.last_key.truncate(shared);
+        self.last_key.extend_from_slice(&key[shared..]);
+        self.counter += 1;
+        self.num_entries += 1;
+    }
+
+    /// Appends the restart array and returns the finished block contents.
+    /// Call [`BlockBuilder::reset`] before adding to it again.
+    pub fn finish(&mut self) -> &[u8] {
+        if !self.finished {
+            for &r in &self.restarts {
+                put_fixed32(&mut self.buf, r);
+            }
+            put_fixed32(&mut self.buf, self.restarts.len() as u32);
+            self.finished = true;
+        }
+        &self.buf
+    }
+
+    /// Size the block would have if finished now.
+    pub fn estimated_size(&self) -> usize {
+        if self.finished {
+            self.buf.len()
+        } else {
+            self.buf.len() + 4 * self.restarts.len() + 4
+        }
+    }
+
+    /// True when no entry was added since the last reset.
+    pub fn is_empty(&self) -> bool {
+        self.num_entries == 0
+    }
+
+    /// Entries added since the last reset.
+    pub fn num_entries(&self) -> usize {
+        self.num_entries
+    }
+
+    /// The last key added (empty if none).
+    pub fn last_key(&self) -> &[u8] {
+        &self.last_key
+    }
+}
+
+/// Length of the common prefix of `a` and `b`.
+#[inline]
+pub fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// A decoded (uncompressed) block whose restart array has been validated.
+#[derive(Debug, Clone)]
+pub struct Block {
+    data: Vec<u8>,
+    restarts_offset: usize,
+    num_restarts: usize,
+}
+
+impl Block {
+    /// Parses block contents (without the trailer), validating the restart
+    /// array: at least one restart point, offsets strictly increasing, the
+    /// first at 0 and all inside the entry area.
+    pub fn new(data: Vec<u8>) -> Result<Block, DecodeError> {
+        if data.len() < 4 {
+            return Err(DecodeError::new(0, "block shorter than its restart count"));
+        }
+        let count_pos = data.len() - 4;
+        let num_restarts = fixed32_at(&data, count_pos) as usize;
+        if num_restarts == 0 || num_restarts > count_pos / 4 {
+            return Err(DecodeError::new(
+                count_pos,
+                format!("bad restart count {num_restarts}"),
+            ));
+        }
+        let restarts_offset = count_pos - 4 * num_restarts;
+        let mut prev = None;
+        for i in 0..num_restarts {
+            let pos = restarts_offset + 4 * i;
+            let r = fixed32_at(&data, pos) as usize;
+            let ok = match prev {
+                None => r == 0,
+                Some(p) => r > p && r < restarts_offset,
+            };
+            if !ok {
+                return Err(DecodeError::new(pos, format!("bad restart point {r}")));
+            }
+            prev = Some(r);
+        }
+        Ok(Block {
+            data,
+            restarts_offset,
+            num_restarts,
+        })
+    }
+
+    /// The whole block contents, restart array included.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Bytes held by the block (for cache weighting).
+    pub fn size(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Number of restart points.
+    pub fn num_restarts(&self) -> usize {
+        self.num_restarts
+    }
+
+    /// True when the block holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.restarts_offset == 0
+    }
+
+    #[inline]
+    fn restart_point(&self, i: usize) -> usize {
+        fixed32_at(&self.data, self.restarts_offset + 4 * i) as usize
+    }
+
+    /// Decodes the entry header at `pos`: returns (shared, non_shared,
+    /// value_len, offset of the key delta). Checks that the entry fits in
+    /// the entry area.
+    #[inline]
+    fn decode_entry(&self, pos: usize) -> Result<(usize, usize, usize, usize), DecodeError> {
+        let limit = self.restarts_offset;
+        let d = &self.data[..limit];
+        if pos + 3 <= limit && (d[pos] | d[pos + 1] | d[pos + 2]) < 0x80 {
+            // Fast path: all three lengths fit in one byte.
+            let (s, n, v) = (d[pos] as usize, d[pos + 1] as usize, d[pos + 2] as usize);
+            let p = pos + 3;
+            if n + v > limit - p {
+                return Err(DecodeError::new(pos, "block entry overruns the block"));
+            }
+            return Ok((s, n, v, p));
+        }
+        let mut r = crate::format::coding::Reader::new(&d[pos..]);
+        let err = |e: DecodeError| DecodeError::new(pos + e.offset as usize, e.reason);
+        let s = r.varint32().map_err(err)? as usize;
+        let n = r.varint32().map_err(err)? as usize;
+        let v = r.varint32().map_err(err)? as usize;
+        let p = pos + r.pos();
+        if n.saturating_add(v) > limit - p {
+            return Err(DecodeError::new(pos, "block entry overruns the block"));
+        }
+        Ok((s, n, v, p))
+    }
+
+    /// The key stored at restart point `i` (whose `shared` must be 0).
+    fn restart_key(&self, i: usize) -> Result<&[u8], DecodeError> {
+        let pos = self.restart_point(i);
+        let (s, n, _, p) = self.decode_entry(pos)?;
+        if s != 0 {
+            return Err(DecodeError::new(pos, "restart entry with a shared prefix"));
+        }
+        Ok(&self.data[p..p + n])
+    }
+}
+
+/// A cursor over a shared [`Block`]. Keys are rebuilt incrementally into one
+/// reused buffer; values are borrowed from the block.
+///
+/// Errors make the iterator invalid and are kept in [`BlockIter::status`].
+#[derive(Debug, Clone)]
+pub struct BlockIter {
+    block: Arc<Block>,
+    cmp: Comparator,
+    /// Offset of the current entry; `restarts_offset` when invalid.
+    current: usize,
+    /// Offset just past the current entry.
+    next: usize,
+    /// Restart point at or before `current`.
+    restart_index: usize,
+    key: Vec<u8>,
+    value: (usize, usize),
+    err: Option<DecodeError>,
+}
+
+impl BlockIter {
+    /// An unpositioned iterator over `block`, ordering keys with `cmp`.
+    pub fn new(block: Arc<Block>, cmp: Comparator) -> Self {
+        let end = block.restarts_offset;
+        let n = block.num_restarts;
+        BlockIter {
+            block,
+            cmp,
+            current: end,
+            next: end,
+            restart_index: n,
+            key: Vec::new(),
+            value: (0, 0),
+            err: None,
+        }
+    }
+
+    /// The block iterated.
+    pub fn block(&self) -> &Arc<Block> {
+        &self.block
+    }
+
+    /// True when positioned at an entry.
+    #[inline]
+    pub fn valid(&self) -> bool {
+        self.err.is_none() && self.current < self.block.restarts_offset
+    }
+
+    /// The key at the cursor. Requires `valid()`.
+    #[inline]
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The value at the cursor. Requires `valid()`.
+    #[inline]
+    pub fn value(&self) -> &[u8] {
+        &self.block.data[self.value.0..self.value.1]
+    }
+
+    /// The first error met, if any.
+    pub fn status(&self) -> Result<(), DecodeError> {
+        match &self.err {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn invalidate(&mut self) {
+        self.current = self.block.restarts_offset;
+        self.next = self.block.restarts_offset;
+        self.restart_index = self.block.num_restarts;
+    }
+
+    fn fail(&mut self, e: DecodeError) {
+        if self.err.is_none() {
+            self.err = Some(e);
+        }
+        self.invalidate();
+    }
+
+    fn seek_to_restart_point(&mut self, i: usize) {
+        self.key.clear();
+        self.restart_index = i;
+        let off = self.block.restart_point(i);
+        self.current = off;
+        self.next = off;
+    }
+
+    /// Decodes the entry at `self.next`. Returns false at the end or on error.
+    #[inline]
+    fn parse_next(&mut self) -> bool {
+        if self.err.is_some() {
+            return false;
+        }
+        let pos = self.next;
+        if pos >= self.block.restarts_offset {
+            self.invalidate();
+            return false;
+        }
+        let (s, n, v, p) = match self.block.decode_entry(pos) {
+            Ok(x) => x,
+            Err(e) => {
+                self.fail(e);
+                return false;
+            }
+        };
+        if s > self.key.len() {
+            self.fail(DecodeError::new(
+                pos,
+                "shared prefix longer than previous key",
+            ));
+            return false;
+        }
+        self.current = pos;
+        self.key.truncate(s);
+        self.key.extend_from_slice(&self.block.data[p..p + n]);
+        self.value = (p + n, p + n + v);
+        self.next = p + n + v;
+        while self.restart_index + 1 < self.block.num_restarts
+            && self.block.restart_point(self.restart_index + 1) <= self.current
+        {
+            self.restart_index += 1;
+        }
+        true
+    }
+
+    /// Positions at the first entry.
+    pub fn seek_to_first(&mut self) {
+        if self.err.is_some() {
+            return;
+        }
+        self.seek_to_restart_point(0);
+        self.parse_next();
+    }
+
+    /// Positions at the last entry.
+    pub fn seek_to_last(&mut self) {
+        if self.err.is_some() {
+            return;
+        }
+        self.seek_to_restart_point(self.block.num_restarts - 1);
+        while self.parse_next() && self.next < self.block.restarts_offset {}
+    }
+
+    /// Positions at the first entry with key `>= target`.
+    pub fn seek(&mut self, target: &[u8]) {
+        if self.err.is_some() {
+            return;
+        }
+        // Last restart point whose key is < target.
+        let (mut left, mut right) = (0usize, self.block.num_restarts - 1);
+        while left < right {
+            let mid = (left + right).div_ceil(2);
+            let ord = match self.block.restart_key(mid) {
+                Ok(k) => (self.cmp)(k, target),
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
+            };
+            if ord == Ordering::Less {
+                left = mid;
+            } else {
+                right = mid - 1;
+            }
+        }
+        self.seek_to_restart_point(left);
+        while self.parse_next() {
+            if (self.cmp)(&self.key, target) != Ordering::Less {
+                return;
+            }
+        }
+    }
+
+    /// Positions at the last entry with key `<= target`.
+    pub fn seek_for_prev(&mut self, target: &[u8]) {
+        self.seek(target);
+        if self.err.is_some() {
+            return;
+        }
+        if !self.valid() {
+            self.seek_to_last();
+            return;
+        }
+        while self.valid() && (self.cmp)(&self.key, target) == Ordering::Greater {
+            self.prev();
+        }
+    }
+
+    /// Moves to the next entry. Requires `valid()`.
+    #[inline]
+    pub fn next(&mut self) {
+        if !self.valid() {
+            return;
+        }
+        self.parse_next();
+    }
+
+    /// Moves to the previous entry. Requires `valid()`.
+    pub fn prev(&mut self) {
+        if !self.valid() {
+            return;
+        }
+        let original = self.current;
+        // Find the last restart point before the current entry.
+        while self.block.restart_point(self.restart_index) >= original {
+            if self.restart_index == 0 {
+                self.invalidate();
+                return;
+            }
+            self.restart_index -= 1;
+        }
+        self.seek_to_restart_point(self.restart_index);
+        // Scan forward to the entry just before `original`.
+        loop {
+            if !self.parse_next() {
+                if self.err.is_none() {
+                    // The restart array promised an entry before `original`.
+                    self.fail(DecodeError::new(original, "entry not reachable backward"));
+                }
+                return;
+            }
+            if self.next >= original {
+                if self.next != original {
+                    self.fail(DecodeError::new(original, "entries overlap"));
+                }
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn bytewise(a: &[u8], b: &[u8]) -> Ordering {
+        a.cmp(b)
+    }
+
+    fn build(entries: &[(Vec<u8>, Vec<u8>)], interval: usize) -> Arc<Block> {
+        let mut b = BlockBuilder::new(interval);
+        for (k, v) in entries {
+            b.add(k, v);
+        }
+        let est = b.estimated_size();
+        let data = b.finish().to_vec();
+        assert_eq!(est, data.len());
+        Arc::new(Block::new(data).unwrap())
+    }
+
+    fn entries(n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..n)
+            .map(|i| {
+                (
+                    format!("key{:05}", i * 2).into_bytes(),
+                    format!("value-{i}").into_bytes(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn roundtrip_forward_and_backward() {
+        for interval in [1, 2, 3, 16] {
+            let es = entries(100);
+            let block = build(&es, interval);
+            let mut it = BlockIter::new(block, bytewise);
+            it.seek_to_first();
+            for (k, v) in &es {
+                assert!(it.valid());
+                assert_eq!(it.key(), &k[..]);
+                assert_eq!(it.value(), &v[..]);
+                it.next();
+            }
+            assert!(!it.valid());
+            it.seek_to_last();
+            for (k, v) in es.iter().rev() {
+                assert!(it.valid());
+                assert_eq!(it.key(), &k[..]);
+                assert_eq!(it.value(), &v[..]);
+                it.prev();
+            }
+            assert!(!it.valid());
+            it.status().unwrap();
+        }
+    }
+
+    #[test]
+    fn seek_at_restart_boundaries() {
+        let es = entries(64);
+        for interval in [1, 4, 16] {
+            let block = build(&es, interval);
+            let mut it = BlockIter::new(block, bytewise);
+            for (i, (k, _)) in es.iter().enumerate() {
+                // Exact key.
+                it.seek(k);
+                assert_eq!(it.key(), &k[..], "interval {interval} i {i}");
+                // Just before the key: lands on it.
+                let mut before = k.clone();
+                *before.last_mut().unwrap() -= 1;
+                it.seek(&before);
+                assert_eq!(it.key(), &k[..]);
+                // Just after: lands on the next one.
+                let mut after = k.clone();
+                after.push(0);
+                it.seek(&after);
+                if i + 1 < es.len() {
+                    assert_eq!(it.key(), &es[i + 1].0[..]);
+                    it.prev();
+                    assert_eq!(it.key(), &k[..]);
+                } else {
+                    assert!(!it.valid());
+                }
+                it.seek_for_prev(&after);
+                assert_eq!(it.key(), &k[..]);
+                it.seek_for_prev(&before);
+                if i == 0 {
+                    assert!(!it.valid());
+                } else {
+                    assert_eq!(it.key(), &es[i - 1].0[..]);
+                }
+            }
+            it.seek(b"zzz");
+            assert!(!it.valid());
+            it.seek(b"");
+            assert_eq!(it.key(), &es[0].0[..]);
+            it.status().unwrap();
+        }
+    }
+
+    #[test]
+    fn empty_block() {
+        let block = build(&[], 16);
+        assert!(block.is_empty());
+        let mut it = BlockIter::new(block, bytewise);
+        it.seek_to_first();
+        assert!(!it.valid());
+        it.seek_to_last();
+        assert!(!it.valid());
+        it.seek(b"a");
+        assert!(!it.valid());
+        it.seek_for_prev(b"a");
+        assert!(!it.valid());
+        it.status().unwrap();
+    }
+
+    #[test]
+    fn builder_reset_reuses() {
+        let mut b = BlockBuilder::new(4);
+        b.add(b"a", b"1");
+        b.finish();
+        b.reset();
+        assert!(b.is_empty());
+        b.add(b"b", b"2");
+        let block = Arc::new(Block::new(b.finish().to_vec()).unwrap());
+        let mut it = BlockIter::new(block, bytewise);
+        it.seek_to_first();
+        assert_eq!((it.key(), it.value()), (&b"b"[..], &b"2"[..]));
+        it.next();
+        assert!(!it.valid());
+    }
+
+    #[test]
+    fn bad_restart_arrays_rejected() {
+        assert!(Block::new(vec![]).is_err());
+        assert!(Block::new(vec![0, 0, 0, 0]).is_err()); // zero restarts
+        assert!(Block::new(vec![1, 0, 0, 0]).is_err()); // count too large
+        let mut d = vec![];
+        put_fixed32(&mut d, 5);
+        put_fixed32(&mut d, 1);
+        assert!(Block::new(d).is_err()); // first restart not 0
+    }
+
+    /// Random garbage and random mutations of valid blocks must never panic
+    /// or hang.
+    #[test]
+    fn garbage_never_panics() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let good = build(&entries(40), 3).data().to_vec();
+        for round in 0..3000 {
+            let data: Vec<u8> = if round % 2 == 0 {
+                let mut d = good.clone();
+                for _ in 0..rng.gen_range(1..4) {
+                    let i = rng.gen_range(0..d.len());
+                    d[i] = rng.gen();
+                }
+                d
+            } else {
+                let n = rng.gen_range(0..64);
+                (0..n).map(|_| rng.gen()).collect()
+            };
+            let Ok(block) = Block::new(data) else {
+                continue;
+            };
+            let mut it = BlockIter::new(Arc::new(block), bytewise);
+            it.seek_to_first();
+            let mut steps = 0;
+            while it.valid() && steps < 1000 {
+                it.next();
+                steps += 1;
+            }
+            it.seek_to_last();
+            steps = 0;
+            while it.valid() && steps < 1000 {
+                it.prev();
+                steps += 1;
+            }
+            it.seek(b"key00040");
+            it.seek_for_prev(b"key00041");
+        }
+    }
+}

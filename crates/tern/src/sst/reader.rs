@@ -1,0 +1,309 @@
+//! Opening and reading a table.
+
+use std::cmp::Ordering;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::TableIter;
+use crate::cache::BlockCache;
+use crate::error::{DecodeError, Error, IoContext, Result};
+use crate::format::block::{Block, BlockIter};
+use crate::format::bloom::BloomFilter;
+use crate::format::internal_key;
+use crate::format::table::{
+    check_block, decompress, BlockHandle, Footer, TableProperties, BLOCK_TRAILER_LEN, FOOTER_LEN,
+    MAX_BLOCK_SIZE,
+};
+use crate::io::{FsRef, RandomAccessFile};
+use crate::options::Compression;
+
+/// An open, immutable table. Shared between readers with `Arc`.
+pub struct Table {
+    file: Arc<dyn RandomAccessFile>,
+    path: PathBuf,
+    file_number: u64,
+    file_size: u64,
+    /// End of the data area: data block handles must end at or before it.
+    data_end: u64,
+    index: Arc<Block>,
+    index_offset: u64,
+    filter: Option<Vec<u8>>,
+    props: TableProperties,
+    cache: Option<Arc<BlockCache>>,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("path", &self.path)
+            .field("file_number", &self.file_number)
+            .field("file_size", &self.file_size)
+            .finish()
+    }
+}
+
+impl Table {
+    /// Opens the table at `path`, reading and verifying its footer, index,
+    /// filter and properties. Blocks read later go through `cache` if given.
+    pub fn open(
+        fs: &FsRef,
+        path: &Path,
+        file_number: u64,
+        cache: Option<Arc<BlockCache>>,
+    ) -> Result<Arc<Table>> {
+        let file = fs.open(path).ctx(path)?;
+        let file_size = file.len();
+        let corrupt = |offset: u64, reason: &str| Error::corruption(path, offset, reason);
+        if file_size < FOOTER_LEN as u64 {
+            return Err(corrupt(0, "file too short to be a table"));
+        }
+        let footer_offset = file_size - FOOTER_LEN as u64;
+        let mut buf = [0u8; FOOTER_LEN];
+        file.read_exact_at(footer_offset, &mut buf).ctx(path)?;
+        let footer =
+            Footer::decode(&buf).map_err(|e| block_err(path, footer_offset, "footer", e))?;
+
+        // Metadata blocks must lie before the footer.
+        let check_handle = |h: BlockHandle, what: &str| -> Result<()> {
+            match h.end() {
+                Some(end) if end <= footer_offset => Ok(()),
+                _ => Err(corrupt(
+                    footer_offset,
+                    &format!("{what} block handle out of range"),
+                )),
+            }
+        };
+        check_handle(footer.index, "index")?;
+        check_handle(footer.properties, "properties")?;
+        if let Some(f) = footer.filter {
+            check_handle(f, "filter")?;
+        }
+        let mut data_end = footer.index.offset.min(footer.properties.offset);
+        if let Some(f) = footer.filter {
+            data_end = data_end.min(f.offset);
+        }
+
+        let read_meta = |h: BlockHandle| -> Result<Vec<u8>> {
+            read_block_contents(&*file, path, h, MAX_BLOCK_SIZE)
+        };
+        let props_data = read_meta(footer.properties)?;
+        let props = TableProperties::decode(&props_data)
+            .map_err(|e| block_err(path, footer.properties.offset, "properties block", e))?;
+        let index = Block::new(read_meta(footer.index)?)
+            .map_err(|e| block_err(path, footer.index.offset, "index block", e))?;
+        let filter = match footer.filter {
+            Some(h) => {
+                let data = read_meta(h)?;
+                BloomFilter::new(&data)
+                    .map_err(|e| block_err(path, h.offset, "filter block", e))?;
+                Some(data)
+            }
+            None => None,
+        };
+
+        Ok(Arc::new(Table {
+            file,
+            path: path.to_path_buf(),
+            file_number,
+            file_size,
+            data_end,
+            index: Arc::new(index),
+            index_offset: footer.index.offset,
+            filter,
+            props,
+            cache,
+        }))
+    }
+
+    /// Statistics and metadata stored in the table.
+    pub fn properties(&self) -> &TableProperties {
+        &self.props
+    }
+
+    /// The table's file number.
+    pub fn file_number(&self) -> u64 {
+        self.file_number
+    }
+
+    /// The table's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size of the file in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+
+    /// False when the bloom filter rules out `user_key`.
+    pub fn may_contain(&self, user_key: &[u8]) -> bool {
+        match &self.filter {
+            // Checked at open.
+            Some(f) => BloomFilter::new(f).map_or(true, |f| f.may_contain(user_key)),
+            None => true,
+        }
+    }
+
+    /// Finds the first entry whose internal key is `>= lookup` (an internal
+    /// seek key) and returns it if it has the same user key as `lookup`.
+    pub fn get(&self, lookup: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let user_key = internal_key::user_key(lookup);
+        if !self.may_contain(user_key) {
+            return Ok(None);
+        }
+        let mut index = self.index_iter();
+        index.seek(lookup);
+        loop {
+            if !index.valid() {
+                index.status().map_err(|e| self.index_err(e))?;
+                return Ok(None);
+            }
+            let handle = self.decode_handle(index.value())?;
+            let block = self.read_block(handle, true)?;
+            let mut it = BlockIter::new(block, internal_key::compare);
+            it.seek(lookup);
+            if it.valid() {
+                if internal_key::user_key(it.key()) == user_key {
+                    return Ok(Some((it.key().to_vec(), it.value().to_vec())));
+                }
+                return Ok(None);
+            }
+            it.status()
+                .map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
+            // The index key may be a separator above the block's last key:
+            // the entry sought then starts the next block.
+            index.next();
+        }
+    }
+
+    /// An iterator over all entries.
+    pub fn iter(self: &Arc<Self>) -> TableIter {
+        TableIter::new(Arc::clone(self))
+    }
+
+    /// Reads every data block, checking checksums, structure and key order,
+    /// and returns the number of entries seen.
+    pub fn verify(&self) -> Result<u64> {
+        let mut index = self.index_iter();
+        index.seek_to_first();
+        let mut count = 0u64;
+        let mut prev: Vec<u8> = Vec::new();
+        let mut prev_index_key: Vec<u8> = Vec::new();
+        while index.valid() {
+            if !prev_index_key.is_empty()
+                && internal_key::compare(&prev_index_key, index.key()) != Ordering::Less
+            {
+                return Err(self.index_err(DecodeError::new(0, "index keys out of order")));
+            }
+            let handle = self.decode_handle(index.value())?;
+            let block = self.read_block(handle, false)?;
+            let mut it = BlockIter::new(block, internal_key::compare);
+            it.seek_to_first();
+            let bad = |reason: &str| Error::corruption(&self.path, handle.offset, reason);
+            while it.valid() {
+                let key = it.key();
+                internal_key::parse(key)
+                    .map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
+                if count > 0 && internal_key::compare(&prev, key) != Ordering::Less {
+                    return Err(bad("keys out of order"));
+                }
+                if internal_key::compare(key, index.key()) == Ordering::Greater {
+                    return Err(bad("key above its index entry"));
+                }
+                prev.clear();
+                prev.extend_from_slice(key);
+                count += 1;
+                it.next();
+            }
+            it.status()
+                .map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
+            prev_index_key.clear();
+            prev_index_key.extend_from_slice(index.key());
+            index.next();
+        }
+        index.status().map_err(|e| self.index_err(e))?;
+        if count != self.props.num_entries {
+            return Err(Error::corruption(
+                &self.path,
+                self.index_offset,
+                format!(
+                    "table holds {count} entries, properties say {}",
+                    self.props.num_entries
+                ),
+            ));
+        }
+        Ok(count)
+    }
+
+    pub(crate) fn index_iter(&self) -> BlockIter {
+        BlockIter::new(Arc::clone(&self.index), internal_key::compare)
+    }
+
+    pub(crate) fn index_err(&self, e: DecodeError) -> Error {
+        block_err(&self.path, self.index_offset, "index block", e)
+    }
+
+    /// Decodes an index value into a data block handle within the data area.
+    pub(crate) fn decode_handle(&self, value: &[u8]) -> Result<BlockHandle> {
+        let h = BlockHandle::decode(value).map_err(|e| self.index_err(e))?;
+        match h.end() {
+            Some(end) if end <= self.data_end => Ok(h),
+            _ => Err(Error::corruption(
+                &self.path,
+                self.index_offset,
+                format!("data block handle {}+{} out of range", h.offset, h.size),
+            )),
+        }
+    }
+
+    /// The decoded data block at `handle`, from the cache when possible.
+    pub(crate) fn read_block(&self, handle: BlockHandle, use_cache: bool) -> Result<Arc<Block>> {
+        let cache = if use_cache { self.cache.as_ref() } else { None };
+        if let Some(c) = cache {
+            if let Some(b) = c.get(self.file_number, handle.offset) {
+                return Ok(b);
+            }
+        }
+        let data = read_block_contents(&*self.file, &self.path, handle, MAX_BLOCK_SIZE)?;
+        let block =
+            Block::new(data).map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
+        let block = Arc::new(block);
+        if let Some(c) = cache {
+            c.insert(self.file_number, handle.offset, Arc::clone(&block));
+        }
+        Ok(block)
+    }
+}
+
+/// A corruption error at a block's offset; the position inside the block
+/// goes into the reason.
+fn block_err(path: &Path, block_offset: u64, what: &str, e: DecodeError) -> Error {
+    Error::corruption(
+        path,
+        block_offset,
+        format!("{what}: {} (at byte {} of it)", e.reason, e.offset),
+    )
+}
+
+/// Reads a block and its trailer, verifies the checksum and decompresses.
+fn read_block_contents(
+    file: &dyn RandomAccessFile,
+    path: &Path,
+    handle: BlockHandle,
+    max_len: usize,
+) -> Result<Vec<u8>> {
+    let len = usize::try_from(handle.size)
+        .ok()
+        .and_then(|n| n.checked_add(BLOCK_TRAILER_LEN))
+        .filter(|&n| (n as u64) <= file.len())
+        .ok_or_else(|| Error::corruption(path, handle.offset, "block size out of range"))?;
+    let mut raw = vec![0u8; len];
+    file.read_exact_at(handle.offset, &mut raw).ctx(path)?;
+    let (contents, ctype) =
+        check_block(&raw).map_err(|e| block_err(path, handle.offset, "block", e))?;
+    if ctype == Compression::None {
+        raw.truncate(contents.len());
+        return Ok(raw);
+    }
+    decompress(ctype, contents, max_len).map_err(|e| block_err(path, handle.offset, "block", e))
+}

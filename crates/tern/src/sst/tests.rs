@@ -1,0 +1,448 @@
+//! Table tests against a sorted-vector model.
+
+use std::cmp::Ordering;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::cache::BlockCache;
+use crate::error::Error;
+use crate::format::internal_key::{
+    compare, make_internal_key, seek_key, user_key, ValueKind, MAX_SEQ,
+};
+use crate::format::table::{BlockHandle, BLOCK_TRAILER_LEN, FOOTER_LEN};
+use crate::io::{FsRef, PosixFs};
+use crate::iter::InternalIterator;
+use crate::options::Compression;
+
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn random_entries(rng: &mut StdRng, n: usize, max_value: usize) -> Entries {
+    let mut set = std::collections::BTreeSet::new();
+    while set.len() < n {
+        let uk_len = rng.gen_range(1..12);
+        // A small alphabet so user keys share prefixes and repeat.
+        let uk: Vec<u8> = (0..uk_len).map(|_| b'a' + rng.gen_range(0..4u8)).collect();
+        let seq = rng.gen_range(1..1000u64);
+        set.insert((uk, seq));
+    }
+    let mut v: Entries = set
+        .into_iter()
+        .map(|(uk, seq)| {
+            let kind = match rng.gen_range(0..10) {
+                0 => ValueKind::Delete,
+                1 => ValueKind::BlobRef,
+                _ => ValueKind::Value,
+            };
+            let vlen = if kind == ValueKind::Delete {
+                0
+            } else {
+                rng.gen_range(0..=max_value)
+            };
+            let val: Vec<u8> = (0..vlen)
+                .map(|i| (i % 23) as u8 + rng.gen_range(0..2u8))
+                .collect();
+            (make_internal_key(&uk, seq, kind), val)
+        })
+        .collect();
+    v.sort_by(|a, b| compare(&a.0, &b.0));
+    v
+}
+
+fn build(fs: &FsRef, path: &Path, opts: TableOptions, entries: &Entries) -> TableSummary {
+    let file = fs.create(path).unwrap();
+    let mut b = TableBuilder::new(file, path.to_path_buf(), opts);
+    for (k, v) in entries {
+        b.add(k, v).unwrap();
+    }
+    assert_eq!(b.num_entries(), entries.len() as u64);
+    let est = b.estimated_size();
+    let s = b.finish().unwrap();
+    // The open block is counted uncompressed, the finished file adds metadata.
+    assert!(entries.is_empty() || est > 0);
+    s
+}
+
+fn setup() -> (tempfile::TempDir, FsRef) {
+    (tempfile::tempdir().unwrap(), PosixFs::shared())
+}
+
+/// First model index with key >= target.
+fn lower_bound(entries: &Entries, target: &[u8]) -> usize {
+    entries.partition_point(|(k, _)| compare(k, target) == Ordering::Less)
+}
+
+fn check_against_model(table: &Arc<Table>, entries: &Entries, rng: &mut StdRng) {
+    // Forward.
+    let mut it = table.iter();
+    it.seek_to_first();
+    for (k, v) in entries {
+        assert!(it.valid());
+        assert_eq!((it.key(), it.value()), (&k[..], &v[..]));
+        it.next();
+    }
+    assert!(!it.valid());
+    it.status().unwrap();
+    // Backward.
+    it.seek_to_last();
+    for (k, v) in entries.iter().rev() {
+        assert!(it.valid());
+        assert_eq!((it.key(), it.value()), (&k[..], &v[..]));
+        it.prev();
+    }
+    assert!(!it.valid());
+    it.status().unwrap();
+
+    // Point lookups of every entry, and of the newest version.
+    for (i, (k, v)) in entries.iter().enumerate() {
+        let got = table.get(k).unwrap().unwrap();
+        assert_eq!((&got.0, &got.1), (k, v));
+        let uk = user_key(k);
+        if i == 0 || user_key(&entries[i - 1].0) != uk {
+            let got = table.get(&seek_key(uk, MAX_SEQ)).unwrap().unwrap();
+            assert_eq!(&got.0, k);
+        }
+    }
+    // Random seeks, seek_for_prev, lookups of absent keys, mixed directions.
+    for _ in 0..300 {
+        let uk: Vec<u8> = (0..rng.gen_range(0..13))
+            .map(|_| b'a' + rng.gen_range(0..5u8))
+            .collect();
+        let target = seek_key(&uk, rng.gen_range(0..1100));
+        let pos = lower_bound(entries, &target);
+
+        it.seek(&target);
+        if pos < entries.len() {
+            assert_eq!(it.key(), &entries[pos].0[..]);
+            // A few steps in both directions.
+            let mut p = pos;
+            for _ in 0..rng.gen_range(0..20) {
+                if rng.gen_bool(0.5) {
+                    it.next();
+                    p += 1;
+                } else {
+                    it.prev();
+                    if p == 0 {
+                        assert!(!it.valid());
+                        break;
+                    }
+                    p -= 1;
+                }
+                if p >= entries.len() {
+                    assert!(!it.valid());
+                    break;
+                }
+                assert_eq!(it.key(), &entries[p].0[..]);
+            }
+        } else {
+            assert!(!it.valid());
+        }
+
+        it.seek_for_prev(&target);
+        let prev_pos = entries.partition_point(|(k, _)| compare(k, &target) != Ordering::Greater);
+        if prev_pos == 0 {
+            assert!(!it.valid());
+        } else {
+            assert_eq!(it.key(), &entries[prev_pos - 1].0[..]);
+        }
+
+        let expect = entries
+            .get(pos)
+            .filter(|(k, _)| user_key(k) == &uk[..])
+            .cloned();
+        assert_eq!(table.get(&target).unwrap(), expect);
+        it.status().unwrap();
+    }
+    assert_eq!(table.verify().unwrap(), entries.len() as u64);
+}
+
+#[test]
+fn build_open_get_iterate_vs_model() {
+    let (dir, fs) = setup();
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut n = 0;
+    for compression in [Compression::None, Compression::Lz4, Compression::Zstd] {
+        for (block_size, restart_interval, bloom, count, max_value) in [
+            (4096, 16, 10, 3000, 100),
+            (256, 1, 0, 800, 40),
+            (64, 3, 5, 500, 300),
+            (1 << 16, 16, 10, 2000, 20),
+        ] {
+            let entries = random_entries(&mut rng, count, max_value);
+            let path = dir.path().join(format!("{n:06}.sst"));
+            let opts = TableOptions {
+                block_size,
+                restart_interval,
+                bloom_bits_per_key: bloom,
+                compression,
+            };
+            let s = build(&fs, &path, opts, &entries);
+            assert_eq!(s.num_entries, entries.len() as u64);
+            assert_eq!(s.smallest, entries[0].0);
+            assert_eq!(&s.largest, &entries.last().unwrap().0);
+            let dels = entries
+                .iter()
+                .filter(|(k, _)| {
+                    crate::format::internal_key::parse(k).unwrap().kind == ValueKind::Delete
+                })
+                .count();
+            assert_eq!(s.num_deletions, dels as u64);
+            assert_eq!(s.file_size, fs.file_size(&path).unwrap());
+
+            let cache = (n % 2 == 0).then(|| BlockCache::new(1 << 20));
+            let table = Table::open(&fs, &path, n, cache).unwrap();
+            let p = table.properties();
+            assert_eq!(p.num_entries, entries.len() as u64);
+            assert_eq!(p.compression, compression);
+            assert_eq!(p.format_version, 1);
+            assert_eq!(
+                (p.smallest_seq, p.largest_seq),
+                (s.smallest_seq, s.largest_seq)
+            );
+            assert!(p.num_data_blocks >= 1);
+            assert_eq!(table.file_size(), s.file_size);
+            assert_eq!(table.file_number(), n);
+            assert_eq!(table.path(), path);
+            if compression != Compression::None && block_size >= 4096 {
+                assert!(
+                    p.data_size < p.raw_key_size + p.raw_value_size,
+                    "{compression:?}"
+                );
+            }
+            check_against_model(&table, &entries, &mut rng);
+            n += 1;
+        }
+    }
+}
+
+#[test]
+fn empty_table() {
+    let (dir, fs) = setup();
+    let path = dir.path().join("empty.sst");
+    let s = build(&fs, &path, TableOptions::default(), &Vec::new());
+    assert_eq!(s.num_entries, 0);
+    let t = Table::open(&fs, &path, 1, None).unwrap();
+    let mut it = t.iter();
+    it.seek_to_first();
+    assert!(!it.valid());
+    it.seek_to_last();
+    assert!(!it.valid());
+    it.seek(b"a\0\0\0\0\0\0\0\0");
+    assert!(!it.valid());
+    it.status().unwrap();
+    assert_eq!(t.get(&seek_key(b"a", 5)).unwrap(), None);
+    assert_eq!(t.verify().unwrap(), 0);
+}
+
+#[test]
+fn large_values_and_blob_files() {
+    let (dir, fs) = setup();
+    let path = dir.path().join("big.sst");
+    let file = fs.create(&path).unwrap();
+    let mut b = TableBuilder::new(
+        file,
+        path.clone(),
+        TableOptions {
+            compression: Compression::Lz4,
+            ..TableOptions::default()
+        },
+    );
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let k1 = make_internal_key(b"a", 1, ValueKind::Value);
+    let k2 = make_internal_key(b"b", 2, ValueKind::BlobRef);
+    b.add(&k1, &big).unwrap();
+    b.add(&k2, b"ref").unwrap();
+    b.add_blob_file(9);
+    b.add_blob_file(4);
+    b.add_blob_file(9);
+    // Out of order and malformed keys are refused.
+    assert!(matches!(b.add(&k1, b"x"), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        b.add(b"short", b"x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    b.finish().unwrap();
+    let t = Table::open(&fs, &path, 1, None).unwrap();
+    assert_eq!(t.get(&k1).unwrap().unwrap().1, big);
+    assert_eq!(t.properties().blob_files, vec![4, 9]);
+    assert_eq!(t.properties().num_blob_refs, 1);
+    assert_eq!(t.verify().unwrap(), 2);
+}
+
+/// Handles of all data blocks, in order.
+fn data_blocks(t: &Table) -> Vec<BlockHandle> {
+    let mut idx = t.index_iter();
+    idx.seek_to_first();
+    let mut v = Vec::new();
+    while idx.valid() {
+        v.push(BlockHandle::decode(idx.value()).unwrap());
+        idx.next();
+    }
+    v
+}
+
+fn flip_byte(path: &Path, pos: u64) {
+    let mut data = std::fs::read(path).unwrap();
+    data[pos as usize] ^= 0x40;
+    std::fs::write(path, data).unwrap();
+}
+
+fn assert_corruption_at(e: Error, path: &Path, offset: u64) {
+    match e {
+        Error::Corruption {
+            file, offset: o, ..
+        } => {
+            assert_eq!((file.as_path(), o), (path, offset));
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+}
+
+#[test]
+fn flipped_byte_in_data_block_is_corruption() {
+    for compression in [Compression::None, Compression::Zstd] {
+        let (dir, fs) = setup();
+        let mut rng = StdRng::seed_from_u64(3);
+        let entries = random_entries(&mut rng, 2000, 50);
+        let path: PathBuf = dir.path().join("c.sst");
+        let opts = TableOptions {
+            compression,
+            ..TableOptions::default()
+        };
+        build(&fs, &path, opts, &entries);
+        let blocks = data_blocks(&Table::open(&fs, &path, 1, None).unwrap());
+        assert!(blocks.len() > 3);
+        let victim = blocks[2];
+        flip_byte(&path, victim.offset + victim.size / 2);
+
+        let t = Table::open(&fs, &path, 1, Some(BlockCache::new(1 << 20))).unwrap();
+        // Find an entry stored in the damaged block: the first key after
+        // the previous block's last key.
+        let mut it = t.iter();
+        it.seek_to_first();
+        while it.valid() {
+            it.next();
+        }
+        let e = it.status().unwrap_err();
+        assert_corruption_at(e, &path, victim.offset);
+
+        // Point lookups into that block fail the same way.
+        let mut hit = false;
+        for (k, _) in &entries {
+            match t.get(k) {
+                Ok(_) => {}
+                Err(e) => {
+                    assert_corruption_at(e, &path, victim.offset);
+                    hit = true;
+                }
+            }
+        }
+        assert!(hit);
+        // Backward iteration also reports it.
+        let mut it = t.iter();
+        it.seek_to_last();
+        while it.valid() {
+            it.prev();
+        }
+        assert_corruption_at(it.status().unwrap_err(), &path, victim.offset);
+        assert_corruption_at(t.verify().unwrap_err(), &path, victim.offset);
+    }
+}
+
+#[test]
+fn truncated_or_foreign_file_fails_open() {
+    let (dir, fs) = setup();
+    let mut rng = StdRng::seed_from_u64(4);
+    let entries = random_entries(&mut rng, 300, 20);
+    let path = dir.path().join("t.sst");
+    build(&fs, &path, TableOptions::default(), &entries);
+    let good = std::fs::read(&path).unwrap();
+
+    // Truncated: the footer is gone.
+    for cut in [1usize, 10, FOOTER_LEN, good.len() - 10] {
+        std::fs::write(&path, &good[..good.len() - cut]).unwrap();
+        let e = Table::open(&fs, &path, 1, None).unwrap_err();
+        assert!(e.is_corruption(), "cut {cut}: {e:?}");
+    }
+    // Bad magic.
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 1] ^= 0xff;
+    std::fs::write(&path, &bad).unwrap();
+    let e = Table::open(&fs, &path, 1, None).unwrap_err();
+    assert_corruption_at(e, &path, (n - FOOTER_LEN) as u64);
+    // Damaged index block (just before the footer).
+    let mut bad = good.clone();
+    bad[n - FOOTER_LEN - BLOCK_TRAILER_LEN - 2] ^= 1;
+    std::fs::write(&path, &bad).unwrap();
+    assert!(Table::open(&fs, &path, 1, None)
+        .unwrap_err()
+        .is_corruption());
+    // Not a table at all.
+    std::fs::write(&path, vec![7u8; 1000]).unwrap();
+    assert!(Table::open(&fs, &path, 1, None)
+        .unwrap_err()
+        .is_corruption());
+    std::fs::write(&path, b"tiny").unwrap();
+    assert!(Table::open(&fs, &path, 1, None)
+        .unwrap_err()
+        .is_corruption());
+}
+
+#[test]
+fn every_single_byte_flip_is_detected_or_harmless() {
+    let (dir, fs) = setup();
+    let mut rng = StdRng::seed_from_u64(5);
+    let entries = random_entries(&mut rng, 60, 10);
+    let path = dir.path().join("f.sst");
+    let opts = TableOptions {
+        block_size: 128,
+        ..TableOptions::default()
+    };
+    build(&fs, &path, opts, &entries);
+    let good = std::fs::read(&path).unwrap();
+    for i in 0..good.len() {
+        let mut bad = good.clone();
+        bad[i] ^= 0x01;
+        std::fs::write(&path, &bad).unwrap();
+        match Table::open(&fs, &path, 1, None) {
+            Err(e) => assert!(e.is_corruption(), "byte {i}: {e:?}"),
+            Ok(t) => {
+                // Data damage must be reported, never returned as data.
+                assert!(t.verify().is_err(), "byte {i} undetected");
+            }
+        }
+    }
+}
+
+#[test]
+fn block_cache_hits_counted() {
+    let (dir, fs) = setup();
+    let mut rng = StdRng::seed_from_u64(6);
+    let entries = random_entries(&mut rng, 1000, 30);
+    let path = dir.path().join("h.sst");
+    build(&fs, &path, TableOptions::default(), &entries);
+    let cache = BlockCache::new(8 << 20);
+    let t = Table::open(&fs, &path, 7, Some(Arc::clone(&cache))).unwrap();
+    let (k, _) = &entries[500];
+    t.get(k).unwrap().unwrap();
+    assert_eq!((cache.hits(), cache.misses()), (0, 1));
+    t.get(k).unwrap().unwrap();
+    assert_eq!((cache.hits(), cache.misses()), (1, 1));
+    // A full scan reads each block once more through the cache.
+    let blocks = data_blocks(&t).len() as u64;
+    let mut it = t.iter();
+    it.seek_to_first();
+    while it.valid() {
+        it.next();
+    }
+    assert_eq!(cache.hits() + cache.misses(), 2 + blocks);
+    assert_eq!(cache.misses(), blocks);
+    assert_eq!(cache.len() as u64, blocks);
+    // verify() bypasses the cache.
+    t.verify().unwrap();
+    assert_eq!(cache.hits() + cache.misses(), 2 + blocks);
+}
