@@ -179,6 +179,12 @@ impl BlockCompressor {
     }
 }
 
+thread_local! {
+    /// One reusable zstd decompression context per thread.
+    static ZSTD_DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Decompresses block contents stored with `ctype`. Rejects sizes above
 /// `max_len` (and above what the compressed input could possibly expand to)
 /// before allocating.
@@ -227,8 +233,17 @@ pub fn decompress(ctype: Compression, data: &[u8], max_len: usize) -> Result<Vec
             }
             let size = size as usize;
             let mut out = Vec::with_capacity(size);
-            let n = zstd::bulk::Decompressor::new()
-                .and_then(|mut d| d.decompress_to_buffer(payload, &mut out))
+            let n = ZSTD_DCTX
+                .with(|cell| {
+                    let mut slot = cell.borrow_mut();
+                    if slot.is_none() {
+                        *slot = Some(zstd::bulk::Decompressor::new()?);
+                    }
+                    match slot.as_mut() {
+                        Some(d) => d.decompress_to_buffer(payload, &mut out),
+                        None => Err(std::io::Error::other("no zstd context")),
+                    }
+                })
                 .map_err(|e| DecodeError::new(r.pos(), format!("zstd: {e}")))?;
             if n != size || out.len() != size {
                 return Err(DecodeError::new(0, "zstd size mismatch"));

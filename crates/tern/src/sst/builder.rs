@@ -11,6 +11,7 @@ use crate::format::bloom::BloomBuilder;
 use crate::format::internal_key::{self, ValueKind, KIND_FOR_SEEK, MAX_SEQ};
 use crate::format::table::{
     block_trailer, BlockCompressor, BlockHandle, Footer, TableProperties, FORMAT_VERSION,
+    MAX_BLOCK_SIZE,
 };
 use crate::io::WritableFile;
 use crate::options::Compression;
@@ -113,8 +114,18 @@ impl TableBuilder {
                 "table keys must be added in strictly increasing order".into(),
             ));
         }
-        if value.len() > u32::MAX as usize || ikey.len() > u32::MAX as usize {
-            return Err(Error::InvalidArgument("entry too large for a table".into()));
+        // Every block must stay readable (see MAX_BLOCK_SIZE).
+        let entry_size = ikey.len().saturating_add(value.len()).saturating_add(16);
+        if entry_size > MAX_ENTRY_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "entry of {} bytes too large for a table (limit {MAX_ENTRY_SIZE})",
+                ikey.len() + value.len()
+            )));
+        }
+        if !self.data_block.is_empty()
+            && self.data_block.estimated_size() + entry_size + 4 > MAX_BLOCK_SIZE
+        {
+            self.flush_data_block()?;
         }
         if let Some(handle) = self.pending_handle.take() {
             let sep = shortest_separator(&self.last_key, ikey);
@@ -299,6 +310,11 @@ fn write_block(
     *offset += block_disk_size(handle);
     Ok(handle)
 }
+
+/// Largest internal key plus value accepted by [`TableBuilder::add`]: one
+/// entry must fit in a block a reader accepts, with room for the restart
+/// array.
+pub const MAX_ENTRY_SIZE: usize = MAX_BLOCK_SIZE - 64;
 
 /// The trailer of the smallest internal key of a user key.
 const SEEK_TRAILER: u64 = (MAX_SEQ << 8) | KIND_FOR_SEEK as u64;

@@ -18,7 +18,7 @@ mod reader;
 mod tests;
 
 pub use crate::format::table::TableProperties;
-pub use builder::{TableBuilder, TableSummary};
+pub use builder::{TableBuilder, TableSummary, MAX_ENTRY_SIZE};
 pub use iter::TableIter;
 pub use reader::Table;
 

@@ -446,3 +446,26 @@ fn block_cache_hits_counted() {
     t.verify().unwrap();
     assert_eq!(cache.hits() + cache.misses(), 2 + blocks);
 }
+
+#[test]
+fn thread_safety() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<TableBuilder>();
+    send::<Arc<Table>>();
+    sync::<Table>();
+    send::<TableIter>();
+    sync::<BlockCache>();
+}
+
+#[test]
+fn oversized_entry_refused() {
+    let (dir, fs) = setup();
+    let path = dir.path().join("o.sst");
+    let mut b = TableBuilder::new(fs.create(&path).unwrap(), path, TableOptions::default());
+    let k = make_internal_key(b"k", 1, ValueKind::Value);
+    let huge = vec![0u8; builder::MAX_ENTRY_SIZE];
+    assert!(matches!(b.add(&k, &huge), Err(Error::InvalidArgument(_))));
+    b.add(&k, b"small").unwrap();
+    assert_eq!(b.finish().unwrap().num_entries, 1);
+}
