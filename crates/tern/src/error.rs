@@ -41,7 +41,9 @@ pub enum Error {
     Closed,
     /// An earlier write or sync failed, so the database refuses further writes
     /// until it is reopened (the on-disk state after a failed fsync is unknown).
-    #[error("the database refuses writes after an earlier I/O failure ({0}); reopen it to recover")]
+    #[error(
+        "the database refuses writes after an earlier I/O failure ({0}); reopen it to recover"
+    )]
     Poisoned(String),
     /// Another process holds the database lock, or a resource is temporarily busy.
     #[error("busy: {0}")]

@@ -20,8 +20,8 @@ pub mod sst;
 pub mod version;
 pub mod wal;
 
+pub use db::{Db, Snapshot, Stats};
 pub use error::{Error, Result};
 pub use format::write_batch::WriteBatch;
-pub use options::{Compression, Options, ReadOptions, WriteOptions};
-pub use db::{Db, Snapshot, Stats};
 pub use iter::DbIterator;
+pub use options::{Compression, Options, ReadOptions, WriteOptions};

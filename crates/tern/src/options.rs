@@ -119,7 +119,10 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("write_buffer_size", &self.write_buffer_size)
             .field("max_write_buffer_number", &self.max_write_buffer_number)
-            .field("level0_file_num_compaction_trigger", &self.level0_file_num_compaction_trigger)
+            .field(
+                "level0_file_num_compaction_trigger",
+                &self.level0_file_num_compaction_trigger,
+            )
             .field("max_bytes_for_level_base", &self.max_bytes_for_level_base)
             .field("target_file_size", &self.target_file_size)
             .field("compression_per_level", &self.compression_per_level)

@@ -69,7 +69,9 @@ impl CompactionJob {
         let res = self.run_inner(ctx, &mut out);
         if res.is_err() {
             for f in &out.files {
-                let _ = ctx.fs.remove_file(&self.dir.join(table_file_name(f.number)));
+                let _ = ctx
+                    .fs
+                    .remove_file(&self.dir.join(table_file_name(f.number)));
             }
         }
         res.map(|()| out)
@@ -93,7 +95,11 @@ impl CompactionJob {
         while iter.valid() {
             let key = iter.key();
             let parsed = internal_key::parse(key).map_err(|e| {
-                Error::corruption(&self.dir, 0, format!("bad internal key in compaction input: {e}"))
+                Error::corruption(
+                    &self.dir,
+                    0,
+                    format!("bad internal key in compaction input: {e}"),
+                )
             })?;
             out.entries_read += 1;
             let new_key = !have_key || parsed.user_key != current_key.as_slice();
@@ -103,7 +109,10 @@ impl CompactionJob {
                 have_key = true;
                 last_stripe = usize::MAX;
                 // Cut outputs only between user keys, so levels never split a key.
-                if builder.as_ref().is_some_and(|b| b.2.estimated_size() >= self.target_file_size) {
+                if builder
+                    .as_ref()
+                    .is_some_and(|b| b.2.estimated_size() >= self.target_file_size)
+                {
                     if let Some(b) = builder.take() {
                         out.files.push(finish(b)?);
                     }

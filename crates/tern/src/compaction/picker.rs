@@ -32,14 +32,21 @@ pub struct CompactionPlan {
 }
 
 impl CompactionPlan {
-    fn new(v: &Version, level: usize, output_level: usize, inputs: Vec<FileRef>, score: f64) -> Self {
+    fn new(
+        v: &Version,
+        level: usize,
+        output_level: usize,
+        inputs: Vec<FileRef>,
+        score: f64,
+    ) -> Self {
         let (lo, hi) = user_range(&inputs);
         let output_level_inputs = if output_level == level {
             Vec::new()
         } else {
             v.overlapping(output_level, lo.as_deref(), hi.as_deref())
         };
-        let trivial_move = inputs.len() == 1 && output_level_inputs.is_empty() && output_level != level;
+        let trivial_move =
+            inputs.len() == 1 && output_level_inputs.is_empty() && output_level != level;
         CompactionPlan {
             level,
             output_level,
@@ -58,8 +65,16 @@ impl CompactionPlan {
 
 /// Smallest and largest user key over `files`.
 pub fn user_range(files: &[FileRef]) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
-    let lo = files.iter().map(|f| user_key(&f.smallest)).min().map(<[u8]>::to_vec);
-    let hi = files.iter().map(|f| user_key(&f.largest)).max().map(<[u8]>::to_vec);
+    let lo = files
+        .iter()
+        .map(|f| user_key(&f.smallest))
+        .min()
+        .map(<[u8]>::to_vec);
+    let hi = files
+        .iter()
+        .map(|f| user_key(&f.largest))
+        .max()
+        .map(<[u8]>::to_vec);
     (lo, hi)
 }
 
@@ -94,13 +109,23 @@ pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
 
 /// A manual compaction of `[lo, hi]` (None = unbounded) out of `level`, or
 /// None when the level holds nothing in range.
-pub fn plan_range(v: &Version, opts: &Options, level: usize, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Option<CompactionPlan> {
+pub fn plan_range(
+    v: &Version,
+    opts: &Options,
+    level: usize,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+) -> Option<CompactionPlan> {
     if level + 1 >= NUM_LEVELS {
         return None;
     }
     let inputs = if level == 0 {
         let any = v.levels[0].iter().any(|f| file_overlaps(f, lo, hi));
-        if any { v.levels[0].clone() } else { Vec::new() }
+        if any {
+            v.levels[0].clone()
+        } else {
+            Vec::new()
+        }
     } else {
         v.overlapping(level, lo, hi)
     };
@@ -146,7 +171,12 @@ mod tests {
         v.levels[6].push(file(9, "c", "d", 1000));
         v.levels[6].push(file(10, "x", "z", 1000));
         let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
-        let plan = pick(&PickerInput { version: &v, opts: &opts, compact_pointers: &ptrs }).unwrap();
+        let plan = pick(&PickerInput {
+            version: &v,
+            opts: &opts,
+            compact_pointers: &ptrs,
+        })
+        .unwrap();
         assert_eq!(plan.level, 0);
         assert_eq!(plan.output_level, 6);
         assert_eq!(plan.inputs.len(), 4);
@@ -160,7 +190,12 @@ mod tests {
         let mut v = Version::default();
         v.levels[0].push(file(1, "a", "b", 10));
         let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
-        assert!(pick(&PickerInput { version: &v, opts: &opts, compact_pointers: &ptrs }).is_none());
+        assert!(pick(&PickerInput {
+            version: &v,
+            opts: &opts,
+            compact_pointers: &ptrs
+        })
+        .is_none());
         let plan = plan_range(&v, &opts, 0, None, None).unwrap();
         assert!(!plan.trivial_move, "manual compaction of L0 rewrites");
         v.levels[3].push(file(2, "a", "b", 10));

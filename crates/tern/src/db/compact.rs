@@ -61,12 +61,19 @@ impl Shared {
         for f in &plan.inputs {
             edit.deleted_files.push((plan.level as u32, f.number));
         }
-        if let Some(last) = plan.inputs.iter().map(|f| &f.largest).max_by(|a, b| crate::format::internal_key::compare(a, b)) {
-            edit.compact_pointers.push((plan.level as u32, last.clone()));
+        if let Some(last) = plan
+            .inputs
+            .iter()
+            .map(|f| &f.largest)
+            .max_by(|a, b| crate::format::internal_key::compare(a, b))
+        {
+            edit.compact_pointers
+                .push((plan.level as u32, last.clone()));
         }
         if plan.trivial_move {
             for f in &plan.inputs {
-                edit.new_files.push((plan.output_level as u32, (**f).clone()));
+                edit.new_files
+                    .push((plan.output_level as u32, (**f).clone()));
             }
             self.install(edit, false)?;
             Counters::add(&self.counters.trivial_moves, 1);
@@ -74,7 +81,8 @@ impl Shared {
             return Ok(());
         }
         for f in &plan.output_level_inputs {
-            edit.deleted_files.push((plan.output_level as u32, f.number));
+            edit.deleted_files
+                .push((plan.output_level as u32, f.number));
         }
         let job = self.build_job(plan);
         let ctx = {
@@ -97,12 +105,17 @@ impl Shared {
         let outputs: Vec<u64> = output.files.iter().map(|f| f.number).collect();
         if let Err(e) = self.install(edit, true) {
             for n in outputs {
-                let _ = self.fs.remove_file(&self.dir.join(crate::wal::table_file_name(n)));
+                let _ = self
+                    .fs
+                    .remove_file(&self.dir.join(crate::wal::table_file_name(n)));
             }
             return Err(e);
         }
         Counters::add(&self.counters.compaction_bytes_read, output.bytes_read);
-        Counters::add(&self.counters.compaction_bytes_written, output.bytes_written);
+        Counters::add(
+            &self.counters.compaction_bytes_written,
+            output.bytes_written,
+        );
         Counters::add(&self.counters.compactions, 1);
         Ok(())
     }
@@ -115,7 +128,12 @@ impl Shared {
             .map(|files| {
                 files
                     .iter()
-                    .map(|f| (user_key(&f.smallest).to_vec(), user_key(&f.largest).to_vec()))
+                    .map(|f| {
+                        (
+                            user_key(&f.smallest).to_vec(),
+                            user_key(&f.largest).to_vec(),
+                        )
+                    })
                     .collect()
             })
             .collect();
@@ -134,7 +152,11 @@ impl Shared {
     /// files become obsolete (a trivial move keeps them).
     fn install(&self, mut edit: VersionEdit, rewrite: bool) -> Result<()> {
         let mut state = self.state.lock();
-        edit.last_sequence = Some(self.visible_seq.load(Ordering::Acquire).max(state.versions.last_sequence));
+        edit.last_sequence = Some(
+            self.visible_seq
+                .load(Ordering::Acquire)
+                .max(state.versions.last_sequence),
+        );
         if let Err(e) = state.versions.log_and_apply(&mut edit) {
             self.set_bg_error(&mut state, &e);
             return Err(e);

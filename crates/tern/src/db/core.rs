@@ -141,7 +141,9 @@ impl Shared {
             });
         }
         for n in state.obsolete_wals.drain(..) {
-            let _ = self.fs.remove_file(&self.dir.join(crate::wal::wal_file_name(n)));
+            let _ = self
+                .fs
+                .remove_file(&self.dir.join(crate::wal::wal_file_name(n)));
         }
     }
 }

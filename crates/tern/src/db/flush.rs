@@ -68,7 +68,9 @@ impl Shared {
             if state.flush_running {
                 return Ok(false);
             }
-            let Some(imm) = state.imms.front() else { return Ok(false) };
+            let Some(imm) = state.imms.front() else {
+                return Ok(false);
+            };
             let mem = imm.mem.clone();
             state.flush_running = true;
             (mem, state.versions.new_file_number())
@@ -84,7 +86,10 @@ impl Shared {
             }
         };
         let flushed = state.imms.pop_front();
-        let next_wal = state.imms.front().map_or(state.mem_wal_number, |i| i.wal_number);
+        let next_wal = state
+            .imms
+            .front()
+            .map_or(state.mem_wal_number, |i| i.wal_number);
         let mut edit = VersionEdit {
             log_number: Some(next_wal),
             last_sequence: Some(self.visible_seq.load(std::sync::atomic::Ordering::Acquire)),

@@ -20,14 +20,14 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
+use self::core::Shared;
 pub use self::snapshot::{Snapshot, SnapshotList};
 pub use self::stats::{LevelStats, Stats};
-use self::core::Shared;
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, seek_key, ValueKind};
 use crate::format::write_batch::WriteBatch;
-use crate::iter::{BoxedIter, DbIterator, InternalIterator, LevelIterator, MergingIterator};
+use crate::iter::{BoxedIter, DbIterator, LevelIterator, MergingIterator};
 use crate::options::{Options, ReadOptions, WriteOptions, NUM_LEVELS};
 
 /// An open Tern store.
@@ -38,7 +38,9 @@ pub struct Db {
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Db").field("dir", &self.shared.dir).finish_non_exhaustive()
+        f.debug_struct("Db")
+            .field("dir", &self.shared.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -50,7 +52,11 @@ impl Db {
     }
 
     /// Like [`Db::open`], running compactions through `executor`.
-    pub fn open_with_executor(path: impl AsRef<Path>, opts: Options, executor: Option<Arc<dyn Executor>>) -> Result<Db> {
+    pub fn open_with_executor(
+        path: impl AsRef<Path>,
+        opts: Options,
+        executor: Option<Arc<dyn Executor>>,
+    ) -> Result<Db> {
         let shared = open::open(path.as_ref(), opts, executor)?;
         let threads = background::start(&shared).map_err(|e| Error::io(path.as_ref(), e))?;
         Ok(Db {
@@ -177,12 +183,21 @@ impl Db {
         for level in 1..NUM_LEVELS {
             let files = &sv.version.levels[level];
             if !files.is_empty() {
-                children.push(Box::new(LevelIterator::new(files.clone(), self.shared.tables.clone())));
+                children.push(Box::new(LevelIterator::new(
+                    files.clone(),
+                    self.shared.tables.clone(),
+                )));
             }
         }
         let merged: BoxedIter = Box::new(MergingIterator::new(children));
         let pin: crate::iter::db_iter::Pin = sv.version.clone();
-        Ok(DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin]))
+        Ok(DbIterator::new(
+            merged,
+            seq,
+            opts.lower_bound,
+            opts.upper_bound,
+            vec![pin],
+        ))
     }
 
     /// Writes every memtable to L0 and waits for it; afterwards no WAL is
@@ -203,7 +218,9 @@ impl Db {
                 return Ok(());
             }
             self.shared.bg_work.notify_all();
-            self.shared.bg_done.wait_for(&mut state, std::time::Duration::from_millis(100));
+            self.shared
+                .bg_done
+                .wait_for(&mut state, std::time::Duration::from_millis(100));
         }
     }
 

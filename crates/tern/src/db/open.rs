@@ -21,7 +21,9 @@ use crate::format::write_batch::WriteBatch;
 use crate::memtable::MemTable;
 use crate::options::Options;
 use crate::version::VersionSet;
-use crate::wal::{parse_file_name, wal_file_name, FileType, LogKind, LogReader, LogWriter, LOCK_FILE_NAME};
+use crate::wal::{
+    parse_file_name, wal_file_name, FileType, LogKind, LogReader, LogWriter, LOCK_FILE_NAME,
+};
 
 /// Opens (or creates) the store in `dir`.
 pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> Result<Arc<Shared>> {
@@ -33,15 +35,24 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
     let lock_path = dir.join(LOCK_FILE_NAME);
     let lock = fs.lock(&lock_path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            Error::InvalidArgument(format!("{} does not exist (set create_if_missing)", dir.display()))
+            Error::InvalidArgument(format!(
+                "{} does not exist (set create_if_missing)",
+                dir.display()
+            ))
         } else {
-            Error::Busy(format!("cannot lock {}: {e}; is another process using this store?", lock_path.display()))
+            Error::Busy(format!(
+                "cannot lock {}: {e}; is another process using this store?",
+                lock_path.display()
+            ))
         }
     })?;
     let exists = fs.exists(&dir.join("CURRENT"));
     let versions = if exists {
         if opts.error_if_exists {
-            return Err(Error::InvalidArgument(format!("{} already holds a store", dir.display())));
+            return Err(Error::InvalidArgument(format!(
+                "{} already holds a store",
+                dir.display()
+            )));
         }
         VersionSet::recover(fs.clone(), dir, opts.max_manifest_file_size)?.0
     } else if opts.create_if_missing {
@@ -53,8 +64,13 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         )));
     };
 
-    let block_cache = (opts.block_cache_capacity > 0).then(|| BlockCache::new(opts.block_cache_capacity));
-    let tables = Arc::new(TableCache::new(dir.to_path_buf(), fs.clone(), block_cache.clone()));
+    let block_cache =
+        (opts.block_cache_capacity > 0).then(|| BlockCache::new(opts.block_cache_capacity));
+    let tables = Arc::new(TableCache::new(
+        dir.to_path_buf(),
+        fs.clone(),
+        block_cache.clone(),
+    ));
     let mem = Arc::new(MemTable::new(16));
     let state = State {
         versions,
@@ -120,7 +136,12 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         while let Some(rec) = reader.next_record()? {
             let batch = WriteBatch::from_bytes(rec);
             let offset = reader.last_record_offset();
-            let batch = batch.map_err(|e| e.in_file(&path, offset + crate::format::log_record::RECORD_HEADER_LEN as u64))?;
+            let batch = batch.map_err(|e| {
+                e.in_file(
+                    &path,
+                    offset + crate::format::log_record::RECORD_HEADER_LEN as u64,
+                )
+            })?;
             let mut seq = batch.seq();
             for e in batch.iter() {
                 let e = e.map_err(|e| e.in_file(&path, offset))?;
@@ -131,15 +152,19 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                         edit.new_files.push((0, meta));
                     }
                     mem = s.new_memtable(e.key.len() + e.value.len() + 128);
-                    mem.add(seq, e.kind, e.key, e.value)
-                        .map_err(|_| Error::corruption(&path, offset, "write too large for a memtable"))?;
+                    mem.add(seq, e.kind, e.key, e.value).map_err(|_| {
+                        Error::corruption(&path, offset, "write too large for a memtable")
+                    })?;
                 }
                 max_seq = max_seq.max(seq);
                 seq += 1;
             }
         }
         if let Some(at) = reader.torn_tail() {
-            tracing::warn!("tern: dropped the torn tail of {} at offset {at}", path.display());
+            tracing::warn!(
+                "tern: dropped the torn tail of {} at offset {at}",
+                path.display()
+            );
         }
     }
     let number = state.versions.new_file_number();
@@ -159,7 +184,8 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     *s.wal.lock() = Some((wal_number, writer));
     state.mem = s.new_memtable(0);
     state.mem_wal_number = wal_number;
-    s.visible_seq.store(max_seq, std::sync::atomic::Ordering::Release);
+    s.visible_seq
+        .store(max_seq, std::sync::atomic::Ordering::Release);
     s.install_super_version(&state);
     remove_orphans(s, &state, &names)?;
     Ok(())
@@ -169,7 +195,9 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
 fn remove_orphans(s: &Shared, state: &State, names: &[String]) -> Result<()> {
     let live: std::collections::HashSet<u64> = state.versions.current().file_numbers().collect();
     for name in names {
-        let Some((kind, number)) = parse_file_name(name) else { continue };
+        let Some((kind, number)) = parse_file_name(name) else {
+            continue;
+        };
         let obsolete = match kind {
             FileType::Wal => number < state.versions.log_number,
             FileType::Table => !live.contains(&number),
@@ -180,7 +208,12 @@ fn remove_orphans(s: &Shared, state: &State, names: &[String]) -> Result<()> {
         if obsolete {
             let path = s.dir.join(name);
             tracing::info!("tern: removing obsolete file {}", path.display());
-            s.fs.remove_file(&path).ctx(&path)?;
+            match s.fs.remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(path, e))
+                }
+                _ => {}
+            }
         }
     }
     Ok(())

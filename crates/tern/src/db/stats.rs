@@ -114,7 +114,8 @@ impl Stats {
 
     /// Write amplification: bytes written to tables and WAL per user byte.
     pub fn write_amplification(&self) -> f64 {
-        let written = self.wal_bytes_written + self.flush_bytes_written + self.compaction_bytes_written;
+        let written =
+            self.wal_bytes_written + self.flush_bytes_written + self.compaction_bytes_written;
         written as f64 / self.user_bytes_written.max(1) as f64
     }
 }
@@ -123,13 +124,45 @@ impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "user bytes written      {}", self.user_bytes_written)?;
         writeln!(f, "keys written            {}", self.keys_written)?;
-        writeln!(f, "wal bytes written       {} ({} syncs, {} groups)", self.wal_bytes_written, self.wal_syncs, self.write_groups)?;
-        writeln!(f, "flush bytes written     {} ({} flushes)", self.flush_bytes_written, self.flushes)?;
-        writeln!(f, "compaction read/write   {} / {} ({} jobs, {} trivial moves, {} failed)", self.compaction_bytes_read, self.compaction_bytes_written, self.compactions, self.trivial_moves, self.compaction_failures)?;
-        writeln!(f, "write amplification     {:.2}", self.write_amplification())?;
-        writeln!(f, "stall micros            {} ({} slowdowns, {} stops)", self.stall_micros, self.slowdowns, self.stops)?;
-        writeln!(f, "block cache hit/miss    {} / {}", self.block_cache_hits, self.block_cache_misses)?;
-        writeln!(f, "space: sst {} wal {} memtables {} ({} immutable)", self.sst_bytes, self.wal_bytes, self.memtable_bytes, self.immutable_memtables)?;
+        writeln!(
+            f,
+            "wal bytes written       {} ({} syncs, {} groups)",
+            self.wal_bytes_written, self.wal_syncs, self.write_groups
+        )?;
+        writeln!(
+            f,
+            "flush bytes written     {} ({} flushes)",
+            self.flush_bytes_written, self.flushes
+        )?;
+        writeln!(
+            f,
+            "compaction read/write   {} / {} ({} jobs, {} trivial moves, {} failed)",
+            self.compaction_bytes_read,
+            self.compaction_bytes_written,
+            self.compactions,
+            self.trivial_moves,
+            self.compaction_failures
+        )?;
+        writeln!(
+            f,
+            "write amplification     {:.2}",
+            self.write_amplification()
+        )?;
+        writeln!(
+            f,
+            "stall micros            {} ({} slowdowns, {} stops)",
+            self.stall_micros, self.slowdowns, self.stops
+        )?;
+        writeln!(
+            f,
+            "block cache hit/miss    {} / {}",
+            self.block_cache_hits, self.block_cache_misses
+        )?;
+        writeln!(
+            f,
+            "space: sst {} wal {} memtables {} ({} immutable)",
+            self.sst_bytes, self.wal_bytes, self.memtable_bytes, self.immutable_memtables
+        )?;
         for (i, l) in self.levels.iter().enumerate() {
             if l.files > 0 {
                 writeln!(f, "  L{i}: {} files, {} bytes", l.files, l.bytes)?;

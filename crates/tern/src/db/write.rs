@@ -56,11 +56,19 @@ fn memtable_capacity(write_buffer_size: usize, need: usize) -> usize {
 impl Shared {
     /// Creates the initial memtable for a store.
     pub fn new_memtable(&self, need: usize) -> Arc<MemTable> {
-        Arc::new(MemTable::new(memtable_capacity(self.opts.write_buffer_size, need)))
+        Arc::new(MemTable::new(memtable_capacity(
+            self.opts.write_buffer_size,
+            need,
+        )))
     }
 
     /// Commits `batch` (None: only a forced memtable switch).
-    pub fn write(&self, batch: Option<WriteBatch>, opts: WriteOptions, force_switch: bool) -> Result<()> {
+    pub fn write(
+        &self,
+        batch: Option<WriteBatch>,
+        opts: WriteOptions,
+        force_switch: bool,
+    ) -> Result<()> {
         let me = Writer::new(batch, opts, force_switch);
         let mut queue = self.queue.lock();
         queue.push_back(me.clone());
@@ -75,8 +83,15 @@ impl Shared {
         }
         // Leader: take a group from the front of the queue.
         let mut group: Vec<Arc<Writer>> = vec![me.clone()];
-        let mut bytes = me.batch.lock().as_ref().map_or(0, WriteBatch::approximate_size);
-        let max = self.opts.max_write_group_bytes.min(bytes.max(128 << 10) + (1 << 20));
+        let mut bytes = me
+            .batch
+            .lock()
+            .as_ref()
+            .map_or(0, WriteBatch::approximate_size);
+        let max = self
+            .opts
+            .max_write_group_bytes
+            .min(bytes.max(128 << 10) + (1 << 20));
         if !force_switch {
             for w in queue.iter().skip(1) {
                 let b = w.batch.lock();
@@ -150,7 +165,10 @@ impl Shared {
                 self.set_bg_error(&mut state, &e);
                 return Err(e);
             }
-            Counters::add(&self.counters.wal_bytes_written, merged.approximate_size() as u64 + 9);
+            Counters::add(
+                &self.counters.wal_bytes_written,
+                merged.approximate_size() as u64 + 9,
+            );
             if sync {
                 Counters::add(&self.counters.wal_syncs, 1);
             }
@@ -163,7 +181,10 @@ impl Shared {
             })?;
             seq += 1;
         }
-        Counters::add(&self.counters.user_bytes_written, merged.approximate_size() as u64);
+        Counters::add(
+            &self.counters.user_bytes_written,
+            merged.approximate_size() as u64,
+        );
         Counters::add(&self.counters.keys_written, merged.len() as u64);
         Counters::add(&self.counters.write_groups, 1);
         self.visible_seq.store(seq - 1, Ordering::Release);
@@ -172,7 +193,12 @@ impl Shared {
 
     /// Makes sure the active memtable has room for `need` bytes, switching
     /// it and stalling on flush/compaction debt as the triggers say.
-    pub(crate) fn make_room(&self, state: &mut MutexGuard<'_, State>, need: usize, mut force: bool) -> Result<()> {
+    pub(crate) fn make_room(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        need: usize,
+        mut force: bool,
+    ) -> Result<()> {
         let mut allow_delay = !force;
         loop {
             if let Some(e) = &state.bg_error {
@@ -186,24 +212,33 @@ impl Shared {
                 // Spread the delay over many writes instead of stopping one.
                 let start = Instant::now();
                 MutexGuard::unlocked(state, || std::thread::sleep(Duration::from_millis(1)));
-                Counters::add(&self.counters.stall_micros, start.elapsed().as_micros() as u64);
+                Counters::add(
+                    &self.counters.stall_micros,
+                    start.elapsed().as_micros() as u64,
+                );
                 Counters::add(&self.counters.slowdowns, 1);
                 allow_delay = false;
                 continue;
             }
             let used = state.mem.approximate_memory_usage();
-            let fits = used + need <= state.mem.arena_capacity() && used < self.opts.write_buffer_size;
+            let fits =
+                used + need <= state.mem.arena_capacity() && used < self.opts.write_buffer_size;
             if !force && fits {
                 return Ok(());
             }
             if force && state.mem.is_empty() {
                 return Ok(());
             }
-            if state.imms.len() + 1 >= self.opts.max_write_buffer_number || l0 >= self.opts.level0_stop_writes_trigger {
+            if state.imms.len() + 1 >= self.opts.max_write_buffer_number
+                || l0 >= self.opts.level0_stop_writes_trigger
+            {
                 let start = Instant::now();
                 self.bg_work.notify_all();
                 self.bg_done.wait_for(state, Duration::from_millis(100));
-                Counters::add(&self.counters.stall_micros, start.elapsed().as_micros() as u64);
+                Counters::add(
+                    &self.counters.stall_micros,
+                    start.elapsed().as_micros() as u64,
+                );
                 Counters::add(&self.counters.stops, 1);
                 continue;
             }

@@ -138,7 +138,10 @@ mod tests {
         assert_eq!(compare(&seek_key(b"a", 2), &a2), Ordering::Less);
         assert_eq!(compare(&seek_key(b"a", 1), &a2), Ordering::Greater);
         let p = parse(&a2).unwrap();
-        assert_eq!((p.user_key, p.seq, p.kind), (&b"a"[..], 2, ValueKind::Value));
+        assert_eq!(
+            (p.user_key, p.seq, p.kind),
+            (&b"a"[..], 2, ValueKind::Value)
+        );
         assert!(parse(b"short").is_err());
         let mut bad = a1.clone();
         let n = bad.len();

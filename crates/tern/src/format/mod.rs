@@ -2,11 +2,11 @@
 //! I/O: functions take and return byte slices, so each decoder can be fuzzed
 //! and unit-tested alone. Byte layouts are specified in `docs/format/`.
 
+pub mod block;
+pub mod bloom;
 pub mod checksum;
 pub mod coding;
 pub mod internal_key;
-pub mod block;
-pub mod bloom;
 pub mod log_record;
 pub mod table;
 pub mod version_edit;

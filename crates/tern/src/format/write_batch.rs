@@ -128,7 +128,10 @@ impl WriteBatch {
             n += 1;
         }
         if n != batch.len() {
-            return Err(DecodeError::new(8, "write batch count does not match its records"));
+            return Err(DecodeError::new(
+                8,
+                "write batch count does not match its records",
+            ));
         }
         Ok(batch)
     }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::{BoxedIter, InternalIterator};
+use super::BoxedIter;
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ};
 use crate::format::internal_key::{append_internal_key, KIND_FOR_SEEK};
@@ -50,7 +50,13 @@ pub struct DbIterator {
 
 impl DbIterator {
     /// Wraps `inner`, showing the state as of `seq`.
-    pub fn new(inner: BoxedIter, seq: SeqNo, lower: Option<Vec<u8>>, upper: Option<Vec<u8>>, pins: Vec<Pin>) -> Self {
+    pub fn new(
+        inner: BoxedIter,
+        seq: SeqNo,
+        lower: Option<Vec<u8>>,
+        upper: Option<Vec<u8>>,
+        pins: Vec<Pin>,
+    ) -> Self {
         DbIterator {
             inner,
             seq,
@@ -164,7 +170,8 @@ impl DbIterator {
             self.inner.seek(&self.scratch);
         } else {
             self.saved_key.clear();
-            self.saved_key.extend_from_slice(internal_key::user_key(self.inner.key()));
+            self.saved_key
+                .extend_from_slice(internal_key::user_key(self.inner.key()));
             self.inner.next();
         }
         self.find_next_user_entry(true);
@@ -177,10 +184,13 @@ impl DbIterator {
         }
         if self.direction == Direction::Forward {
             self.saved_key.clear();
-            self.saved_key.extend_from_slice(internal_key::user_key(self.inner.key()));
+            self.saved_key
+                .extend_from_slice(internal_key::user_key(self.inner.key()));
             loop {
                 self.inner.prev();
-                if !self.inner.valid() || internal_key::user_key(self.inner.key()) < self.saved_key.as_slice() {
+                if !self.inner.valid()
+                    || internal_key::user_key(self.inner.key()) < self.saved_key.as_slice()
+                {
                     break;
                 }
             }
@@ -269,8 +279,15 @@ impl DbIterator {
 /// Errors hold an `io::Error`, which is not `Clone`; keep kind and message.
 pub(crate) fn clone_error(e: &Error) -> Error {
     match e {
-        Error::Io { path, source } => Error::io(path.clone(), std::io::Error::new(source.kind(), source.to_string())),
-        Error::Corruption { file, offset, reason } => Error::corruption(file.clone(), *offset, reason.clone()),
+        Error::Io { path, source } => Error::io(
+            path.clone(),
+            std::io::Error::new(source.kind(), source.to_string()),
+        ),
+        Error::Corruption {
+            file,
+            offset,
+            reason,
+        } => Error::corruption(file.clone(), *offset, reason.clone()),
         Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
         Error::Closed => Error::Closed,
         Error::Poisoned(m) => Error::Poisoned(m.clone()),
@@ -320,14 +337,29 @@ mod tests {
             let mut history: Vec<(String, u64, Option<String>)> = vec![];
             for seq in 1..=60u64 {
                 let k = format!("k{:02}", rng.gen_range(0..15));
-                let v = if rng.gen_bool(0.3) { None } else { Some(format!("v{seq}")) };
-                let kind = if v.is_some() { ValueKind::Value } else { ValueKind::Delete };
-                sources[rng.gen_range(0..3)].push((ikey(&k, seq, kind), v.clone().unwrap_or_default().into_bytes()));
+                let v = if rng.gen_bool(0.3) {
+                    None
+                } else {
+                    Some(format!("v{seq}"))
+                };
+                let kind = if v.is_some() {
+                    ValueKind::Value
+                } else {
+                    ValueKind::Delete
+                };
+                sources[rng.gen_range(0..3)].push((
+                    ikey(&k, seq, kind),
+                    v.clone().unwrap_or_default().into_bytes(),
+                ));
                 history.push((k, seq, v));
             }
             let snap = rng.gen_range(0..=60u64);
-            let lower = rng.gen_bool(0.3).then(|| format!("k{:02}", rng.gen_range(0..15)).into_bytes());
-            let upper = rng.gen_bool(0.3).then(|| format!("k{:02}", rng.gen_range(0..15)).into_bytes());
+            let lower = rng
+                .gen_bool(0.3)
+                .then(|| format!("k{:02}", rng.gen_range(0..15)).into_bytes());
+            let upper = rng
+                .gen_bool(0.3)
+                .then(|| format!("k{:02}", rng.gen_range(0..15)).into_bytes());
             let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
             for (k, seq, v) in &history {
                 if *seq <= snap {
@@ -337,11 +369,22 @@ mod tests {
             let expect: Vec<_> = model
                 .into_iter()
                 .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .filter(|(k, _)| lower.as_ref().is_none_or(|l| k >= l) && upper.as_ref().is_none_or(|u| k < u))
+                .filter(|(k, _)| {
+                    lower.as_ref().is_none_or(|l| k >= l) && upper.as_ref().is_none_or(|u| k < u)
+                })
                 .collect();
             let make = || {
-                let children = sources.iter().map(|s| Box::new(VecIter::new(s.clone())) as BoxedIter).collect();
-                DbIterator::new(Box::new(MergingIterator::new(children)), snap, lower.clone(), upper.clone(), vec![])
+                let children = sources
+                    .iter()
+                    .map(|s| Box::new(VecIter::new(s.clone())) as BoxedIter)
+                    .collect();
+                DbIterator::new(
+                    Box::new(MergingIterator::new(children)),
+                    snap,
+                    lower.clone(),
+                    upper.clone(),
+                    vec![],
+                )
             };
             assert_eq!(collect_fwd(&mut make()), expect, "seed {seed} forward");
             assert_eq!(collect_bwd(&mut make()), expect, "seed {seed} backward");
@@ -363,10 +406,18 @@ mod tests {
                 let p = format!("k{probe:02}").into_bytes();
                 it.seek(&p);
                 let want = expect.iter().find(|(k, _)| *k >= p);
-                assert_eq!(it.valid().then(|| it.key().to_vec()), want.map(|w| w.0.clone()), "seed {seed} seek");
+                assert_eq!(
+                    it.valid().then(|| it.key().to_vec()),
+                    want.map(|w| w.0.clone()),
+                    "seed {seed} seek"
+                );
                 it.seek_for_prev(&p);
                 let want = expect.iter().rev().find(|(k, _)| *k <= p);
-                assert_eq!(it.valid().then(|| it.key().to_vec()), want.map(|w| w.0.clone()), "seed {seed} seek_for_prev");
+                assert_eq!(
+                    it.valid().then(|| it.key().to_vec()),
+                    want.map(|w| w.0.clone()),
+                    "seed {seed} seek_for_prev"
+                );
             }
         }
     }

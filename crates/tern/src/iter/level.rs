@@ -35,7 +35,9 @@ impl LevelIterator {
     fn open(&mut self, index: usize) -> bool {
         self.index = index;
         self.current = None;
-        let Some(f) = self.files.get(index) else { return false };
+        let Some(f) = self.files.get(index) else {
+            return false;
+        };
         match self.tables.get(f.number, f.file_size) {
             Ok(t) => {
                 self.current = Some(t.iter());
@@ -49,7 +51,11 @@ impl LevelIterator {
     }
 
     fn skip_forward(&mut self) {
-        while self.current.as_ref().is_some_and(|c| !c.valid() && c.status().is_ok()) {
+        while self
+            .current
+            .as_ref()
+            .is_some_and(|c| !c.valid() && c.status().is_ok())
+        {
             if !self.open(self.index + 1) {
                 return;
             }
@@ -60,7 +66,11 @@ impl LevelIterator {
     }
 
     fn skip_backward(&mut self) {
-        while self.current.as_ref().is_some_and(|c| !c.valid() && c.status().is_ok()) {
+        while self
+            .current
+            .as_ref()
+            .is_some_and(|c| !c.valid() && c.status().is_ok())
+        {
             if self.index == 0 || !self.open(self.index - 1) {
                 self.current = None;
                 return;

@@ -29,11 +29,15 @@ impl InternalIterator for VecIter {
         self.pos = self.items.len().checked_sub(1);
     }
     fn seek(&mut self, target: &[u8]) {
-        let i = self.items.partition_point(|(k, _)| compare(k, target) == Ordering::Less);
+        let i = self
+            .items
+            .partition_point(|(k, _)| compare(k, target) == Ordering::Less);
         self.pos = (i < self.items.len()).then_some(i);
     }
     fn seek_for_prev(&mut self, target: &[u8]) {
-        let i = self.items.partition_point(|(k, _)| compare(k, target) != Ordering::Greater);
+        let i = self
+            .items
+            .partition_point(|(k, _)| compare(k, target) != Ordering::Greater);
         self.pos = i.checked_sub(1);
     }
     fn next(&mut self) {

@@ -63,11 +63,17 @@ impl VersionBuilder {
                 }
             }
             if level == 0 {
-                list.sort_by(|a, b| b.largest_seq.cmp(&a.largest_seq).then(b.number.cmp(&a.number)));
+                list.sort_by(|a, b| {
+                    b.largest_seq
+                        .cmp(&a.largest_seq)
+                        .then(b.number.cmp(&a.number))
+                });
             } else {
                 list.sort_by(|a, b| internal_key::compare(&a.smallest, &b.smallest));
                 for w in list.windows(2) {
-                    if internal_key::user_key(&w[0].largest) >= internal_key::user_key(&w[1].smallest) {
+                    if internal_key::user_key(&w[0].largest)
+                        >= internal_key::user_key(&w[1].smallest)
+                    {
                         return Err(Error::InvalidArgument(format!(
                             "files {} and {} overlap in level {level}",
                             w[0].number, w[1].number

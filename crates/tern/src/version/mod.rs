@@ -69,15 +69,17 @@ impl Version {
 
     /// Files that may hold `ukey`, in the order they must be searched
     /// (newest data first): overlapping L0 files, then one file per level.
-    pub fn files_for_key<'a>(&'a self, ukey: &'a [u8], lookup: &'a [u8]) -> impl Iterator<Item = &'a FileRef> + 'a {
+    pub fn files_for_key<'a>(
+        &'a self,
+        ukey: &'a [u8],
+        lookup: &'a [u8],
+    ) -> impl Iterator<Item = &'a FileRef> + 'a {
         let l0 = self.levels[0]
             .iter()
             .filter(move |f| user_key(&f.smallest) <= ukey && ukey <= user_key(&f.largest));
         let deeper = self.levels[1..].iter().filter_map(move |files| {
             let i = Self::find_file(files, lookup);
-            files
-                .get(i)
-                .filter(|f| user_key(&f.smallest) <= ukey)
+            files.get(i).filter(|f| user_key(&f.smallest) <= ukey)
         });
         l0.chain(deeper)
     }

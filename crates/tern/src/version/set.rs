@@ -64,9 +64,16 @@ impl VersionSet {
     }
 
     /// Replays the manifest named by `CURRENT`.
-    pub fn recover(fs: FsRef, dir: &Path, max_manifest_size: u64) -> Result<(Self, RecoveredState)> {
+    pub fn recover(
+        fs: FsRef,
+        dir: &Path,
+        max_manifest_size: u64,
+    ) -> Result<(Self, RecoveredState)> {
         let manifest_number = read_current(fs.as_ref(), dir)?.ok_or_else(|| {
-            Error::InvalidArgument(format!("{} holds no Tern store (no CURRENT file)", dir.display()))
+            Error::InvalidArgument(format!(
+                "{} holds no Tern store (no CURRENT file)",
+                dir.display()
+            ))
         })?;
         let name = manifest_file_name(manifest_number);
         let path = dir.join(name);
@@ -77,13 +84,15 @@ impl VersionSet {
         let mut edits = 0;
         let mut next_file = None;
         loop {
-            let Some(rec) = reader.next_record()? else { break };
+            let Some(rec) = reader.next_record()? else {
+                break;
+            };
             let edit = VersionEdit::decode(rec);
             let offset = reader.last_record_offset();
             let edit = edit.map_err(|e| e.in_file(&path, offset))?;
-            builder
-                .apply(&edit)
-                .map_err(|e| Error::corruption(&path, offset, format!("edit does not apply: {e}")))?;
+            builder.apply(&edit).map_err(|e| {
+                Error::corruption(&path, offset, format!("edit does not apply: {e}"))
+            })?;
             if let Some(n) = edit.log_number {
                 set.log_number = n;
             }
@@ -100,12 +109,13 @@ impl VersionSet {
             }
             edits += 1;
         }
-        let next_file =
-            next_file.ok_or_else(|| Error::corruption(&path, 0, "manifest has no next-file-number"))?;
+        let next_file = next_file
+            .ok_or_else(|| Error::corruption(&path, 0, "manifest has no next-file-number"))?;
         let version = builder
             .build()
             .map_err(|e| Error::corruption(&path, 0, format!("inconsistent version: {e}")))?;
-        set.next_file_number.store(next_file.max(manifest_number + 1), Ordering::SeqCst);
+        set.next_file_number
+            .store(next_file.max(manifest_number + 1), Ordering::SeqCst);
         set.current = Arc::new(version);
         set.manifest_number = manifest_number;
         Ok((
@@ -201,7 +211,9 @@ impl VersionSet {
                 snapshot.compact_pointers.push((level as u32, key.clone()));
             }
         }
-        snapshot.compact_pointers.extend(edit.compact_pointers.iter().cloned());
+        snapshot
+            .compact_pointers
+            .extend(edit.compact_pointers.iter().cloned());
         writer.add_record(&snapshot.encode()).ctx(&path)?;
         writer.sync().ctx(&path)?;
         set_current(self.fs.as_ref(), &self.dir, number)?;

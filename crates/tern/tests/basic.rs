@@ -1,0 +1,86 @@
+//! Everyday behaviour: writes, reads, iteration, snapshots, reopen.
+#![allow(clippy::unwrap_used)]
+
+use tern::{Db, Options, ReadOptions, WriteBatch, WriteOptions};
+
+fn small_opts() -> Options {
+    Options {
+        write_buffer_size: 64 << 10,
+        target_file_size: 32 << 10,
+        max_bytes_for_level_base: 256 << 10,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn put_get_delete_across_flush_compaction_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    for i in 0..5000u32 {
+        db.put(
+            format!("key{i:06}").as_bytes(),
+            format!("value{i}").repeat(5).as_bytes(),
+        )
+        .unwrap();
+    }
+    for i in (0..5000u32).step_by(3) {
+        db.delete(format!("key{i:06}").as_bytes()).unwrap();
+    }
+    let check = |db: &Db| {
+        for i in 0..5000u32 {
+            let got = db.get(format!("key{i:06}").as_bytes()).unwrap();
+            if i % 3 == 0 {
+                assert_eq!(got, None, "key {i}");
+            } else {
+                assert_eq!(
+                    got,
+                    Some(format!("value{i}").repeat(5).into_bytes()),
+                    "key {i}"
+                );
+            }
+        }
+    };
+    check(&db);
+    db.flush().unwrap();
+    check(&db);
+    db.compact_range(None, None).unwrap();
+    check(&db);
+    let stats = db.stats();
+    assert!(stats.flushes > 0);
+    assert!(stats.compactions > 0);
+    db.close().unwrap();
+    assert!(matches!(db.get(b"key000001"), Err(tern::Error::Closed)));
+    drop(db);
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    check(&db);
+    let mut it = db.iter(ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let mut n = 0;
+    while it.valid() {
+        n += 1;
+        it.next();
+    }
+    it.status().unwrap();
+    assert_eq!(n, 5000 - 1667);
+}
+
+#[test]
+fn snapshot_sees_old_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    let snap = db.snapshot().unwrap();
+    db.put(b"a", b"2").unwrap();
+    let mut b = WriteBatch::new();
+    b.delete(b"a").put(b"b", b"3");
+    db.write(b, WriteOptions::synced()).unwrap();
+    db.compact_range(None, None).unwrap();
+    let ro = ReadOptions {
+        snapshot: Some(&snap),
+        ..Default::default()
+    };
+    assert_eq!(db.get_opt(b"a", &ro).unwrap(), Some(b"1".to_vec()));
+    assert_eq!(db.get_opt(b"b", &ro).unwrap(), None);
+    assert_eq!(db.get(b"a").unwrap(), None);
+    assert_eq!(db.get(b"b").unwrap(), Some(b"3".to_vec()));
+}
