@@ -1,0 +1,426 @@
+//! Seeded model-based test: random operations against the store and against
+//! an in-memory model (a `BTreeMap`), compared after every step, across clean
+//! restarts and simulated crashes that drop everything not fsynced.
+//!
+//! `TERN_MODEL_SEED=<n>` replays one seed; `TERN_MODEL_SEEDS=<count>` sets how
+//! many seeds run (default 24; CI runs more). A failure names its seed.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tern::io::MemFs;
+use tern::{Compression, Db, Options, ReadOptions, Snapshot, WriteBatch, WriteOptions};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const DIR: &str = "/db";
+
+fn random_options(rng: &mut StdRng, fs: Arc<MemFs>) -> Options {
+    let comp = |rng: &mut StdRng| match rng.gen_range(0..3) {
+        0 => Compression::None,
+        1 => Compression::Lz4,
+        _ => Compression::Zstd,
+    };
+    Options {
+        fs,
+        write_buffer_size: rng.gen_range(4096..32768),
+        max_write_buffer_number: rng.gen_range(2..4),
+        level0_file_num_compaction_trigger: rng.gen_range(1..4),
+        level0_slowdown_writes_trigger: 8,
+        level0_stop_writes_trigger: 12,
+        max_bytes_for_level_base: rng.gen_range(16..64) << 10,
+        max_bytes_for_level_multiplier: rng.gen_range(2..5),
+        dynamic_level_bytes: rng.gen_bool(0.7),
+        target_file_size: rng.gen_range(2..16) << 10,
+        block_size: rng.gen_range(128..4096),
+        block_restart_interval: rng.gen_range(1..17),
+        bloom_bits_per_key: if rng.gen_bool(0.7) { 10 } else { 0 },
+        compression_per_level: (0..3).map(|_| comp(rng)).collect(),
+        block_cache_capacity: if rng.gen_bool(0.5) { 1 << 20 } else { 0 },
+        max_manifest_file_size: rng.gen_range(1..64) << 10,
+        ..Options::default()
+    }
+}
+
+fn key(rng: &mut StdRng) -> Vec<u8> {
+    format!("k{:04}", rng.gen_range(0..400)).into_bytes()
+}
+
+fn value(rng: &mut StdRng, step: usize) -> Vec<u8> {
+    let len = if rng.gen_bool(0.05) {
+        rng.gen_range(500..3000)
+    } else {
+        rng.gen_range(0..64)
+    };
+    let mut v = format!("v{step}-").into_bytes();
+    v.resize(len.max(v.len()), b'a' + (step % 26) as u8);
+    v
+}
+
+fn scan(db: &Db, snap: Option<&Snapshot>) -> Model {
+    let mut it = db
+        .iter(ReadOptions {
+            snapshot: snap,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut out = Model::new();
+    it.seek_to_first();
+    while it.valid() {
+        out.insert(it.key().to_vec(), it.value().to_vec());
+        it.next();
+    }
+    it.status().unwrap();
+    out
+}
+
+/// Compares a bounded iteration (forward or backward, with a seek) against the model.
+fn check_iter(db: &Db, snap: Option<&Snapshot>, model: &Model, rng: &mut StdRng, ctx: &str) {
+    let lower = rng.gen_bool(0.4).then(|| key(rng));
+    let upper = rng.gen_bool(0.4).then(|| key(rng));
+    let in_range =
+        |k: &Vec<u8>| lower.as_ref().is_none_or(|l| k >= l) && upper.as_ref().is_none_or(|u| k < u);
+    let expect: Vec<(&Vec<u8>, &Vec<u8>)> = model.iter().filter(|(k, _)| in_range(k)).collect();
+    let opts = ReadOptions {
+        snapshot: snap,
+        lower_bound: lower.clone(),
+        upper_bound: upper.clone(),
+    };
+    let mut it = db.iter(opts).unwrap();
+    let mut got = Vec::new();
+    if rng.gen_bool(0.5) {
+        it.seek_to_first();
+        while it.valid() {
+            got.push((it.key().to_vec(), it.value().to_vec()));
+            it.next();
+        }
+    } else {
+        it.seek_to_last();
+        while it.valid() {
+            got.push((it.key().to_vec(), it.value().to_vec()));
+            it.prev();
+        }
+        got.reverse();
+    }
+    it.status().unwrap();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = expect
+        .iter()
+        .map(|(k, v)| ((*k).clone(), (*v).clone()))
+        .collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{ctx}: iteration length (lower {lower:?}, upper {upper:?})"
+    );
+    assert!(
+        got == want,
+        "{ctx}: iteration contents differ (lower {lower:?}, upper {upper:?})"
+    );
+    // A seek and a few mixed steps.
+    let target = key(rng);
+    it.seek(&target);
+    let mut pos = expect.iter().position(|(k, _)| **k >= target);
+    for _ in 0..6 {
+        match pos {
+            Some(p) => {
+                assert!(it.valid(), "{ctx}: seek/step should be valid at {p}");
+                assert_eq!(
+                    it.key(),
+                    expect[p].0.as_slice(),
+                    "{ctx}: key after seek/step"
+                );
+                assert_eq!(
+                    it.value(),
+                    expect[p].1.as_slice(),
+                    "{ctx}: value after seek/step"
+                );
+            }
+            None => {
+                assert!(!it.valid(), "{ctx}: iterator should be exhausted");
+                break;
+            }
+        }
+        if rng.gen_bool(0.5) {
+            it.next();
+            pos = pos.map(|p| p + 1).filter(|&p| p < expect.len());
+        } else {
+            it.prev();
+            pos = pos.and_then(|p| p.checked_sub(1));
+        }
+    }
+}
+
+struct Run {
+    rng: StdRng,
+    fs: Arc<MemFs>,
+    opts: Options,
+    db: Option<Db>,
+    model: Model,
+    /// Model states since the last point known durable; a crash may recover any of them.
+    since_durable: Vec<Model>,
+    snapshots: Vec<(Snapshot, Model)>,
+    log: Vec<String>,
+}
+
+impl Run {
+    fn db(&self) -> &Db {
+        self.db.as_ref().unwrap()
+    }
+
+    fn applied(&mut self, durable: bool) {
+        if durable {
+            self.since_durable.clear();
+        }
+        self.since_durable.push(self.model.clone());
+    }
+
+    fn step(&mut self, step: usize) {
+        let ctx = format!("step {step}");
+        let r = self.rng.gen_range(0..1000);
+        match r {
+            0..=299 => {
+                let (k, v) = (key(&mut self.rng), value(&mut self.rng, step));
+                let sync = self.rng.gen_bool(0.2);
+                self.log
+                    .push(format!("put {} sync={sync}", String::from_utf8_lossy(&k)));
+                let mut b = WriteBatch::new();
+                b.put(&k, &v);
+                self.db()
+                    .write(
+                        b,
+                        WriteOptions {
+                            sync,
+                            disable_wal: false,
+                        },
+                    )
+                    .unwrap();
+                self.model.insert(k, v);
+                self.applied(sync);
+            }
+            300..=399 => {
+                let k = key(&mut self.rng);
+                let sync = self.rng.gen_bool(0.2);
+                self.log.push(format!(
+                    "delete {} sync={sync}",
+                    String::from_utf8_lossy(&k)
+                ));
+                let mut b = WriteBatch::new();
+                b.delete(&k);
+                self.db()
+                    .write(
+                        b,
+                        WriteOptions {
+                            sync,
+                            disable_wal: false,
+                        },
+                    )
+                    .unwrap();
+                self.model.remove(&k);
+                self.applied(sync);
+            }
+            400..=479 => {
+                let mut b = WriteBatch::new();
+                let n = self.rng.gen_range(1..8);
+                for _ in 0..n {
+                    let k = key(&mut self.rng);
+                    if self.rng.gen_bool(0.3) {
+                        b.delete(&k);
+                        self.model.remove(&k);
+                    } else {
+                        let v = value(&mut self.rng, step);
+                        b.put(&k, &v);
+                        self.model.insert(k, v);
+                    }
+                }
+                let sync = self.rng.gen_bool(0.3);
+                self.log.push(format!("batch of {n} sync={sync}"));
+                self.db()
+                    .write(
+                        b,
+                        WriteOptions {
+                            sync,
+                            disable_wal: false,
+                        },
+                    )
+                    .unwrap();
+                self.applied(sync);
+            }
+            480..=629 => {
+                let k = key(&mut self.rng);
+                let got = self.db().get(&k).unwrap();
+                assert_eq!(
+                    got.as_ref(),
+                    self.model.get(&k),
+                    "{ctx}: get {}",
+                    String::from_utf8_lossy(&k)
+                );
+            }
+            630..=679 => {
+                if self.snapshots.len() < 3 {
+                    self.log.push("snapshot".into());
+                    let s = self.db().snapshot().unwrap();
+                    self.snapshots.push((s, self.model.clone()));
+                } else {
+                    self.log.push("release snapshot".into());
+                    let i = self.rng.gen_range(0..self.snapshots.len());
+                    self.snapshots.swap_remove(i);
+                }
+            }
+            680..=719 => {
+                if !self.snapshots.is_empty() {
+                    let i = self.rng.gen_range(0..self.snapshots.len());
+                    let k = key(&mut self.rng);
+                    let (snap, m) = &self.snapshots[i];
+                    let ro = ReadOptions {
+                        snapshot: Some(snap),
+                        ..Default::default()
+                    };
+                    let got = self.db().get_opt(&k, &ro).unwrap();
+                    assert_eq!(got.as_ref(), m.get(&k), "{ctx}: snapshot get");
+                    let mut rng = StdRng::seed_from_u64(self.rng.gen());
+                    check_iter(
+                        self.db(),
+                        Some(snap),
+                        m,
+                        &mut rng,
+                        &format!("{ctx} snapshot iter"),
+                    );
+                }
+            }
+            720..=819 => {
+                let mut rng = StdRng::seed_from_u64(self.rng.gen());
+                check_iter(
+                    self.db(),
+                    None,
+                    &self.model,
+                    &mut rng,
+                    &format!("{ctx} iter"),
+                );
+            }
+            820..=859 => {
+                self.log.push("flush".into());
+                self.db().flush().unwrap();
+                self.applied(true);
+            }
+            860..=889 => {
+                let (a, b) = (key(&mut self.rng), key(&mut self.rng));
+                let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+                let all = self.rng.gen_bool(0.3);
+                self.log.push(format!("compact_range all={all}"));
+                if all {
+                    self.db().compact_range(None, None).unwrap();
+                } else {
+                    self.db().compact_range(Some(&lo), Some(&hi)).unwrap();
+                }
+                self.applied(true);
+            }
+            890..=939 => {
+                self.log.push("reopen".into());
+                self.snapshots.clear();
+                self.db.take().unwrap().close().unwrap();
+                self.db = Some(Db::open(DIR, self.opts.clone()).unwrap());
+                self.applied(true);
+                assert!(
+                    scan(self.db(), None) == self.model,
+                    "{ctx}: state after reopen differs"
+                );
+            }
+            _ => self.crash(&ctx),
+        }
+    }
+
+    fn crash(&mut self, ctx: &str) {
+        self.log.push("crash".into());
+        self.snapshots.clear();
+        let survivor = self.fs.crashed_copy();
+        drop(self.db.take());
+        self.fs = survivor;
+        self.opts.fs = self.fs.clone();
+        self.db = Some(Db::open(DIR, self.opts.clone()).unwrap());
+        let state = scan(self.db(), None);
+        // Recovered state must be one of the states since the last durable
+        // point: every synced write present, nothing deleted reappearing,
+        // batches whole.
+        let Some(i) = self.since_durable.iter().rposition(|m| *m == state) else {
+            let last = self.since_durable.last().cloned().unwrap_or_default();
+            let missing: Vec<_> = last
+                .keys()
+                .filter(|k| !state.contains_key(*k))
+                .take(5)
+                .collect();
+            let extra: Vec<_> = state
+                .keys()
+                .filter(|k| !last.contains_key(*k))
+                .take(5)
+                .collect();
+            panic!(
+                "{ctx}: state after crash matches none of the {} states since the last durable point \
+                 (vs latest: missing {missing:?}, extra {extra:?})",
+                self.since_durable.len()
+            );
+        };
+        self.model = self.since_durable[i].clone();
+        self.since_durable.clear();
+        self.since_durable.push(self.model.clone());
+    }
+}
+
+fn run_seed(seed: u64, steps: usize) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let fs = MemFs::new();
+    let opts = random_options(&mut rng, fs.clone());
+    let db = Db::open(DIR, opts.clone()).unwrap();
+    let mut run = Run {
+        rng,
+        fs,
+        opts,
+        db: Some(db),
+        model: Model::new(),
+        since_durable: vec![Model::new()],
+        snapshots: Vec::new(),
+        log: Vec::new(),
+    };
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for step in 0..steps {
+            run.step(step);
+        }
+        run.snapshots.clear();
+        let db = run.db.take().unwrap();
+        assert!(scan(&db, None) == run.model, "final state differs");
+        db.close().unwrap();
+    }));
+    if let Err(e) = res {
+        let tail: Vec<_> = run.log.iter().rev().take(15).rev().cloned().collect();
+        eprintln!("model test failed; replay with TERN_MODEL_SEED={seed}\nlast operations: {tail:#?}\noptions: {:?}", run.opts);
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[test]
+fn model_based_random_operations_with_restarts_and_crashes() {
+    let steps: usize = std::env::var("TERN_MODEL_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    if let Some(seed) = std::env::var("TERN_MODEL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        run_seed(seed, steps);
+        return;
+    }
+    let seeds: u64 = std::env::var("TERN_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(24);
+    let base: u64 = std::env::var("TERN_MODEL_BASE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    for seed in base..base + seeds {
+        run_seed(seed, steps);
+    }
+}
