@@ -27,9 +27,7 @@ fn flush_loop(s: &Shared) {
     loop {
         {
             let mut state = s.state.lock();
-            while state.imms.is_empty() && !state.shutting_down
-                || state.bg_error.is_some() && !state.shutting_down
-            {
+            while !state.shutting_down && (state.imms.is_empty() || state.bg_error.is_some()) {
                 s.bg_work.wait(&mut state);
             }
             if state.shutting_down && (state.imms.is_empty() || state.bg_error.is_some()) {

@@ -142,8 +142,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                     offset + crate::format::log_record::RECORD_HEADER_LEN as u64,
                 )
             })?;
-            let mut seq = batch.seq();
-            for e in batch.iter() {
+            for (seq, e) in (batch.seq()..).zip(batch.iter()) {
                 let e = e.map_err(|e| e.in_file(&path, offset))?;
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
@@ -157,7 +156,6 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                     })?;
                 }
                 max_seq = max_seq.max(seq);
-                seq += 1;
             }
         }
         if let Some(at) = reader.torn_tail() {

@@ -83,10 +83,7 @@ impl VersionSet {
         let mut builder = VersionBuilder::new(&set.current);
         let mut edits = 0;
         let mut next_file = None;
-        loop {
-            let Some(rec) = reader.next_record()? else {
-                break;
-            };
+        while let Some(rec) = reader.next_record()? {
             let edit = VersionEdit::decode(rec);
             let offset = reader.last_record_offset();
             let edit = edit.map_err(|e| e.in_file(&path, offset))?;
