@@ -84,6 +84,8 @@ pub struct Options {
     pub max_manifest_file_size: u64,
     /// Largest WAL group-commit record, bytes. Default: 1 MiB.
     pub max_write_group_bytes: usize,
+    /// Retires values during compaction (e.g. expired keys). Default: none.
+    pub compaction_filter: Option<Arc<dyn crate::compaction::CompactionFilter>>,
 }
 
 impl Default for Options {
@@ -110,6 +112,7 @@ impl Default for Options {
             block_cache_capacity: 64 << 20,
             max_manifest_file_size: 64 << 20,
             max_write_group_bytes: 1 << 20,
+            compaction_filter: None,
         }
     }
 }

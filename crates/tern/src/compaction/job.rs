@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::Retention;
+use super::{CompactionFilter, FilterDecision, Retention};
 use crate::error::{Error, IoContext, Result};
 use crate::format::internal_key::{self, ValueKind};
 use crate::io::FsRef;
@@ -18,7 +18,7 @@ use crate::version::FileMeta;
 use crate::wal::table_file_name;
 
 /// Everything a compaction needs to know.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CompactionJob {
     /// Directory holding the inputs; outputs are written there too.
     pub dir: PathBuf,
@@ -36,6 +36,8 @@ pub struct CompactionJob {
     pub target_file_size: u64,
     /// Format options for the outputs.
     pub table_options: TableOptions,
+    /// Application filter applied to surviving values.
+    pub filter: Option<Arc<dyn CompactionFilter>>,
 }
 
 /// What the job needs from its environment.
@@ -60,6 +62,23 @@ pub struct CompactionOutput {
     pub entries_read: u64,
     /// Entries dropped as shadowed or as obsolete tombstones.
     pub entries_dropped: u64,
+}
+
+impl std::fmt::Debug for CompactionJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompactionJob")
+            .field(
+                "inputs",
+                &self.inputs.iter().map(|f| f.number).collect::<Vec<_>>(),
+            )
+            .field("output_level", &self.output_level)
+            .field("retention", &self.retention)
+            .field(
+                "filter",
+                &self.filter.as_ref().map(|f| f.name().to_string()),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl CompactionJob {
@@ -134,8 +153,24 @@ impl CompactionJob {
                     let b = TableBuilder::new(file, path.clone(), self.table_options.clone());
                     builder = Some((number, path, b));
                 }
+                let filtered = parsed.kind == ValueKind::Value
+                    && self.filter.as_ref().is_some_and(|f| {
+                        f.filter(self.output_level, parsed.user_key, iter.value())
+                            == FilterDecision::Remove
+                    });
                 if let Some((_, _, b)) = builder.as_mut() {
-                    b.add(key, iter.value())?;
+                    if filtered {
+                        let mut tomb = Vec::with_capacity(key.len());
+                        internal_key::append_internal_key(
+                            &mut tomb,
+                            parsed.user_key,
+                            parsed.seq,
+                            ValueKind::Delete as u8,
+                        );
+                        b.add(&tomb, &[])?;
+                    } else {
+                        b.add(key, iter.value())?;
+                    }
                 }
             }
             iter.next();

@@ -5,11 +5,13 @@
 //! runs. Installing the result is the store's business: one version edit.
 
 mod executor;
+mod filter;
 mod job;
 pub mod picker;
 mod retention;
 
 pub use executor::{Executor, LocalExecutor};
+pub use filter::{CompactionFilter, FilterDecision};
 pub use job::{CompactionJob, CompactionOutput, JobContext};
 pub use picker::{CompactionPlan, PickerInput};
 pub use retention::Retention;

@@ -145,6 +145,7 @@ impl Shared {
             deeper_ranges,
             target_file_size: self.opts.target_file_size,
             table_options: self.table_options(plan.output_level),
+            filter: self.opts.compaction_filter.clone(),
         }
     }
 
