@@ -730,3 +730,244 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::format::log_record::FILE_HEADER_LEN;
+    use crate::io::{FileSystem, MemFs};
+    use crate::{Db, Options, WriteOptions};
+
+    fn dir() -> PathBuf {
+        PathBuf::from("/store")
+    }
+
+    /// A store with tables in L0 and a deeper level, plus a WAL holding
+    /// synced records that were never flushed. The Db stays open (and
+    /// idle) so the WAL keeps its records.
+    fn build_store() -> (Arc<MemFs>, Db) {
+        let fs = MemFs::new();
+        let opts = Options {
+            fs: fs.clone(),
+            write_buffer_size: 32 << 10,
+            target_file_size: 16 << 10,
+            max_bytes_for_level_base: 64 << 10,
+            level0_file_num_compaction_trigger: 20,
+            level0_slowdown_writes_trigger: 30,
+            level0_stop_writes_trigger: 40,
+            ..Options::default()
+        };
+        let db = Db::open(dir(), opts).unwrap();
+        for i in 0..3000u32 {
+            db.put(format!("key{i:06}").as_bytes(), &[b'v'; 40])
+                .unwrap();
+        }
+        db.compact_range(None, None).unwrap();
+        for i in (0..3000u32).step_by(7) {
+            db.delete(format!("key{i:06}").as_bytes()).unwrap();
+        }
+        db.flush().unwrap();
+        db.wait_for_background().unwrap();
+        for i in 0..20u32 {
+            let mut b = WriteBatch::new();
+            b.put(format!("wal{i:03}").as_bytes(), b"x").delete(b"gone");
+            db.write(b, WriteOptions::synced()).unwrap();
+        }
+        (fs, db)
+    }
+
+    fn check(fs: &Arc<MemFs>) -> CheckReport {
+        let fs: FsRef = fs.clone();
+        check_store(&dir(), fs).unwrap()
+    }
+
+    fn snapshot(fs: &MemFs) -> Vec<(PathBuf, Vec<u8>)> {
+        fs.file_names()
+            .into_iter()
+            .map(|p| {
+                let data = fs.read_all(&p).unwrap();
+                (p, data)
+            })
+            .collect()
+    }
+
+    fn first_table(fs: &Arc<MemFs>, deep: bool) -> (PathBuf, u64) {
+        let number = check(fs).manifest_number.unwrap();
+        let fsr: FsRef = fs.clone();
+        let replay = replay_manifest(&dir(), &fsr, number, &mut CheckReport::default()).unwrap();
+        let level = if deep {
+            (1..NUM_LEVELS)
+                .find(|&l| !replay.levels[l].is_empty())
+                .unwrap()
+        } else {
+            0
+        };
+        let meta = replay.levels[level].values().next().unwrap();
+        (dir().join(table_file_name(meta.number)), meta.number)
+    }
+
+    fn live_wal(fs: &Arc<MemFs>) -> PathBuf {
+        let mut wals: Vec<PathBuf> = fs
+            .file_names()
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .collect();
+        wals.sort();
+        wals.pop().unwrap()
+    }
+
+    #[test]
+    fn clean_store_checks_ok_and_is_left_untouched() {
+        let (fs, _db) = build_store();
+        let before = snapshot(&fs);
+        let report = check(&fs);
+        assert!(report.is_ok(), "{:?}", report.problems);
+        assert!(report.tables_checked >= 2, "{report:?}");
+        assert!(report.blocks_checked > report.tables_checked);
+        assert!(report.entries_checked >= 3000);
+        assert!(report.wal_records_checked >= 20);
+        assert!(report.manifest_records_checked >= 1);
+        assert!(report.bytes_checked > 0);
+        assert_eq!(snapshot(&fs), before);
+        let (_, l0) = first_table(&fs, false);
+        let (_, deep) = first_table(&fs, true);
+        assert_ne!(l0, deep);
+    }
+
+    #[test]
+    fn flipped_byte_in_data_block_names_table_and_block() {
+        let (fs, _db) = build_store();
+        let (path, number) = first_table(&fs, true);
+        let fsr: FsRef = fs.clone();
+        let table = Table::open(&fsr, &path, number, None).unwrap();
+        let mut index = table.index_iter();
+        index.seek_to_first();
+        index.next();
+        let second = table.decode_handle(index.value()).unwrap();
+        index.next();
+        let third = table.decode_handle(index.value()).unwrap();
+        drop(table);
+        fs.corrupt_byte(&path, second.offset + 10, 0x01).unwrap();
+        fs.corrupt_byte(&path, third.offset + 3, 0x80).unwrap();
+        let report = check(&fs);
+        let offsets: Vec<u64> = report
+            .problems
+            .iter()
+            .filter(|p| p.file == path)
+            .map(|p| p.offset)
+            .collect();
+        assert_eq!(
+            offsets,
+            vec![second.offset, third.offset],
+            "{:?}",
+            report.problems
+        );
+        assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+        assert!(
+            report.problems[0].reason.contains("checksum"),
+            "{:?}",
+            report.problems
+        );
+        let shown = report.problems[0].to_string();
+        assert!(shown.starts_with(&format!("{}: offset {}: ", path.display(), second.offset)));
+    }
+
+    #[test]
+    fn flipped_byte_in_wal_record_names_wal_and_record() {
+        let (fs, _db) = build_store();
+        let wal = live_wal(&fs);
+        let rec = FILE_HEADER_LEN as u64;
+        fs.corrupt_byte(&wal, rec + RECORD_HEADER_LEN as u64 + 3, 0x20)
+            .unwrap();
+        let report = check(&fs);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert_eq!(report.problems[0].file, wal);
+        assert_eq!(report.problems[0].offset, rec);
+    }
+
+    #[test]
+    fn missing_and_resized_tables_are_reported_together() {
+        let (fs, _db) = build_store();
+        let (l0, _) = first_table(&fs, false);
+        let (deep, _) = first_table(&fs, true);
+        fs.remove_file(&l0).unwrap();
+        let len = fs.file_size(&deep).unwrap();
+        fs.truncate(&deep, len - 1).unwrap();
+        let report = check(&fs);
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.file == l0 && p.reason.contains("missing")),
+            "{:?}",
+            report.problems
+        );
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.file == deep && p.reason.contains("bytes")),
+            "{:?}",
+            report.problems
+        );
+    }
+
+    #[test]
+    fn torn_manifest_tail_is_a_warning() {
+        let (fs, db) = build_store();
+        db.close().unwrap();
+        drop(db);
+        let report = check(&fs);
+        assert!(report.is_ok(), "{:?}", report.problems);
+        let path = dir().join(manifest_file_name(report.manifest_number.unwrap()));
+        let mut data = fs.read_all(&path).unwrap();
+        let mut reader = LogReader::new(data.clone(), path.clone(), LogKind::Manifest).unwrap();
+        while reader.next_record().unwrap().is_some() {}
+        let last = reader.last_record_offset() as usize;
+        let half: Vec<u8> = data[last..last + (data.len() - last) / 2 + RECORD_HEADER_LEN].to_vec();
+        let torn_at = data.len();
+        data.extend_from_slice(&half);
+        let mut f = fs.create(&path).unwrap();
+        f.append(&data).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let report = check(&fs);
+        assert!(report.is_ok(), "{:?}", report.problems);
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.contains("torn tail") && w.contains(&format!("offset {torn_at}"))),
+            "{:?}",
+            report.warnings
+        );
+    }
+
+    #[test]
+    fn bad_current_and_empty_dir() {
+        let (fs, db) = build_store();
+        db.close().unwrap();
+        drop(db);
+        let current = dir().join(CURRENT_FILE_NAME);
+        let mut f = fs.create(&current).unwrap();
+        f.append(b"MANIFEST-999999\n").unwrap();
+        drop(f);
+        let report = check(&fs);
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert_eq!(report.problems[0].file, current);
+        let empty = MemFs::new();
+        empty.create_dir_all(Path::new("/empty")).unwrap();
+        let fsr: FsRef = empty;
+        assert!(check_store(Path::new("/empty"), fsr).is_err());
+    }
+
+    #[test]
+    fn escaping() {
+        assert_eq!(escape_bytes(b"ab\\c\x00\xff "), "ab\\\\c\\x00\\xff ");
+        let k = crate::format::internal_key::make_internal_key(b"k\n", 7, ValueKind::Value);
+        assert_eq!(describe_key(&k), "k\\x0a @7 Value");
+    }
+}
