@@ -19,6 +19,8 @@ const EXIT_PROBLEMS: u8 = 1;
     Reads CURRENT, every manifest record, every table block and every live WAL \
     record, and cross-checks the manifest against the tables. Prints each \
     problem as `<file>: offset <n>: <reason>`.\n\n\
+    Run it on a closed store or on a copy: a running store deletes files while \
+    the check reads them, which shows up as missing tables.\n\n\
     Exit status: 0 when no problem was found (warnings allowed), 1 when the \
     store has problems, 2 when the check could not run.")]
 pub struct Args {
