@@ -1,1 +1,108 @@
-fn main() {}
+//! The `tern` command-line tool.
+//!
+//! Each subcommand lives in its own module with an `Args` struct (clap
+//! derive) and a `run(args) -> Result<ExitCode, Failure>` function; adding
+//! one means adding a module and a variant of [`Command`].
+
+use std::fmt;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod check;
+mod inspect;
+mod show;
+
+/// Exit status for a failure of the tool itself (bad input, unreadable
+/// store), as opposed to a check that found problems.
+const EXIT_FAILURE: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tern",
+    version,
+    about = "Tools for Tern stores: look inside a store and verify it",
+    long_about = "Tools for Tern stores.\n\n\
+        `inspect` shows what a store holds (the manifest, the LSM shape, single \
+        tables, WALs); `check` verifies every checksum and cross-reference. Both \
+        only read: they never open the store for writing and can run on a copy \
+        or on a store that refuses to open.",
+    after_help = "Examples:\n  \
+        tern inspect /var/lib/tern/db\n  \
+        tern inspect /var/lib/tern/db --sst 12 --limit 20\n  \
+        tern check /var/lib/tern/db\n\n\
+        Run `tern help <COMMAND>` for the options of one command."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show the manifest, the LSM shape, a table, a WAL or every manifest edit.
+    Inspect(inspect::Args),
+    /// Verify every checksum and cross-reference of a store (read only).
+    Check(check::Args),
+}
+
+/// Why a command could not do its job: what failed, and what to try.
+#[derive(Debug)]
+pub struct Failure {
+    what: String,
+    hint: Option<String>,
+    /// The reader went away (a closed pipe): stop without a message.
+    silent: bool,
+}
+
+impl Failure {
+    /// A failure described by `what`.
+    pub fn new(what: impl Into<String>) -> Self {
+        Failure {
+            what: what.into(),
+            hint: None,
+            silent: false,
+        }
+    }
+
+    /// Adds advice on what to do about it.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "error: {}", self.what)?;
+        if let Some(h) = &self.hint {
+            write!(f, "\nhint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    /// A failed write to standard output.
+    fn from(e: std::io::Error) -> Self {
+        let mut f = Failure::new(format!("cannot write the output: {e}"));
+        f.silent = e.kind() == std::io::ErrorKind::BrokenPipe;
+        f
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Check(args) => check::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(failure) if failure.silent => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("{failure}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
+}

@@ -8,6 +8,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod cache;
+pub mod check;
 pub mod compaction;
 pub mod db;
 pub mod error;

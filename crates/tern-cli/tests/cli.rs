@@ -1,0 +1,197 @@
+//! Runs the built `tern` binary against real stores.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tern::{Db, Options, WriteBatch, WriteOptions};
+
+fn tern(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A closed store with tables in more than one level and a key holding a
+/// non-printable byte.
+fn make_store(dir: &Path) {
+    let opts = Options {
+        write_buffer_size: 32 << 10,
+        target_file_size: 16 << 10,
+        max_bytes_for_level_base: 64 << 10,
+        ..Options::default()
+    };
+    let db = Db::open(dir, opts).unwrap();
+    for i in 0..3000u32 {
+        db.put(format!("key{i:06}").as_bytes(), &[b'v'; 40])
+            .unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    let mut b = WriteBatch::new();
+    b.put(b"bin\x01key", b"value\n").delete(b"key000003");
+    db.write(b, WriteOptions::synced()).unwrap();
+    db.close().unwrap();
+}
+
+fn tables(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn help_teaches_each_command() {
+    let o = tern(&["--help"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("inspect") && t.contains("check") && t.contains("Examples"),
+        "{t}"
+    );
+    for cmd in ["inspect", "check"] {
+        let o = tern(&[cmd, "--help"]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains(&format!("tern {cmd} /var/lib/tern/db")),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
+fn inspect_shows_summary_table_wal_and_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    make_store(dir.path());
+    let d = dir.path().to_str().unwrap();
+
+    let o = tern(&["inspect", d]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in [
+        "manifest",
+        "log number",
+        "next file",
+        "last sequence",
+        "L0",
+        "key000000",
+    ] {
+        assert!(t.contains(want), "missing {want:?} in\n{t}");
+    }
+
+    let first = tables(dir.path()).remove(0);
+    let o = tern(&[
+        "inspect",
+        d,
+        "--sst",
+        first.to_str().unwrap(),
+        "--limit",
+        "3",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("entries") && t.contains("more entries"), "{t}");
+    assert_eq!(t.lines().filter(|l| l.contains(" len=")).count(), 3, "{t}");
+
+    let o = tern(&["inspect", d, "--manifest"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("edit at offset") && t.contains("add    L"),
+        "{t}"
+    );
+}
+
+#[test]
+fn inspect_wal_escapes_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A WAL that was never flushed: write it with the log writer directly.
+    let path = d.join(tern::wal::wal_file_name(7));
+    let file = tern::io::FileSystem::create(&tern::io::PosixFs, &path).unwrap();
+    let mut w = tern::wal::LogWriter::new(file, tern::wal::LogKind::Wal).unwrap();
+    let mut b = WriteBatch::new();
+    b.put(b"bin\x01key", b"v").delete(b"old");
+    w.add_record(b.as_bytes()).unwrap();
+    w.sync().unwrap();
+    let o = tern(&["inspect", d.to_str().unwrap(), "--wal", "7"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("count 2"), "{t}");
+    assert!(t.contains("bin\\x01key"), "{t}");
+    assert!(t.contains("delete  old"), "{t}");
+}
+
+#[test]
+fn check_passes_a_good_store_and_names_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    make_store(dir.path());
+    let d = dir.path().to_str().unwrap();
+    let o = tern(&["check", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("OK: 0 problems"), "{}", text(&o));
+
+    // Flip a byte in the middle of the largest table: inside a data block.
+    let victim = tables(dir.path())
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut data = std::fs::read(&victim).unwrap();
+    let mid = data.len() / 3;
+    data[mid] ^= 0x55;
+    std::fs::write(&victim, &data).unwrap();
+
+    let o = tern(&["check", d]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    let line = t
+        .lines()
+        .find(|l| l.starts_with(victim.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("no line names {}:\n{t}", victim.display()));
+    let offset: u64 = line
+        .split(": offset ")
+        .nth(1)
+        .and_then(|r| r.split(':').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(offset <= mid as u64 && mid as u64 - offset < 8192, "{line}");
+    assert!(t.contains("CORRUPT: 1 problem"), "{t}");
+
+    let o = tern(&["check", "--quiet", d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!text(&o).contains("warning:"));
+}
+
+#[test]
+fn failures_exit_2_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for args in [
+        vec!["check", d],
+        vec!["inspect", d],
+        vec!["inspect", d, "--sst", "99"],
+        vec!["check", "/nonexistent/tern/store"],
+    ] {
+        let o = tern(&args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.starts_with("error: "), "{args:?}: {t}");
+        assert!(!t.contains("panicked"), "{args:?}: {t}");
+    }
+    let o = tern(&["inspect", d, "--sst", "1", "--wal", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+}
