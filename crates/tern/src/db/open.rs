@@ -125,6 +125,11 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         .map(|(_, n)| n)
         .collect();
     wals.sort_unstable();
+    // WALs are created without a manifest edit, so the recovered counter may
+    // be below them: never hand out a number that is already on disk.
+    for (_, n) in names.iter().filter_map(|n| parse_file_name(n)) {
+        state.versions.mark_file_number_used(n);
+    }
 
     let mut edit = VersionEdit::default();
     let mut max_seq = state.versions.last_sequence;
@@ -143,7 +148,12 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 )
             })?;
             for (seq, e) in (batch.seq()..).zip(batch.iter()) {
-                let e = e.map_err(|e| e.in_file(&path, offset))?;
+                let e = e.map_err(|e| {
+                    e.in_file(
+                        &path,
+                        offset + crate::format::log_record::RECORD_HEADER_LEN as u64,
+                    )
+                })?;
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
                     let number = state.versions.new_file_number();
@@ -215,4 +225,48 @@ fn remove_orphans(s: &Shared, state: &State, names: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{FaultFs, FaultKind, FileSystem, MemFs};
+    use crate::Db;
+
+    /// Regression: WALs are created without a manifest edit, so with two
+    /// unflushed WALs on disk recovery used to give its fresh WAL the number
+    /// of the newer one, truncating it before the recovered data was logged.
+    #[test]
+    fn recovery_never_reuses_the_number_of_an_unflushed_wal() {
+        let mem = MemFs::new();
+        let fault = FaultFs::new(mem.clone());
+        let opts = Options {
+            fs: fault.clone(),
+            ..Options::default()
+        };
+        Db::open("/db", opts.clone()).unwrap().close().unwrap();
+        let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
+        let next = set.new_file_number();
+        drop(set);
+        // Two WALs the manifest never heard of, as after two memtable switches.
+        for (i, number) in [next, next + 1].into_iter().enumerate() {
+            let path = Path::new("/db").join(wal_file_name(number));
+            let mut w = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
+            let mut b = WriteBatch::new();
+            b.put(format!("key{i}").as_bytes(), b"value");
+            b.set_seq(1000 + i as u64);
+            w.add_record(b.as_bytes()).unwrap();
+            w.sync().unwrap();
+        }
+        mem.sync_dir(Path::new("/db")).unwrap();
+        // Recovery fails when it writes its manifest...
+        fault.only_paths_containing("MANIFEST");
+        fault.inject(FaultKind::Create, 0, true);
+        assert!(Db::open("/db", opts.clone()).is_err());
+        fault.clear();
+        // ...and the next recovery must still find both writes.
+        let db = Db::open("/db", opts).unwrap();
+        assert_eq!(db.get(b"key0").unwrap(), Some(b"value".to_vec()));
+        assert_eq!(db.get(b"key1").unwrap(), Some(b"value".to_vec()));
+    }
 }

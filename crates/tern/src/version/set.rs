@@ -134,6 +134,14 @@ impl VersionSet {
         self.next_file_number.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// Makes sure future file numbers are above `number` (files found on
+    /// disk whose numbers the manifest never recorded, e.g. WALs created
+    /// after its last edit).
+    pub fn mark_file_number_used(&self, number: u64) {
+        self.next_file_number
+            .fetch_max(number + 1, Ordering::SeqCst);
+    }
+
     /// The shared file-number counter, for jobs that allocate their own outputs.
     pub fn file_number_counter(&self) -> Arc<AtomicU64> {
         self.next_file_number.clone()
