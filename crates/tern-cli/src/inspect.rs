@@ -185,14 +185,10 @@ fn key_range<'a>(files: impl Iterator<Item = &'a FileMeta>) -> (&'a [u8], &'a [u
     let mut lo: Option<&[u8]> = None;
     let mut hi: Option<&[u8]> = None;
     for f in files {
-        if lo.map_or(true, |k| {
-            internal_key::compare(&f.smallest, k) == Ordering::Less
-        }) {
+        if lo.is_none_or(|k| internal_key::compare(&f.smallest, k) == Ordering::Less) {
             lo = Some(&f.smallest);
         }
-        if hi.map_or(true, |k| {
-            internal_key::compare(&f.largest, k) == Ordering::Greater
-        }) {
+        if hi.is_none_or(|k| internal_key::compare(&f.largest, k) == Ordering::Greater) {
             hi = Some(&f.largest);
         }
     }
