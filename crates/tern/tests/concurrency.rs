@@ -235,7 +235,8 @@ fn snapshot_taken_mid_run_gives_a_stable_view() {
     const KEYS: u32 = 800;
     const ROUNDS: u32 = 6;
     let db = mem_db();
-    let progress = AtomicU32::new(0);
+    // Puts done by each writer.
+    let progress: Vec<AtomicU32> = (0..WRITERS).map(|_| AtomicU32::new(0)).collect();
     let (snap, first, during) = std::thread::scope(|s| {
         for w in 0..WRITERS {
             let (db, progress) = (&db, &progress);
@@ -244,21 +245,22 @@ fn snapshot_taken_mid_run_gives_a_stable_view() {
                     for i in 0..KEYS {
                         let k = wkey(w, i);
                         db.put(&k, &wvalue(&k, round)).unwrap();
-                        progress.fetch_add(1, Ordering::Relaxed);
+                        progress[w as usize].fetch_add(1, Ordering::Relaxed);
                     }
                 }
             });
         }
         let wait_for = |n: u32| {
-            while progress.load(Ordering::Relaxed) < n {
+            while progress.iter().any(|p| p.load(Ordering::Relaxed) < n) {
                 std::thread::yield_now();
             }
         };
-        wait_for(WRITERS * KEYS * 2 + 300);
+        // Every key written at least once, and a round in progress.
+        wait_for(KEYS * 2 + 300);
         let snap = db.snapshot().unwrap();
         let first = read_snapshot(&db, &snap, WRITERS, KEYS);
         // Read again while the writers are still overwriting everything.
-        wait_for(WRITERS * KEYS * 4);
+        wait_for(KEYS * 4);
         let during = read_snapshot(&db, &snap, WRITERS, KEYS);
         (snap, first, during)
     });
