@@ -330,3 +330,40 @@ fn no_damaged_wal_byte_yields_wrong_data() {
     println!("{corrupt} corruptions, {full} full recoveries, {prefix} prefix recoveries");
     assert!(corrupt > 0 && prefix > 0);
 }
+
+/// A compaction that reads a damaged block must fail, not write tables
+/// without the block's keys.
+#[test]
+fn compaction_over_a_damaged_table_fails_instead_of_dropping_keys() {
+    let fs = MemFs::new();
+    let table = store_in_one_table(&fs);
+    let len = file_len(&fs, &table);
+    let flipped = len / 2;
+    {
+        // A second, overlapping table so the compaction has to merge.
+        let db = Db::open(DIR, opts(fs.clone())).unwrap();
+        for i in (0..KEYS).step_by(10) {
+            db.put(&key(i), &value(i, 1)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    fs.corrupt_byte(&table, flipped, 0x5a).unwrap();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    let err = db
+        .compact_range(None, None)
+        .expect_err("compaction read a damaged block without noticing");
+    assert_block_corruption(&err, &table, len, flipped);
+    // Nothing was installed: the damaged keys still report corruption.
+    let mut corrupt = 0;
+    for i in 0..KEYS {
+        let want = value(i, u32::from(i % 10 == 0));
+        match db.get(&key(i)) {
+            Ok(v) => assert_eq!(v, Some(want), "key {i}"),
+            Err(e) => {
+                assert_block_corruption(&e, &table, len, flipped);
+                corrupt += 1;
+            }
+        }
+    }
+    assert!(corrupt > 0, "the damaged keys vanished or were replaced");
+}

@@ -498,3 +498,60 @@ fn random_faults_never_lose_acknowledged_synced_writes() {
         }
     }
 }
+
+// ------------------------------------------------------- manifest and inputs
+
+#[test]
+fn manifest_sync_error_during_flush_loses_no_data() {
+    let (mem, fault) = fault_fs();
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    let mut expected = BTreeMap::new();
+    for i in 0..200 {
+        put_synced(&db, &key(i), &value(i, 0)).unwrap();
+        expected.insert(key(i), value(i, 0));
+    }
+    fault.only_paths_containing("MANIFEST");
+    fault.fail_once(FaultKind::Sync);
+    assert!(
+        db.flush().is_err(),
+        "flush succeeded although the manifest sync failed"
+    );
+    assert_eq!(fault.injected(), 1);
+    assert_contents(&db, &expected, "after the failed flush");
+    let after_crash = mem.crashed_copy();
+    fault.clear();
+    drop(db);
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    assert_contents(&db, &expected, "after reopen");
+    drop(db);
+    let db = Db::open(DIR, no_auto_compaction(after_crash)).unwrap();
+    assert_contents(&db, &expected, "after a crash and reopen");
+}
+
+#[test]
+fn manifest_write_error_during_compaction_loses_no_data() {
+    let (_mem, fault) = fault_fs();
+    let (db, expected) = three_overlapping_tables(&fault);
+    fault.only_paths_containing("MANIFEST");
+    fault.fail_after(FaultKind::Write, 0);
+    assert!(db.compact_range(None, None).is_err());
+    fault.clear();
+    assert_contents(&db, &expected, "after the failed compaction");
+    drop(db);
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    assert_contents(&db, &expected, "after reopen");
+}
+
+#[test]
+fn read_error_on_compaction_input_fails_the_compaction_and_keeps_data() {
+    let (_mem, fault) = fault_fs();
+    let (db, expected) = three_overlapping_tables(&fault);
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Read, 3);
+    assert!(db.compact_range(None, None).is_err());
+    assert!(fault.injected() > 0);
+    fault.clear();
+    assert_contents(&db, &expected, "after the failed compaction");
+    db.compact_range(None, None).unwrap();
+    assert_contents(&db, &expected, "after a successful retry");
+}
