@@ -1,0 +1,364 @@
+//! Many threads on one store: writers, readers, iterators and snapshots
+//! while flushes and compactions run underneath.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use common::{small_opts, DIR};
+use tern::io::MemFs;
+use tern::{Db, Options, ReadOptions, Snapshot, WriteBatch, WriteOptions};
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Db>();
+    send_sync::<Snapshot>();
+};
+
+/// A tiny deterministic generator, one per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u32) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) % u64::from(n)) as u32
+    }
+}
+
+fn wkey(writer: u32, i: u32) -> Vec<u8> {
+    format!("w{writer}-{i:05}").into_bytes()
+}
+
+/// `<key>:<round>:` padded to 120 bytes.
+fn wvalue(key: &[u8], round: u32) -> Vec<u8> {
+    let mut v = [key, format!(":{round}:").as_bytes()].concat();
+    v.resize(120, b'.');
+    v
+}
+
+/// The round stored in a value, checking that it was written for `key`.
+fn round_of(key: &[u8], value: &[u8]) -> u32 {
+    let text = std::str::from_utf8(value).unwrap();
+    let mut parts = text.split(':');
+    assert_eq!(
+        parts.next().unwrap().as_bytes(),
+        key,
+        "value {text:?} belongs to another key"
+    );
+    let round = parts.next().unwrap().parse().unwrap();
+    assert_eq!(value, wvalue(key, round), "malformed value");
+    round
+}
+
+fn mem_db() -> Db {
+    let opts = Options {
+        level0_file_num_compaction_trigger: 2,
+        ..small_opts(MemFs::new())
+    };
+    Db::open(DIR, opts).unwrap()
+}
+
+#[test]
+fn db_is_send_and_sync() {
+    // Checked at compile time above; this shares one handle for real.
+    let db = Arc::new(mem_db());
+    let other = db.clone();
+    std::thread::spawn(move || other.put(b"from", b"thread").unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(db.get(b"from").unwrap(), Some(b"thread".to_vec()));
+}
+
+#[test]
+fn concurrent_writers_and_readers_end_with_every_key_at_its_last_value() {
+    const WRITERS: u32 = 4;
+    const KEYS: u32 = 1200;
+    const ROUNDS: u32 = 3;
+    let db = mem_db();
+    let done = AtomicBool::new(false);
+    let reads = AtomicU32::new(0);
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let db = &db;
+                s.spawn(move || {
+                    for round in 0..ROUNDS {
+                        for i in 0..KEYS {
+                            let k = wkey(w, i);
+                            db.put(&k, &wvalue(&k, round)).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for r in 0..2u32 {
+            let (db, done, reads) = (&db, &done, &reads);
+            s.spawn(move || {
+                let mut rng = Rng(u64::from(r) + 1);
+                // The newest round this thread saw per key: never goes back.
+                let mut seen: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+                while !done.load(Ordering::Acquire) {
+                    let k = wkey(rng.below(WRITERS), rng.below(KEYS));
+                    if let Some(v) = db.get(&k).unwrap() {
+                        let round = round_of(&k, &v);
+                        let last = seen.entry(k.clone()).or_insert(round);
+                        assert!(
+                            round >= *last,
+                            "{k:?} went back from round {last} to {round}"
+                        );
+                        *last = round;
+                    }
+                    let mut it = db.iter(ReadOptions::default()).unwrap();
+                    it.seek(&k);
+                    let mut prev: Option<Vec<u8>> = None;
+                    for _ in 0..50 {
+                        if !it.valid() {
+                            break;
+                        }
+                        round_of(it.key(), it.value());
+                        if let Some(p) = &prev {
+                            assert!(p.as_slice() < it.key(), "iterator out of order");
+                        }
+                        prev = Some(it.key().to_vec());
+                        it.next();
+                    }
+                    it.status().unwrap();
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Release);
+    });
+    let stats = db.stats();
+    println!(
+        "{} reader loops, {} flushes, {} compactions",
+        reads.load(Ordering::Relaxed),
+        stats.flushes,
+        stats.compactions
+    );
+    assert!(reads.load(Ordering::Relaxed) > 0);
+    assert!(stats.flushes > 0, "no flush ran during the test");
+    assert!(stats.compactions > 0, "no compaction ran during the test");
+    let check = |db: &Db| {
+        for w in 0..WRITERS {
+            for i in 0..KEYS {
+                let k = wkey(w, i);
+                assert_eq!(db.get(&k).unwrap(), Some(wvalue(&k, ROUNDS - 1)), "{k:?}");
+            }
+        }
+        assert_eq!(common::scan(db).len(), (WRITERS * KEYS) as usize);
+    };
+    check(&db);
+    db.wait_for_background().unwrap();
+    check(&db);
+}
+
+#[test]
+fn group_commit_groups_concurrent_synced_writes() {
+    const THREADS: u32 = 8;
+    const PER_THREAD: u32 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let db = &db;
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    let mut b = WriteBatch::new();
+                    let k = wkey(t, i);
+                    b.put(&k, &wvalue(&k, 0));
+                    db.write(b, WriteOptions::synced()).unwrap();
+                }
+            });
+        }
+    });
+    let stats = db.stats();
+    let keys = u64::from(THREADS * PER_THREAD);
+    println!(
+        "{} writes in {} groups ({:.2} writes per group), {} WAL syncs",
+        stats.keys_written,
+        stats.write_groups,
+        stats.keys_written as f64 / stats.write_groups.max(1) as f64,
+        stats.wal_syncs
+    );
+    assert_eq!(stats.keys_written, keys);
+    assert!(stats.write_groups >= 1);
+    assert!(stats.write_groups <= stats.keys_written);
+    assert!(stats.wal_syncs <= stats.write_groups);
+    for t in 0..THREADS {
+        for i in 0..PER_THREAD {
+            let k = wkey(t, i);
+            assert_eq!(db.get(&k).unwrap(), Some(wvalue(&k, 0)));
+        }
+    }
+}
+
+/// Reads every writer key through `snap`, by point lookups and by a scan.
+fn read_snapshot(db: &Db, snap: &Snapshot, writers: u32, keys: u32) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let ro = ReadOptions {
+        snapshot: Some(snap),
+        ..Default::default()
+    };
+    let mut gets = BTreeMap::new();
+    for w in 0..writers {
+        for i in 0..keys {
+            let k = wkey(w, i);
+            if let Some(v) = db.get_opt(&k, &ro).unwrap() {
+                gets.insert(k, v);
+            }
+        }
+    }
+    let mut it = db.iter(ro).unwrap();
+    it.seek_to_first();
+    let mut scanned = BTreeMap::new();
+    while it.valid() {
+        scanned.insert(it.key().to_vec(), it.value().to_vec());
+        it.next();
+    }
+    it.status().unwrap();
+    assert!(gets == scanned, "snapshot gets and scan disagree");
+    gets
+}
+
+#[test]
+fn snapshot_taken_mid_run_gives_a_stable_view() {
+    const WRITERS: u32 = 2;
+    const KEYS: u32 = 800;
+    const ROUNDS: u32 = 6;
+    let db = mem_db();
+    // Puts done by each writer.
+    let progress: Vec<AtomicU32> = (0..WRITERS).map(|_| AtomicU32::new(0)).collect();
+    let (snap, first, during) = std::thread::scope(|s| {
+        for w in 0..WRITERS {
+            let (db, progress) = (&db, &progress);
+            s.spawn(move || {
+                for round in 0..ROUNDS {
+                    for i in 0..KEYS {
+                        let k = wkey(w, i);
+                        db.put(&k, &wvalue(&k, round)).unwrap();
+                        progress[w as usize].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        let wait_for = |n: u32| {
+            while progress.iter().any(|p| p.load(Ordering::Relaxed) < n) {
+                std::thread::yield_now();
+            }
+        };
+        // Every key written at least once, and a round in progress.
+        wait_for(KEYS * 2 + 300);
+        let snap = db.snapshot().unwrap();
+        let first = read_snapshot(&db, &snap, WRITERS, KEYS);
+        // Read again while the writers are still overwriting everything.
+        wait_for(KEYS * 4);
+        let during = read_snapshot(&db, &snap, WRITERS, KEYS);
+        (snap, first, during)
+    });
+    assert!(
+        first == during,
+        "the snapshot's view changed while writes ran"
+    );
+    // Push everything through compaction; the snapshot must keep its versions.
+    db.compact_range(None, None).unwrap();
+    let after = read_snapshot(&db, &snap, WRITERS, KEYS);
+    assert!(
+        first == after,
+        "the snapshot's view changed after compaction"
+    );
+    // A point in time: each writer's keys show round r up to some index and
+    // round r-1 after it.
+    for w in 0..WRITERS {
+        let rounds: Vec<u32> = (0..KEYS)
+            .filter_map(|i| {
+                let k = wkey(w, i);
+                first.get(&k).map(|v| round_of(&k, v))
+            })
+            .collect();
+        assert_eq!(rounds.len(), KEYS as usize, "writer {w}: keys missing");
+        assert!(
+            rounds.windows(2).all(|p| p[0] == p[1] || p[0] == p[1] + 1),
+            "writer {w}: not a point in time: {rounds:?}"
+        );
+    }
+    // The latest state moved on.
+    for w in 0..WRITERS {
+        let k = wkey(w, 0);
+        assert_eq!(db.get(&k).unwrap(), Some(wvalue(&k, ROUNDS - 1)));
+    }
+}
+
+#[test]
+fn readers_see_concurrent_batches_whole() {
+    const PAIRS: u32 = 300;
+    const ROUNDS: u32 = 20;
+    let db = mem_db();
+    let done = AtomicBool::new(false);
+    let checks = AtomicU32::new(0);
+    let pair = |i: u32, round: u32| {
+        let a = format!("a{i:04}").into_bytes();
+        let b = format!("b{i:04}").into_bytes();
+        let mut batch = WriteBatch::new();
+        batch
+            .put(&a, &wvalue(&a, round))
+            .put(&b, &wvalue(&b, round));
+        batch
+    };
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..2u32)
+            .map(|w| {
+                let db = &db;
+                s.spawn(move || {
+                    for round in 0..ROUNDS {
+                        for i in (w..PAIRS).step_by(2) {
+                            db.write(pair(i, round), WriteOptions::default()).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for r in 0..2u64 {
+            let (db, done, checks) = (&db, &done, &checks);
+            s.spawn(move || {
+                let mut rng = Rng(r + 7);
+                while !done.load(Ordering::Acquire) {
+                    let i = rng.below(PAIRS);
+                    let a = format!("a{i:04}").into_bytes();
+                    let b = format!("b{i:04}").into_bytes();
+                    let snap = db.snapshot().unwrap();
+                    let ro = ReadOptions {
+                        snapshot: Some(&snap),
+                        ..Default::default()
+                    };
+                    let va = db.get_opt(&a, &ro).unwrap().map(|v| round_of(&a, &v));
+                    let vb = db.get_opt(&b, &ro).unwrap().map(|v| round_of(&b, &v));
+                    assert_eq!(va, vb, "pair {i} seen half written through a snapshot");
+                    // An iterator is a snapshot too.
+                    let mut it = db.iter(ReadOptions::default()).unwrap();
+                    it.seek(&a);
+                    let ia = (it.valid() && it.key() == a).then(|| round_of(&a, it.value()));
+                    it.seek(&b);
+                    let ib = (it.valid() && it.key() == b).then(|| round_of(&b, it.value()));
+                    it.status().unwrap();
+                    assert_eq!(ia, ib, "pair {i} seen half written through an iterator");
+                    checks.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Release);
+    });
+    assert!(checks.load(Ordering::Relaxed) > 0);
+    assert!(db.stats().flushes > 0, "no flush ran during the test");
+}

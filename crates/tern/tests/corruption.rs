@@ -1,0 +1,401 @@
+//! Damaged files are reported as `Error::Corruption` naming the file and the
+//! offset of the damaged unit; they never yield wrong data.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::{
+    current_manifest, files_ending, key, log_record_offsets, scan, small_opts, value, DIR,
+};
+use tern::io::{FileSystem, MemFs};
+use tern::{Db, Error, Options, ReadOptions, WriteBatch, WriteOptions};
+
+const KEYS: u32 = 300;
+
+fn opts(fs: Arc<MemFs>) -> Options {
+    Options {
+        level0_file_num_compaction_trigger: 16,
+        level0_slowdown_writes_trigger: 32,
+        level0_stop_writes_trigger: 64,
+        ..small_opts(fs)
+    }
+}
+
+fn put_synced(db: &Db, k: &[u8], v: &[u8]) {
+    let mut b = WriteBatch::new();
+    b.put(k, v);
+    db.write(b, WriteOptions::synced()).unwrap();
+}
+
+/// A closed store whose data is all in one table; returns the table's path.
+fn store_in_one_table(fs: &Arc<MemFs>) -> PathBuf {
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    for i in 0..KEYS {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.close().unwrap();
+    let tables = files_ending(fs, DIR, ".sst");
+    assert_eq!(tables.len(), 1, "expected one table, found {tables:?}");
+    tables.into_iter().next().unwrap()
+}
+
+fn file_len(fs: &MemFs, path: &Path) -> u64 {
+    fs.file_size(path).unwrap()
+}
+
+/// Checks that `err` is a corruption of `file` at the start of a block that
+/// contains byte `flipped`.
+fn assert_block_corruption(err: &Error, file: &Path, len: u64, flipped: u64) {
+    match err {
+        Error::Corruption {
+            file: f, offset, ..
+        } => {
+            assert_eq!(f, file, "corruption names the wrong file: {err}");
+            assert!(
+                *offset < len,
+                "offset {offset} is past the end ({len}): {err}"
+            );
+            assert!(
+                *offset <= flipped,
+                "offset {offset} is after the damaged byte {flipped}: {err}"
+            );
+            assert!(
+                flipped - *offset < 4 << 10,
+                "offset {offset} is not the start of the block holding byte {flipped}: {err}"
+            );
+        }
+        other => panic!("expected Error::Corruption, got {other:?}"),
+    }
+}
+
+#[test]
+fn get_from_a_damaged_table_block_reports_corruption_at_the_block() {
+    let fs = MemFs::new();
+    let table = store_in_one_table(&fs);
+    let len = file_len(&fs, &table);
+    let flipped = len / 2;
+    fs.corrupt_byte(&table, flipped, 0x5a).unwrap();
+
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    let mut corrupt = 0;
+    for i in 0..KEYS {
+        match db.get(&key(i)) {
+            Ok(v) => assert_eq!(v, Some(value(i, 0)), "key {i} read back wrong"),
+            Err(e) => {
+                assert_block_corruption(&e, &table, len, flipped);
+                corrupt += 1;
+            }
+        }
+    }
+    assert!(corrupt > 0, "no read noticed the damaged byte at {flipped}");
+    assert!(
+        corrupt < KEYS,
+        "one damaged block made every key unreadable"
+    );
+}
+
+#[test]
+fn iterator_over_a_damaged_table_block_reports_corruption_in_status() {
+    let fs = MemFs::new();
+    let table = store_in_one_table(&fs);
+    let len = file_len(&fs, &table);
+    let flipped = len / 2;
+    fs.corrupt_byte(&table, flipped, 0x5a).unwrap();
+
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    let mut it = db.iter(ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let mut n = 0;
+    while it.valid() {
+        assert_eq!(it.key(), key(n), "entry {n}");
+        assert_eq!(it.value(), value(n, 0), "entry {n}");
+        n += 1;
+        it.next();
+    }
+    assert!(
+        n < KEYS,
+        "iterated over every key although a block is damaged"
+    );
+    let err = it.status().expect_err("iterator stopped without an error");
+    assert_block_corruption(&err, &table, len, flipped);
+}
+
+#[test]
+fn damaged_table_footer_reports_corruption_not_missing_keys() {
+    let fs = MemFs::new();
+    let table = store_in_one_table(&fs);
+    let len = file_len(&fs, &table);
+    fs.corrupt_byte(&table, len - 20, 0xff).unwrap();
+    // Tables may be opened lazily; either open or the first read reports it.
+    let db = match Db::open(DIR, opts(fs.clone())) {
+        Ok(db) => db,
+        Err(e) => {
+            assert!(e.is_corruption(), "open failed with {e:?}");
+            return;
+        }
+    };
+    match db.get(&key(3)) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!(file, table);
+            assert!(offset < len);
+        }
+        other => panic!("expected Error::Corruption, got {other:?}"),
+    }
+}
+
+/// A crashed store whose unflushed writes are one synced WAL record each;
+/// returns the file system after the crash and its WAL's path.
+fn crashed_with_wal(writes: u32) -> (Arc<MemFs>, PathBuf) {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    for i in 0..writes {
+        put_synced(&db, &key(i), &value(i, 0));
+    }
+    let crashed = fs.crashed_copy();
+    drop(db);
+    let wals = files_ending(&crashed, DIR, ".log");
+    assert_eq!(wals.len(), 1, "expected one WAL, found {wals:?}");
+    let wal = wals.into_iter().next().unwrap();
+    (crashed, wal)
+}
+
+#[test]
+fn damaged_middle_wal_record_fails_open_with_corruption_at_the_record() {
+    let (fs, wal) = crashed_with_wal(10);
+    let records = log_record_offsets(&fs.read_all(&wal).unwrap());
+    assert_eq!(records.len(), 10);
+    let record = records[5];
+    // A byte of the payload (past checksum, length and type).
+    fs.corrupt_byte(&wal, record + 9 + 3, 0x20).unwrap();
+    match Db::open(DIR, opts(fs.clone())) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!(file, wal);
+            assert_eq!(offset, record, "offset of the damaged record");
+        }
+        other => panic!("expected Error::Corruption, got {other:?}"),
+    }
+}
+
+#[test]
+fn torn_wal_tail_is_dropped_and_earlier_writes_recovered() {
+    let (fs, wal) = crashed_with_wal(10);
+    let len = file_len(&fs, &wal);
+    fs.truncate(&wal, len - 3).unwrap();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    let want: Vec<_> = (0..9).map(|i| (key(i), value(i, 0))).collect();
+    assert_eq!(scan(&db), want);
+}
+
+#[test]
+fn writes_after_torn_tail_recovery_survive_the_next_crash() {
+    let (fs, wal) = crashed_with_wal(10);
+    let len = file_len(&fs, &wal);
+    fs.truncate(&wal, len - 3).unwrap();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    for i in 100..110 {
+        put_synced(&db, &key(i), &value(i, 1));
+    }
+    let crashed = fs.crashed_copy();
+    drop(db);
+    let db = Db::open(DIR, opts(crashed)).unwrap();
+    let want: Vec<_> = (0..9)
+        .map(|i| (key(i), value(i, 0)))
+        .chain((100..110).map(|i| (key(i), value(i, 1))))
+        .collect();
+    assert_eq!(scan(&db), want);
+}
+
+#[test]
+fn damaged_manifest_record_fails_open_with_corruption_naming_the_manifest() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    for round in 0..3 {
+        for i in 0..50 {
+            db.put(&key(i), &value(i, round)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.close().unwrap();
+    drop(db);
+    let manifest = current_manifest(&fs, DIR);
+    let records = log_record_offsets(&fs.read_all(&manifest).unwrap());
+    assert!(records.len() >= 2, "manifest has {} records", records.len());
+    fs.corrupt_byte(&manifest, records[0] + 9 + 1, 0x01)
+        .unwrap();
+    match Db::open(DIR, opts(fs.clone())) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!(file, manifest);
+            assert_eq!(offset, records[0]);
+        }
+        other => panic!("expected Error::Corruption, got {other:?}"),
+    }
+}
+
+#[test]
+fn garbage_current_fails_open_with_corruption() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.close().unwrap();
+    drop(db);
+    let current = Path::new(DIR).join("CURRENT");
+    let mut f = fs.create(&current).unwrap();
+    f.append(b"\x00garbage\xff").unwrap();
+    f.sync().unwrap();
+    drop(f);
+    match Db::open(DIR, opts(fs.clone())) {
+        Err(Error::Corruption { file, .. }) => assert_eq!(file, current),
+        other => panic!("expected Error::Corruption, got {other:?}"),
+    }
+}
+
+/// Flips bytes all over a table: every read returns the right value or a
+/// corruption of that table, never a wrong value and never "not found".
+#[test]
+fn no_damaged_table_byte_yields_wrong_data() {
+    let base = MemFs::new();
+    let table = store_in_one_table(&base);
+    let len = file_len(&base, &table);
+    let step = (len / 150).max(1) as usize;
+    let mut noticed = 0;
+    for pos in (0..len).step_by(step) {
+        let fs = base.crashed_copy();
+        fs.corrupt_byte(&table, pos, 0x80).unwrap();
+        let db = match Db::open(DIR, opts(fs.clone())) {
+            Ok(db) => db,
+            Err(Error::Corruption { file, .. }) if file == table => continue,
+            Err(e) => panic!("byte {pos}: open failed with {e:?}"),
+        };
+        let mut corrupt = false;
+        for i in (0..KEYS).step_by(3) {
+            match db.get(&key(i)) {
+                Ok(v) => assert_eq!(v, Some(value(i, 0)), "byte {pos}: key {i}"),
+                Err(Error::Corruption { file, .. }) if file == table => corrupt = true,
+                Err(e) => panic!("byte {pos}: key {i}: {e:?}"),
+            }
+        }
+        noticed += usize::from(corrupt);
+    }
+    println!("{noticed} damaged bytes noticed by reads");
+    assert!(noticed > 0);
+}
+
+/// Flips every byte of a WAL in turn. Open either reports a corruption at
+/// the damaged record (offset 0 for the file header) or recovers; it may
+/// recover only a prefix of the writes when the damaged byte belongs to the
+/// last record or is a length field (both read as a torn tail, as
+/// `docs/format/wal.md` specifies). Values are never wrong.
+#[test]
+fn no_damaged_wal_byte_yields_wrong_data() {
+    let writes = 8;
+    let (base, wal) = crashed_with_wal(writes);
+    let data = base.read_all(&wal).unwrap();
+    let records = log_record_offsets(&data);
+    assert_eq!(records.len(), writes as usize);
+    let last = *records.last().unwrap();
+    let (mut corrupt, mut full, mut prefix) = (0, 0, 0);
+    for pos in 0..data.len() as u64 {
+        let record = records.iter().rev().find(|&&r| r <= pos).copied();
+        let fs = base.crashed_copy();
+        fs.corrupt_byte(&wal, pos, 0x10).unwrap();
+        match Db::open(DIR, opts(fs.clone())) {
+            Err(Error::Corruption { file, offset, .. }) => {
+                assert_eq!(file, wal, "byte {pos}");
+                assert_eq!(offset, record.unwrap_or(0), "byte {pos}");
+                corrupt += 1;
+            }
+            Err(e) => panic!("byte {pos}: open failed with {e:?}"),
+            Ok(db) => {
+                let rows = scan(&db);
+                let prefix_allowed =
+                    record.is_some_and(|r| r == last || (r + 4..r + 8).contains(&pos));
+                if !prefix_allowed {
+                    assert_eq!(rows.len(), writes as usize, "byte {pos}: writes lost");
+                }
+                for (i, row) in rows.iter().enumerate() {
+                    let i = i as u32;
+                    assert_eq!(row, &(key(i), value(i, 0)), "byte {pos}");
+                }
+                if rows.len() == writes as usize {
+                    full += 1;
+                } else {
+                    prefix += 1;
+                }
+            }
+        }
+    }
+    println!("{corrupt} corruptions, {full} full recoveries, {prefix} prefix recoveries");
+    assert!(corrupt > 0 && prefix > 0);
+}
+
+/// A compaction that reads a damaged block must fail, not write tables
+/// without the block's keys.
+#[test]
+fn compaction_over_a_damaged_table_fails_instead_of_dropping_keys() {
+    let fs = MemFs::new();
+    let table = store_in_one_table(&fs);
+    let len = file_len(&fs, &table);
+    let flipped = len / 2;
+    {
+        // A second, overlapping table so the compaction has to merge.
+        let db = Db::open(DIR, opts(fs.clone())).unwrap();
+        for i in (0..KEYS).step_by(10) {
+            db.put(&key(i), &value(i, 1)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    fs.corrupt_byte(&table, flipped, 0x5a).unwrap();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    let err = db
+        .compact_range(None, None)
+        .expect_err("compaction read a damaged block without noticing");
+    assert_block_corruption(&err, &table, len, flipped);
+    // Nothing was installed: the damaged keys still report corruption.
+    let mut corrupt = 0;
+    for i in 0..KEYS {
+        let want = value(i, u32::from(i % 10 == 0));
+        match db.get(&key(i)) {
+            Ok(v) => assert_eq!(v, Some(want), "key {i}"),
+            Err(e) => {
+                assert_block_corruption(&e, &table, len, flipped);
+                corrupt += 1;
+            }
+        }
+    }
+    assert!(corrupt > 0, "the damaged keys vanished or were replaced");
+}
+
+/// After a clean close the last manifest record (the flush that made the
+/// WAL unnecessary) is complete and synced, so damage to it cannot be a torn
+/// write: open must report it or still find the data, never come up empty.
+#[test]
+#[ignore = "bug: a damaged last manifest record is dropped as a torn tail and open deletes the flushed table as an orphan"]
+fn damaged_last_manifest_record_is_not_silently_dropped() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    for i in 0..50 {
+        put_synced(&db, &key(i), &value(i, 0));
+    }
+    db.close().unwrap();
+    drop(db);
+    let manifest = current_manifest(&fs, DIR);
+    let records = log_record_offsets(&fs.read_all(&manifest).unwrap());
+    let last = *records.last().unwrap();
+    fs.corrupt_byte(&manifest, last + 9 + 1, 0x01).unwrap();
+    match Db::open(DIR, opts(fs.clone())) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!(file, manifest);
+            assert_eq!(offset, last);
+        }
+        Err(e) => panic!("expected Error::Corruption, got {e:?}"),
+        Ok(db) => {
+            let rows = scan(&db);
+            assert_eq!(rows.len(), 50, "open succeeded but lost the flushed data");
+            let want: Vec<_> = (0..50).map(|i| (key(i), value(i, 0))).collect();
+            assert_eq!(rows, want);
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! How the store reacts to failed I/O: errors reach the caller, a failed WAL
+//! write or sync poisons the store for writes, and no acknowledged data is
+//! lost when flushes, compactions or opens fail.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::{fault_fs, key, scan, small_opts, value, DIR};
+use tern::io::{FaultFs, FaultKind, MemFs};
+use tern::{Db, Error, Options, ReadOptions, WriteBatch, WriteOptions};
+
+fn put_synced(db: &Db, k: &[u8], v: &[u8]) -> tern::Result<()> {
+    let mut b = WriteBatch::new();
+    b.put(k, v);
+    db.write(b, WriteOptions::synced())
+}
+
+fn assert_io(r: tern::Result<impl std::fmt::Debug>, what: &str) {
+    match r {
+        Err(Error::Io { .. }) => {}
+        other => panic!("{what}: expected Error::Io, got {other:?}"),
+    }
+}
+
+fn assert_poisoned(r: tern::Result<impl std::fmt::Debug>, what: &str) {
+    match r {
+        Err(Error::Poisoned(_)) => {}
+        other => panic!("{what}: expected Error::Poisoned, got {other:?}"),
+    }
+}
+
+/// Options that never compact on their own (the L0 triggers are far away),
+/// so a test decides when compaction runs.
+fn no_auto_compaction(fs: tern::io::FsRef) -> Options {
+    Options {
+        level0_file_num_compaction_trigger: 16,
+        level0_slowdown_writes_trigger: 32,
+        level0_stop_writes_trigger: 64,
+        ..small_opts(fs)
+    }
+}
+
+fn assert_contents(db: &Db, expected: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
+    for (k, v) in expected {
+        assert_eq!(
+            db.get(k).unwrap().as_ref(),
+            Some(v),
+            "{what}: get {}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    let got: BTreeMap<_, _> = scan(db).into_iter().collect();
+    assert!(
+        got == *expected,
+        "{what}: scan differs from what was written"
+    );
+}
+
+// ---------------------------------------------------------------- WAL writes
+
+#[test]
+fn wal_write_error_reaches_put_as_io_error() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    db.put(b"before", b"1").unwrap();
+    fault.only_paths_containing(".log");
+    fault.fail_once(FaultKind::Write);
+    assert_io(db.put(b"k", b"v"), "put with a failing WAL write");
+    assert_eq!(fault.injected(), 1);
+}
+
+#[test]
+fn writes_are_refused_as_poisoned_after_a_wal_write_error() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    fault.only_paths_containing(".log");
+    fault.fail_once(FaultKind::Write);
+    assert!(db.put(b"k", b"v").is_err());
+    // The fault was one-shot: the file system works again, the store must not.
+    assert_poisoned(db.put(b"k2", b"v"), "put");
+    assert_poisoned(db.delete(b"k2"), "delete");
+    let mut b = WriteBatch::new();
+    b.put(b"k3", b"v");
+    assert_poisoned(db.write(b, WriteOptions::synced()), "synced batch");
+    assert_poisoned(db.flush(), "flush");
+}
+
+#[test]
+fn reads_still_work_after_a_wal_write_error() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    for i in 0..100 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    fault.only_paths_containing(".log");
+    fault.fail_once(FaultKind::Write);
+    assert!(db.put(&key(1000), b"v").is_err());
+    for i in 0..100 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    let rows = scan(&db);
+    assert!(
+        rows.len() == 100 || rows.len() == 101,
+        "{} rows",
+        rows.len()
+    );
+    assert_eq!(
+        &rows[..100],
+        &(0..100).map(|i| (key(i), value(i, 0))).collect::<Vec<_>>()[..]
+    );
+}
+
+#[test]
+fn reopening_after_a_wal_write_error_accepts_writes_again() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    put_synced(&db, b"a", b"1").unwrap();
+    fault.only_paths_containing(".log");
+    fault.fail_once(FaultKind::Write);
+    assert!(db.put(b"b", b"2").is_err());
+    drop(db);
+    fault.clear();
+    let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    assert_eq!(db.get(b"a").unwrap(), Some(b"1".to_vec()));
+    db.put(b"c", b"3").unwrap();
+    assert_eq!(db.get(b"c").unwrap(), Some(b"3".to_vec()));
+}
+
+// ----------------------------------------------------------------- WAL syncs
+
+#[test]
+fn wal_sync_error_on_a_synced_write_is_returned() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    put_synced(&db, b"a", b"1").unwrap();
+    fault.only_paths_containing(".log");
+    fault.fail_once(FaultKind::Sync);
+    assert_io(
+        put_synced(&db, b"b", b"2"),
+        "synced put with a failing fsync",
+    );
+    assert_eq!(fault.injected(), 1);
+    assert_poisoned(
+        put_synced(&db, b"c", b"3"),
+        "synced put after a failed fsync",
+    );
+}
+
+#[test]
+fn synced_writes_survive_a_crash_after_a_failed_sync() {
+    let (mem, fault) = fault_fs();
+    let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    // Enough to switch memtables (and WALs) and flush a few times.
+    let n = 1500;
+    for i in 0..n {
+        put_synced(&db, &key(i), &value(i, 0)).unwrap();
+    }
+    assert!(db.stats().flushes > 0, "the WAL never rotated");
+    fault.only_paths_containing(".log");
+    fault.fail_once(FaultKind::Sync);
+    assert!(put_synced(&db, &key(n), &value(n, 0)).is_err());
+
+    let after_crash = mem.crashed_copy();
+    drop(db);
+    let db = Db::open(DIR, small_opts(after_crash)).unwrap();
+    let rows = scan(&db);
+    let mut expected: Vec<_> = (0..n).map(|i| (key(i), value(i, 0))).collect();
+    if rows.len() == expected.len() + 1 {
+        // The write whose fsync failed may or may not have reached the disk.
+        expected.push((key(n), value(n, 0)));
+    }
+    assert_eq!(rows.len(), expected.len(), "number of keys after the crash");
+    for (got, want) in rows.iter().zip(&expected) {
+        assert_eq!(got, want, "key {}", String::from_utf8_lossy(&want.0));
+    }
+}
+
+// --------------------------------------------------------------------- flush
+
+#[test]
+fn table_write_error_during_flush_surfaces_from_flush() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    for i in 0..200 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Write, 0);
+    let err = db.flush().expect_err("flush with failing table writes");
+    assert!(
+        matches!(err, Error::Io { .. } | Error::Poisoned(_)),
+        "unexpected error kind: {err:?}"
+    );
+    assert!(
+        err.to_string().contains("injected fault"),
+        "the error does not carry its cause: {err}"
+    );
+}
+
+#[test]
+fn failed_flush_loses_no_data_after_reopen() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    let mut expected = BTreeMap::new();
+    for i in 0..200 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+        expected.insert(key(i), value(i, 0));
+    }
+    db.flush().unwrap();
+    for i in 100..300 {
+        db.put(&key(i), &value(i, 1)).unwrap();
+        expected.insert(key(i), value(i, 1));
+    }
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Write, 0);
+    assert!(db.flush().is_err());
+    // Still readable from memory.
+    assert_contents(&db, &expected, "after the failed flush");
+    drop(db);
+    fault.clear();
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    assert_contents(&db, &expected, "after reopen");
+    db.flush().unwrap();
+    assert_contents(&db, &expected, "after a successful flush");
+}
+
+// ---------------------------------------------------------------- compaction
+
+/// Three overlapping L0 tables: rounds 0, 1 and 2 of keys 0..300.
+fn three_overlapping_tables(fault: &Arc<FaultFs>) -> (Db, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    let mut expected = BTreeMap::new();
+    for round in 0..3 {
+        for i in (round * 10..300).step_by(1 + round as usize) {
+            db.put(&key(i), &value(i, round)).unwrap();
+            expected.insert(key(i), value(i, round));
+        }
+        db.flush().unwrap();
+    }
+    assert_eq!(db.stats().levels[0].files, 3);
+    (db, expected)
+}
+
+#[test]
+fn compaction_output_write_error_fails_the_compaction_and_keeps_data() {
+    let (_mem, fault) = fault_fs();
+    let (db, expected) = three_overlapping_tables(&fault);
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Write, 0);
+    let res = db.compact_range(None, None);
+    assert!(
+        res.is_err(),
+        "compaction succeeded although no table could be written"
+    );
+    assert!(fault.injected() > 0);
+    assert!(db.stats().compaction_failures >= 1);
+    assert_contents(&db, &expected, "after the failed compaction (faults on)");
+    fault.clear();
+    assert_contents(&db, &expected, "after the failed compaction");
+    drop(db);
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    assert_contents(&db, &expected, "after reopen");
+}
+
+#[test]
+fn store_accepts_writes_and_compacts_again_after_a_failed_compaction() {
+    let (_mem, fault) = fault_fs();
+    let (db, mut expected) = three_overlapping_tables(&fault);
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Write, 0);
+    assert!(db.compact_range(None, None).is_err());
+    fault.clear();
+    db.put(b"after", b"compaction").unwrap();
+    expected.insert(b"after".to_vec(), b"compaction".to_vec());
+    db.compact_range(None, None).unwrap();
+    assert_eq!(db.stats().levels[0].files, 0);
+    assert_contents(&db, &expected, "after a successful retry");
+}
+
+// --------------------------------------------------------------------- reads
+
+fn store_with_one_table(fault: &Arc<FaultFs>) -> Options {
+    let opts = Options {
+        block_cache_capacity: 0,
+        ..no_auto_compaction(fault.clone())
+    };
+    let db = Db::open(DIR, opts.clone()).unwrap();
+    for i in 0..500 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.close().unwrap();
+    opts
+}
+
+#[test]
+fn read_error_on_an_open_table_surfaces_from_get_as_io() {
+    let (_mem, fault) = fault_fs();
+    let opts = store_with_one_table(&fault);
+    let db = Db::open(DIR, opts).unwrap();
+    // Opens the table; the data blocks are not cached.
+    assert_eq!(db.get(&key(1)).unwrap(), Some(value(1, 0)));
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Read, 0);
+    assert_io(db.get(&key(400)), "get with failing table reads");
+    fault.clear();
+    assert_eq!(db.get(&key(400)).unwrap(), Some(value(400, 0)));
+}
+
+#[test]
+fn read_error_opening_a_table_surfaces_from_get_as_io() {
+    let (_mem, fault) = fault_fs();
+    let opts = store_with_one_table(&fault);
+    let db = Db::open(DIR, opts).unwrap();
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Read, 0);
+    assert_io(db.get(&key(7)), "get while the table cannot be opened");
+    fault.clear();
+    assert_eq!(db.get(&key(7)).unwrap(), Some(value(7, 0)));
+}
+
+#[test]
+fn read_error_surfaces_from_iterator_status_as_io() {
+    let (_mem, fault) = fault_fs();
+    let opts = store_with_one_table(&fault);
+    let db = Db::open(DIR, opts).unwrap();
+    // Opens every table; the data blocks are not cached.
+    assert_eq!(scan(&db).len(), 500);
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Read, 0);
+    let mut it = db.iter(ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let mut n = 0;
+    while it.valid() {
+        n += 1;
+        it.next();
+    }
+    assert!(n < 500, "iterated over every key although reads fail");
+    assert_io(it.status(), "iterator status");
+}
+
+// ---------------------------------------------------------------------- open
+
+/// A crashed store holding flushed tables and synced WAL records (so open
+/// has to replay a WAL), plus what it must contain.
+fn crashed_store() -> (Arc<MemFs>, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let mem = MemFs::new();
+    let db = Db::open(DIR, no_auto_compaction(mem.clone())).unwrap();
+    let mut expected = BTreeMap::new();
+    for i in 0..300 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+        expected.insert(key(i), value(i, 0));
+    }
+    db.flush().unwrap();
+    for i in 250..400 {
+        put_synced(&db, &key(i), &value(i, 1)).unwrap();
+        expected.insert(key(i), value(i, 1));
+    }
+    db.delete(&key(5)).unwrap();
+    put_synced(&db, b"last", b"synced").unwrap();
+    expected.remove(&key(5));
+    expected.insert(b"last".to_vec(), b"synced".to_vec());
+    let image = mem.crashed_copy();
+    drop(db);
+    (image, expected)
+}
+
+fn check_clean_open(fs: tern::io::FsRef, expected: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
+    let db = Db::open(DIR, no_auto_compaction(fs))
+        .unwrap_or_else(|e| panic!("{what}: open without faults failed: {e}"));
+    assert_contents(&db, expected, what);
+}
+
+#[test]
+fn open_fails_when_the_current_rename_fails_and_a_later_open_has_all_data() {
+    let (image, expected) = crashed_store();
+    let fault = FaultFs::new(image.clone());
+    fault.fail_once(FaultKind::Rename);
+    let res = Db::open(DIR, no_auto_compaction(fault.clone()));
+    assert!(
+        res.is_err(),
+        "open succeeded although CURRENT could not be renamed"
+    );
+    assert_eq!(fault.injected(), 1);
+    let after_crash = image.crashed_copy();
+    fault.clear();
+    check_clean_open(fault, &expected, "reopen");
+    check_clean_open(after_crash, &expected, "reopen after a crash");
+}
+
+#[test]
+fn open_fails_when_the_manifest_cannot_be_created_and_a_later_open_has_all_data() {
+    let (image, expected) = crashed_store();
+    let fault = FaultFs::new(image.clone());
+    fault.only_paths_containing("MANIFEST");
+    fault.fail_once(FaultKind::Create);
+    let res = Db::open(DIR, no_auto_compaction(fault.clone()));
+    assert!(
+        res.is_err(),
+        "open succeeded although the manifest could not be created"
+    );
+    assert_eq!(fault.injected(), 1);
+    let after_crash = image.crashed_copy();
+    fault.clear();
+    check_clean_open(fault, &expected, "reopen");
+    check_clean_open(after_crash, &expected, "reopen after a crash");
+}
+
+/// Fails the n-th operation of each kind during open, for every n until
+/// open gets through without meeting the fault: whatever open answers, a
+/// later open without faults (with or without a crash in between) must find
+/// exactly the acknowledged data.
+#[test]
+fn any_single_failing_operation_during_open_loses_no_data() {
+    let (image, expected) = crashed_store();
+    let mut cases = 0;
+    for kind in FaultKind::ALL {
+        let mut n = 0;
+        loop {
+            let fs = image.crashed_copy();
+            let fault = FaultFs::new(fs.clone());
+            fault.fail_after(kind, n);
+            let res = Db::open(DIR, no_auto_compaction(fault.clone()));
+            let hit = fault.injected() > 0;
+            let what = format!(
+                "{kind} fault after {n} operations (open: {:?})",
+                res.as_ref().err()
+            );
+            let after_crash = fs.crashed_copy();
+            fault.clear();
+            match res {
+                Ok(db) => assert_contents(&db, &expected, &what),
+                Err(_) => {
+                    check_clean_open(fault, &expected, &format!("{what}, reopen"));
+                }
+            }
+            check_clean_open(after_crash, &expected, &format!("{what}, crash, reopen"));
+            if !hit {
+                break;
+            }
+            cases += 1;
+            n += 1;
+            assert!(n < 500, "open never stops doing {kind} operations");
+        }
+    }
+    println!("{cases} failing operations tried during open");
+    assert!(cases > FaultKind::ALL.len());
+}
+
+// ------------------------------------------------------------- random faults
+
+/// Random faults of every kind while synced writes, flushes and compactions
+/// run; the first failing write stops the workload. After a crash, every
+/// acknowledged write is there, the failed one may be, and nothing else is.
+#[test]
+fn random_faults_never_lose_acknowledged_synced_writes() {
+    for seed in 0..24u64 {
+        let (mem, fault) = fault_fs();
+        let opts = Options {
+            write_buffer_size: 16 << 10,
+            level0_file_num_compaction_trigger: 2,
+            ..small_opts(fault.clone())
+        };
+        let db = Db::open(DIR, opts).unwrap();
+        fault.set_random(seed, 0.0007, &[]);
+        let mut acked = 0;
+        let mut in_doubt = None;
+        for i in 0..2000 {
+            match put_synced(&db, &key(i), &value(i, 0)) {
+                Ok(()) => acked = i + 1,
+                Err(_) => {
+                    in_doubt = Some(i);
+                    break;
+                }
+            }
+        }
+        println!("seed {seed}: {acked} synced writes acknowledged");
+        let after_crash = mem.crashed_copy();
+        fault.clear();
+        drop(db);
+        let db = Db::open(DIR, small_opts(after_crash)).unwrap();
+        let rows = scan(&db);
+        let mut expected: Vec<_> = (0..acked).map(|i| (key(i), value(i, 0))).collect();
+        if let Some(i) = in_doubt {
+            if rows.len() == expected.len() + 1 {
+                expected.push((key(i), value(i, 0)));
+            }
+        }
+        assert_eq!(
+            rows.len(),
+            expected.len(),
+            "seed {seed}: {acked} writes acknowledged, failed write: {in_doubt:?}"
+        );
+        for (got, want) in rows.iter().zip(&expected) {
+            assert_eq!(got, want, "seed {seed}");
+        }
+    }
+}
+
+// ------------------------------------------------------- manifest and inputs
+
+#[test]
+fn manifest_sync_error_during_flush_loses_no_data() {
+    let (mem, fault) = fault_fs();
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    let mut expected = BTreeMap::new();
+    for i in 0..200 {
+        put_synced(&db, &key(i), &value(i, 0)).unwrap();
+        expected.insert(key(i), value(i, 0));
+    }
+    fault.only_paths_containing("MANIFEST");
+    fault.fail_once(FaultKind::Sync);
+    assert!(
+        db.flush().is_err(),
+        "flush succeeded although the manifest sync failed"
+    );
+    assert_eq!(fault.injected(), 1);
+    assert_contents(&db, &expected, "after the failed flush");
+    let after_crash = mem.crashed_copy();
+    fault.clear();
+    drop(db);
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    assert_contents(&db, &expected, "after reopen");
+    drop(db);
+    let db = Db::open(DIR, no_auto_compaction(after_crash)).unwrap();
+    assert_contents(&db, &expected, "after a crash and reopen");
+}
+
+#[test]
+fn manifest_write_error_during_compaction_loses_no_data() {
+    let (_mem, fault) = fault_fs();
+    let (db, expected) = three_overlapping_tables(&fault);
+    fault.only_paths_containing("MANIFEST");
+    fault.fail_after(FaultKind::Write, 0);
+    assert!(db.compact_range(None, None).is_err());
+    fault.clear();
+    assert_contents(&db, &expected, "after the failed compaction");
+    drop(db);
+    let db = Db::open(DIR, no_auto_compaction(fault.clone())).unwrap();
+    assert_contents(&db, &expected, "after reopen");
+}
+
+#[test]
+fn read_error_on_compaction_input_fails_the_compaction_and_keeps_data() {
+    let (_mem, fault) = fault_fs();
+    let (db, expected) = three_overlapping_tables(&fault);
+    fault.only_paths_containing(".sst");
+    fault.fail_after(FaultKind::Read, 3);
+    assert!(db.compact_range(None, None).is_err());
+    assert!(fault.injected() > 0);
+    fault.clear();
+    assert_contents(&db, &expected, "after the failed compaction");
+    db.compact_range(None, None).unwrap();
+    assert_contents(&db, &expected, "after a successful retry");
+}
