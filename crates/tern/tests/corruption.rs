@@ -372,7 +372,6 @@ fn compaction_over_a_damaged_table_fails_instead_of_dropping_keys() {
 /// WAL unnecessary) is complete and synced, so damage to it cannot be a torn
 /// write: open must report it or still find the data, never come up empty.
 #[test]
-#[ignore = "bug: a damaged last manifest record is dropped as a torn tail and open deletes the flushed table as an orphan"]
 fn damaged_last_manifest_record_is_not_silently_dropped() {
     let fs = MemFs::new();
     let db = Db::open(DIR, opts(fs.clone())).unwrap();

@@ -211,13 +211,14 @@ pub enum RecordOutcome<'a> {
 /// 1. fewer than [`RECORD_HEADER_LEN`] bytes left, or a payload length that
 ///    runs past the end of the file → [`RecordOutcome::TornTail`];
 /// 2. everything from `pos` to the end is zero bytes → `TornTail`;
-/// 3. checksum mismatch on a record that ends exactly at the end of the file
-///    → `TornTail`;
+/// 3. checksum mismatch on a WAL record that ends exactly at the end of the
+///    file → `TornTail` (in a manifest this is corruption: its records are
+///    synced one at a time, so a bad last record is damage);
 /// 4. any other checksum mismatch, or a record with a valid checksum but an
 ///    unknown type → [`RecordOutcome::Corrupt`] at `pos`.
 ///
 /// Never allocates: a huge length field is compared to the bytes present.
-pub fn decode_record(file: &[u8], pos: usize) -> RecordOutcome<'_> {
+pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_> {
     if pos >= file.len() {
         return RecordOutcome::End;
     }
@@ -234,7 +235,11 @@ pub fn decode_record(file: &[u8], pos: usize) -> RecordOutcome<'_> {
     }
     let payload = &body[..len];
     if checksum::crc2(&[ty], payload) != stored_crc {
-        let ends_at_eof = len == body.len();
+        // A complete final record with a bad checksum is a write cut short by
+        // a crash in a WAL. Manifest records are synced one by one before
+        // anything depends on them, so there it is damage, not a torn write:
+        // dropping it could lose the tables it added.
+        let ends_at_eof = len == body.len() && kind == LogKind::Wal;
         if ends_at_eof || all_zero(rest) {
             return RecordOutcome::TornTail;
         }
@@ -273,7 +278,7 @@ mod tests {
         let mut out = Vec::new();
         let mut pos = FILE_HEADER_LEN;
         loop {
-            match decode_record(f, pos) {
+            match decode_record(f, pos, LogKind::Wal) {
                 RecordOutcome::Record { payload, next } => {
                     out.push(payload.to_vec());
                     pos = next;
@@ -344,7 +349,10 @@ mod tests {
         let (recs, end) = collect(&f);
         assert_eq!(recs.len(), 1);
         assert_eq!(end, RecordOutcome::TornTail);
-        assert_eq!(decode_record(&f, start), RecordOutcome::TornTail);
+        assert_eq!(
+            decode_record(&f, start, LogKind::Wal),
+            RecordOutcome::TornTail
+        );
     }
 
     #[test]
@@ -355,7 +363,7 @@ mod tests {
         put_fixed32(&mut f, 1);
         f.push(7);
         f.extend_from_slice(payload);
-        match decode_record(&f, FILE_HEADER_LEN) {
+        match decode_record(&f, FILE_HEADER_LEN, LogKind::Wal) {
             RecordOutcome::Corrupt(e) => assert_eq!(e.offset, FILE_HEADER_LEN as u64),
             other => panic!("{other:?}"),
         }

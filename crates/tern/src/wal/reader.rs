@@ -64,7 +64,7 @@ impl LogReader {
             return Ok(None);
         }
         let start = self.pos;
-        match decode_record(&self.data, start) {
+        match decode_record(&self.data, start, self.kind) {
             RecordOutcome::Record { payload, next } => {
                 self.last_record_offset = start as u64;
                 self.pos = next;
