@@ -7,6 +7,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod blob;
 pub mod cache;
 pub mod check;
 pub mod compaction;

@@ -84,6 +84,25 @@ pub struct Options {
     pub max_manifest_file_size: u64,
     /// Largest WAL group-commit record, bytes. Default: 1 MiB.
     pub max_write_group_bytes: usize,
+    /// Values of at least this many bytes are separated into blob files at
+    /// flush (0 separates every value); `None` keeps all values inline.
+    /// Default: 512.
+    pub blob_threshold: Option<usize>,
+    /// Size at which blob files are cut, bytes. Default: 64 MiB.
+    pub blob_file_size: u64,
+    /// Run blob garbage collection. Default: true.
+    pub enable_gc: bool,
+    /// A blob file is collected once this fraction of its bytes is garbage;
+    /// space amplification of the blob files stays below 1/(1−ratio).
+    /// Default: 0.5.
+    pub gc_garbage_ratio: f64,
+    /// Most input bytes one GC job reads. Default: 256 MiB.
+    pub gc_max_batch_bytes: u64,
+    /// Most input files one GC job merges. Default: 8.
+    pub gc_max_batch_files: usize,
+    /// Background write rate shared by compaction and GC, bytes per second;
+    /// `None` for unlimited. Default: unlimited.
+    pub background_rate_limit: Option<u64>,
     /// Retires values during compaction (e.g. expired keys). Default: none.
     pub compaction_filter: Option<Arc<dyn crate::compaction::CompactionFilter>>,
 }
@@ -113,6 +132,13 @@ impl Default for Options {
             max_manifest_file_size: 64 << 20,
             max_write_group_bytes: 1 << 20,
             compaction_filter: None,
+            blob_threshold: Some(512),
+            blob_file_size: 64 << 20,
+            enable_gc: true,
+            gc_garbage_ratio: 0.5,
+            gc_max_batch_bytes: 256 << 20,
+            gc_max_batch_files: 8,
+            background_rate_limit: None,
         }
     }
 }
@@ -166,6 +192,15 @@ impl Options {
         }
         if self.max_key_size == 0 || self.max_key_size > (1 << 24) {
             return bad("max_key_size must be between 1 byte and 16 MiB");
+        }
+        if !(self.gc_garbage_ratio > 0.0 && self.gc_garbage_ratio <= 1.0) {
+            return bad("gc_garbage_ratio must be in (0, 1]");
+        }
+        if self.blob_file_size < 4096 || self.gc_max_batch_files == 0 {
+            return bad("blob_file_size must be at least 4096 and gc_max_batch_files at least 1");
+        }
+        if self.background_rate_limit == Some(0) {
+            return bad("background_rate_limit must be positive (None for unlimited)");
         }
         if self.max_value_size > (1 << 30) {
             return bad("max_value_size must be at most 1 GiB");

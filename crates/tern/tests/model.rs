@@ -41,6 +41,15 @@ fn random_options(rng: &mut StdRng, fs: Arc<MemFs>) -> Options {
         compression_per_level: (0..3).map(|_| comp(rng)).collect(),
         block_cache_capacity: if rng.gen_bool(0.5) { 1 << 20 } else { 0 },
         max_manifest_file_size: rng.gen_range(1..64) << 10,
+        blob_threshold: match rng.gen_range(0..4) {
+            0 => None,
+            1 => Some(0),
+            2 => Some(32),
+            _ => Some(512),
+        },
+        blob_file_size: rng.gen_range(4096..32768),
+        gc_garbage_ratio: rng.gen_range(0.05..0.9),
+        gc_max_batch_files: rng.gen_range(1..4),
         ..Options::default()
     }
 }

@@ -4,17 +4,20 @@
 //! sequence numbers and options, so it can run on any thread or, later, in
 //! another process over shared storage.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{CompactionFilter, FilterDecision, Retention};
+use crate::blob::BlobCache;
 use crate::error::{Error, IoContext, Result};
+use crate::format::blob::{self, BlobRef};
 use crate::format::internal_key::{self, ValueKind};
 use crate::io::FsRef;
 use crate::iter::{BoxedIter, InternalIterator, MergingIterator};
 use crate::sst::{Table, TableBuilder, TableOptions};
-use crate::version::FileMeta;
+use crate::version::{resolve, FileMeta, Relocations};
 use crate::wal::table_file_name;
 
 /// Everything a compaction needs to know.
@@ -36,8 +39,12 @@ pub struct CompactionJob {
     pub target_file_size: u64,
     /// Format options for the outputs.
     pub table_options: TableOptions,
-    /// Application filter applied to surviving values.
+    /// Application filter applied to surviving inline values.
     pub filter: Option<Arc<dyn CompactionFilter>>,
+    /// Live blob files when the job was planned.
+    pub live_blobs: BTreeSet<u64>,
+    /// Lineage of retired blob files, to rewrite refs to current locations.
+    pub lineage: Relocations,
 }
 
 /// What the job needs from its environment.
@@ -62,6 +69,11 @@ pub struct CompactionOutput {
     pub entries_read: u64,
     /// Entries dropped as shadowed or as obsolete tombstones.
     pub entries_dropped: u64,
+    /// Blob refs of dropped entries, as stored: (file, ordinal, record bytes).
+    /// The installer resolves them through current lineage and marks them dead.
+    pub dead_refs: Vec<(u64, u32, u64)>,
+    /// Refs rewritten to the file GC moved their record to.
+    pub refs_rewritten: u64,
 }
 
 impl std::fmt::Debug for CompactionJob {
@@ -106,11 +118,13 @@ impl CompactionJob {
         }
         let mut iter = MergingIterator::new(children);
         iter.seek_to_first();
+        let blobs = BlobCache::new(self.dir.clone(), ctx.fs.clone());
 
-        let mut builder: Option<(u64, PathBuf, TableBuilder)> = None;
+        let mut output: Option<Output> = None;
         let mut current_key: Vec<u8> = Vec::new();
         let mut have_key = false;
         let mut last_stripe = usize::MAX;
+        let mut scratch = Vec::new();
         while iter.valid() {
             let key = iter.key();
             let parsed = internal_key::parse(key).map_err(|e| {
@@ -128,12 +142,12 @@ impl CompactionJob {
                 have_key = true;
                 last_stripe = usize::MAX;
                 // Cut outputs only between user keys, so levels never split a key.
-                if builder
+                if output
                     .as_ref()
-                    .is_some_and(|b| b.2.estimated_size() >= self.target_file_size)
+                    .is_some_and(|o| o.builder.estimated_size() >= self.target_file_size)
                 {
-                    if let Some(b) = builder.take() {
-                        out.files.push(finish(b)?);
+                    if let Some(o) = output.take() {
+                        out.files.push(o.finish()?);
                     }
                 }
             }
@@ -145,42 +159,85 @@ impl CompactionJob {
                 && !self.in_deeper_levels(parsed.user_key);
             if shadowed || obsolete_tombstone {
                 out.entries_dropped += 1;
-            } else {
-                if builder.is_none() {
-                    let number = ctx.next_file_number.fetch_add(1, Ordering::SeqCst);
-                    let path = self.dir.join(table_file_name(number));
-                    let file = ctx.fs.create(&path).ctx(&path)?;
-                    let b = TableBuilder::new(file, path.clone(), self.table_options.clone());
-                    builder = Some((number, path, b));
+                if parsed.kind == ValueKind::BlobRef {
+                    let r = self.decode_ref(iter.value())?;
+                    let bytes = blob::record_len(parsed.user_key.len(), r.size as usize);
+                    out.dead_refs.push((r.file, r.ordinal, bytes));
                 }
-                let filtered = parsed.kind == ValueKind::Value
-                    && self.filter.as_ref().is_some_and(|f| {
-                        f.filter(self.output_level, parsed.user_key, iter.value())
-                            == FilterDecision::Remove
-                    });
-                if let Some((_, _, b)) = builder.as_mut() {
-                    if filtered {
-                        let mut tomb = Vec::with_capacity(key.len());
-                        internal_key::append_internal_key(
-                            &mut tomb,
-                            parsed.user_key,
-                            parsed.seq,
-                            ValueKind::Delete as u8,
-                        );
-                        b.add(&tomb, &[])?;
+                iter.next();
+                continue;
+            }
+            if output.is_none() {
+                let number = ctx.next_file_number.fetch_add(1, Ordering::SeqCst);
+                let path = self.dir.join(table_file_name(number));
+                let file = ctx.fs.create(&path).ctx(&path)?;
+                let builder = TableBuilder::new(file, path, self.table_options.clone());
+                output = Some(Output {
+                    number,
+                    builder,
+                    blob_files: BTreeSet::new(),
+                });
+            }
+            let Some(o) = output.as_mut() else { break };
+            match parsed.kind {
+                ValueKind::BlobRef => {
+                    let r = self.decode_ref(iter.value())?;
+                    let (file, ordinal, moved) =
+                        resolve(&self.live_blobs, &self.lineage, r.file, r.ordinal)?;
+                    if moved {
+                        // Point the ref at the record's current home so
+                        // lineage chains stay short.
+                        let offset = blobs.get(file)?.offset_of(ordinal)?;
+                        let nr = BlobRef {
+                            file,
+                            ordinal,
+                            offset,
+                            size: r.size,
+                        };
+                        o.builder.add(key, &nr.encode())?;
+                        out.refs_rewritten += 1;
                     } else {
-                        b.add(key, iter.value())?;
+                        o.builder.add(key, iter.value())?;
+                    }
+                    if o.blob_files.insert(file) {
+                        o.builder.add_blob_file(file);
                     }
                 }
+                ValueKind::Value
+                    if self.filter.as_ref().is_some_and(|f| {
+                        f.filter(self.output_level, parsed.user_key, iter.value())
+                            == FilterDecision::Remove
+                    }) =>
+                {
+                    scratch.clear();
+                    internal_key::append_internal_key(
+                        &mut scratch,
+                        parsed.user_key,
+                        parsed.seq,
+                        ValueKind::Delete as u8,
+                    );
+                    o.builder.add(&scratch, &[])?;
+                }
+                _ => o.builder.add(key, iter.value())?,
             }
             iter.next();
         }
         iter.status()?;
-        if let Some(b) = builder.take() {
-            out.files.push(finish(b)?);
+        if let Some(o) = output.take() {
+            out.files.push(o.finish()?);
         }
         out.bytes_written = out.files.iter().map(|f| f.file_size).sum();
         Ok(())
+    }
+
+    fn decode_ref(&self, v: &[u8]) -> Result<BlobRef> {
+        BlobRef::decode(v).map_err(|e| {
+            Error::corruption(
+                &self.dir,
+                0,
+                format!("bad blob reference in compaction input: {e}"),
+            )
+        })
     }
 
     fn in_deeper_levels(&self, ukey: &[u8]) -> bool {
@@ -191,16 +248,26 @@ impl CompactionJob {
     }
 }
 
-fn finish((number, _path, builder): (u64, PathBuf, TableBuilder)) -> Result<FileMeta> {
-    let s = builder.finish()?;
-    Ok(FileMeta {
-        number,
-        file_size: s.file_size,
-        smallest: s.smallest,
-        largest: s.largest,
-        smallest_seq: s.smallest_seq,
-        largest_seq: s.largest_seq,
-        num_entries: s.num_entries,
-        num_deletions: s.num_deletions,
-    })
+/// One output table being written.
+struct Output {
+    number: u64,
+    builder: TableBuilder,
+    blob_files: BTreeSet<u64>,
+}
+
+impl Output {
+    fn finish(self) -> Result<FileMeta> {
+        let s = self.builder.finish()?;
+        Ok(FileMeta {
+            number: self.number,
+            file_size: s.file_size,
+            smallest: s.smallest,
+            largest: s.largest,
+            smallest_seq: s.smallest_seq,
+            largest_seq: s.largest_seq,
+            num_entries: s.num_entries,
+            num_deletions: s.num_deletions,
+            blob_files: self.blob_files.into_iter().collect(),
+        })
+    }
 }

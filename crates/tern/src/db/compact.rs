@@ -8,7 +8,7 @@ use crate::compaction::picker::{self, CompactionPlan, PickerInput};
 use crate::compaction::{CompactionJob, JobContext, Retention};
 use crate::error::Result;
 use crate::format::internal_key::user_key;
-use crate::format::version_edit::VersionEdit;
+use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::options::NUM_LEVELS;
 
 impl Shared {
@@ -75,7 +75,7 @@ impl Shared {
                 edit.new_files
                     .push((plan.output_level as u32, (**f).clone()));
             }
-            self.install(edit, false)?;
+            self.install(edit, false, &[])?;
             Counters::add(&self.counters.trivial_moves, 1);
             Counters::add(&self.counters.compactions, 1);
             return Ok(());
@@ -103,7 +103,7 @@ impl Shared {
             edit.new_files.push((plan.output_level as u32, f.clone()));
         }
         let outputs: Vec<u64> = output.files.iter().map(|f| f.number).collect();
-        if let Err(e) = self.install(edit, true) {
+        if let Err(e) = self.install(edit, true, &output.dead_refs) {
             for n in outputs {
                 let _ = self
                     .fs
@@ -146,19 +146,31 @@ impl Shared {
             target_file_size: self.opts.target_file_size,
             table_options: self.table_options(plan.output_level),
             filter: self.opts.compaction_filter.clone(),
+            live_blobs: version.blob_files.keys().copied().collect(),
+            lineage: version.relocations.clone(),
         }
     }
 
     /// Logs `edit` and publishes the new version. With `rewrite`, the deleted
-    /// files become obsolete (a trivial move keeps them).
-    fn install(&self, mut edit: VersionEdit, rewrite: bool) -> Result<()> {
+    /// files become obsolete (a trivial move keeps them). `dead_refs` are the
+    /// blob refs a rewriting compaction dropped: they are resolved through
+    /// the lineage current at install time (GC may have moved them while the
+    /// job ran) and marked dead in the same edit, under the same lock, so no
+    /// GC install can slip in between.
+    fn install(
+        &self,
+        mut edit: VersionEdit,
+        rewrite: bool,
+        dead_refs: &[(u64, u32, u64)],
+    ) -> Result<()> {
         let mut state = self.state.lock();
+        edit.dead_ordinals = dead_ordinals(&state.versions.current(), dead_refs);
         edit.last_sequence = Some(
             self.visible_seq
                 .load(Ordering::Acquire)
                 .max(state.versions.last_sequence),
         );
-        if let Err(e) = state.versions.log_and_apply(&mut edit) {
+        if let Err(e) = self.log_and_apply(&mut state, &mut edit) {
             self.set_bg_error(&mut state, &e);
             return Err(e);
         }
@@ -171,4 +183,33 @@ impl Shared {
         self.bg_done.notify_all();
         Ok(())
     }
+}
+
+/// Groups dropped blob refs by the live file holding their record now,
+/// skipping records already dead.
+fn dead_ordinals(
+    current: &crate::version::Version,
+    dead_refs: &[(u64, u32, u64)],
+) -> Vec<DeadOrdinals> {
+    let mut dead: std::collections::BTreeMap<u64, DeadOrdinals> = Default::default();
+    for &(file, ordinal, bytes) in dead_refs {
+        // An error means GC already dropped the record: nothing to mark.
+        let Ok((file, ordinal, _)) = current.resolve_blob(file, ordinal) else {
+            continue;
+        };
+        let Some(state) = current.blob_files.get(&file) else {
+            continue;
+        };
+        if state.dead.contains(ordinal) {
+            continue;
+        }
+        let d = dead.entry(file).or_insert_with(|| DeadOrdinals {
+            file,
+            ..Default::default()
+        });
+        if d.ordinals.insert(ordinal) {
+            d.bytes += bytes;
+        }
+    }
+    dead.into_values().collect()
 }

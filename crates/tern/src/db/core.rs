@@ -17,6 +17,7 @@ use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
 use super::write::Writer;
+use crate::blob::BlobCache;
 use crate::cache::BlockCache;
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
@@ -59,6 +60,9 @@ pub struct State {
     pub obsolete_tables: Vec<u64>,
     /// WAL files whose data is flushed.
     pub obsolete_wals: Vec<u64>,
+    /// Blob files no longer in the current version (retired by GC or
+    /// unreferenced), deleted once no reader's version lists them.
+    pub obsolete_blobs: Vec<u64>,
     /// Consecutive compaction failures (for back-off).
     pub compaction_failures: u32,
 }
@@ -80,6 +84,7 @@ pub struct Shared {
     /// The active WAL (number, writer); used only by the group leader.
     pub wal: Mutex<Option<(u64, LogWriter)>>,
     pub tables: Arc<TableCache>,
+    pub blobs: Arc<BlobCache>,
     pub block_cache: Option<Arc<BlockCache>>,
     pub counters: Counters,
     pub snapshots: Arc<SnapshotList>,
@@ -123,6 +128,50 @@ impl Shared {
         self.bg_done.notify_all();
     }
 
+    /// Logs `edit` and makes it current, then retires blob files and lineage
+    /// entries that no table can reach any more (a second, small edit).
+    pub fn log_and_apply(
+        &self,
+        state: &mut State,
+        edit: &mut crate::format::version_edit::VersionEdit,
+    ) -> crate::Result<()> {
+        let before: std::collections::HashSet<u64> = state
+            .versions
+            .current()
+            .blob_files
+            .keys()
+            .copied()
+            .collect();
+        state.versions.log_and_apply(edit)?;
+        let v = state.versions.current();
+        let reachable = v.referenced_blob_files();
+        let mut cleanup = crate::format::version_edit::VersionEdit {
+            blob_files_deleted: v
+                .blob_files
+                .keys()
+                .filter(|n| !reachable.contains(n))
+                .copied()
+                .collect(),
+            relocations_dropped: v
+                .relocations
+                .keys()
+                .filter(|n| !reachable.contains(n))
+                .copied()
+                .collect(),
+            ..Default::default()
+        };
+        if !cleanup.is_empty() {
+            state.versions.log_and_apply(&mut cleanup)?;
+        }
+        let after = state.versions.current();
+        state.obsolete_blobs.extend(
+            before
+                .into_iter()
+                .filter(|n| !after.blob_files.contains_key(n)),
+        );
+        Ok(())
+    }
+
     /// Deletes obsolete files no reader can still see. Called with `state` held;
     /// removal failures are left for the next open to clean up.
     pub fn delete_obsolete_files(&self, state: &mut State) {
@@ -137,6 +186,20 @@ impl Shared {
                 }
                 tables.evict(n);
                 let _ = fs.remove_file(&dir.join(crate::wal::table_file_name(n)));
+                false
+            });
+        }
+        if !state.obsolete_blobs.is_empty() {
+            let live = state.versions.live_files();
+            let fs = &self.fs;
+            let dir = &self.dir;
+            let blobs = &self.blobs;
+            state.obsolete_blobs.retain(|&n| {
+                if live.contains(&n) {
+                    return true;
+                }
+                blobs.evict(n);
+                let _ = fs.remove_file(&dir.join(crate::wal::blob_file_name(n)));
                 false
             });
         }

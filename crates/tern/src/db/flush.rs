@@ -1,16 +1,29 @@
-//! Flush: an immutable memtable becomes one L0 table.
+//! Flush: an immutable memtable becomes one L0 table, with values of at
+//! least `blob_threshold` bytes separated into blob files in key order.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::core::Shared;
 use super::stats::Counters;
+use crate::blob::BlobWriter;
 use crate::error::{IoContext, Result};
+use crate::format::internal_key::{self, ValueKind};
 use crate::format::version_edit::VersionEdit;
 use crate::iter::InternalIterator;
 use crate::memtable::MemTable;
 use crate::sst::{TableBuilder, TableOptions};
-use crate::version::FileMeta;
-use crate::wal::table_file_name;
+use crate::version::{BlobMeta, FileMeta};
+use crate::wal::{blob_file_name, table_file_name};
+
+/// What a flush produced.
+#[derive(Debug, Default)]
+pub struct FlushOutput {
+    /// The L0 table, unless the memtable was empty.
+    pub table: Option<FileMeta>,
+    /// Blob files holding its separated values.
+    pub blobs: Vec<BlobMeta>,
+}
 
 impl Shared {
     /// Format options for tables written to `level`.
@@ -23,47 +36,110 @@ impl Shared {
         }
     }
 
-    /// Writes `mem` to table file `number`; None if it is empty.
-    pub fn write_level0_table(&self, mem: &Arc<MemTable>, number: u64) -> Result<Option<FileMeta>> {
+    /// Writes `mem` to table file `number` (and blob files as needed).
+    /// New blob files take their numbers from `counter`.
+    pub fn write_level0_table(
+        &self,
+        mem: &Arc<MemTable>,
+        number: u64,
+        counter: &AtomicU64,
+    ) -> Result<FlushOutput> {
+        let mut out = FlushOutput::default();
         if mem.is_empty() {
-            return Ok(None);
+            return Ok(out);
         }
         let path = self.dir.join(table_file_name(number));
-        let file = self.fs.create(&path).ctx(&path)?;
-        let mut builder = TableBuilder::new(file, path.clone(), self.table_options(0));
-        let mut it = mem.iter();
-        it.seek_to_first();
+        let mut created = vec![path.clone()];
         let res = (|| {
+            let file = self.fs.create(&path).ctx(&path)?;
+            let mut builder = TableBuilder::new(file, path.clone(), self.table_options(0));
+            let mut blob: Option<BlobWriter> = None;
+            let mut blob_files = Vec::new();
+            let mut it = mem.iter();
+            it.seek_to_first();
             while it.valid() {
-                builder.add(it.key(), it.value())?;
+                let separate = self
+                    .opts
+                    .blob_threshold
+                    .is_some_and(|t| it.value().len() >= t)
+                    && internal_key::trailer(it.key()) as u8 == ValueKind::Value as u8;
+                if !separate {
+                    builder.add(it.key(), it.value())?;
+                    it.next();
+                    continue;
+                }
+                if blob
+                    .as_ref()
+                    .is_some_and(|b| b.len() >= self.opts.blob_file_size)
+                {
+                    if let Some(b) = blob.take() {
+                        out.blobs.push(b.finish(&[])?.meta);
+                    }
+                }
+                if blob.is_none() {
+                    let n = counter.fetch_add(1, Ordering::SeqCst);
+                    let p = self.dir.join(blob_file_name(n));
+                    created.push(p.clone());
+                    let f = self.fs.create(&p).ctx(&p)?;
+                    blob = Some(BlobWriter::new(f, p, n)?);
+                    blob_files.push(n);
+                    builder.add_blob_file(n);
+                }
+                if let Some(b) = blob.as_mut() {
+                    let user_key = internal_key::user_key(it.key());
+                    let r = b.add(user_key, it.value())?;
+                    let mut ikey = user_key.to_vec();
+                    ikey.extend_from_slice(
+                        &internal_key::pack_trailer(
+                            internal_key::trailer(it.key()) >> 8,
+                            ValueKind::BlobRef as u8,
+                        )
+                        .to_le_bytes(),
+                    );
+                    builder.add(&ikey, &r.encode())?;
+                }
                 it.next();
             }
-            builder.finish()
-        })();
-        let s = match res {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = self.fs.remove_file(&path);
-                return Err(e);
+            if let Some(b) = blob.take() {
+                out.blobs.push(b.finish(&[])?.meta);
             }
-        };
-        Counters::add(&self.counters.flush_bytes_written, s.file_size);
-        Ok(Some(FileMeta {
-            number,
-            file_size: s.file_size,
-            smallest: s.smallest,
-            largest: s.largest,
-            smallest_seq: s.smallest_seq,
-            largest_seq: s.largest_seq,
-            num_entries: s.num_entries,
-            num_deletions: s.num_deletions,
-        }))
+            let s = builder.finish()?;
+            Ok(FileMeta {
+                number,
+                file_size: s.file_size,
+                smallest: s.smallest,
+                largest: s.largest,
+                smallest_seq: s.smallest_seq,
+                largest_seq: s.largest_seq,
+                num_entries: s.num_entries,
+                num_deletions: s.num_deletions,
+                blob_files,
+            })
+        })();
+        match res {
+            Ok(meta) => {
+                let blob_bytes: u64 = out.blobs.iter().map(|b| b.file_size).sum();
+                Counters::add(
+                    &self.counters.flush_bytes_written,
+                    meta.file_size + blob_bytes,
+                );
+                Counters::add(&self.counters.blob_bytes_written, blob_bytes);
+                out.table = Some(meta);
+                Ok(out)
+            }
+            Err(e) => {
+                for p in created {
+                    let _ = self.fs.remove_file(&p);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Flushes the oldest immutable memtable, if any. Returns whether one was
     /// flushed.
     pub fn flush_one(&self) -> Result<bool> {
-        let (mem, number) = {
+        let (mem, number, counter) = {
             let mut state = self.state.lock();
             if state.flush_running {
                 return Ok(false);
@@ -73,12 +149,16 @@ impl Shared {
             };
             let mem = imm.mem.clone();
             state.flush_running = true;
-            (mem, state.versions.new_file_number())
+            (
+                mem,
+                state.versions.new_file_number(),
+                state.versions.file_number_counter(),
+            )
         };
-        let res = self.write_level0_table(&mem, number);
+        let res = self.write_level0_table(&mem, number, &counter);
         let mut state = self.state.lock();
         state.flush_running = false;
-        let meta = match res {
+        let output = match res {
             Ok(m) => m,
             Err(e) => {
                 self.set_bg_error(&mut state, &e);
@@ -92,13 +172,14 @@ impl Shared {
             .map_or(state.mem_wal_number, |i| i.wal_number);
         let mut edit = VersionEdit {
             log_number: Some(next_wal),
-            last_sequence: Some(self.visible_seq.load(std::sync::atomic::Ordering::Acquire)),
+            last_sequence: Some(self.visible_seq.load(Ordering::Acquire)),
+            blob_files_added: output.blobs,
             ..Default::default()
         };
-        if let Some(m) = meta {
+        if let Some(m) = output.table {
             edit.new_files.push((0, m));
         }
-        if let Err(e) = state.versions.log_and_apply(&mut edit) {
+        if let Err(e) = self.log_and_apply(&mut state, &mut edit) {
             if let Some(f) = flushed {
                 state.imms.push_front(f);
             }

@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use self::core::Shared;
 pub use self::snapshot::{Snapshot, SnapshotList};
 pub use self::stats::{LevelStats, Stats};
+use crate::blob::BlobResolver;
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, seek_key, ValueKind};
@@ -146,10 +147,15 @@ impl Db {
             let table = self.shared.tables.get(f.number, f.file_size)?;
             if let Some((ikey, value)) = table.get(&lookup)? {
                 let parsed = internal_key::parse(&ikey).map_err(|e| e.in_file(table.path(), 0))?;
-                return Ok(match parsed.kind {
-                    ValueKind::Delete => None,
-                    ValueKind::Value | ValueKind::BlobRef => Some(value),
-                });
+                return match parsed.kind {
+                    ValueKind::Delete => Ok(None),
+                    ValueKind::Value => Ok(Some(value)),
+                    ValueKind::BlobRef => {
+                        BlobResolver::new(sv.version.clone(), self.shared.blobs.clone())
+                            .resolve(key, &value)
+                            .map(Some)
+                    }
+                };
             }
         }
         Ok(None)
@@ -191,13 +197,11 @@ impl Db {
         }
         let merged: BoxedIter = Box::new(MergingIterator::new(children));
         let pin: crate::iter::db_iter::Pin = sv.version.clone();
-        Ok(DbIterator::new(
-            merged,
-            seq,
-            opts.lower_bound,
-            opts.upper_bound,
-            vec![pin],
-        ))
+        let resolver = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
+        Ok(
+            DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin])
+                .with_resolver(resolver),
+        )
     }
 
     /// Writes every memtable to L0 and waits for it; afterwards no WAL is

@@ -13,6 +13,7 @@ use super::core::{Shared, State, SuperVersion};
 use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
+use crate::blob::BlobCache;
 use crate::cache::BlockCache;
 use crate::compaction::{Executor, LocalExecutor};
 use crate::error::{Error, IoContext, Result};
@@ -82,6 +83,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         flush_running: false,
         obsolete_tables: Vec::new(),
         obsolete_wals: Vec::new(),
+        obsolete_blobs: Vec::new(),
         compaction_failures: 0,
     };
     let sv = SuperVersion {
@@ -89,7 +91,9 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         imms: Vec::new(),
         version: state.versions.current(),
     };
+    let blobs = Arc::new(BlobCache::new(dir.to_path_buf(), fs.clone()));
     let shared = Arc::new(Shared {
+        blobs,
         dir: dir.to_path_buf(),
         fs,
         state: Mutex::new(state),
@@ -132,6 +136,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     }
 
     let mut edit = VersionEdit::default();
+    let counter = state.versions.file_number_counter();
     let mut max_seq = state.versions.last_sequence;
     let mut mem = s.new_memtable(0);
     for &number in &wals {
@@ -157,9 +162,9 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
                     let number = state.versions.new_file_number();
-                    if let Some(meta) = s.write_level0_table(&mem, number)? {
-                        edit.new_files.push((0, meta));
-                    }
+                    let out = s.write_level0_table(&mem, number, &counter)?;
+                    edit.new_files.extend(out.table.map(|t| (0, t)));
+                    edit.blob_files_added.extend(out.blobs);
                     mem = s.new_memtable(e.key.len() + e.value.len() + 128);
                     mem.add(seq, e.kind, e.key, e.value).map_err(|_| {
                         Error::corruption(&path, offset, "write too large for a memtable")
@@ -176,9 +181,9 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         }
     }
     let number = state.versions.new_file_number();
-    if let Some(meta) = s.write_level0_table(&mem, number)? {
-        edit.new_files.push((0, meta));
-    }
+    let out = s.write_level0_table(&mem, number, &counter)?;
+    edit.new_files.extend(out.table.map(|t| (0, t)));
+    edit.blob_files_added.extend(out.blobs);
 
     // A fresh WAL for new writes, then one manifest snapshot naming it.
     let wal_number = state.versions.new_file_number();
@@ -188,7 +193,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     s.fs.sync_dir(&s.dir).ctx(&s.dir)?;
     edit.log_number = Some(wal_number);
     edit.last_sequence = Some(max_seq);
-    state.versions.log_and_apply(&mut edit)?;
+    s.log_and_apply(&mut state, &mut edit)?;
     *s.wal.lock() = Some((wal_number, writer));
     state.mem = s.new_memtable(0);
     state.mem_wal_number = wal_number;
@@ -208,10 +213,10 @@ fn remove_orphans(s: &Shared, state: &State, names: &[String]) -> Result<()> {
         };
         let obsolete = match kind {
             FileType::Wal => number < state.versions.log_number,
-            FileType::Table => !live.contains(&number),
+            FileType::Table | FileType::Blob => !live.contains(&number),
             FileType::Manifest => number != state.versions.manifest_number(),
             FileType::Temp => true,
-            FileType::Current | FileType::Lock | FileType::Blob => false,
+            FileType::Current | FileType::Lock => false,
         };
         if obsolete {
             let path = s.dir.join(name);

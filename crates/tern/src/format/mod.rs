@@ -2,6 +2,7 @@
 //! I/O: functions take and return byte slices, so each decoder can be fuzzed
 //! and unit-tested alone. Byte layouts are specified in `docs/format/`.
 
+pub mod blob;
 pub mod block;
 pub mod bloom;
 pub mod checksum;

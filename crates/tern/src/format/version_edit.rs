@@ -8,7 +8,11 @@
 
 use crate::error::DecodeError;
 use crate::format::coding::{put_length_prefixed, put_varint32, put_varint64, Reader};
+use roaring::RoaringBitmap;
+
+use crate::format::blob::{put_bitmap, read_bitmap, LineageEntry};
 use crate::format::internal_key::MAX_SEQ;
+pub use crate::version::BlobMeta;
 
 /// Levels are numbered `0..MAX_LEVELS`; an edit naming a higher level does
 /// not decode.
@@ -28,14 +32,22 @@ mod tag {
     pub const DELETED_FILE: u64 = 5;
     /// One new table: varint level, then the [`super::FileMeta`] fields.
     pub const NEW_FILE: u64 = 6;
-    // Reserved, not yet decoded (an edit holding them is rejected until the
-    // feature lands):
-    //   7  reserved for another core counter
-    //   8  blob file addition
-    //   9  blob file deletion
-    //   10 dead-ordinal set of a blob file
-    //   11 GC lineage (relocation of blob files into a new one)
-    //   12..=15 reserved for the key-value separation features
+    /// A new blob file: varint number, file size, record count, data bytes.
+    pub const BLOB_FILE_ADD: u64 = 8;
+    /// A blob file removed outright (nothing refers to it): varint number.
+    pub const BLOB_FILE_DELETE: u64 = 9;
+    /// Ordinals of a blob file found dead: varint file, varint bytes,
+    /// ordinal set (varint length ‖ portable roaring bitmap).
+    pub const DEAD_ORDINALS: u64 = 10;
+    /// A blob file retired by GC: varint new file, varint old file, varint
+    /// base ordinal, the dead set the job used (as in `DEAD_ORDINALS`).
+    pub const RELOCATION: u64 = 11;
+    /// Blob files a new table refers to: varint table number, varint count,
+    /// count × varint blob file number. Follows that table's `NEW_FILE`.
+    pub const TABLE_BLOB_FILES: u64 = 12;
+    /// A lineage entry dropped (no table refers to the old file): varint old file.
+    pub const RELOCATION_DROP: u64 = 13;
+    // Reserved: 7 (another core counter), 14..=15 (separation features).
 }
 
 /// Metadata of one sorted table, as recorded in the manifest.
@@ -57,11 +69,24 @@ pub struct FileMeta {
     pub num_entries: u64,
     /// Number of tombstones among the entries.
     pub num_deletions: u64,
+    /// Blob files the table holds references to.
+    pub blob_files: Vec<u64>,
+}
+
+/// Ordinals of one blob file newly found dead.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeadOrdinals {
+    /// The blob file.
+    pub file: u64,
+    /// The ordinals.
+    pub ordinals: RoaringBitmap,
+    /// Bytes of those records.
+    pub bytes: u64,
 }
 
 /// A change to the set of live files and counters. The manifest is a log of
 /// these; replaying them in order rebuilds the current version.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct VersionEdit {
     /// WALs numbered below this are fully flushed and need no replay.
     pub log_number: Option<u64>,
@@ -75,6 +100,16 @@ pub struct VersionEdit {
     pub deleted_files: Vec<(u32, u64)>,
     /// Tables added: (level, metadata).
     pub new_files: Vec<(u32, FileMeta)>,
+    /// Blob files added.
+    pub blob_files_added: Vec<BlobMeta>,
+    /// Blob files removed outright.
+    pub blob_files_deleted: Vec<u64>,
+    /// Dead ordinals found, per blob file.
+    pub dead_ordinals: Vec<DeadOrdinals>,
+    /// Blob files retired by GC: (new file, lineage of the old one).
+    pub relocations: Vec<(u64, LineageEntry)>,
+    /// Lineage entries dropped (old file numbers).
+    pub relocations_dropped: Vec<u64>,
 }
 
 impl VersionEdit {
@@ -86,6 +121,11 @@ impl VersionEdit {
             && self.compact_pointers.is_empty()
             && self.deleted_files.is_empty()
             && self.new_files.is_empty()
+            && self.blob_files_added.is_empty()
+            && self.blob_files_deleted.is_empty()
+            && self.dead_ordinals.is_empty()
+            && self.relocations.is_empty()
+            && self.relocations_dropped.is_empty()
     }
 
     /// Encodes the edit. Fields are written in a fixed order (counters, then
@@ -134,6 +174,42 @@ impl VersionEdit {
             put_varint64(&mut dst, f.largest_seq);
             put_varint64(&mut dst, f.num_entries);
             put_varint64(&mut dst, f.num_deletions);
+            if !f.blob_files.is_empty() {
+                put_varint64(&mut dst, tag::TABLE_BLOB_FILES);
+                put_varint64(&mut dst, f.number);
+                put_varint64(&mut dst, f.blob_files.len() as u64);
+                for &b in &f.blob_files {
+                    put_varint64(&mut dst, b);
+                }
+            }
+        }
+        for b in &self.blob_files_added {
+            put_varint64(&mut dst, tag::BLOB_FILE_ADD);
+            put_varint64(&mut dst, b.number);
+            put_varint64(&mut dst, b.file_size);
+            put_varint64(&mut dst, b.record_count);
+            put_varint64(&mut dst, b.data_bytes);
+        }
+        for (new_file, e) in &self.relocations {
+            put_varint64(&mut dst, tag::RELOCATION);
+            put_varint64(&mut dst, *new_file);
+            put_varint64(&mut dst, e.old_file);
+            put_varint64(&mut dst, u64::from(e.base));
+            put_bitmap(&mut dst, &e.dead);
+        }
+        for d in &self.dead_ordinals {
+            put_varint64(&mut dst, tag::DEAD_ORDINALS);
+            put_varint64(&mut dst, d.file);
+            put_varint64(&mut dst, d.bytes);
+            put_bitmap(&mut dst, &d.ordinals);
+        }
+        for &n in &self.blob_files_deleted {
+            put_varint64(&mut dst, tag::BLOB_FILE_DELETE);
+            put_varint64(&mut dst, n);
+        }
+        for &n in &self.relocations_dropped {
+            put_varint64(&mut dst, tag::RELOCATION_DROP);
+            put_varint64(&mut dst, n);
         }
         dst
     }
@@ -180,9 +256,67 @@ impl VersionEdit {
                         largest_seq: seq(&mut r)?,
                         num_entries: r.varint64()?,
                         num_deletions: r.varint64()?,
+                        blob_files: Vec::new(),
                     };
                     edit.new_files.push((level, meta));
                 }
+                tag::TABLE_BLOB_FILES => {
+                    let number = r.varint64()?;
+                    let count = r.varint64()?;
+                    if count > r.remaining() as u64 {
+                        return Err(DecodeError::new(
+                            start,
+                            "table blob file count exceeds the edit",
+                        ));
+                    }
+                    let mut files = Vec::with_capacity(count as usize);
+                    for _ in 0..count {
+                        files.push(r.varint64()?);
+                    }
+                    // It must directly follow its table's NEW_FILE.
+                    let table = edit
+                        .new_files
+                        .last_mut()
+                        .filter(|(_, f)| f.number == number && f.blob_files.is_empty())
+                        .ok_or_else(|| {
+                            DecodeError::new(start, "blob file list does not follow its table")
+                        })?;
+                    table.1.blob_files = files;
+                }
+                tag::BLOB_FILE_ADD => edit.blob_files_added.push(BlobMeta {
+                    number: r.varint64()?,
+                    file_size: r.varint64()?,
+                    record_count: r.varint64()?,
+                    data_bytes: r.varint64()?,
+                }),
+                tag::RELOCATION => {
+                    let new_file = r.varint64()?;
+                    let old_file = r.varint64()?;
+                    let at = r.pos();
+                    let base = u32::try_from(r.varint64()?)
+                        .map_err(|_| DecodeError::new(at, "relocation base ordinal overflow"))?;
+                    let dead = read_bitmap(&mut r)?;
+                    edit.relocations.push((
+                        new_file,
+                        LineageEntry {
+                            old_file,
+                            base,
+                            dead,
+                        },
+                    ));
+                }
+                tag::DEAD_ORDINALS => {
+                    let file = r.varint64()?;
+                    let bytes = r.varint64()?;
+                    let ordinals = read_bitmap(&mut r)?;
+                    edit.dead_ordinals.push(DeadOrdinals {
+                        file,
+                        ordinals,
+                        bytes,
+                    });
+                }
+                tag::BLOB_FILE_DELETE => edit.blob_files_deleted.push(r.varint64()?),
+                tag::RELOCATION_DROP => edit.relocations_dropped.push(r.varint64()?),
                 other => {
                     return Err(DecodeError::new(
                         start,
@@ -284,9 +418,39 @@ mod tests {
                 largest_seq: rand_seq(rng),
                 num_entries: rand_u64(rng),
                 num_deletions: rand_u64(rng),
+                blob_files: (0..rng.gen_range(0..3)).map(|_| rand_u64(rng)).collect(),
             };
             e.new_files.push((rng.gen_range(0..MAX_LEVELS), meta));
         }
+        for _ in 0..rng.gen_range(0..3) {
+            e.blob_files_added.push(BlobMeta {
+                number: rand_u64(rng),
+                file_size: rand_u64(rng),
+                record_count: rand_u64(rng),
+                data_bytes: rand_u64(rng),
+            });
+        }
+        for _ in 0..rng.gen_range(0..3) {
+            let mut dead = RoaringBitmap::new();
+            for _ in 0..rng.gen_range(0..50) {
+                dead.insert(rng.gen_range(0..100_000));
+            }
+            e.relocations.push((
+                rand_u64(rng),
+                LineageEntry {
+                    old_file: rand_u64(rng),
+                    base: rng.gen(),
+                    dead: dead.clone(),
+                },
+            ));
+            e.dead_ordinals.push(DeadOrdinals {
+                file: rand_u64(rng),
+                ordinals: dead,
+                bytes: rand_u64(rng),
+            });
+        }
+        e.blob_files_deleted = (0..rng.gen_range(0..3)).map(|_| rand_u64(rng)).collect();
+        e.relocations_dropped = (0..rng.gen_range(0..3)).map(|_| rand_u64(rng)).collect();
         e
     }
 
@@ -308,8 +472,10 @@ mod tests {
                     largest_seq: 5,
                     num_entries: 1000,
                     num_deletions: 10,
+                    blob_files: vec![41, 42],
                 },
             )],
+            ..Default::default()
         }
     }
 
@@ -346,6 +512,7 @@ mod tests {
                     largest_seq: 2,
                     num_entries: 2,
                     num_deletions: 0,
+                    blob_files: Vec::new(),
                 },
             )],
             ..Default::default()
@@ -427,7 +594,7 @@ mod tests {
         put_length_prefixed(&mut huge_level, b"k");
         assert!(VersionEdit::decode(&huge_level).is_err());
 
-        for t in [0u64, 7, 8, 9, 10, 11, 12, 99] {
+        for t in [0u64, 7, 14, 15, 99] {
             let mut buf = full_edit().encode();
             let at = buf.len();
             put_varint64(&mut buf, t);

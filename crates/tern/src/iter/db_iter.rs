@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::BoxedIter;
+use crate::blob::BlobResolver;
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ};
 use crate::format::internal_key::{append_internal_key, KIND_FOR_SEEK};
@@ -45,6 +46,9 @@ pub struct DbIterator {
     lower: Option<Vec<u8>>,
     upper: Option<Vec<u8>>,
     error: Option<Error>,
+    /// Resolves separated values; `blob_value` holds the current one.
+    resolver: Option<BlobResolver>,
+    blob_value: Option<Vec<u8>>,
     _pins: Vec<Pin>,
 }
 
@@ -68,8 +72,33 @@ impl DbIterator {
             lower,
             upper,
             error: None,
+            resolver: None,
+            blob_value: None,
             _pins: pins,
         }
+    }
+
+    /// Resolves separated values through `resolver`.
+    pub fn with_resolver(mut self, resolver: BlobResolver) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
+    /// The value at the inner cursor, resolving a blob reference.
+    fn load_value(&mut self, kind: ValueKind) -> Result<()> {
+        self.blob_value = None;
+        if kind == ValueKind::BlobRef {
+            let Some(r) = &self.resolver else {
+                return Err(Error::corruption(
+                    "<iterator>",
+                    0,
+                    "blob reference without a resolver",
+                ));
+            };
+            let v = r.resolve(internal_key::user_key(self.inner.key()), self.inner.value())?;
+            self.blob_value = Some(v);
+        }
+        Ok(())
     }
 
     /// True when positioned at a key.
@@ -88,7 +117,10 @@ impl DbIterator {
     /// The current value. Requires `valid()`.
     pub fn value(&self) -> &[u8] {
         match self.direction {
-            Direction::Forward => self.inner.value(),
+            Direction::Forward => self
+                .blob_value
+                .as_deref()
+                .unwrap_or_else(|| self.inner.value()),
             Direction::Backward => &self.saved_value,
         }
     }
@@ -222,8 +254,11 @@ impl DbIterator {
                         self.saved_key.extend_from_slice(parsed.user_key);
                         skipping = true;
                     }
-                    ValueKind::Value | ValueKind::BlobRef => {
+                    kind @ (ValueKind::Value | ValueKind::BlobRef) => {
                         if !(skipping && parsed.user_key <= self.saved_key.as_slice()) {
+                            if let Err(e) = self.load_value(kind) {
+                                return self.fail(e);
+                            }
                             self.valid = true;
                             self.saved_key.clear();
                             return;
@@ -260,7 +295,15 @@ impl DbIterator {
                     self.saved_key.clear();
                     self.saved_key.extend_from_slice(parsed.user_key);
                     self.saved_value.clear();
-                    self.saved_value.extend_from_slice(self.inner.value());
+                    if kind == ValueKind::BlobRef {
+                        let resolved = self.load_value(kind).map(|()| self.blob_value.take());
+                        match resolved {
+                            Ok(v) => self.saved_value = v.unwrap_or_default(),
+                            Err(e) => return self.fail(e),
+                        }
+                    } else {
+                        self.saved_value.extend_from_slice(self.inner.value());
+                    }
                 }
             }
             self.inner.prev();

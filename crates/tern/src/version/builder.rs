@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use super::{FileRef, Version};
+use roaring::RoaringBitmap;
+
+use super::{BlobFileState, BlobFiles, FileRef, Relocation, Relocations, Version};
 use crate::error::{Error, Result};
 use crate::format::internal_key;
 use crate::format::version_edit::VersionEdit;
@@ -12,6 +14,8 @@ use crate::options::NUM_LEVELS;
 /// Accumulates edits on top of a base version.
 pub struct VersionBuilder {
     levels: Vec<BTreeMap<u64, FileRef>>,
+    blob_files: BlobFiles,
+    relocations: Relocations,
 }
 
 impl VersionBuilder {
@@ -22,7 +26,11 @@ impl VersionBuilder {
             .iter()
             .map(|files| files.iter().map(|f| (f.number, f.clone())).collect())
             .collect();
-        VersionBuilder { levels }
+        VersionBuilder {
+            levels,
+            blob_files: base.blob_files.clone(),
+            relocations: base.relocations.clone(),
+        }
     }
 
     /// Applies one edit: deletions first, then additions.
@@ -38,6 +46,68 @@ impl VersionBuilder {
         for (level, meta) in &edit.new_files {
             let files = self.level_mut(*level)?;
             files.insert(meta.number, Arc::new(meta.clone()));
+        }
+        self.apply_blobs(edit)
+    }
+
+    fn apply_blobs(&mut self, edit: &VersionEdit) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        for b in &edit.blob_files_added {
+            let state = BlobFileState {
+                meta: b.clone(),
+                dead: RoaringBitmap::new(),
+                dead_bytes: 0,
+            };
+            if self.blob_files.insert(b.number, Arc::new(state)).is_some() {
+                return bad(format!("blob file {} added twice", b.number));
+            }
+        }
+        for (new_file, entry) in &edit.relocations {
+            // The old file is live when GC retires it; a manifest snapshot
+            // lists lineage of files that are long gone.
+            self.blob_files.remove(&entry.old_file);
+            let r = Relocation {
+                new_file: *new_file,
+                entry: entry.clone(),
+            };
+            if self
+                .relocations
+                .insert(entry.old_file, Arc::new(r))
+                .is_some()
+            {
+                return bad(format!("blob file {} retired twice", entry.old_file));
+            }
+        }
+        for d in &edit.dead_ordinals {
+            let Some(state) = self.blob_files.get_mut(&d.file) else {
+                return bad(format!(
+                    "dead ordinals for blob file {} that is not live",
+                    d.file
+                ));
+            };
+            let state = Arc::make_mut(state);
+            state.dead |= &d.ordinals;
+            state.dead_bytes += d.bytes;
+            if state
+                .dead
+                .max()
+                .is_some_and(|m| u64::from(m) >= state.meta.record_count)
+            {
+                return bad(format!(
+                    "dead ordinal beyond the records of blob file {}",
+                    d.file
+                ));
+            }
+        }
+        for n in &edit.blob_files_deleted {
+            if self.blob_files.remove(n).is_none() {
+                return bad(format!("deletes blob file {n} that is not live"));
+            }
+        }
+        for n in &edit.relocations_dropped {
+            if self.relocations.remove(n).is_none() {
+                return bad(format!("drops lineage of blob file {n} that has none"));
+            }
         }
         Ok(())
     }
@@ -84,6 +154,18 @@ impl VersionBuilder {
             v.levels[level] = list;
         }
         debug_assert_eq!(v.levels.len(), NUM_LEVELS);
+        for (old, r) in &self.relocations {
+            if !self.blob_files.contains_key(&r.new_file)
+                && !self.relocations.contains_key(&r.new_file)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "lineage of blob file {old} leads to unknown file {}",
+                    r.new_file
+                )));
+            }
+        }
+        v.blob_files = self.blob_files;
+        v.relocations = self.relocations;
         Ok(v)
     }
 }

@@ -11,6 +11,7 @@
 //! 2. Files of L1 and deeper are ordered by smallest key and their user-key
 //!    ranges do not overlap.
 
+mod blobs;
 mod builder;
 mod level_targets;
 mod set;
@@ -18,6 +19,7 @@ mod set;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+pub use blobs::{resolve, BlobFileState, BlobFiles, BlobMeta, LiveBlobs, Relocation, Relocations};
 pub use builder::VersionBuilder;
 pub use level_targets::LevelTargets;
 pub use set::{RecoveredState, VersionSet};
@@ -34,6 +36,10 @@ pub type FileRef = Arc<FileMeta>;
 pub struct Version {
     /// Files per level, ordered as the module invariants say.
     pub levels: [Vec<FileRef>; NUM_LEVELS],
+    /// Live blob files.
+    pub blob_files: BlobFiles,
+    /// Blob files retired by GC that tables may still refer to.
+    pub relocations: Relocations,
 }
 
 impl Version {
@@ -47,9 +53,13 @@ impl Version {
         (0..NUM_LEVELS).map(|l| self.level_bytes(l)).sum()
     }
 
-    /// Every live file number.
+    /// Every live file number (tables and blob files).
     pub fn file_numbers(&self) -> impl Iterator<Item = u64> + '_ {
-        self.levels.iter().flatten().map(|f| f.number)
+        self.levels
+            .iter()
+            .flatten()
+            .map(|f| f.number)
+            .chain(self.blob_files.keys().copied())
     }
 
     /// Files of `level` whose user-key range intersects `[lo, hi]` (None = unbounded).

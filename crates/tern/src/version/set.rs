@@ -211,6 +211,21 @@ impl VersionSet {
                 snapshot.new_files.push((level as u32, (**f).clone()));
             }
         }
+        for b in version.blob_files.values() {
+            snapshot.blob_files_added.push(b.meta.clone());
+            if !b.dead.is_empty() {
+                snapshot
+                    .dead_ordinals
+                    .push(crate::format::version_edit::DeadOrdinals {
+                        file: b.meta.number,
+                        ordinals: b.dead.clone(),
+                        bytes: b.dead_bytes,
+                    });
+            }
+        }
+        for r in version.relocations.values() {
+            snapshot.relocations.push((r.new_file, r.entry.clone()));
+        }
         for (level, key) in self.compact_pointers.iter().enumerate() {
             if !key.is_empty() {
                 snapshot.compact_pointers.push((level as u32, key.clone()));

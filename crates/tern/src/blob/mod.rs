@@ -1,0 +1,14 @@
+//! Blob files: values separated from the LSM at flush (see
+//! `docs/format/blob.md`). A [`BlobWriter`] appends records in key order; a
+//! [`BlobReader`] reads one record by offset or ordinal, verifying its
+//! checksum and that it belongs to the key asking for it.
+
+mod cache;
+mod reader;
+mod resolver;
+mod writer;
+
+pub use cache::BlobCache;
+pub use reader::BlobReader;
+pub use resolver::BlobResolver;
+pub use writer::{BlobWriter, FinishedBlob};

@@ -1,0 +1,147 @@
+//! Reads records from one blob file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, IoContext, Result};
+use crate::format::blob::{
+    self, BlobFooter, LineageEntry, BLOB_FOOTER_LEN, BLOB_HEADER_LEN, RECORD_HEADER_LEN,
+};
+use crate::io::{FsRef, RandomAccessFile};
+
+/// An open blob file with its ordinal index in memory.
+pub struct BlobReader {
+    file: Arc<dyn RandomAccessFile>,
+    path: PathBuf,
+    number: u64,
+    footer: BlobFooter,
+    offsets: Vec<u64>,
+}
+
+impl BlobReader {
+    /// Opens blob file `number` at `path`, checking header, footer and index.
+    pub fn open(fs: &FsRef, path: &Path, number: u64) -> Result<BlobReader> {
+        let file = fs.open(path).ctx(path)?;
+        let size = file.len();
+        let corrupt = |off: u64, why: &str| Error::corruption(path, off, why.to_string());
+        if size < (BLOB_HEADER_LEN + BLOB_FOOTER_LEN) as u64 {
+            return Err(corrupt(0, "blob file too short"));
+        }
+        let mut header = [0u8; BLOB_HEADER_LEN];
+        file.read_exact_at(0, &mut header).ctx(path)?;
+        blob::decode_header(&header).map_err(|e| e.in_file(path, 0))?;
+        let footer_at = size - BLOB_FOOTER_LEN as u64;
+        let mut fbuf = [0u8; BLOB_FOOTER_LEN];
+        file.read_exact_at(footer_at, &mut fbuf).ctx(path)?;
+        let footer = BlobFooter::decode(&fbuf, size).map_err(|e| e.in_file(path, footer_at))?;
+        let index_len = footer.lineage_offset - footer.index_offset;
+        let mut ibuf = vec![0u8; index_len as usize];
+        file.read_exact_at(footer.index_offset, &mut ibuf)
+            .ctx(path)?;
+        let offsets = blob::decode_index(&ibuf, footer.record_count)
+            .map_err(|e| e.in_file(path, footer.index_offset))?;
+        if offsets.last().is_some_and(|&o| o >= footer.index_offset) {
+            return Err(corrupt(
+                footer.index_offset,
+                "blob index points past the records",
+            ));
+        }
+        Ok(BlobReader {
+            file,
+            path: path.to_path_buf(),
+            number,
+            footer,
+            offsets,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file number.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Number of records.
+    pub fn record_count(&self) -> u64 {
+        self.footer.record_count
+    }
+
+    /// Offset of record `ordinal`.
+    pub fn offset_of(&self, ordinal: u32) -> Result<u64> {
+        self.offsets.get(ordinal as usize).copied().ok_or_else(|| {
+            Error::corruption(
+                &self.path,
+                self.footer.index_offset,
+                format!("blob ordinal {ordinal} out of range"),
+            )
+        })
+    }
+
+    /// Total bytes of record `ordinal` (header, key and value).
+    pub fn record_len(&self, ordinal: u32) -> Result<u64> {
+        let start = self.offset_of(ordinal)?;
+        let end = self
+            .offsets
+            .get(ordinal as usize + 1)
+            .copied()
+            .unwrap_or(self.footer.index_offset);
+        Ok(end - start)
+    }
+
+    /// Reads record `ordinal` whole: `(key, value)`.
+    pub fn read_ordinal(&self, ordinal: u32) -> Result<(Vec<u8>, Vec<u8>)> {
+        let offset = self.offset_of(ordinal)?;
+        let len = self.record_len(ordinal)?;
+        let mut rec = vec![0u8; len as usize];
+        self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
+        let (k, v) = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
+        Ok((k.to_vec(), v.to_vec()))
+    }
+
+    /// Reads the value of the record at `offset`, which must belong to `key`
+    /// and hold `size` bytes of value.
+    pub fn read_value(&self, offset: u64, key: &[u8], size: u32) -> Result<Vec<u8>> {
+        let len = RECORD_HEADER_LEN + key.len() + size as usize;
+        if offset < BLOB_HEADER_LEN as u64 || offset + len as u64 > self.footer.index_offset {
+            return Err(Error::corruption(
+                &self.path,
+                offset,
+                "blob reference points outside the records",
+            ));
+        }
+        let mut rec = vec![0u8; len];
+        self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
+        let (k, _) = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
+        if k != key {
+            return Err(Error::corruption(
+                &self.path,
+                offset,
+                "blob record belongs to another key",
+            ));
+        }
+        rec.drain(..RECORD_HEADER_LEN + key.len());
+        Ok(rec)
+    }
+
+    /// The lineage block (for GC outputs; empty otherwise).
+    pub fn lineage(&self) -> Result<Vec<LineageEntry>> {
+        let start = self.footer.lineage_offset;
+        let end = self.file.len() - BLOB_FOOTER_LEN as u64;
+        let mut buf = vec![0u8; (end - start) as usize];
+        self.file.read_exact_at(start, &mut buf).ctx(&self.path)?;
+        blob::decode_lineage(&buf).map_err(|e| e.in_file(&self.path, start))
+    }
+
+    /// Reads every record, checking each checksum; returns the count.
+    pub fn verify(&self) -> Result<u64> {
+        for o in 0..self.offsets.len() {
+            self.read_ordinal(o as u32)?;
+        }
+        self.lineage()?;
+        Ok(self.offsets.len() as u64)
+    }
+}
