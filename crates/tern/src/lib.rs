@@ -14,6 +14,7 @@ pub mod compaction;
 pub mod db;
 pub mod error;
 pub mod format;
+pub mod gc;
 pub mod io;
 pub mod iter;
 pub mod memtable;

@@ -16,6 +16,12 @@ use tern::{Compression, Db, Options, ReadOptions, Snapshot, WriteBatch, WriteOpt
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// GC jobs run across all seeds, to check the test exercises GC at all.
+static GC_JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Blob records relocated by GC and refs rewritten by compaction.
+static RELOCATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static REWRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 const DIR: &str = "/db";
 
 fn random_options(rng: &mut StdRng, fs: Arc<MemFs>) -> Options {
@@ -54,8 +60,13 @@ fn random_options(rng: &mut StdRng, fs: Arc<MemFs>) -> Options {
     }
 }
 
+thread_local! {
+    /// Size of the key space: small in GC-heavy runs so values are overwritten often.
+    static KEYS: std::cell::Cell<u32> = const { std::cell::Cell::new(400) };
+}
+
 fn key(rng: &mut StdRng) -> Vec<u8> {
-    format!("k{:04}", rng.gen_range(0..400)).into_bytes()
+    format!("k{:04}", rng.gen_range(0..KEYS.with(|k| k.get()))).into_bytes()
 }
 
 fn value(rng: &mut StdRng, step: usize) -> Vec<u8> {
@@ -172,6 +183,7 @@ struct Run {
     since_durable: Vec<Model>,
     snapshots: Vec<(Snapshot, Model)>,
     log: Vec<String>,
+    gc_heavy: bool,
 }
 
 impl Run {
@@ -188,6 +200,15 @@ impl Run {
 
     fn step(&mut self, step: usize) {
         let ctx = format!("step {step}");
+        if self.gc_heavy && self.rng.gen_bool(0.04) {
+            // Drop overwritten refs (dead marks), then relocate what is left,
+            // so values move through lineage chains several times.
+            self.log.push("compact all + gc".into());
+            self.db().compact_range(None, None).unwrap();
+            let jobs = self.db().collect_garbage().unwrap();
+            GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
+            self.applied(true);
+        }
         let r = self.rng.gen_range(0..1000);
         match r {
             0..=299 => {
@@ -326,7 +347,12 @@ impl Run {
                 }
                 self.applied(true);
             }
-            890..=939 => {
+            890..=914 => {
+                self.log.push("gc".into());
+                let jobs = self.db().collect_garbage().unwrap();
+                GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            915..=939 => {
                 self.log.push("reopen".into());
                 self.snapshots.clear();
                 self.db.take().unwrap().close().unwrap();
@@ -380,7 +406,15 @@ impl Run {
 fn run_seed(seed: u64, steps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let fs = MemFs::new();
-    let opts = random_options(&mut rng, fs.clone());
+    let mut opts = random_options(&mut rng, fs.clone());
+    // Every other seed: all values separated, a small key space, low GC
+    // ratio and frequent compaction + GC.
+    let gc_heavy = seed % 2 == 1;
+    if gc_heavy {
+        opts.blob_threshold = Some(if rng.gen_bool(0.5) { 0 } else { 16 });
+        opts.gc_garbage_ratio = rng.gen_range(0.01..0.3);
+    }
+    KEYS.with(|k| k.set(if gc_heavy { 40 } else { 400 }));
     let db = Db::open(DIR, opts.clone()).unwrap();
     let mut run = Run {
         rng,
@@ -391,6 +425,7 @@ fn run_seed(seed: u64, steps: usize) {
         since_durable: vec![Model::new()],
         snapshots: Vec::new(),
         log: Vec::new(),
+        gc_heavy,
     };
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for step in 0..steps {
@@ -399,6 +434,12 @@ fn run_seed(seed: u64, steps: usize) {
         run.snapshots.clear();
         let db = run.db.take().unwrap();
         assert!(scan(&db, None) == run.model, "final state differs");
+        let st = db.stats();
+        RELOCATED.fetch_add(
+            st.gc_records_relocated,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        REWRITTEN.fetch_add(st.blob_refs_rewritten, std::sync::atomic::Ordering::Relaxed);
         db.close().unwrap();
     }));
     if let Err(e) = res {
@@ -432,4 +473,14 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     for seed in base..base + seeds {
         run_seed(seed, steps);
     }
+    let (jobs, moved, rewritten) = (
+        GC_JOBS.load(std::sync::atomic::Ordering::Relaxed),
+        RELOCATED.load(std::sync::atomic::Ordering::Relaxed),
+        REWRITTEN.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    eprintln!("{seeds} seeds: {jobs} forced GC jobs, {moved} records relocated, {rewritten} refs rewritten");
+    assert!(
+        jobs > 0 && moved > 0,
+        "the model test must exercise blob GC"
+    );
 }

@@ -2,6 +2,7 @@
 
 use super::{CompactionJob, CompactionOutput, JobContext};
 use crate::error::Result;
+use crate::gc::{GcContext, GcJob, GcOutput};
 
 /// Runs compaction jobs. The store installs whatever the executor returns
 /// after checking it, so an executor can run a job anywhere that sees the
@@ -9,6 +10,11 @@ use crate::error::Result;
 pub trait Executor: Send + Sync {
     /// Runs `job` to completion.
     fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> Result<CompactionOutput>;
+
+    /// Runs a blob GC job to completion (by default on the calling thread).
+    fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> Result<GcOutput> {
+        job.run(ctx)
+    }
 }
 
 /// Runs each job on the calling background thread.

@@ -14,7 +14,7 @@ use crate::blob::BlobCache;
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{self, BlobRef};
 use crate::format::internal_key::{self, ValueKind};
-use crate::io::FsRef;
+use crate::io::{FsRef, RateLimitedFile, RateLimiter};
 use crate::iter::{BoxedIter, InternalIterator, MergingIterator};
 use crate::sst::{Table, TableBuilder, TableOptions};
 use crate::version::{resolve, FileMeta, Relocations};
@@ -54,6 +54,8 @@ pub struct JobContext {
     pub fs: FsRef,
     /// Source of fresh file numbers.
     pub next_file_number: Arc<AtomicU64>,
+    /// Paces output writes, shared with GC.
+    pub rate_limiter: Option<Arc<RateLimiter>>,
 }
 
 /// The result of a job.
@@ -171,6 +173,7 @@ impl CompactionJob {
                 let number = ctx.next_file_number.fetch_add(1, Ordering::SeqCst);
                 let path = self.dir.join(table_file_name(number));
                 let file = ctx.fs.create(&path).ctx(&path)?;
+                let file = RateLimitedFile::wrap(file, ctx.rate_limiter.as_ref());
                 let builder = TableBuilder::new(file, path, self.table_options.clone());
                 output = Some(Output {
                     number,

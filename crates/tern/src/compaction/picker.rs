@@ -116,8 +116,14 @@ pub fn plan_range(
     lo: Option<&[u8]>,
     hi: Option<&[u8]>,
 ) -> Option<CompactionPlan> {
-    if level + 1 >= NUM_LEVELS {
+    if level >= NUM_LEVELS {
         return None;
+    }
+    // The last level is compacted in place: its files are rewritten to drop
+    // what no snapshot needs and to point blob refs at their current files.
+    if level == NUM_LEVELS - 1 {
+        let inputs = v.overlapping(level, lo, hi);
+        return (!inputs.is_empty()).then(|| CompactionPlan::new(v, level, level, inputs, 0.0));
     }
     let inputs = if level == 0 {
         let any = v.levels[0].iter().any(|f| file_overlaps(f, lo, hi));

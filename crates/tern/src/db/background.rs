@@ -1,4 +1,5 @@
-//! Background threads: one flushes immutable memtables, one compacts.
+//! Background threads: one flushes immutable memtables, one compacts, one
+//! collects blob garbage.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -20,7 +21,49 @@ pub fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
             .name("tern-compact".into())
             .spawn(move || compaction_loop(&s))?
     };
-    Ok(vec![flush, compact])
+    let gc = {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("tern-gc".into())
+            .spawn(move || gc_loop(&s))?
+    };
+    Ok(vec![flush, compact, gc])
+}
+
+fn gc_loop(s: &Shared) {
+    let mut failures = 0u32;
+    loop {
+        {
+            let mut state = s.state.lock();
+            if state.shutting_down {
+                return;
+            }
+            let wait = if failures > 0 {
+                Duration::from_millis(100u64 << failures.min(6))
+            } else {
+                Duration::from_millis(500)
+            };
+            s.bg_work.wait_for(&mut state, wait);
+            if state.shutting_down {
+                return;
+            }
+        }
+        if !s.opts.enable_gc {
+            continue;
+        }
+        // Keep collecting while there is work, then go back to waiting.
+        loop {
+            match s.gc_one() {
+                Ok(true) => failures = 0,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!("tern: blob GC failed, will retry: {e}");
+                    failures += 1;
+                    break;
+                }
+            }
+        }
+    }
 }
 
 fn flush_loop(s: &Shared) {

@@ -37,7 +37,7 @@ impl Shared {
     pub fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
         let _guard = self.compaction_lock.lock();
         let res = (|| {
-            for level in 0..NUM_LEVELS - 1 {
+            for level in 0..NUM_LEVELS {
                 let plan = {
                     let state = self.state.lock();
                     if let Some(e) = &state.bg_error {
@@ -90,6 +90,7 @@ impl Shared {
             JobContext {
                 fs: self.fs.clone(),
                 next_file_number: state.versions.file_number_counter(),
+                rate_limiter: self.rate_limiter.clone(),
             }
         };
         let output = match self.executor.execute(&job, &ctx) {
@@ -117,6 +118,7 @@ impl Shared {
             output.bytes_written,
         );
         Counters::add(&self.counters.compactions, 1);
+        Counters::add(&self.counters.blob_refs_rewritten, output.refs_rewritten);
         Ok(())
     }
 

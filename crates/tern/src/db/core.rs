@@ -90,6 +90,10 @@ pub struct Shared {
     pub snapshots: Arc<SnapshotList>,
     /// Held while a compaction picks, runs and installs.
     pub compaction_lock: Mutex<()>,
+    /// Held while a GC job picks, runs and installs.
+    pub gc_lock: Mutex<()>,
+    /// Paces background writes (compaction and GC).
+    pub rate_limiter: Option<Arc<crate::io::RateLimiter>>,
     pub executor: Arc<dyn Executor>,
     pub closed: AtomicBool,
     pub _lock: Box<dyn FileLock>,

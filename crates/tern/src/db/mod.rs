@@ -7,6 +7,7 @@ mod background;
 mod compact;
 mod core;
 mod flush;
+mod gc;
 mod open;
 mod snapshot;
 mod stats;
@@ -22,7 +23,7 @@ use parking_lot::Mutex;
 
 use self::core::Shared;
 pub use self::snapshot::{Snapshot, SnapshotList};
-pub use self::stats::{LevelStats, Stats};
+pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::BlobResolver;
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
@@ -248,6 +249,21 @@ impl Db {
             })
             .collect();
         st.sst_bytes = sv.version.total_bytes();
+        st.blob_bytes = sv.version.blob_bytes();
+        st.blob_live_bytes = sv.version.blob_live_bytes();
+        st.blob_files = sv
+            .version
+            .blob_files
+            .values()
+            .map(|b| BlobFileStats {
+                number: b.meta.number,
+                file_size: b.meta.file_size,
+                records: b.meta.record_count,
+                dead_records: b.dead.len(),
+                garbage_bytes: b.dead_bytes,
+            })
+            .collect();
+        st.blob_lineage_entries = sv.version.relocations.len();
         st.memtable_bytes = std::iter::once(&sv.mem)
             .chain(sv.imms.iter())
             .map(|m| m.approximate_memory_usage() as u64)
@@ -269,11 +285,24 @@ impl Db {
         st
     }
 
-    /// Waits until no flush or compaction is pending (for tests and tools).
+    /// Runs blob GC now on every file at or over `gc_garbage_ratio`, until
+    /// none is left. Returns the number of GC jobs run.
+    pub fn collect_garbage(&self) -> Result<usize> {
+        self.shared.check_open()?;
+        let mut jobs = 0;
+        while self.shared.gc_one()? {
+            jobs += 1;
+        }
+        Ok(jobs)
+    }
+
+    /// Waits until no flush, compaction or GC is pending (for tests and tools).
     pub fn wait_for_background(&self) -> Result<()> {
         loop {
             self.flush_inner()?;
-            if !self.shared.compact_one()? {
+            let compacted = self.shared.compact_one()?;
+            let collected = self.shared.opts.enable_gc && self.shared.gc_one()?;
+            if !compacted && !collected {
                 return Ok(());
             }
         }

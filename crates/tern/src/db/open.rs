@@ -108,6 +108,8 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         counters: Counters::default(),
         snapshots: Arc::new(SnapshotList::default()),
         compaction_lock: Mutex::new(()),
+        gc_lock: Mutex::new(()),
+        rate_limiter: opts.background_rate_limit.map(crate::io::RateLimiter::new),
         executor: executor.unwrap_or_else(|| Arc::new(LocalExecutor)),
         closed: AtomicBool::new(false),
         _lock: lock,

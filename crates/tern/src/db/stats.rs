@@ -43,6 +43,21 @@ pub struct LevelStats {
     pub bytes: u64,
 }
 
+/// Size and garbage of one blob file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlobFileStats {
+    /// File number.
+    pub number: u64,
+    /// File size in bytes.
+    pub file_size: u64,
+    /// Records in the file.
+    pub records: u64,
+    /// Records known dead.
+    pub dead_records: u64,
+    /// Bytes of dead records.
+    pub garbage_bytes: u64,
+}
+
 /// A point-in-time copy of the store's statistics.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
@@ -82,6 +97,26 @@ pub struct Stats {
     pub sst_bytes: u64,
     /// Bytes of live WAL files.
     pub wal_bytes: u64,
+    /// Bytes of live blob files.
+    pub blob_bytes: u64,
+    /// Bytes of blob records not known to be dead.
+    pub blob_live_bytes: u64,
+    /// Per live blob file: size and garbage.
+    pub blob_files: Vec<BlobFileStats>,
+    /// Blob files retired by GC whose lineage is still needed.
+    pub blob_lineage_entries: usize,
+    /// Bytes of blob files written by flushes.
+    pub blob_bytes_written: u64,
+    /// Bytes of blob records read by GC.
+    pub gc_bytes_read: u64,
+    /// Bytes of blob files written by GC.
+    pub gc_bytes_written: u64,
+    /// Records GC copied to new files.
+    pub gc_records_relocated: u64,
+    /// GC jobs installed.
+    pub gc_runs: u64,
+    /// Blob refs compaction rewrote to a GC output.
+    pub blob_refs_rewritten: u64,
     /// Memtable bytes (active + immutable).
     pub memtable_bytes: u64,
     /// Immutable memtables waiting for flush.
@@ -114,6 +149,12 @@ impl Stats {
             stall_micros: c.stall_micros.load(Relaxed),
             slowdowns: c.slowdowns.load(Relaxed),
             stops: c.stops.load(Relaxed),
+            blob_bytes_written: c.blob_bytes_written.load(Relaxed),
+            gc_bytes_read: c.gc_bytes_read.load(Relaxed),
+            gc_bytes_written: c.gc_bytes_written.load(Relaxed),
+            gc_records_relocated: c.gc_records_relocated.load(Relaxed),
+            gc_runs: c.gc_runs.load(Relaxed),
+            blob_refs_rewritten: c.blob_refs_rewritten.load(Relaxed),
             ..Default::default()
         }
     }

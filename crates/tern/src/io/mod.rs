@@ -17,10 +17,12 @@ use std::sync::Arc;
 pub mod fault;
 pub mod mem;
 pub mod posix;
+pub mod rate_limit;
 
 pub use fault::{FaultFs, FaultKind};
 pub use mem::MemFs;
 pub use posix::PosixFs;
+pub use rate_limit::{RateLimitedFile, RateLimiter};
 
 /// A file opened for appending.
 pub trait WritableFile: Send + Sync {

@@ -1,0 +1,14 @@
+//! Blob garbage collection without LSM lookups or write-back.
+//!
+//! A [`GcJob`] is a pure function of blob files and their dead-ordinal sets:
+//! it copies the live records of its inputs, in order, into one new blob file
+//! and reports the lineage (per input: base ordinal in the output and the
+//! dead set it used). It holds no handle to the store, so it can run on a
+//! background thread, in another process, or on another machine. The store
+//! installs the result with one version edit; refs to the retired inputs are
+//! translated through the lineage on read.
+
+mod job;
+pub mod picker;
+
+pub use job::{GcContext, GcInput, GcJob, GcOutput};

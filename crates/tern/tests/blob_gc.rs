@@ -1,0 +1,355 @@
+//! Key-value separation and blob GC: lineage, space, isolation, crashes.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use roaring::RoaringBitmap;
+use tern::blob::{BlobReader, BlobWriter};
+use tern::gc::{GcContext, GcInput, GcJob};
+use tern::io::{FaultFs, FaultKind, FileSystem, MemFs};
+use tern::{Db, Options, ReadOptions};
+
+const DIR: &str = "/db";
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:04}").into_bytes()
+}
+
+fn value(i: u32, round: u32) -> Vec<u8> {
+    let mut v = format!("value-{i}-{round}-").into_bytes();
+    v.resize(700, b'a' + (round % 26) as u8);
+    v
+}
+
+/// Manual control: everything separated, no background compaction or GC,
+/// small tables so a range compaction touches only some of them.
+fn manual_opts(fs: Arc<dyn FileSystem>) -> Options {
+    Options {
+        fs,
+        blob_threshold: Some(0),
+        enable_gc: false,
+        gc_garbage_ratio: 0.2,
+        level0_file_num_compaction_trigger: 100,
+        level0_slowdown_writes_trigger: 200,
+        level0_stop_writes_trigger: 300,
+        target_file_size: 256,
+        block_size: 64,
+        write_buffer_size: 1 << 20,
+        ..Options::default()
+    }
+}
+
+fn check_all(db: &Db, latest: &[u32], ctx: &str) {
+    for (i, &round) in latest.iter().enumerate() {
+        assert_eq!(
+            db.get(&key(i as u32)).unwrap(),
+            Some(value(i as u32, round)),
+            "{ctx}: key {i}"
+        );
+    }
+    let mut it = db.iter(ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let mut n = 0;
+    while it.valid() {
+        assert_eq!(
+            it.value(),
+            value(n as u32, latest[n]).as_slice(),
+            "{ctx}: scan at {n}"
+        );
+        n += 1;
+        it.next();
+    }
+    it.status().unwrap();
+    assert_eq!(n, latest.len(), "{ctx}: scan length");
+}
+
+#[test]
+fn values_relocated_three_times_resolve_through_lineage_after_restart() {
+    let fs = MemFs::new();
+    let opts = manual_opts(fs.clone());
+    let db = Db::open(DIR, opts.clone()).unwrap();
+    let n = 100u32;
+    let mut latest = vec![0u32; n as usize];
+    for i in 0..n {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    // Each round overwrites a slice, compacts only that slice (so the rest
+    // of the tables keep their old refs), then collects garbage: the records
+    // of untouched keys move again and again without their refs changing.
+    for (round, (lo, hi)) in [(0u32, 20u32), (20, 40), (40, 60)].iter().enumerate() {
+        let round = round as u32 + 1;
+        for i in *lo..*hi {
+            db.put(&key(i), &value(i, round)).unwrap();
+            latest[i as usize] = round;
+        }
+        db.flush().unwrap();
+        db.compact_range(Some(&key(*lo)), Some(&key(hi - 1)))
+            .unwrap();
+        assert!(
+            db.collect_garbage().unwrap() > 0,
+            "round {round}: GC should run"
+        );
+        check_all(&db, &latest, &format!("after round {round}"));
+    }
+    let st = db.stats();
+    assert!(st.gc_runs >= 3);
+    assert!(
+        st.blob_lineage_entries >= 3,
+        "expected a lineage chain, got {st:?}"
+    );
+    db.close().unwrap();
+    drop(db);
+    let db = Db::open(DIR, opts).unwrap();
+    check_all(&db, &latest, "after restart");
+    // Compaction rewrites the refs to their current home; lineage is dropped.
+    db.compact_range(None, None).unwrap();
+    check_all(&db, &latest, "after full compaction");
+    assert_eq!(
+        db.stats().blob_lineage_entries,
+        0,
+        "lineage no table needs is dropped"
+    );
+    let report = tern::check::check_store(Path::new(DIR), fs.clone()).unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn gc_job_runs_on_files_and_bitmaps_alone() {
+    // No store exists here: the job's inputs are a directory, file numbers
+    // and dead sets, and it can only read and write blob files.
+    let fs = MemFs::new();
+    fs.create_dir_all(Path::new(DIR)).unwrap();
+    let mut inputs = Vec::new();
+    for (number, count) in [(10u64, 6u32), (11, 4)] {
+        let path = Path::new(DIR).join(format!("{number:06}.blob"));
+        let mut w = BlobWriter::new(fs.create(&path).unwrap(), path.clone(), number).unwrap();
+        for o in 0..count {
+            w.add(
+                format!("k{number}-{o}").as_bytes(),
+                format!("v{o}").as_bytes(),
+            )
+            .unwrap();
+        }
+        w.finish(&[]).unwrap();
+        let mut dead = RoaringBitmap::new();
+        dead.insert(1);
+        dead.insert(count - 1);
+        inputs.push(GcInput {
+            number,
+            record_count: u64::from(count),
+            dead,
+        });
+    }
+    let job = GcJob {
+        dir: DIR.into(),
+        inputs,
+        output_number: 12,
+    };
+    let ctx = GcContext {
+        fs: fs.clone(),
+        rate_limiter: None,
+    };
+    let out = job.run(&ctx).unwrap();
+    assert_eq!(out.records_relocated, 4 + 2);
+    assert_eq!(out.records_dropped, 4);
+    let fsr: tern::io::FsRef = fs.clone();
+    let reader = BlobReader::open(&fsr, &Path::new(DIR).join("000012.blob"), 12).unwrap();
+    assert_eq!(reader.record_count(), 6);
+    // Ordinal 2 of file 10 is its second live record: new ordinal 1.
+    let e = &out.lineage[0];
+    assert_eq!(e.translate(2), 1);
+    assert_eq!(reader.read_ordinal(1).unwrap().0, b"k10-2");
+    // File 11's live ordinals 0 and 2 follow file 10's four.
+    assert_eq!(out.lineage[1].base, 4);
+    assert_eq!(
+        reader.read_ordinal(out.lineage[1].translate(2)).unwrap().0,
+        b"k11-2"
+    );
+    assert_eq!(reader.lineage().unwrap(), out.lineage);
+}
+
+#[test]
+fn overwrite_heavy_workload_keeps_blob_space_amplification_under_the_gc_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let ratio = 0.5;
+    let opts = Options {
+        blob_threshold: Some(256),
+        gc_garbage_ratio: ratio,
+        write_buffer_size: 256 << 10,
+        blob_file_size: 256 << 10,
+        target_file_size: 64 << 10,
+        max_bytes_for_level_base: 1 << 20,
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let keys = 500u32;
+    let mut max_amp: f64 = 0.0;
+    let mut rng = 0x2545F4914F6CDD1Du64;
+    for round in 0..20u32 {
+        for _ in 0..keys {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // Skewed: half the writes go to a tenth of the keys.
+            let i = if rng % 2 == 0 {
+                (rng >> 8) as u32 % (keys / 10)
+            } else {
+                (rng >> 8) as u32 % keys
+            };
+            db.put(&key(i), &value(i, round)).unwrap();
+        }
+        db.wait_for_background().unwrap();
+        let st = db.stats();
+        // Blob space over live blob bytes: what the GC ratio bounds.
+        let blob_amp = st.blob_bytes as f64 / st.blob_live_bytes.max(1) as f64;
+        max_amp = max_amp.max(blob_amp);
+    }
+    let st = db.stats();
+    // 1/(1-r) for the records, plus 15% for file headers, indexes and
+    // records whose death compaction has not yet found.
+    let bound = 1.0 / (1.0 - ratio) * 1.15;
+    eprintln!("max blob space amplification {max_amp:.3} (bound {bound:.3}); gc {} jobs, {} records relocated", st.gc_runs, st.gc_records_relocated);
+    assert!(st.gc_runs > 0, "GC must have run");
+    assert!(
+        max_amp <= bound,
+        "blob space amplification {max_amp:.3} exceeds {bound:.3}"
+    );
+}
+
+#[test]
+fn snapshot_taken_before_gc_still_reads_its_values() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
+    for i in 0..50 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    let snap = db.snapshot().unwrap();
+    for i in 0..50 {
+        db.put(&key(i), &value(i, 1)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    db.collect_garbage().unwrap();
+    let ro = ReadOptions {
+        snapshot: Some(&snap),
+        ..Default::default()
+    };
+    let mut it = db.iter(ro.clone()).unwrap();
+    it.seek_to_last();
+    let mut i = 50u32;
+    while it.valid() {
+        i -= 1;
+        assert_eq!(it.value(), value(i, 0).as_slice());
+        it.prev();
+    }
+    it.status().unwrap();
+    assert_eq!(i, 0);
+    assert_eq!(db.get_opt(&key(7), &ro).unwrap(), Some(value(7, 0)));
+    drop(it);
+    drop(snap);
+    // Without the snapshot the old versions die: a blob file holding only
+    // them is dropped outright, others are collected.
+    let before = db.stats().blob_bytes;
+    db.compact_range(None, None).unwrap();
+    db.collect_garbage().unwrap();
+    let st = db.stats();
+    assert!(
+        st.blob_bytes * 3 < before * 2,
+        "blob bytes {before} → {}",
+        st.blob_bytes
+    );
+    assert!(
+        st.blob_files
+            .iter()
+            .all(|b| b.garbage_bytes * 5 < b.file_size),
+        "{:?}",
+        st.blob_files
+    );
+    for i in 0..50 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 1)));
+    }
+}
+
+fn blob_files_on_disk(fs: &MemFs) -> Vec<String> {
+    fs.list_dir(Path::new(DIR))
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".blob"))
+        .collect()
+}
+
+#[test]
+fn crash_between_gc_job_and_install_loses_nothing_and_removes_the_orphan() {
+    let mem = MemFs::new();
+    let fault = FaultFs::new(mem.clone());
+    let opts = manual_opts(fault.clone());
+    let db = Db::open(DIR, opts.clone()).unwrap();
+    for i in 0..40 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    for i in 0..30 {
+        db.put(&key(i), &value(i, 1)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    // The GC output is written, then its manifest edit fails: a crash
+    // between job and install.
+    fault.only_paths_containing("MANIFEST");
+    fault.inject(FaultKind::Write, 0, true);
+    assert!(db.collect_garbage().is_err());
+    let survivor = mem.crashed_copy();
+    fault.clear();
+    drop(db);
+    let before = blob_files_on_disk(&survivor);
+    let db = Db::open(DIR, manual_opts(survivor.clone())).unwrap();
+    let live: Vec<u64> = db.stats().blob_files.iter().map(|b| b.number).collect();
+    let after = blob_files_on_disk(&survivor);
+    assert!(
+        after.len() < before.len() || before.len() == live.len(),
+        "orphan GC output removed: {before:?} → {after:?}"
+    );
+    assert_eq!(
+        after.len(),
+        live.len(),
+        "only live blob files remain: {after:?} vs {live:?}"
+    );
+    for i in 0..40 {
+        let round = u32::from(i < 30);
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, round)), "key {i}");
+    }
+    // GC works after recovery.
+    assert!(db.collect_garbage().unwrap() > 0);
+}
+
+#[test]
+fn failure_in_the_middle_of_a_gc_job_keeps_the_store_usable() {
+    let mem = MemFs::new();
+    let fault = FaultFs::new(mem.clone());
+    let db = Db::open(DIR, manual_opts(fault.clone())).unwrap();
+    for i in 0..40 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    for i in 0..30 {
+        db.put(&key(i), &value(i, 1)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    let before = blob_files_on_disk(&mem);
+    fault.only_paths_containing(".blob");
+    fault.inject(FaultKind::Write, 3, true);
+    assert!(db.collect_garbage().is_err());
+    fault.clear();
+    assert_eq!(
+        blob_files_on_disk(&mem),
+        before,
+        "the partial output is removed"
+    );
+    for i in 0..40 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, u32::from(i < 30))));
+    }
+    // Not poisoned: writes and a retry of the GC succeed.
+    db.put(b"after", b"x").unwrap();
+    assert!(db.collect_garbage().unwrap() > 0);
+}
