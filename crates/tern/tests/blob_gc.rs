@@ -353,3 +353,57 @@ fn failure_in_the_middle_of_a_gc_job_keeps_the_store_usable() {
     db.put(b"after", b"x").unwrap();
     assert!(db.collect_garbage().unwrap() > 0);
 }
+
+#[test]
+fn damaged_blob_record_is_reported_by_get_and_scan_never_returned() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
+    for i in 0..30 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    let blob = blob_files_on_disk(&fs).pop().unwrap();
+    let path = Path::new(DIR).join(&blob);
+    // Damage the value of the 11th record (records are 12 + 7 + 700 bytes).
+    let record = 16 + 10 * (12 + 7 + 700);
+    fs.corrupt_byte(&path, record + 100, 0x40).unwrap();
+    match db.get(&key(10)) {
+        Err(tern::Error::Corruption { file, offset, .. }) => {
+            assert_eq!(file, path);
+            assert_eq!(offset, record);
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    assert_eq!(
+        db.get(&key(11)).unwrap(),
+        Some(value(11, 0)),
+        "other records still read"
+    );
+    for forward in [true, false] {
+        let mut it = db.iter(ReadOptions::default()).unwrap();
+        if forward {
+            it.seek_to_first()
+        } else {
+            it.seek_to_last()
+        }
+        let mut seen = 0;
+        while it.valid() {
+            assert_ne!(
+                it.key(),
+                key(10).as_slice(),
+                "the damaged value is never returned"
+            );
+            seen += 1;
+            if forward {
+                it.next()
+            } else {
+                it.prev()
+            }
+        }
+        assert!(
+            matches!(it.status(), Err(tern::Error::Corruption { .. })),
+            "scan reports the damage"
+        );
+        assert!(seen <= 20);
+    }
+}

@@ -10,5 +10,5 @@ mod writer;
 
 pub use cache::BlobCache;
 pub use reader::BlobReader;
-pub use resolver::BlobResolver;
+pub use resolver::{BlobResolver, ScanResolver};
 pub use writer::{BlobWriter, FinishedBlob};

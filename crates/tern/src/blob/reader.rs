@@ -127,6 +127,50 @@ impl BlobReader {
         Ok(rec)
     }
 
+    /// Reads up to `len` raw bytes of records starting at `offset` (clipped
+    /// at the end of the records), for readahead.
+    pub fn read_records_raw(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let end = (offset + len).min(self.footer.index_offset);
+        if offset < BLOB_HEADER_LEN as u64 || offset >= end {
+            return Err(Error::corruption(
+                &self.path,
+                offset,
+                "readahead outside the records",
+            ));
+        }
+        let mut buf = vec![0u8; (end - offset) as usize];
+        self.file.read_exact_at(offset, &mut buf).ctx(&self.path)?;
+        Ok(buf)
+    }
+
+    /// Extracts the value of the record at `offset` from `buf` (which holds
+    /// the file's bytes from `buf_offset`), checking it as `read_value` does.
+    /// `None` if the record is not wholly inside `buf`.
+    pub fn value_from_buffer(
+        &self,
+        buf: &[u8],
+        buf_offset: u64,
+        offset: u64,
+        key: &[u8],
+        size: u32,
+    ) -> Option<Result<Vec<u8>>> {
+        let len = (RECORD_HEADER_LEN + key.len() + size as usize) as u64;
+        let start = offset.checked_sub(buf_offset)?;
+        if start + len > buf.len() as u64 {
+            return None;
+        }
+        let rec = &buf[start as usize..(start + len) as usize];
+        Some(match blob::decode_record(rec) {
+            Ok((k, v)) if k == key => Ok(v.to_vec()),
+            Ok(_) => Err(Error::corruption(
+                &self.path,
+                offset,
+                "blob record belongs to another key",
+            )),
+            Err(e) => Err(e.in_file(&self.path, offset)),
+        })
+    }
+
     /// The lineage block (for GC outputs; empty otherwise).
     pub fn lineage(&self) -> Result<Vec<LineageEntry>> {
         let start = self.footer.lineage_offset;

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use super::BlobCache;
+use super::{BlobCache, BlobReader};
 use crate::error::{Error, Result};
-use crate::format::blob::BlobRef;
+use crate::format::blob::{BlobRef, BLOB_HEADER_LEN, RECORD_HEADER_LEN};
 use crate::version::Version;
 
 /// Resolves refs against one version's blob files and lineage.
@@ -23,6 +23,12 @@ impl BlobResolver {
     /// The value `encoded_ref` (stored for `user_key`) points to: follows GC
     /// lineage to the record's current file, then reads and verifies it.
     pub fn resolve(&self, user_key: &[u8], encoded_ref: &[u8]) -> Result<Vec<u8>> {
+        let (reader, offset, size) = self.locate(encoded_ref)?;
+        reader.read_value(offset, user_key, size)
+    }
+
+    /// The reader, offset and value size of the record a ref points to now.
+    fn locate(&self, encoded_ref: &[u8]) -> Result<(Arc<BlobReader>, u64, u32)> {
         let r = BlobRef::decode(encoded_ref).map_err(|e| {
             Error::corruption("<table entry>", 0, format!("malformed blob reference: {e}"))
         })?;
@@ -35,6 +41,78 @@ impl BlobResolver {
         } else {
             r.offset
         };
-        reader.read_value(offset, user_key, r.size)
+        Ok((reader, offset, r.size))
+    }
+}
+
+/// Smallest readahead window, bytes.
+const READAHEAD_MIN: u64 = 16 << 10;
+/// Largest readahead window, bytes.
+const READAHEAD_MAX: u64 = 1 << 20;
+
+/// A resolver for range scans. Values separated by one flush sit in key
+/// order in one file, so a scan reads them nearly sequentially: it reads a
+/// window ahead of the cursor and serves the following records from it,
+/// doubling the window while the scan keeps hitting it (up to 1 MiB) and
+/// halving it when reads jump around.
+pub struct ScanResolver {
+    inner: BlobResolver,
+    /// (file, offset of the first byte, bytes).
+    window: Option<(u64, u64, Vec<u8>)>,
+    readahead: u64,
+    forward: bool,
+}
+
+impl ScanResolver {
+    /// A scan resolver over `inner`.
+    pub fn new(inner: BlobResolver) -> Self {
+        ScanResolver {
+            inner,
+            window: None,
+            readahead: READAHEAD_MIN,
+            forward: true,
+        }
+    }
+
+    /// Sets the scan direction (reverse scans read the window backwards).
+    pub fn set_forward(&mut self, forward: bool) {
+        if self.forward != forward {
+            self.forward = forward;
+            self.readahead = READAHEAD_MIN;
+        }
+    }
+
+    /// Like [`BlobResolver::resolve`], served from the window when possible.
+    pub fn resolve(&mut self, user_key: &[u8], encoded_ref: &[u8]) -> Result<Vec<u8>> {
+        let (reader, offset, size) = self.inner.locate(encoded_ref)?;
+        if let Some((file, start, buf)) = &self.window {
+            if *file == reader.number() {
+                if let Some(v) = reader.value_from_buffer(buf, *start, offset, user_key, size) {
+                    self.readahead = (self.readahead * 2).min(READAHEAD_MAX);
+                    return v;
+                }
+            }
+        }
+        let need = (RECORD_HEADER_LEN + user_key.len() + size as usize) as u64;
+        if need >= self.readahead {
+            // A large value: read just its record.
+            self.window = None;
+            return reader.read_value(offset, user_key, size);
+        }
+        let start = if self.forward {
+            offset
+        } else {
+            (offset + need)
+                .saturating_sub(self.readahead)
+                .max(BLOB_HEADER_LEN as u64)
+        };
+        let buf = reader.read_records_raw(start, self.readahead.max(offset + need - start))?;
+        let v = match reader.value_from_buffer(&buf, start, offset, user_key, size) {
+            Some(v) => v,
+            None => reader.read_value(offset, user_key, size),
+        };
+        self.window = Some((reader.number(), start, buf));
+        self.readahead = (self.readahead / 2).max(READAHEAD_MIN);
+        v
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::BoxedIter;
-use crate::blob::BlobResolver;
+use crate::blob::{BlobResolver, ScanResolver};
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ};
 use crate::format::internal_key::{append_internal_key, KIND_FOR_SEEK};
@@ -47,7 +47,7 @@ pub struct DbIterator {
     upper: Option<Vec<u8>>,
     error: Option<Error>,
     /// Resolves separated values; `blob_value` holds the current one.
-    resolver: Option<BlobResolver>,
+    resolver: Option<ScanResolver>,
     blob_value: Option<Vec<u8>>,
     _pins: Vec<Pin>,
 }
@@ -80,7 +80,7 @@ impl DbIterator {
 
     /// Resolves separated values through `resolver`.
     pub fn with_resolver(mut self, resolver: BlobResolver) -> Self {
-        self.resolver = Some(resolver);
+        self.resolver = Some(ScanResolver::new(resolver));
         self
     }
 
@@ -88,13 +88,15 @@ impl DbIterator {
     fn load_value(&mut self, kind: ValueKind) -> Result<()> {
         self.blob_value = None;
         if kind == ValueKind::BlobRef {
-            let Some(r) = &self.resolver else {
+            let forward = self.direction == Direction::Forward;
+            let Some(r) = self.resolver.as_mut() else {
                 return Err(Error::corruption(
                     "<iterator>",
                     0,
                     "blob reference without a resolver",
                 ));
             };
+            r.set_forward(forward);
             let v = r.resolve(internal_key::user_key(self.inner.key()), self.inner.value())?;
             self.blob_value = Some(v);
         }
