@@ -84,6 +84,9 @@ impl Shared {
             edit.deleted_files
                 .push((plan.output_level as u32, f.number));
         }
+        // Pin the version the job reads, so no file it may open (input tables,
+        // blob files it rewrites refs to) is deleted while it runs.
+        let _pin = self.state.lock().versions.current();
         let job = self.build_job(plan);
         let ctx = {
             let state = self.state.lock();

@@ -13,7 +13,9 @@ impl Shared {
     /// file and installs it. Returns whether a job ran.
     pub fn gc_one(&self) -> Result<bool> {
         let _guard = self.gc_lock.lock();
-        let job = {
+        // The version the job reads from stays pinned (via `_pin`) until the
+        // install, so none of its input files is deleted while it runs.
+        let (job, _pin) = {
             let state = self.state.lock();
             if state.bg_error.is_some() || state.shutting_down {
                 return Ok(false);
@@ -30,11 +32,12 @@ impl Shared {
             if inputs.is_empty() {
                 return Ok(false);
             }
-            GcJob {
+            let job = GcJob {
                 dir: self.dir.clone(),
                 inputs,
                 output_number: state.versions.new_file_number(),
-            }
+            };
+            (job, v)
         };
         let ctx = GcContext {
             fs: self.fs.clone(),

@@ -161,9 +161,25 @@ impl Stats {
 
     /// Write amplification: bytes written to tables and WAL per user byte.
     pub fn write_amplification(&self) -> f64 {
-        let written =
-            self.wal_bytes_written + self.flush_bytes_written + self.compaction_bytes_written;
+        let written = self.wal_bytes_written
+            + self.flush_bytes_written
+            + self.compaction_bytes_written
+            + self.gc_bytes_written;
         written as f64 / self.user_bytes_written.max(1) as f64
+    }
+
+    /// Bytes on disk: tables, blob files and WALs.
+    pub fn disk_bytes(&self) -> u64 {
+        self.sst_bytes + self.blob_bytes + self.wal_bytes
+    }
+
+    /// Space amplification: bytes on disk over an estimate of the live data
+    /// (table bytes plus blob records not known dead). It measures what GC
+    /// controls, the garbage in blob files; obsolete versions still in
+    /// tables count as live until compaction drops them.
+    pub fn space_amplification(&self) -> f64 {
+        let live = self.sst_bytes + self.blob_live_bytes;
+        self.disk_bytes() as f64 / live.max(1) as f64
     }
 }
 
@@ -207,8 +223,28 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "space: sst {} wal {} memtables {} ({} immutable)",
-            self.sst_bytes, self.wal_bytes, self.memtable_bytes, self.immutable_memtables
+            "blob gc read/write      {} / {} ({} jobs, {} records relocated, {} refs rewritten)",
+            self.gc_bytes_read,
+            self.gc_bytes_written,
+            self.gc_runs,
+            self.gc_records_relocated,
+            self.blob_refs_rewritten
+        )?;
+        writeln!(
+            f,
+            "space: sst {} blob {} wal {} memtables {} ({} immutable)",
+            self.sst_bytes,
+            self.blob_bytes,
+            self.wal_bytes,
+            self.memtable_bytes,
+            self.immutable_memtables
+        )?;
+        writeln!(
+            f,
+            "space amplification     {:.2} ({} blob files, {} lineage entries)",
+            self.space_amplification(),
+            self.blob_files.len(),
+            self.blob_lineage_entries
         )?;
         for (i, l) in self.levels.iter().enumerate() {
             if l.files > 0 {
