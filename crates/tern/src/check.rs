@@ -1692,6 +1692,62 @@ mod tests {
         );
     }
 
+    /// Random overwrites and deletes with background compaction and GC of
+    /// small blob files, then a full compaction and GC after reopening.
+    #[test]
+    fn busy_blob_store_checks_ok() {
+        for round in 0..4u32 {
+            let fs = MemFs::new();
+            let opts = Options {
+                fs: fs.clone(),
+                blob_threshold: Some(if round % 2 == 0 { 0 } else { 30 }),
+                write_buffer_size: 16 << 10,
+                target_file_size: 8 << 10,
+                max_bytes_for_level_base: 32 << 10,
+                blob_file_size: 8 << 10,
+                gc_garbage_ratio: 0.2,
+                ..Options::default()
+            };
+            let db = Db::open(dir(), opts.clone()).unwrap();
+            let mut x = 12345u64 + round as u64;
+            for i in 0..20000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = format!("key{:05}", x % 3000);
+                if x % 11 == 0 {
+                    db.delete(k.as_bytes()).unwrap();
+                } else {
+                    db.put(
+                        k.as_bytes(),
+                        format!("{i}-{}", "v".repeat((x % 80) as usize)).as_bytes(),
+                    )
+                    .unwrap();
+                }
+                if i % 5000 == 4999 {
+                    db.collect_garbage().unwrap();
+                }
+            }
+            db.wait_for_background().unwrap();
+            db.close().unwrap();
+            drop(db);
+            let report = check(&fs);
+            assert!(report.is_ok(), "round {round}: {:#?}", report.problems);
+            assert!(report.blob_refs_checked > 1000, "{report:?}");
+            let db = Db::open(dir(), opts).unwrap();
+            db.compact_range(None, None).unwrap();
+            db.collect_garbage().unwrap();
+            db.close().unwrap();
+            drop(db);
+            let report = check(&fs);
+            assert!(
+                report.is_ok(),
+                "round {round} reopened: {:#?}",
+                report.problems
+            );
+        }
+    }
+
     #[test]
     fn escaping() {
         assert_eq!(escape_bytes(b"ab\\c\x00\xff "), "ab\\\\c\\x00\\xff ");
