@@ -170,7 +170,7 @@ fn summary(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), Failure> {
     writeln!(
         out,
         "total {:>6} {:>12}",
-        version.file_numbers().count(),
+        version.levels.iter().map(Vec::len).sum::<usize>(),
         show::bytes(version.total_bytes())
     )?;
     blob_summary(&version, out)?;
@@ -217,8 +217,8 @@ fn blob_summary(version: &tern::version::Version, out: &mut dyn Write) -> std::i
     let dead_bytes: u64 = version.blob_files.values().map(|b| b.dead_bytes).sum();
     writeln!(
         out,
-        "blob total {:>2} {:>12} {:>9} {:>9} {:>12}",
-        version.blob_files.len(),
+        "{:<12} {:>12} {:>9} {:>9} {:>12}",
+        format!("total {}", version.blob_files.len()),
         show::bytes(version.blob_bytes()),
         version
             .blob_files
@@ -359,9 +359,8 @@ fn blob(
     writeln!(out, "lineage offset {}", footer.lineage_offset)?;
     print_lineage(&lineage, out)?;
     writeln!(out)?;
-    let mut shown = 0u64;
     for ordinal in 0..reader.record_count() {
-        if shown >= limit {
+        if ordinal >= limit {
             writeln!(out, "... more records (raise --limit to see them)")?;
             break;
         }
@@ -380,7 +379,6 @@ fn blob(
             )?,
             Err(e) => writeln!(out, "#{ordinal} offset {offset}: damaged: {e}")?,
         }
-        shown += 1;
     }
     Ok(())
 }

@@ -244,7 +244,7 @@ fn inspect_and_check_blob_files() {
         "blob file",
         "garbage",
         "ratio",
-        "blob total",
+        "total 2",
         "lineage",
         " -> ",
     ] {
