@@ -16,8 +16,9 @@ const EXIT_PROBLEMS: u8 = 1;
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Example:\n  \
     tern check /var/lib/tern/db\n\n\
-    Reads CURRENT, every manifest record, every table block and every live WAL \
-    record, and cross-checks the manifest against the tables. Prints each \
+    Reads CURRENT, every manifest record, every table block, every blob record \
+    and every live WAL record, and cross-checks the manifest against the tables \
+    and blob files (including each blob reference, through GC lineage). Prints each \
     problem as `<file>: offset <n>: <reason>`.\n\n\
     Run it on a closed store or on a copy: a running store deletes files while \
     the check reads them, which shows up as missing tables.\n\n\
@@ -50,11 +51,14 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             writeln!(
                 out,
                 "checked MANIFEST-{n:06} ({} edits), {} tables ({} blocks, {} entries), \
-                 {} WALs ({} records), {} read",
+                 {} blob files ({} records, {} references), {} WALs ({} records), {} read",
                 report.manifest_records_checked,
                 report.tables_checked,
                 report.blocks_checked,
                 report.entries_checked,
+                report.blob_files_checked,
+                report.blob_records_checked,
+                report.blob_refs_checked,
                 report.wals_checked,
                 report.wal_records_checked,
                 show::bytes(report.bytes_checked)

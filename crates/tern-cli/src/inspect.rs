@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use tern::blob::BlobReader;
+use tern::format::blob::{BlobFooter, LineageEntry, BLOB_FOOTER_LEN};
 use tern::format::internal_key::{self, ValueKind};
 use tern::format::log_record::RECORD_HEADER_LEN;
 use tern::format::version_edit::{FileMeta, VersionEdit};
@@ -14,14 +16,14 @@ use tern::iter::InternalIterator;
 use tern::sst::Table;
 use tern::version::VersionSet;
 use tern::wal::{
-    manifest_file_name, parse_file_name, read_current, table_file_name, wal_file_name, FileType,
-    LogKind, LogReader,
+    blob_file_name, manifest_file_name, parse_file_name, read_current, table_file_name,
+    wal_file_name, FileType, LogKind, LogReader,
 };
 use tern::WriteBatch;
 
 use crate::{show, Failure};
 
-/// Bytes of a value shown by `--sst`.
+/// Bytes of a value shown by `--sst` and `--blob`.
 const PREVIEW_BYTES: usize = 24;
 
 #[derive(clap::Args, Debug)]
@@ -30,6 +32,7 @@ const PREVIEW_BYTES: usize = 24;
     tern inspect /var/lib/tern/db --sst 12 --limit 20   # properties and first 20 entries of 000012.sst\n  \
     tern inspect /var/lib/tern/db --sst ./copy/000012.sst\n  \
     tern inspect /var/lib/tern/db --wal 15              # the write batches in 000015.log\n  \
+    tern inspect /var/lib/tern/db --blob 9 --limit 20   # footer, lineage and first 20 records of 000009.blob\n  \
     tern inspect /var/lib/tern/db --manifest            # every version edit of the live manifest\n\n\
     Keys and values are printed with non-printable bytes escaped as \\xNN.")]
 pub struct Args {
@@ -37,16 +40,20 @@ pub struct Args {
     dir: PathBuf,
     /// Show one table: its properties and entries. A file number (looked up
     /// in DIR) or a path to a `.sst` file.
-    #[arg(long, value_name = "NUMBER|PATH", conflicts_with_all = ["wal", "manifest"])]
+    #[arg(long, value_name = "NUMBER|PATH", conflicts_with_all = ["wal", "manifest", "blob"])]
     sst: Option<String>,
     /// Show one write-ahead log: its records and the keys they write. A file
     /// number (looked up in DIR) or a path to a `.log` file.
-    #[arg(long, value_name = "NUMBER|PATH", conflicts_with = "manifest")]
+    #[arg(long, value_name = "NUMBER|PATH", conflicts_with_all = ["manifest", "blob"])]
     wal: Option<String>,
+    /// Show one blob file: its footer, lineage and records. A file number
+    /// (looked up in DIR) or a path to a `.blob` file.
+    #[arg(long, value_name = "NUMBER|PATH", conflicts_with = "manifest")]
+    blob: Option<String>,
     /// Show every version edit of the live manifest.
     #[arg(long)]
     manifest: bool,
-    /// With --sst or --wal: stop after this many entries or records.
+    /// With --sst, --wal or --blob: stop after this many entries or records.
     #[arg(long, value_name = "N")]
     limit: Option<u64>,
 }
@@ -59,6 +66,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if let Some(spec) = &args.sst {
         let (path, number) = locate(&args.dir, spec, FileType::Table, table_file_name)?;
         sst(&fs, &path, number, limit, &mut out)?;
+    } else if let Some(spec) = &args.blob {
+        let (path, number) = locate(&args.dir, spec, FileType::Blob, blob_file_name)?;
+        blob(&fs, &path, number, limit, &mut out)?;
     } else if let Some(spec) = &args.wal {
         let (path, _) = locate(&args.dir, spec, FileType::Wal, wal_file_name)?;
         wal(&fs, &path, limit, &mut out)?;
@@ -160,9 +170,10 @@ fn summary(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), Failure> {
     writeln!(
         out,
         "total {:>6} {:>12}",
-        version.file_numbers().count(),
+        version.levels.iter().map(Vec::len).sum::<usize>(),
         show::bytes(version.total_bytes())
     )?;
+    blob_summary(&version, out)?;
     let mut wals: Vec<(u64, String)> = fs
         .list_dir(dir)
         .unwrap_or_default()
@@ -176,6 +187,64 @@ fn summary(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), Failure> {
     for (_, name) in wals {
         let size = fs.file_size(&dir.join(&name)).unwrap_or(0);
         writeln!(out, "wal   {name} {}", show::bytes(size))?;
+    }
+    Ok(())
+}
+
+/// Live blob files with their garbage, then the lineage of retired ones.
+fn blob_summary(version: &tern::version::Version, out: &mut dyn Write) -> std::io::Result<()> {
+    if version.blob_files.is_empty() && version.relocations.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<12} {:>12} {:>9} {:>9} {:>12} {:>7}",
+        "blob file", "bytes", "records", "dead", "garbage", "ratio"
+    )?;
+    for b in version.blob_files.values() {
+        writeln!(
+            out,
+            "{:<12} {:>12} {:>9} {:>9} {:>12} {:>6.1}%",
+            blob_file_name(b.meta.number),
+            show::bytes(b.meta.file_size),
+            b.meta.record_count,
+            b.dead.len(),
+            show::bytes(b.dead_bytes),
+            b.garbage_ratio() * 100.0
+        )?;
+    }
+    let dead_bytes: u64 = version.blob_files.values().map(|b| b.dead_bytes).sum();
+    writeln!(
+        out,
+        "{:<12} {:>12} {:>9} {:>9} {:>12}",
+        format!("total {}", version.blob_files.len()),
+        show::bytes(version.blob_bytes()),
+        version
+            .blob_files
+            .values()
+            .map(|b| b.meta.record_count)
+            .sum::<u64>(),
+        version
+            .blob_files
+            .values()
+            .map(|b| b.dead.len())
+            .sum::<u64>(),
+        show::bytes(dead_bytes)
+    )?;
+    if !version.relocations.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "lineage (blob files retired by GC)")?;
+        for r in version.relocations.values() {
+            writeln!(
+                out,
+                "  {} -> {}  base ordinal {}, {} dead dropped",
+                blob_file_name(r.entry.old_file),
+                blob_file_name(r.new_file),
+                r.entry.base,
+                r.entry.dead.len()
+            )?;
+        }
     }
     Ok(())
 }
@@ -260,6 +329,84 @@ fn sst(
     it.status().map_err(|e| unreadable("table", path, e))?;
     if it.valid() {
         writeln!(out, "... more entries (raise --limit to see them)")?;
+    }
+    Ok(())
+}
+
+/// One blob file's footer, lineage and records.
+fn blob(
+    fs: &FsRef,
+    path: &Path,
+    number: u64,
+    limit: u64,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let reader =
+        BlobReader::open(fs, path, number).map_err(|e| unreadable("blob file", path, e))?;
+    let footer = read_blob_footer(fs, path)?;
+    let lineage = reader
+        .lineage()
+        .map_err(|e| unreadable("blob file", path, e))?;
+    writeln!(out, "blob file      {}", path.display())?;
+    writeln!(
+        out,
+        "file size      {}",
+        fs.file_size(path).unwrap_or_default()
+    )?;
+    writeln!(out, "records        {}", footer.record_count)?;
+    writeln!(out, "data bytes     {}", footer.data_bytes)?;
+    writeln!(out, "index offset   {}", footer.index_offset)?;
+    writeln!(out, "lineage offset {}", footer.lineage_offset)?;
+    print_lineage(&lineage, out)?;
+    writeln!(out)?;
+    for ordinal in 0..reader.record_count() {
+        if ordinal >= limit {
+            writeln!(out, "... more records (raise --limit to see them)")?;
+            break;
+        }
+        let ordinal = u32::try_from(ordinal)
+            .map_err(|_| Failure::new(format!("{}: too many records", path.display())))?;
+        let offset = reader
+            .offset_of(ordinal)
+            .map_err(|e| unreadable("blob file", path, e))?;
+        match reader.read_ordinal(ordinal) {
+            Ok((key, value)) => writeln!(
+                out,
+                "#{ordinal} offset {offset}: {} len={} {}",
+                show::key(&key),
+                value.len(),
+                show::preview(&value, PREVIEW_BYTES)
+            )?,
+            Err(e) => writeln!(out, "#{ordinal} offset {offset}: damaged: {e}")?,
+        }
+    }
+    Ok(())
+}
+
+/// Reads and decodes the footer of the blob file at `path`.
+fn read_blob_footer(fs: &FsRef, path: &Path) -> Result<BlobFooter, Failure> {
+    let io = |e: std::io::Error| unreadable("blob file", path, tern::Error::io(path, e));
+    let file = fs.open(path).map_err(io)?;
+    let size = file.len();
+    let at = size.saturating_sub(BLOB_FOOTER_LEN as u64);
+    let mut buf = [0u8; BLOB_FOOTER_LEN];
+    file.read_exact_at(at, &mut buf).map_err(io)?;
+    BlobFooter::decode(&buf, size).map_err(|e| unreadable("blob file", path, e.in_file(path, at)))
+}
+
+fn print_lineage(lineage: &[LineageEntry], out: &mut dyn Write) -> std::io::Result<()> {
+    if lineage.is_empty() {
+        return writeln!(out, "lineage        none (written at flush)");
+    }
+    writeln!(out, "lineage        {} retired files", lineage.len())?;
+    for e in lineage {
+        writeln!(
+            out,
+            "  from {}  base ordinal {}, {} dead dropped",
+            blob_file_name(e.old_file),
+            e.base,
+            e.dead.len()
+        )?;
     }
     Ok(())
 }
@@ -411,6 +558,44 @@ fn print_edit(offset: u64, edit: &VersionEdit, out: &mut dyn Write) -> std::io::
             tern::check::describe_key(&f.smallest),
             tern::check::describe_key(&f.largest)
         )?;
+        if !f.blob_files.is_empty() {
+            writeln!(out, "         blob files {:?}", f.blob_files)?;
+        }
+    }
+    for b in &edit.blob_files_added {
+        writeln!(
+            out,
+            "  add    blob {} {} bytes, {} records ({} record bytes)",
+            blob_file_name(b.number),
+            b.file_size,
+            b.record_count,
+            b.data_bytes
+        )?;
+    }
+    for (new_file, e) in &edit.relocations {
+        writeln!(
+            out,
+            "  retire blob {} -> {} base ordinal {}, {} dead dropped",
+            blob_file_name(e.old_file),
+            blob_file_name(*new_file),
+            e.base,
+            e.dead.len()
+        )?;
+    }
+    for d in &edit.dead_ordinals {
+        writeln!(
+            out,
+            "  dead   blob {} {} records ({} bytes)",
+            blob_file_name(d.file),
+            d.ordinals.len(),
+            d.bytes
+        )?;
+    }
+    for n in &edit.blob_files_deleted {
+        writeln!(out, "  delete blob {}", blob_file_name(*n))?;
+    }
+    for n in &edit.relocations_dropped {
+        writeln!(out, "  drop   lineage of {}", blob_file_name(*n))?;
     }
     Ok(())
 }

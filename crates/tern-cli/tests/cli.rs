@@ -195,3 +195,111 @@ fn failures_exit_2_with_a_message() {
     let o = tern(&["inspect", d, "--sst", "1", "--wal", "2"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A closed store whose values all live in blob files, with a GC pass
+/// behind it (so lineage exists).
+fn make_blob_store(dir: &Path) {
+    let opts = Options {
+        blob_threshold: Some(0),
+        enable_gc: false,
+        write_buffer_size: 1 << 20,
+        ..Options::default()
+    };
+    let db = Db::open(dir, opts).unwrap();
+    for i in 0..500u32 {
+        db.put(format!("key{i:06}").as_bytes(), &[b'v'; 50])
+            .unwrap();
+    }
+    db.flush().unwrap();
+    for i in 0..400u32 {
+        db.put(format!("key{i:06}").as_bytes(), b"second\x01value")
+            .unwrap();
+    }
+    db.flush().unwrap();
+    db.compact_range(None, None).unwrap();
+    assert!(db.collect_garbage().unwrap() > 0);
+    db.close().unwrap();
+}
+
+fn blob_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "blob"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn inspect_and_check_blob_files() {
+    let dir = tempfile::tempdir().unwrap();
+    make_blob_store(dir.path());
+    let d = dir.path().to_str().unwrap();
+
+    let o = tern(&["inspect", d]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in [
+        "blob file",
+        "garbage",
+        "ratio",
+        "total 2",
+        "lineage",
+        " -> ",
+    ] {
+        assert!(t.contains(want), "missing {want:?} in\n{t}");
+    }
+
+    // The GC output: the newest blob file, with a lineage block.
+    let gc = blob_files(dir.path()).pop().unwrap();
+    let number = gc
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .trim_start_matches('0');
+    let o = tern(&["inspect", d, "--blob", number, "--limit", "2"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("records") && t.contains("index offset"), "{t}");
+    assert!(t.contains("lineage        1 retired files"), "{t}");
+    assert_eq!(t.lines().filter(|l| l.contains(" len=")).count(), 2, "{t}");
+    assert!(t.contains("#0 offset 16: key000400 len=50"), "{t}");
+    assert!(t.contains("more records"), "{t}");
+    let o = tern(&["inspect", d, "--blob", gc.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("more records"), "{}", text(&o));
+
+    let o = tern(&["inspect", d, "--manifest"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("add    blob") && t.contains("retire blob"),
+        "{t}"
+    );
+
+    let o = tern(&["check", d]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(
+        t.contains("blob files (") && t.contains("OK: 0 problems"),
+        "{t}"
+    );
+
+    // Flip a byte in the key of the GC output's first record.
+    let mut data = std::fs::read(&gc).unwrap();
+    data[16 + 12 + 2] ^= 0x20;
+    std::fs::write(&gc, &data).unwrap();
+    let o = tern(&["check", d]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with(&format!("{}: offset 16: ", gc.display()))),
+        "{t}"
+    );
+    let o = tern(&["inspect", d, "--blob", gc.to_str().unwrap(), "--limit", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("#0 offset 16: damaged"), "{}", text(&o));
+}

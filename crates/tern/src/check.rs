@@ -18,18 +18,40 @@
 //!    the table's properties and the manifest.
 //! 4. Tables of levels 1 and deeper do not overlap; no table is in two
 //!    levels; no table number is at or above the next file number.
-//! 5. Every WAL numbered at or above the manifest's log number parses: each
+//! 5. The blob tags of the manifest apply as recovery applies them (files
+//!    added once, dead ordinals only for live files and below their record
+//!    count, files retired or deleted only while live, lineage dropped only
+//!    where it exists), and every lineage chain ends in a live blob file.
+//! 6. Every live blob file exists, has the size the manifest records, opens
+//!    (header, footer, index and lineage checksums), every record passes
+//!    its checksum, and the record count and record bytes match the
+//!    manifest; the bytes recorded dead match the dead records; a GC
+//!    output's lineage block matches the manifest's lineage.
+//! 7. Every blob reference of every table decodes, names a blob file the
+//!    table lists, and resolves through lineage to a live, undamaged record
+//!    that is not marked dead, holds the same key and value size and, when
+//!    the reference was not moved by GC, sits at the same offset. Every
+//!    blob file a table lists is live or retired with lineage.
+//! 8. Every WAL numbered at or above the manifest's log number parses: each
 //!    record passes its checksum and decodes as a write batch; a torn tail
 //!    is a warning.
-//! 6. Files the store does not reference (orphan tables, old WALs and
-//!    manifests, temp files, foreign names) are warnings.
+//! 9. Files the store does not reference (orphan tables and blob files,
+//!    blob files retired by GC, old WALs and manifests, temp files, foreign
+//!    names) are warnings.
 
 use std::cmp::Ordering;
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use roaring::RoaringBitmap;
+
+use crate::blob::BlobReader;
 use crate::error::{Error, IoContext, Result};
+use crate::format::blob::{BlobRef, LineageEntry};
 use crate::format::internal_key::{self, ValueKind};
 use crate::format::log_record::RECORD_HEADER_LEN;
 use crate::format::version_edit::{FileMeta, VersionEdit};
@@ -37,10 +59,15 @@ use crate::format::write_batch::WriteBatch;
 use crate::io::FsRef;
 use crate::options::NUM_LEVELS;
 use crate::sst::Table;
+use crate::version::{resolve, BlobFileState, BlobFiles, Relocation, Relocations};
 use crate::wal::{
-    manifest_file_name, parse_current, parse_file_name, table_file_name, FileType, LogKind,
-    LogReader, CURRENT_FILE_NAME,
+    blob_file_name, manifest_file_name, parse_current, parse_file_name, table_file_name, FileType,
+    LogKind, LogReader, CURRENT_FILE_NAME,
 };
+
+/// Longest lineage chain followed before it is called endless (as
+/// [`resolve`] does).
+const MAX_LINEAGE_HOPS: usize = 64;
 
 /// One thing found wrong: a damaged or inconsistent unit of a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +134,12 @@ pub struct CheckReport {
     pub blocks_checked: u64,
     /// Table entries read.
     pub entries_checked: u64,
+    /// Blob files opened and read.
+    pub blob_files_checked: u64,
+    /// Blob records read and verified.
+    pub blob_records_checked: u64,
+    /// Blob references (table entries of kind `BlobRef`) checked.
+    pub blob_refs_checked: u64,
     /// WAL files read.
     pub wals_checked: u64,
     /// WAL records read and decoded.
@@ -137,6 +170,12 @@ struct Replay {
     levels: Vec<BTreeMap<u64, FileMeta>>,
     log_number: u64,
     next_file_number: Option<u64>,
+    /// Live blob files with their dead ordinals.
+    blob_files: BlobFiles,
+    /// Lineage of blob files retired by GC.
+    relocations: Relocations,
+    /// Offset in the manifest of the edit that added each lineage entry.
+    relocation_offsets: BTreeMap<u64, u64>,
 }
 
 /// Checks the store in `dir` through `fs`, reading only.
@@ -181,11 +220,12 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
     };
 
     check_shape(dir, &replay, &mut report);
+    let blobs = check_blob_files(dir, &fs, &replay, &mut report);
     let mut live = HashSet::new();
     for (level, files) in replay.levels.iter().enumerate() {
         for meta in files.values() {
             live.insert(meta.number);
-            check_table(dir, &fs, level, meta, &mut report);
+            check_table(dir, &fs, level, meta, &blobs, &mut report);
         }
     }
     for (name, parsed) in &files {
@@ -213,10 +253,18 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
                 "{}: leftover temporary file (removed at next open)",
                 path.display()
             )),
-            Some((FileType::Blob, _)) => report.warnings.push(format!(
-                "{}: blob file (not checked: blob files are not yet recorded in the manifest)",
-                path.display()
-            )),
+            Some((FileType::Blob, n)) if replay.relocations.contains_key(n) => {
+                report.warnings.push(format!(
+                    "{}: blob file retired by GC (removed at next open)",
+                    path.display()
+                ))
+            }
+            Some((FileType::Blob, n)) if !replay.blob_files.contains_key(n) => {
+                report.warnings.push(format!(
+                    "{}: blob file not referenced by the manifest (removed at next open)",
+                    path.display()
+                ))
+            }
             Some(_) => {}
             None => report
                 .warnings
@@ -340,7 +388,39 @@ fn replay_manifest(
     if replay.next_file_number.is_none() {
         report.problem(&path, 0, "manifest has no next-file-number");
     }
+    check_lineage(&path, &replay, report);
     Some(replay)
+}
+
+/// Checks that every lineage chain ends in a live blob file.
+fn check_lineage(path: &Path, replay: &Replay, report: &mut CheckReport) {
+    for (old, r) in &replay.relocations {
+        let offset = replay.relocation_offsets.get(old).copied().unwrap_or(0);
+        let mut file = r.new_file;
+        let mut hops = 0;
+        let end = loop {
+            if replay.blob_files.contains_key(&file) {
+                break None;
+            }
+            let Some(next) = replay.relocations.get(&file) else {
+                break Some(format!(
+                    "leads to blob file {file}, which is neither live nor retired"
+                ));
+            };
+            hops += 1;
+            if hops >= MAX_LINEAGE_HOPS {
+                break Some(format!("does not end within {MAX_LINEAGE_HOPS} files"));
+            }
+            file = next.new_file;
+        };
+        if let Some(why) = end {
+            report.problem(
+                path,
+                offset,
+                format!("lineage of blob file {old} (moved to {}) {why}", r.new_file),
+            );
+        }
+    }
 }
 
 /// Applies one edit as recovery would, reporting what does not apply.
@@ -386,6 +466,105 @@ fn apply_edit(
             ),
         }
     }
+    apply_blob_edit(path, offset, edit, replay, report);
+}
+
+/// Applies the blob fields of one edit in the order recovery does (files
+/// added, files retired by GC, dead ordinals, files deleted, lineage
+/// dropped), reporting what does not apply and carrying on.
+fn apply_blob_edit(
+    path: &Path,
+    offset: u64,
+    edit: &VersionEdit,
+    replay: &mut Replay,
+    report: &mut CheckReport,
+) {
+    for b in &edit.blob_files_added {
+        let state = BlobFileState {
+            meta: b.clone(),
+            dead: RoaringBitmap::new(),
+            dead_bytes: 0,
+        };
+        if replay
+            .blob_files
+            .insert(b.number, Arc::new(state))
+            .is_some()
+        {
+            report.problem(
+                path,
+                offset,
+                format!("edit adds blob file {} that is already live", b.number),
+            );
+        }
+    }
+    for (new_file, entry) in &edit.relocations {
+        // The old file is live when GC retires it; a manifest snapshot
+        // lists lineage of files that are long gone.
+        replay.blob_files.remove(&entry.old_file);
+        let r = Relocation {
+            new_file: *new_file,
+            entry: entry.clone(),
+        };
+        if replay
+            .relocations
+            .insert(entry.old_file, Arc::new(r))
+            .is_some()
+        {
+            report.problem(
+                path,
+                offset,
+                format!("edit retires blob file {} a second time", entry.old_file),
+            );
+        }
+        replay.relocation_offsets.insert(entry.old_file, offset);
+    }
+    for d in &edit.dead_ordinals {
+        let Some(state) = replay.blob_files.get_mut(&d.file) else {
+            report.problem(
+                path,
+                offset,
+                format!(
+                    "edit marks ordinals dead in blob file {}, which is not live",
+                    d.file
+                ),
+            );
+            continue;
+        };
+        let state = Arc::make_mut(state);
+        state.dead |= &d.ordinals;
+        state.dead_bytes += d.bytes;
+        if let Some(max) = d.ordinals.max() {
+            if u64::from(max) >= state.meta.record_count {
+                report.problem(
+                    path,
+                    offset,
+                    format!(
+                        "edit marks ordinal {max} of blob file {} dead, which has {} records",
+                        d.file, state.meta.record_count
+                    ),
+                );
+            }
+        }
+    }
+    for n in &edit.blob_files_deleted {
+        if replay.blob_files.remove(n).is_none() {
+            report.problem(
+                path,
+                offset,
+                format!("edit deletes blob file {n}, which is not live"),
+            );
+        }
+    }
+    for n in &edit.relocations_dropped {
+        if replay.relocations.remove(n).is_none() {
+            report.problem(
+                path,
+                offset,
+                format!("edit drops the lineage of blob file {n}, which has none"),
+            );
+        }
+        replay.relocation_offsets.remove(n);
+    }
 }
 
 /// Checks the version's invariants: no table in two levels, no overlap in
@@ -428,6 +607,370 @@ fn check_shape(dir: &Path, replay: &Replay, report: &mut CheckReport) {
     }
 }
 
+/// What a blob reference is checked against: one record of a blob file.
+#[derive(Clone, Copy)]
+struct RecordInfo {
+    /// Hash of the record's key (keys are not kept, to bound memory).
+    key_hash: u64,
+    /// Length of the record's value.
+    value_len: u32,
+}
+
+/// A live blob file that opened.
+struct OpenBlob {
+    reader: BlobReader,
+    /// Per ordinal; `None` for a record that failed its check.
+    records: Vec<Option<RecordInfo>>,
+}
+
+/// The blob files of the version, as found on disk.
+struct BlobContext<'a> {
+    dir: &'a Path,
+    live: &'a BlobFiles,
+    relocations: &'a Relocations,
+    /// Per live file; `None` when it is missing or did not open.
+    files: BTreeMap<u64, Option<OpenBlob>>,
+}
+
+fn key_hash(key: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The reason of an engine error, without the file and offset a
+/// corruption carries (the caller names those).
+fn reason_of(e: Error) -> String {
+    match e {
+        Error::Corruption { reason, .. } => reason,
+        other => other.to_string(),
+    }
+}
+
+/// Checks every live blob file of the version.
+fn check_blob_files<'a>(
+    dir: &'a Path,
+    fs: &FsRef,
+    replay: &'a Replay,
+    report: &mut CheckReport,
+) -> BlobContext<'a> {
+    let tables: HashSet<u64> = replay
+        .levels
+        .iter()
+        .flat_map(|files| files.keys().copied())
+        .collect();
+    let mut files = BTreeMap::new();
+    for (&number, state) in &replay.blob_files {
+        let path = dir.join(blob_file_name(number));
+        if tables.contains(&number) {
+            report.problem(&path, 0, "blob file number is also a table's number");
+        }
+        if let Some(next) = replay.next_file_number {
+            if number >= next {
+                report.problem(
+                    &path,
+                    0,
+                    format!("blob file number is not below the manifest's next file number {next}"),
+                );
+            }
+        }
+        let lineage: Vec<&Relocation> = replay
+            .relocations
+            .values()
+            .filter(|r| r.new_file == number)
+            .map(|r| &**r)
+            .collect();
+        let open = check_blob_file(fs, &path, state, &lineage, report);
+        files.insert(number, open);
+    }
+    BlobContext {
+        dir,
+        live: &replay.blob_files,
+        relocations: &replay.relocations,
+        files,
+    }
+}
+
+/// Checks one live blob file against its manifest record; returns it open
+/// when it could be read.
+fn check_blob_file(
+    fs: &FsRef,
+    path: &Path,
+    state: &BlobFileState,
+    lineage: &[&Relocation],
+    report: &mut CheckReport,
+) -> Option<OpenBlob> {
+    let meta = &state.meta;
+    let size = match fs.file_size(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            report.problem(path, 0, "blob file is missing (referenced by the manifest)");
+            return None;
+        }
+        Err(e) => {
+            report.error(path, Error::io(path, e));
+            return None;
+        }
+    };
+    if size != meta.file_size {
+        report.problem(
+            path,
+            0,
+            format!(
+                "file is {size} bytes, the manifest records {}",
+                meta.file_size
+            ),
+        );
+    }
+    let reader = match BlobReader::open(fs, path, meta.number) {
+        Ok(r) => r,
+        Err(e) => {
+            report.error(path, e);
+            return None;
+        }
+    };
+    report.blob_files_checked += 1;
+    report.bytes_checked += size;
+    let count = reader.record_count();
+    if count != meta.record_count {
+        report.problem(
+            path,
+            0,
+            format!(
+                "file holds {count} records, the manifest records {}",
+                meta.record_count
+            ),
+        );
+    }
+    let mut records = Vec::with_capacity(count.min(1 << 20) as usize);
+    let mut data_bytes = 0u64;
+    let mut dead_bytes = 0u64;
+    for ordinal in 0..count {
+        let Ok(ordinal) = u32::try_from(ordinal) else {
+            report.problem(
+                path,
+                0,
+                format!("{count} records are more than ordinals can name"),
+            );
+            break;
+        };
+        let (offset, len) = match (reader.offset_of(ordinal), reader.record_len(ordinal)) {
+            (Ok(o), Ok(l)) => (o, l),
+            (Err(e), _) | (_, Err(e)) => {
+                report.error(path, e);
+                break;
+            }
+        };
+        data_bytes += len;
+        if state.dead.contains(ordinal) {
+            dead_bytes += len;
+        }
+        report.blob_records_checked += 1;
+        match reader.read_ordinal(ordinal) {
+            Ok((key, value)) => match u32::try_from(value.len()) {
+                Ok(value_len) => records.push(Some(RecordInfo {
+                    key_hash: key_hash(&key),
+                    value_len,
+                })),
+                Err(_) => {
+                    report.problem(path, offset, format!("record {ordinal}: value too long"));
+                    records.push(None);
+                }
+            },
+            Err(e) => {
+                report.problem(path, offset, format!("record {ordinal}: {}", reason_of(e)));
+                records.push(None);
+            }
+        }
+    }
+    if records.len() as u64 == count && data_bytes != meta.data_bytes {
+        report.problem(
+            path,
+            0,
+            format!(
+                "records hold {data_bytes} bytes, the manifest records {}",
+                meta.data_bytes
+            ),
+        );
+    }
+    if records.len() as u64 == count && dead_bytes != state.dead_bytes {
+        report.problem(
+            path,
+            0,
+            format!(
+                "the {} records marked dead hold {dead_bytes} bytes, the manifest records {}",
+                state.dead.len(),
+                state.dead_bytes
+            ),
+        );
+    }
+    match reader.lineage() {
+        Ok(entries) => check_lineage_block(path, &reader, &entries, lineage, report),
+        Err(e) => report.error(path, e),
+    }
+    Some(OpenBlob { reader, records })
+}
+
+/// Compares a GC output's lineage block with the manifest's lineage
+/// entries that lead to it.
+fn check_lineage_block(
+    path: &Path,
+    reader: &BlobReader,
+    entries: &[LineageEntry],
+    manifest: &[&Relocation],
+    report: &mut CheckReport,
+) {
+    for r in manifest {
+        let old = r.entry.old_file;
+        match entries.iter().find(|e| e.old_file == old) {
+            None => report.problem(
+                path,
+                0,
+                format!(
+                    "the manifest moves blob file {old} here, the file's lineage does not list it"
+                ),
+            ),
+            Some(e) if *e != r.entry => report.problem(
+                path,
+                0,
+                format!(
+                    "lineage of blob file {old}: file says base {} with {} dead, \
+                     the manifest says base {} with {} dead",
+                    e.base,
+                    e.dead.len(),
+                    r.entry.base,
+                    r.entry.dead.len()
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+    for e in entries {
+        if u64::from(e.base) > reader.record_count() {
+            report.problem(
+                path,
+                0,
+                format!(
+                    "lineage of blob file {}: base ordinal {} is beyond the {} records",
+                    e.old_file,
+                    e.base,
+                    reader.record_count()
+                ),
+            );
+        }
+    }
+}
+
+impl BlobContext<'_> {
+    /// Checks the blob reference `value` of `user_key`, found in the data
+    /// block at `block` of the table at `path`.
+    fn check_ref(
+        &self,
+        path: &Path,
+        block: u64,
+        meta: &FileMeta,
+        user_key: &[u8],
+        value: &[u8],
+        report: &mut CheckReport,
+    ) {
+        report.blob_refs_checked += 1;
+        let key = escape_bytes(user_key);
+        let mut problem = |why: String| {
+            report.problem(
+                path,
+                block,
+                format!("data block: blob reference of {key}: {why}"),
+            )
+        };
+        let r = match BlobRef::decode(value) {
+            Ok(r) => r,
+            Err(e) => return problem(format!("does not decode: {}", e.reason)),
+        };
+        if !meta.blob_files.contains(&r.file) {
+            problem(format!(
+                "names blob file {}, which the table's blob file list {:?} lacks",
+                r.file, meta.blob_files
+            ));
+        }
+        let (file, ordinal, moved) = match resolve(self.live, self.relocations, r.file, r.ordinal) {
+            Ok(x) => x,
+            Err(e) => {
+                return problem(format!(
+                    "record {} of blob file {} does not resolve: {}",
+                    r.ordinal,
+                    r.file,
+                    reason_of(e)
+                ))
+            }
+        };
+        let at = if moved {
+            format!(
+                "record {ordinal} of blob file {file} (moved from record {} of {})",
+                r.ordinal, r.file
+            )
+        } else {
+            format!("record {ordinal} of blob file {file}")
+        };
+        if self
+            .live
+            .get(&file)
+            .is_some_and(|s| s.dead.contains(ordinal))
+        {
+            problem(format!("{at} is marked dead"));
+        }
+        // A missing or unreadable file was reported on its own.
+        let Some(Some(blob)) = self.files.get(&file) else {
+            return;
+        };
+        let Some(rec) = blob.records.get(ordinal as usize) else {
+            return problem(format!(
+                "{at} is beyond the file's {} records",
+                blob.records.len()
+            ));
+        };
+        let offset = blob.reader.offset_of(ordinal).unwrap_or(0);
+        let Some(rec) = rec else {
+            return problem(format!(
+                "{at} (offset {offset} of {}) is damaged",
+                self.dir.join(blob_file_name(file)).display()
+            ));
+        };
+        if rec.key_hash != key_hash(user_key) {
+            let theirs = blob
+                .reader
+                .read_ordinal(ordinal)
+                .map(|(k, _)| escape_bytes(&k))
+                .unwrap_or_default();
+            problem(format!("{at} belongs to key {theirs}"));
+        }
+        if rec.value_len != r.size {
+            problem(format!(
+                "{at} holds {} value bytes, the reference says {}",
+                rec.value_len, r.size
+            ));
+        }
+        if !moved && offset != r.offset {
+            problem(format!(
+                "{at} is at offset {offset}, the reference says {}",
+                r.offset
+            ));
+        }
+    }
+
+    /// Checks that every blob file the table lists is live or retired.
+    fn check_list(&self, path: &Path, meta: &FileMeta, report: &mut CheckReport) {
+        for n in &meta.blob_files {
+            if !self.live.contains_key(n) && !self.relocations.contains_key(n) {
+                report.problem(
+                    path,
+                    0,
+                    format!("table lists blob file {n}, which is neither live nor retired"),
+                );
+            }
+        }
+    }
+}
+
 /// What scanning a table's blocks observed.
 #[derive(Default)]
 struct Scan {
@@ -442,8 +985,16 @@ struct Scan {
 }
 
 /// Checks one table against its manifest record.
-fn check_table(dir: &Path, fs: &FsRef, level: usize, meta: &FileMeta, report: &mut CheckReport) {
+fn check_table(
+    dir: &Path,
+    fs: &FsRef,
+    level: usize,
+    meta: &FileMeta,
+    blobs: &BlobContext<'_>,
+    report: &mut CheckReport,
+) {
     let path = dir.join(table_file_name(meta.number));
+    blobs.check_list(&path, meta, report);
     let size = match fs.file_size(&path) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -478,7 +1029,7 @@ fn check_table(dir: &Path, fs: &FsRef, level: usize, meta: &FileMeta, report: &m
     };
     report.tables_checked += 1;
     report.bytes_checked += size;
-    let scan = scan_table(&table, report);
+    let scan = scan_table(&table, meta, blobs, report);
     report.entries_checked += scan.entries;
     if scan.damaged {
         return;
@@ -530,9 +1081,15 @@ fn check_table(dir: &Path, fs: &FsRef, level: usize, meta: &FileMeta, report: &m
     }
 }
 
-/// Reads every data block of `table`, reporting each damaged block and
-/// each key out of order, and carrying on with the next block.
-fn scan_table(table: &Table, report: &mut CheckReport) -> Scan {
+/// Reads every data block of `table`, reporting each damaged block, each
+/// key out of order and each bad blob reference, and carrying on with the
+/// next block.
+fn scan_table(
+    table: &Table,
+    meta: &FileMeta,
+    blobs: &BlobContext<'_>,
+    report: &mut CheckReport,
+) -> Scan {
     let path = table.path().to_path_buf();
     let mut scan = Scan {
         min_seq: u64::MAX,
@@ -581,6 +1138,9 @@ fn scan_table(table: &Table, report: &mut CheckReport) -> Scan {
                 Ok(p) => {
                     if p.kind == ValueKind::Delete {
                         scan.deletions += 1;
+                    }
+                    if p.kind == ValueKind::BlobRef {
+                        blobs.check_ref(&path, handle.offset, meta, p.user_key, it.value(), report);
                     }
                     scan.min_seq = scan.min_seq.min(p.seq);
                     scan.max_seq = scan.max_seq.max(p.seq);
@@ -962,6 +1522,230 @@ mod tests {
         empty.create_dir_all(Path::new("/empty")).unwrap();
         let fsr: FsRef = empty;
         assert!(check_store(Path::new("/empty"), fsr).is_err());
+    }
+
+    /// A closed store whose values all live in blob files, with overwrites,
+    /// compaction and a GC pass behind it, so that tables hold references
+    /// to a retired blob file that resolve through lineage.
+    fn build_blob_store() -> Arc<MemFs> {
+        let fs = MemFs::new();
+        let opts = Options {
+            fs: fs.clone(),
+            blob_threshold: Some(0),
+            enable_gc: false,
+            write_buffer_size: 1 << 20,
+            target_file_size: 16 << 10,
+            level0_file_num_compaction_trigger: 20,
+            level0_slowdown_writes_trigger: 30,
+            level0_stop_writes_trigger: 40,
+            ..Options::default()
+        };
+        let db = Db::open(dir(), opts).unwrap();
+        for i in 0..1000u32 {
+            db.put(format!("key{i:06}").as_bytes(), &[b'a'; 60])
+                .unwrap();
+        }
+        db.flush().unwrap();
+        for i in 0..700u32 {
+            db.put(
+                format!("key{i:06}").as_bytes(),
+                format!("new{i}").as_bytes(),
+            )
+            .unwrap();
+        }
+        db.flush().unwrap();
+        db.compact_range(None, None).unwrap();
+        assert!(db.collect_garbage().unwrap() > 0);
+        for i in 0..50u32 {
+            db.put(format!("late{i:03}").as_bytes(), b"late value")
+                .unwrap();
+        }
+        db.flush().unwrap();
+        db.close().unwrap();
+        fs
+    }
+
+    fn blob_replay(fs: &Arc<MemFs>) -> Replay {
+        let number = check(fs).manifest_number.unwrap();
+        let fsr: FsRef = fs.clone();
+        replay_manifest(&dir(), &fsr, number, &mut CheckReport::default()).unwrap()
+    }
+
+    /// The live blob file a GC pass wrote (a target of lineage).
+    fn gc_output(fs: &Arc<MemFs>) -> PathBuf {
+        let replay = blob_replay(fs);
+        let r = replay.relocations.values().next().unwrap();
+        assert!(replay.blob_files.contains_key(&r.new_file));
+        dir().join(blob_file_name(r.new_file))
+    }
+
+    #[test]
+    fn blob_store_with_lineage_checks_ok() {
+        let fs = build_blob_store();
+        let replay = blob_replay(&fs);
+        assert!(!replay.relocations.is_empty());
+        assert!(replay.blob_files.len() >= 2);
+        let report = check(&fs);
+        assert!(report.is_ok(), "{:?}", report.problems);
+        assert_eq!(report.blob_files_checked, replay.blob_files.len() as u64);
+        assert!(report.blob_records_checked >= 1050, "{report:?}");
+        assert_eq!(report.blob_refs_checked, 1050, "{report:?}");
+        assert!(
+            !report.warnings.iter().any(|w| w.contains(".blob")),
+            "{:?}",
+            report.warnings
+        );
+    }
+
+    #[test]
+    fn flipped_byte_in_blob_record_names_file_and_record() {
+        let fs = build_blob_store();
+        let path = gc_output(&fs);
+        let fsr: FsRef = fs.clone();
+        let reader = BlobReader::open(&fsr, &path, 0).unwrap();
+        let third = reader.offset_of(3).unwrap();
+        let (key, _) = reader.read_ordinal(3).unwrap();
+        drop(reader);
+        fs.corrupt_byte(
+            &path,
+            third + crate::format::blob::RECORD_HEADER_LEN as u64 + 1,
+            0x04,
+        )
+        .unwrap();
+        let report = check(&fs);
+        let on_blob: Vec<&Problem> = report.problems.iter().filter(|p| p.file == path).collect();
+        assert_eq!(on_blob.len(), 1, "{:?}", report.problems);
+        assert_eq!(on_blob[0].offset, third);
+        assert!(on_blob[0].reason.contains("checksum"), "{:?}", on_blob);
+        // The table entry whose value was lost is named too.
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.file.extension().is_some_and(|e| e == "sst")
+                    && p.reason.contains(&escape_bytes(&key))
+                    && p.reason.contains("damaged")),
+            "{:?}",
+            report.problems
+        );
+    }
+
+    #[test]
+    fn missing_and_truncated_blob_files_are_reported() {
+        let fs = build_blob_store();
+        let gc = gc_output(&fs);
+        let replay = blob_replay(&fs);
+        let other = replay
+            .blob_files
+            .keys()
+            .map(|&n| dir().join(blob_file_name(n)))
+            .find(|p| *p != gc)
+            .unwrap();
+        fs.remove_file(&gc).unwrap();
+        let len = fs.file_size(&other).unwrap();
+        fs.truncate(&other, len - 10).unwrap();
+        let report = check(&fs);
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.file == gc && p.reason.contains("missing")),
+            "{:?}",
+            report.problems
+        );
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.file == other && p.reason.contains("bytes")),
+            "{:?}",
+            report.problems
+        );
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.file == other && p.offset == len - 10 - 48),
+            "{:?}",
+            report.problems
+        );
+    }
+
+    #[test]
+    fn orphan_blob_file_is_a_warning() {
+        let fs = build_blob_store();
+        let gc = gc_output(&fs);
+        let data = fs.read_all(&gc).unwrap();
+        let orphan = dir().join(blob_file_name(999_999));
+        let mut f = fs.create(&orphan).unwrap();
+        f.append(&data).unwrap();
+        drop(f);
+        let report = check(&fs);
+        assert!(report.is_ok(), "{:?}", report.problems);
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.contains("999999.blob") && w.contains("not referenced")),
+            "{:?}",
+            report.warnings
+        );
+    }
+
+    /// Random overwrites and deletes with background compaction and GC of
+    /// small blob files, then a full compaction and GC after reopening.
+    #[test]
+    fn busy_blob_store_checks_ok() {
+        for round in 0..4u32 {
+            let fs = MemFs::new();
+            let opts = Options {
+                fs: fs.clone(),
+                blob_threshold: Some(if round % 2 == 0 { 0 } else { 30 }),
+                write_buffer_size: 16 << 10,
+                target_file_size: 8 << 10,
+                max_bytes_for_level_base: 32 << 10,
+                blob_file_size: 8 << 10,
+                gc_garbage_ratio: 0.2,
+                ..Options::default()
+            };
+            let db = Db::open(dir(), opts.clone()).unwrap();
+            let mut x = 12345u64 + round as u64;
+            for i in 0..20000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = format!("key{:05}", x % 3000);
+                if x % 11 == 0 {
+                    db.delete(k.as_bytes()).unwrap();
+                } else {
+                    db.put(
+                        k.as_bytes(),
+                        format!("{i}-{}", "v".repeat((x % 80) as usize)).as_bytes(),
+                    )
+                    .unwrap();
+                }
+                if i % 5000 == 4999 {
+                    db.collect_garbage().unwrap();
+                }
+            }
+            db.wait_for_background().unwrap();
+            db.close().unwrap();
+            drop(db);
+            let report = check(&fs);
+            assert!(report.is_ok(), "round {round}: {:#?}", report.problems);
+            assert!(report.blob_refs_checked > 1000, "{report:?}");
+            let db = Db::open(dir(), opts).unwrap();
+            db.compact_range(None, None).unwrap();
+            db.collect_garbage().unwrap();
+            db.close().unwrap();
+            drop(db);
+            let report = check(&fs);
+            assert!(
+                report.is_ok(),
+                "round {round} reopened: {:#?}",
+                report.problems
+            );
+        }
     }
 
     #[test]
