@@ -45,7 +45,10 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             keys: cfg.args.keys,
             groups: cfg.args.groups,
             threads: cfg.args.threads,
-            run_ms: (cfg.args.min_run_ms, cfg.args.max_run_ms.max(cfg.args.min_run_ms)),
+            run_ms: (
+                cfg.args.min_run_ms,
+                cfg.args.max_run_ms.max(cfg.args.min_run_ms),
+            ),
             seed: cfg.seed,
         };
         eprintln!("stress: {}", cfg.command_line());

@@ -71,7 +71,7 @@ pub struct StressArgs {
     #[arg(long, default_value_t = 2_000)]
     pub ops_per_crash: u64,
     /// `--sim`: probability that an I/O operation fails.
-    #[arg(long, default_value_t = 0.002)]
+    #[arg(long, default_value_t = 0.0005)]
     pub fault_probability: f64,
 
     /// Fsync every write (`true`) or hand it to the OS only (`false`).
@@ -224,7 +224,11 @@ impl EngineKnobs {
 
     /// The knobs as command-line flags.
     pub fn flags(&self) -> String {
-        let comp: Vec<&str> = self.compression.iter().map(|&c| compression_name(c)).collect();
+        let comp: Vec<&str> = self
+            .compression
+            .iter()
+            .map(|&c| compression_name(c))
+            .collect();
         format!(
             "--sync {} --write-buffer-size {} --max-write-buffer-number {} --l0-trigger {} \
              --level-base {} --target-file-size {} --block-size {} --bloom-bits {} \

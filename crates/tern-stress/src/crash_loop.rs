@@ -57,7 +57,10 @@ pub struct CrashLoopReport {
 
 fn last_number_after(text: &str, marker: &str) -> Option<u64> {
     let i = text.rfind(marker)? + marker.len();
-    let digits: String = text[i..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String = text[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     digits.parse().ok()
 }
 
@@ -79,7 +82,14 @@ fn stress_command(cfg: &CrashLoopConfig, seed: u64) -> Command {
         .args(["--groups", &cfg.groups.to_string()])
         .args(["--threads", &cfg.threads.to_string()])
         .args(["--sync", &cfg.sync.to_string()])
-        .args(["--duration", "0", "--verify-every", "1", "--progress-every", "0.2"])
+        .args([
+            "--duration",
+            "0",
+            "--verify-every",
+            "1",
+            "--progress-every",
+            "0.2",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -94,7 +94,10 @@ pub fn write_batch(data: &[u8]) {
 pub fn version_edit(data: &[u8]) {
     if let Ok(e) = VersionEdit::decode(data) {
         let again = VersionEdit::decode(&e.encode());
-        assert!(again.is_ok(), "a decoded edit does not decode after encoding");
+        assert!(
+            again.is_ok(),
+            "a decoded edit does not decode after encoding"
+        );
     }
 }
 

@@ -221,7 +221,13 @@ impl Stress {
         Ok(first.flatten())
     }
 
-    fn check(&self, slot: usize, got: Option<&[u8]>, want: KeyState, ctx: &str) -> Result<(), String> {
+    fn check(
+        &self,
+        slot: usize,
+        got: Option<&[u8]>,
+        want: KeyState,
+        ctx: &str,
+    ) -> Result<(), String> {
         if keys::matches(slot, want, got) {
             Ok(())
         } else {
@@ -282,7 +288,9 @@ impl Stress {
                 }
             }
             match keys::parse_plain_key(&k) {
-                Some(slot) if (lo..hi).contains(&slot) => seen[slot - lo] = Some(it.value().to_vec()),
+                Some(slot) if (lo..hi).contains(&slot) => {
+                    seen[slot - lo] = Some(it.value().to_vec())
+                }
                 _ => {
                     return Err(format!(
                         "{ctx}: iterator over [{lo}, {hi}) returned key {}",
@@ -481,7 +489,9 @@ fn verify_and_resolve(s: &Stress) -> Result<(usize, usize), String> {
     let mut pending = 0;
     let mut applied = 0;
     for slot in 0..s.slots() {
-        let got = s.read_slot(slot, None).map_err(|e| format!("start-up verification: {e}"))?;
+        let got = s
+            .read_slot(slot, None)
+            .map_err(|e| format!("start-up verification: {e}"))?;
         let committed = s.exp.committed(slot);
         let pend = s.exp.pending(slot);
         if let Some(p) = pend {
@@ -534,7 +544,10 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     let t0 = Instant::now();
     let db = Db::open(&dir, cfg.knobs.options())
         .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-    w(log, format!("stress: opened {} in {:.2?}", dir.display(), t0.elapsed()));
+    w(
+        log,
+        format!("stress: opened {} in {:.2?}", dir.display(), t0.elapsed()),
+    );
     let nlocks = ranges(a.keys) + a.groups;
     let s = Arc::new(Stress {
         db,
@@ -551,10 +564,11 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
         failure: Mutex::new(None),
     });
     let t1 = Instant::now();
-    let (pending, applied) = verify_and_resolve(&s).map_err(|e| {
-        format!("{e}\nrepeat with: {}", cfg.command_line())
-    })?;
-    s.exp.flush().map_err(|e| format!("cannot write {}: {e}", exp_path.display()))?;
+    let (pending, applied) =
+        verify_and_resolve(&s).map_err(|e| format!("{e}\nrepeat with: {}", cfg.command_line()))?;
+    s.exp
+        .flush()
+        .map_err(|e| format!("cannot write {}: {e}", exp_path.display()))?;
     w(
         log,
         format!(
@@ -605,7 +619,14 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
             break;
         }
         if now >= next_progress {
-            w(log, format!("stress: [{:.1}s] {}", start.elapsed().as_secs_f64(), s.counters.line()));
+            w(
+                log,
+                format!(
+                    "stress: [{:.1}s] {}",
+                    start.elapsed().as_secs_f64(),
+                    s.counters.line()
+                ),
+            );
             next_progress = now + progress_every;
         }
         if now >= next_verify {
