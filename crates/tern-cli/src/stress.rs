@@ -25,12 +25,12 @@ const EXIT_PROBLEMS: u8 = 1;
     could not start.")]
 pub struct Args {
     #[command(flatten)]
-    stress: StressArgs,
+    stress: Box<StressArgs>,
 }
 
 /// Runs the stress mode the arguments select.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
-    let cfg = StressConfig::resolve(args.stress)
+    let cfg = StressConfig::resolve(*args.stress)
         .map_err(|e| Failure::new(e).hint("see `tern stress --help`"))?;
     let mut log = std::io::stderr();
     let outcome = if let Some(kills) = cfg.args.crash_loop {

@@ -24,9 +24,12 @@ use tern::iter::InternalIterator;
 use tern::sst::Table;
 use tern::wal::LogReader;
 
+/// A decoder harness: runs one input.
+pub type Harness = fn(&[u8]);
+
 /// The fuzz targets: name and harness. The corpus of target `name` lives in
 /// `fuzz/corpus/<name>/`.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Harness)] = &[
     ("wal", wal),
     ("manifest", manifest),
     ("write_batch", write_batch),

@@ -357,7 +357,7 @@ impl Stress {
         let p = rng.gen_range(0..1000);
         let c = &self.counters;
         match p {
-            0..=349 | 350..=449 => {
+            0..=449 => {
                 let exists = p < 350;
                 let k = rng.gen_range(0..keys);
                 let _g = self.lock_all(&[k]);

@@ -175,11 +175,9 @@ impl Sim {
             ));
         };
         let lost = (self.log.len() - p.min(self.log.len())) as u64;
-        for k in 0..self.keys {
-            // `state` is the matched prefix (or the log plus the unknown
-            // write): every key matches it.
-            self.base[k] = state[k];
-        }
+        // `state` is the matched prefix (or the log plus the unknown
+        // write): every key matches it.
+        self.base = state;
         self.log.clear();
         self.durable = 0;
         self.unknown = None;

@@ -208,7 +208,7 @@ fn mutations(data: &[u8]) -> Vec<Vec<u8>> {
         let mut d = data.to_vec();
         let pos = (x >> 33) as usize % n;
         match x % 4 {
-            0 => d[pos] ^= 1 << (x >> 8) % 8,
+            0 => d[pos] ^= 1 << ((x >> 8) % 8),
             1 => d[pos] = 0xff,
             2 => d.insert(pos, (x >> 16) as u8),
             _ => d[pos..].iter_mut().take(4).for_each(|b| *b = 0),
