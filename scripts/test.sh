@@ -15,7 +15,9 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 export TERN_MODEL_SEEDS="${TERN_MODEL_SEEDS:-100}"
-echo "== cargo test (model test with $TERN_MODEL_SEEDS seeds)"
+# Kills per sync mode in the kill -9 crash loop of `tern stress`.
+export TERN_CRASH_KILLS="${TERN_CRASH_KILLS:-10}"
+echo "== cargo test (model test with $TERN_MODEL_SEEDS seeds, crash loop with $TERN_CRASH_KILLS kills per sync mode, fuzz corpus replay)"
 cargo test --workspace --all-targets --locked
 echo "== doc tests"
 cargo test --workspace --doc --locked

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod check;
 mod inspect;
 mod show;
+mod stress;
 
 /// Exit status for a failure of the tool itself (bad input, unreadable
 /// store), as opposed to a check that found problems.
@@ -44,6 +45,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Verify every checksum and cross-reference of a store (read only).
     Check(check::Args),
+    /// Stress a store against an expected state (threads, kill -9 loops, faults).
+    Stress(stress::Args),
 }
 
 /// Why a command could not do its job: what failed, and what to try.
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Check(args) => check::run(args),
+        Command::Stress(args) => stress::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,40 @@
+//! A short kill -9 crash loop of `tern stress`, in both sync modes: after
+//! every SIGKILL the store must pass `tern check` and hold every
+//! acknowledged write (plus or minus the writes in flight).
+//! `TERN_CRASH_KILLS=<n>` sets the kills per sync mode (default 10).
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+fn crash_loop(sync: bool) {
+    let kills = std::env::var("TERN_CRASH_KILLS").unwrap_or_else(|_| "10".into());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .arg("stress")
+        .arg("--dir")
+        .arg(&dir)
+        .args(["--crash-loop", &kills, "--sync", &sync.to_string()])
+        .args(["--keys", "5000", "--groups", "200", "--threads", "3"])
+        .args(["--min-run-ms", "150", "--max-run-ms", "900"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "crash loop failed:\n{text}");
+    assert!(text.contains("crash loop passed"), "{text}");
+}
+
+#[test]
+fn crash_loop_sync_true() {
+    crash_loop(true);
+}
+
+#[test]
+fn crash_loop_sync_false() {
+    crash_loop(false);
+}

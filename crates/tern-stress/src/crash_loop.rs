@@ -1,0 +1,219 @@
+//! The kill -9 crash loop: start `tern stress` on a directory, kill it
+//! (SIGKILL) at a random moment, check the dead store's files with
+//! [`tern::check::check_store`], restart (the new run verifies the whole store
+//! against the expected state before it writes), repeat; at the end one
+//! `--verify-only` run must pass.
+//!
+//! A process kill loses nothing acknowledged in either sync mode (the WAL is
+//! handed to the OS before a write is acknowledged), so both modes are held
+//! to the same rule: every key holds its last acknowledged state, or the
+//! state of the write that was in flight when the process died.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// What to run and how often to kill it.
+#[derive(Debug, Clone)]
+pub struct CrashLoopConfig {
+    /// The `tern` binary.
+    pub program: PathBuf,
+    /// The store's directory (its expected state goes beside it).
+    pub dir: PathBuf,
+    /// How many times to kill the stress process.
+    pub kills: u64,
+    /// The sync mode of every run.
+    pub sync: bool,
+    /// Plain keys.
+    pub keys: usize,
+    /// Atomic groups.
+    pub groups: usize,
+    /// Worker threads per run.
+    pub threads: usize,
+    /// Each run is killed after a delay drawn from this range, milliseconds.
+    pub run_ms: (u64, u64),
+    /// Seed for the delays and the runs' seeds.
+    pub seed: u64,
+}
+
+/// What a crash loop did.
+#[derive(Debug, Clone, Default)]
+pub struct CrashLoopReport {
+    /// Processes killed with SIGKILL.
+    pub kills: u64,
+    /// Operations the killed runs reported in their last progress line (a
+    /// lower bound of what they did).
+    pub ops: u64,
+    /// Writes found in flight at a restart, and how many of them had applied.
+    pub in_flight: u64,
+    /// Of `in_flight`, the writes the store held after the restart.
+    pub in_flight_applied: u64,
+}
+
+fn last_number_after(text: &str, marker: &str) -> Option<u64> {
+    let i = text.rfind(marker)? + marker.len();
+    let digits: String = text[i..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+/// Parses "N writes were in flight, M of them applied" from a run's output.
+fn in_flight(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.contains("writes were in flight"))?;
+    let n = last_number_after(line, ": ")?;
+    let m = last_number_after(line, "in flight, ")?;
+    Some((n, m))
+}
+
+fn stress_command(cfg: &CrashLoopConfig, seed: u64) -> Command {
+    let mut c = Command::new(&cfg.program);
+    c.arg("stress")
+        .arg("--dir")
+        .arg(&cfg.dir)
+        .args(["--seed", &seed.to_string()])
+        .args(["--keys", &cfg.keys.to_string()])
+        .args(["--groups", &cfg.groups.to_string()])
+        .args(["--threads", &cfg.threads.to_string()])
+        .args(["--sync", &cfg.sync.to_string()])
+        .args([
+            "--duration",
+            "0",
+            "--verify-every",
+            "1",
+            "--progress-every",
+            "0.2",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn check_dir(dir: &Path) -> Result<(), String> {
+    let fs: tern::io::FsRef = Arc::new(tern::io::PosixFs);
+    let report = tern::check::check_store(dir, fs).map_err(|e| format!("tern check: {e}"))?;
+    if report.is_ok() {
+        Ok(())
+    } else {
+        let p: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+        Err(format!("tern check found problems: {}", p.join("; ")))
+    }
+}
+
+/// Runs the loop, printing a line per kill to `log`.
+pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport, String> {
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let mut report = CrashLoopReport::default();
+    let started = Instant::now();
+    for i in 0..cfg.kills {
+        let seed = rng.gen_range(0..1_000_000_000u64);
+        let delay = Duration::from_millis(rng.gen_range(cfg.run_ms.0..=cfg.run_ms.1));
+        let mut child = stress_command(cfg, seed)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", cfg.program.display()))?;
+        let mut out = child.stdout.take();
+        let mut err = child.stderr.take();
+        // Drain the pipes on threads so the child never blocks on them.
+        let out_t = std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(o) = out.as_mut() {
+                let _ = o.read_to_string(&mut s);
+            }
+            s
+        });
+        let err_t = std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(e) = err.as_mut() {
+                let _ = e.read_to_string(&mut s);
+            }
+            s
+        });
+        let t0 = Instant::now();
+        let mut exited = None;
+        while t0.elapsed() < delay {
+            if let Some(st) = child.try_wait().map_err(|e| format!("wait: {e}"))? {
+                exited = Some(st);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if exited.is_none() {
+            // `Child::kill` sends SIGKILL on Unix.
+            child.kill().map_err(|e| format!("kill: {e}"))?;
+        }
+        let status = child.wait().map_err(|e| format!("wait: {e}"))?;
+        let text = format!(
+            "{}{}",
+            out_t.join().unwrap_or_default(),
+            err_t.join().unwrap_or_default()
+        );
+        if exited.is_some() {
+            return Err(format!(
+                "run {i} (seed {seed}) exited by itself with {status} before the kill:\n{text}"
+            ));
+        }
+        report.kills += 1;
+        report.ops += last_number_after(&text, "] ops ").unwrap_or(0);
+        if let Some((n, m)) = in_flight(&text) {
+            report.in_flight += n;
+            report.in_flight_applied += m;
+        }
+        check_dir(&cfg.dir).map_err(|e| format!("after kill {i} (seed {seed}): {e}\n{text}"))?;
+        let _ = writeln!(
+            log,
+            "crash-loop: [{:.0}s] kill {}/{} after {:?} (sync={}), {} ops so far, {} in-flight writes at restarts ({} applied)",
+            started.elapsed().as_secs_f64(),
+            i + 1,
+            cfg.kills,
+            delay,
+            cfg.sync,
+            report.ops,
+            report.in_flight,
+            report.in_flight_applied
+        );
+        let _ = log.flush();
+    }
+    let out = stress_command(cfg, cfg.seed)
+        .arg("--verify-only")
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", cfg.program.display()))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        return Err(format!("final verification failed:\n{text}"));
+    }
+    if let Some((n, m)) = in_flight(&text) {
+        report.in_flight += n;
+        report.in_flight_applied += m;
+    }
+    check_dir(&cfg.dir).map_err(|e| format!("after the final verification: {e}"))?;
+    let _ = writeln!(
+        log,
+        "crash-loop: {} kills, {} ops, {} in-flight writes at restarts ({} applied): OK",
+        report.kills, report.ops, report.in_flight, report.in_flight_applied
+    );
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_run_output() {
+        let t = "stress: [0.2s] ops 10 (put 1)\nstress: [0.4s] ops 250 (put 3)\n";
+        assert_eq!(last_number_after(t, "] ops "), Some(250));
+        let v = "stress: start-up verification of 5 slots passed in 1ms: 3 writes were in flight, 2 of them applied";
+        assert_eq!(in_flight(v), Some((3, 2)));
+    }
+}

@@ -1,0 +1,386 @@
+//! `tern stress --sim`: the store on simulated files ([`MemFs`] behind a
+//! [`FaultFs`]), random I/O errors, and simulated power failures
+//! ([`MemFs::crashed_copy`]) checked against the durability contract.
+//!
+//! One thread issues every operation, so the log of acknowledged writes is
+//! the store's commit order. After each power failure the recovered store
+//! must equal the state after some prefix of that log that includes every
+//! write made durable (a `sync` write, a `flush`, a clean `close`), plus
+//! possibly the one write that failed last (its outcome is unknown). A batch
+//! is one log entry, so a torn batch matches no prefix. Before reopening,
+//! [`tern::check::check_store`] must find no problem in the crashed files.
+
+use std::io::Write;
+use std::path::Path;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tern::io::{FaultFs, FsRef, MemFs};
+use tern::{Db, Options, ReadOptions, WriteBatch, WriteOptions};
+
+use crate::config::StressConfig;
+use crate::expected::KeyState;
+use crate::keys;
+
+const DIR: &str = "/stress";
+
+/// One acknowledged (or failed) write: the new states of the slots it set.
+#[derive(Debug, Clone)]
+struct LoggedWrite {
+    states: Vec<(usize, KeyState)>,
+}
+
+/// What a simulation run did.
+#[derive(Debug, Clone, Default)]
+pub struct SimReport {
+    /// Simulated power failures (each followed by a check and a reopen).
+    pub crashes: u64,
+    /// Clean closes instead of a crash.
+    pub clean_closes: u64,
+    /// Operations issued.
+    pub ops: u64,
+    /// Injected I/O errors.
+    pub faults: u64,
+    /// Writes lost by crashes (acknowledged but not durable: allowed).
+    pub lost_unsynced: u64,
+}
+
+struct Sim {
+    keys: usize,
+    /// The recovered state at the start of the current epoch.
+    base: Vec<KeyState>,
+    /// Writes acknowledged since then, in commit order.
+    log: Vec<LoggedWrite>,
+    /// `log[..durable]` survives any crash.
+    durable: usize,
+    /// The write whose outcome is unknown (it returned an error).
+    unknown: Option<LoggedWrite>,
+    /// `base` with `log` applied: what reads must see now.
+    live: Vec<KeyState>,
+    /// Highest version used per slot (versions never repeat).
+    version: Vec<u64>,
+}
+
+fn options_for(cfg: &StressConfig, fs: FsRef) -> Options {
+    Options {
+        fs,
+        // Small memtables and files so flushes and compactions happen within
+        // a few thousand operations.
+        write_buffer_size: cfg.knobs.write_buffer_size.min(64 << 10),
+        target_file_size: cfg.knobs.target_file_size.min(32 << 10),
+        max_bytes_for_level_base: cfg.knobs.level_base.min(256 << 10),
+        max_manifest_file_size: cfg.knobs.manifest_size.min(64 << 10),
+        ..cfg.knobs.options()
+    }
+}
+
+/// Reads every slot of the store: plain keys by one scan.
+fn read_all(db: &Db, keys: usize) -> Result<Vec<Option<Vec<u8>>>, String> {
+    let mut out = vec![None; keys];
+    let mut it = db
+        .iter(ReadOptions::default())
+        .map_err(|e| format!("iterator: {e}"))?;
+    it.seek_to_first();
+    while it.valid() {
+        match keys::parse_plain_key(it.key()) {
+            Some(k) if k < keys => out[k] = Some(it.value().to_vec()),
+            _ => {
+                return Err(format!(
+                    "unexpected key {}",
+                    String::from_utf8_lossy(it.key())
+                ))
+            }
+        }
+        it.next();
+    }
+    it.status().map_err(|e| format!("iterator: {e}"))?;
+    Ok(out)
+}
+
+impl Sim {
+    /// Checks the recovered store against the log; on success starts a new
+    /// epoch from what it holds. Returns the number of acknowledged writes
+    /// that were lost (all of them after the durable point).
+    fn recover(&mut self, db: &Db) -> Result<u64, String> {
+        let got = read_all(db, self.keys)?;
+        let mut state = self.base.clone();
+        for w in &self.log[..self.durable] {
+            for &(s, st) in &w.states {
+                state[s] = st;
+            }
+        }
+        let mut bad: usize = (0..self.keys)
+            .filter(|&k| !keys::matches(k, state[k], got[k].as_deref()))
+            .count();
+        let apply = |state: &mut Vec<KeyState>, bad: &mut usize, w: &LoggedWrite| {
+            for &(s, st) in &w.states {
+                let before = keys::matches(s, state[s], got[s].as_deref());
+                state[s] = st;
+                let after = keys::matches(s, st, got[s].as_deref());
+                match (before, after) {
+                    (true, false) => *bad += 1,
+                    (false, true) => *bad -= 1,
+                    _ => {}
+                }
+            }
+        };
+        let mut best = (bad, self.durable);
+        let mut found = (bad == 0).then_some(self.durable);
+        let mut p = self.durable;
+        while found.is_none() && p < self.log.len() {
+            apply(&mut state, &mut bad, &self.log[p]);
+            p += 1;
+            if bad < best.0 {
+                best = (bad, p);
+            }
+            if bad == 0 {
+                found = Some(p);
+            }
+        }
+        if found.is_none() {
+            if let Some(u) = self.unknown.clone() {
+                apply(&mut state, &mut bad, &u);
+                if bad == 0 {
+                    found = Some(self.log.len());
+                }
+            }
+        }
+        let Some(p) = found else {
+            // Describe the closest prefix.
+            let mut near = self.base.clone();
+            for w in &self.log[..best.1] {
+                for &(s, st) in &w.states {
+                    near[s] = st;
+                }
+            }
+            let diffs: Vec<String> = (0..self.keys)
+                .filter(|&k| !keys::matches(k, near[k], got[k].as_deref()))
+                .take(5)
+                .map(|k| {
+                    format!(
+                        "k{k:08} reads {}, expected {}",
+                        keys::describe(got[k].as_deref()),
+                        keys::describe_state(near[k])
+                    )
+                })
+                .collect();
+            return Err(format!(
+                "recovered state is no prefix of the acknowledged writes \
+                 ({} logged, {} durable); closest prefix {} differs in {} keys: {}",
+                self.log.len(),
+                self.durable,
+                best.1,
+                best.0,
+                diffs.join("; ")
+            ));
+        };
+        let lost = (self.log.len() - p.min(self.log.len())) as u64;
+        // `state` is the matched prefix (or the log plus the unknown
+        // write): every key matches it.
+        self.base = state;
+        self.log.clear();
+        self.durable = 0;
+        self.unknown = None;
+        self.live = self.base.clone();
+        Ok(lost)
+    }
+
+    fn next_state(&mut self, k: usize, exists: bool) -> KeyState {
+        self.version[k] += 1;
+        KeyState::new(self.version[k], exists)
+    }
+}
+
+/// Runs the in-process simulation, printing progress to `log`.
+pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String> {
+    let a = &cfg.args;
+    let keys_n = a.keys.min(20_000);
+    let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5157_0000);
+    let mut w = |s: String| {
+        let _ = writeln!(log, "{s}");
+        let _ = log.flush();
+    };
+    w(format!("stress: {}", cfg.command_line()));
+    let repeat = format!("repeat with: {}", cfg.command_line());
+    let mut mem = MemFs::new();
+    let mut sim = Sim {
+        keys: keys_n,
+        base: vec![KeyState::ABSENT; keys_n],
+        log: Vec::new(),
+        durable: 0,
+        unknown: None,
+        live: vec![KeyState::ABSENT; keys_n],
+        version: vec![0; keys_n],
+    };
+    let mut report = SimReport::default();
+    for cycle in 0..a.crashes {
+        let fault = FaultFs::new(mem.clone());
+        let fs: FsRef = fault.clone();
+        // Check the files a crash left before the store touches them.
+        if cycle > 0 {
+            let rep = tern::check::check_store(Path::new(DIR), mem.clone())
+                .map_err(|e| format!("cycle {cycle}: check failed to run: {e}\n{repeat}"))?;
+            if !rep.is_ok() {
+                let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
+                return Err(format!(
+                    "cycle {cycle}: tern check found problems after a crash: {}\n{repeat}",
+                    p.join("; ")
+                ));
+            }
+        }
+        let db = Db::open(DIR, options_for(cfg, fs))
+            .map_err(|e| format!("cycle {cycle}: reopen failed: {e}\n{repeat}"))?;
+        let lost = sim
+            .recover(&db)
+            .map_err(|e| format!("cycle {cycle}: {e}\n{repeat}"))?;
+        report.lost_unsynced += lost;
+        if cfg.knobs.sync && lost > 0 {
+            return Err(format!(
+                "cycle {cycle}: {lost} synced writes were lost\n{repeat}"
+            ));
+        }
+        // Some epochs run without faults, so flushes, compactions and clean
+        // closes get done too.
+        if rng.gen_bool(0.7) {
+            fault.set_random(rng.gen(), a.fault_probability, &[]);
+        }
+        let mut failed = false;
+        for _ in 0..a.ops_per_crash {
+            report.ops += 1;
+            let p = rng.gen_range(0..100);
+            let sync = cfg.knobs.sync || rng.gen_bool(0.02);
+            if p < 70 {
+                let n = if p < 55 { 1 } else { rng.gen_range(2..8) };
+                let mut states = Vec::new();
+                let mut batch = WriteBatch::new();
+                for _ in 0..n {
+                    let k = rng.gen_range(0..keys_n);
+                    if states.iter().any(|&(s, _)| s == k) {
+                        continue;
+                    }
+                    let st = sim.next_state(k, rng.gen_bool(0.8));
+                    if st.exists() {
+                        batch.put(&keys::plain_key(k), &keys::value(k, st.version()));
+                    } else {
+                        batch.delete(&keys::plain_key(k));
+                    }
+                    states.push((k, st));
+                }
+                let entry = LoggedWrite { states };
+                match db.write(
+                    batch,
+                    WriteOptions {
+                        sync,
+                        disable_wal: false,
+                    },
+                ) {
+                    Ok(()) => {
+                        for &(s, st) in &entry.states {
+                            sim.live[s] = st;
+                        }
+                        sim.log.push(entry);
+                        if sync {
+                            sim.durable = sim.log.len();
+                        }
+                    }
+                    Err(_) => {
+                        sim.unknown = Some(entry);
+                        failed = true;
+                        break;
+                    }
+                }
+            } else if p < 92 {
+                let k = rng.gen_range(0..keys_n);
+                match db.get(&keys::plain_key(k)) {
+                    Ok(v) => {
+                        if !keys::matches(k, sim.live[k], v.as_deref()) {
+                            return Err(format!(
+                                "cycle {cycle}: k{k:08} reads {}, expected {}\n{repeat}",
+                                keys::describe(v.as_deref()),
+                                keys::describe_state(sim.live[k])
+                            ));
+                        }
+                    }
+                    Err(_) => {
+                        // An injected read error: reported, never wrong data.
+                    }
+                }
+            } else if p < 97 {
+                // A full scan, compared with the live state.
+                if let Ok(got) = read_all(&db, keys_n) {
+                    if let Some(k) =
+                        (0..keys_n).find(|&k| !keys::matches(k, sim.live[k], got[k].as_deref()))
+                    {
+                        return Err(format!(
+                            "cycle {cycle}: scan reads k{k:08} as {}, expected {}\n{repeat}",
+                            keys::describe(got[k].as_deref()),
+                            keys::describe_state(sim.live[k])
+                        ));
+                    }
+                }
+            } else if p < 99 {
+                match db.flush() {
+                    Ok(()) => sim.durable = sim.log.len(),
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            } else {
+                let a = rng.gen_range(0..keys_n);
+                let b = rng.gen_range(a..keys_n);
+                match db.compact_range(Some(&keys::plain_key(a)), Some(&keys::plain_key(b))) {
+                    Ok(()) => sim.durable = sim.log.len(),
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if !failed && rng.gen_bool(0.2) {
+            fault.clear();
+            if db.close().is_ok() {
+                sim.durable = sim.log.len();
+                report.clean_closes += 1;
+            }
+            drop(db);
+        } else {
+            let copy = mem.crashed_copy();
+            fault.clear();
+            drop(db);
+            mem = copy;
+            report.crashes += 1;
+        }
+        report.faults += fault.injected();
+        if (cycle + 1) % 10 == 0 || cycle + 1 == a.crashes {
+            w(format!(
+                "stress: [cycle {}/{}] {} crashes, {} clean closes, {} ops, {} injected faults, {} un-synced writes lost",
+                cycle + 1,
+                a.crashes,
+                report.crashes,
+                report.clean_closes,
+                report.ops,
+                report.faults,
+                report.lost_unsynced
+            ));
+        }
+    }
+    // A last reopen checks the final crash too.
+    let rep = tern::check::check_store(Path::new(DIR), mem.clone())
+        .map_err(|e| format!("final check failed to run: {e}\n{repeat}"))?;
+    if !rep.is_ok() {
+        let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
+        return Err(format!(
+            "final check found problems: {}\n{repeat}",
+            p.join("; ")
+        ));
+    }
+    let db = Db::open(DIR, options_for(cfg, mem.clone()))
+        .map_err(|e| format!("final reopen failed: {e}\n{repeat}"))?;
+    report.lost_unsynced += sim
+        .recover(&db)
+        .map_err(|e| format!("final: {e}\n{repeat}"))?;
+    db.close().map_err(|e| format!("final close: {e}"))?;
+    Ok(report)
+}
