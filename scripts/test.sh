@@ -21,4 +21,13 @@ echo "== doc tests"
 cargo test --workspace --doc --locked
 echo "== benches compile"
 cargo bench --workspace --no-run --locked >/dev/null
+if [ "${TERN_BENCH_ROCKSDB:-0}" = 1 ]; then
+  # Benchmark bindings against the system RocksDB (Debian's librocksdb-dev 7.8).
+  if ! dpkg -s librocksdb-dev libclang-dev >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y librocksdb-dev libclang-dev >/dev/null
+  fi
+  export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
+  echo "== bench bindings (rocksdb, fjall)"
+  cargo test -p tern-bench --features rocksdb,fjall --locked --test smoke
+fi
 echo "all tests passed"

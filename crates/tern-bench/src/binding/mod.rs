@@ -116,10 +116,12 @@ pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Bindin
         "rocksdb-blob" => Ok(Arc::new(rocksdb::RocksBinding::open(dir, props, true)?)),
         #[cfg(feature = "fjall")]
         "fjall" => Ok(Arc::new(fjall::FjallBinding::open(dir, props)?)),
+        #[cfg(not(feature = "rocksdb"))]
         "rocksdb" | "rocksdb-blob" => Err(Error::msg(
             "this build has no RocksDB binding: rebuild with `--features rocksdb` \
              (needs librocksdb-dev and libclang-dev, ROCKSDB_LIB_DIR=/usr/lib/x86_64-linux-gnu)",
         )),
+        #[cfg(not(feature = "fjall"))]
         "fjall" => Err(Error::msg(
             "this build has no fjall binding: rebuild with `--features fjall`",
         )),

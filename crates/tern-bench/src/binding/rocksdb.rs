@@ -78,7 +78,7 @@ impl RocksBinding {
             DBCompressionType::Lz4,
         ]);
         let mut t = BlockBasedOptions::default();
-        let cache = Cache::new_lru_cache(get("cache_size", 64 << 20)? as usize);
+        let cache = Cache::new_lru_cache(get("cache_size", 64 << 20)? as usize).map_err(err)?;
         t.set_block_cache(&cache);
         t.set_bloom_filter(10.0, false);
         o.set_block_based_table_factory(&t);
