@@ -51,7 +51,7 @@ pub enum BenchCommand {
     Ycsb(YcsbArgs),
     /// db_bench's benchmarks: fillseq, fillrandom, overwrite, readrandom,
     /// readseq, seekrandom, readwhilewriting, mixgraph.
-    Db(DbArgs),
+    Db(Box<DbArgs>),
     /// Replay a Twitter cache trace or a Social Graph trace.
     Trace(TraceArgs),
     /// Write a synthetic trace with a Twitter cluster's statistics or mixgraph's.
@@ -361,7 +361,7 @@ pub struct CompareArgs {
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.command {
         BenchCommand::Ycsb(a) => run_ycsb(a).map(|_| ()),
-        BenchCommand::Db(a) => run_db(a).map(|_| ()),
+        BenchCommand::Db(a) => run_db(*a).map(|_| ()),
         BenchCommand::Trace(a) => run_trace(a).map(|_| ()),
         BenchCommand::GenTrace(a) => gen_trace(a),
         BenchCommand::Compare(a) => crate::compare::run(a),
