@@ -14,6 +14,19 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
+# Installs Debian packages that are missing (as root, or through sudo).
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  command -v apt-get >/dev/null 2>&1 || { echo "need packages ${missing[*]} (no apt-get here)" >&2; return 1; }
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "== installing ${missing[*]}"
+  $sudo apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 ||
+    { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${missing[@]}" >/dev/null; }
+}
+
 export TERN_MODEL_SEEDS="${TERN_MODEL_SEEDS:-100}"
 # Kills per sync mode in the kill -9 crash loop of `tern stress`.
 export TERN_CRASH_KILLS="${TERN_CRASH_KILLS:-10}"
@@ -23,4 +36,11 @@ echo "== doc tests"
 cargo test --workspace --doc --locked
 echo "== benches compile"
 cargo bench --workspace --no-run --locked >/dev/null
+if [ "${TERN_BENCH_ROCKSDB:-0}" = 1 ]; then
+  # Benchmark bindings against the system RocksDB (Debian's librocksdb-dev 7.8).
+  apt_install librocksdb-dev libclang-dev
+  export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
+  echo "== bench bindings (rocksdb, fjall)"
+  cargo test -p tern-bench --features rocksdb,fjall --locked --test smoke
+fi
 echo "all tests passed"

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod check;
 mod inspect;
 mod show;
@@ -22,16 +23,20 @@ const EXIT_FAILURE: u8 = 2;
 #[command(
     name = "tern",
     version,
-    about = "Tools for Tern stores: look inside a store and verify it",
+    about = "Tern: look inside a store, verify it, stress it, benchmark it",
     long_about = "Tools for Tern stores.\n\n\
         `inspect` shows what a store holds (the manifest, the LSM shape, single \
-        tables, WALs); `check` verifies every checksum and cross-reference. Both \
-        only read: they never open the store for writing and can run on a copy \
-        or on a store that refuses to open.",
+        tables, WALs, blob files); `check` verifies every checksum and \
+        cross-reference. Both only read: they never open the store for writing \
+        and can run on a copy or on a store that refuses to open. `stress` runs \
+        a store under load against an expected state, with kill -9 loops and \
+        fault injection; `bench` runs the field's workloads against Tern and \
+        its peers.",
     after_help = "Examples:\n  \
         tern inspect /var/lib/tern/db\n  \
         tern inspect /var/lib/tern/db --sst 12 --limit 20\n  \
-        tern check /var/lib/tern/db\n\n\
+        tern check /var/lib/tern/db\n  \
+        tern bench ycsb -P workloads/workloada -p recordcount=100000 --load --run\n\n\
         Run `tern help <COMMAND>` for the options of one command."
 )]
 struct Cli {
@@ -47,6 +52,8 @@ enum Command {
     Check(check::Args),
     /// Stress a store against an expected state (threads, kill -9 loops, faults).
     Stress(stress::Args),
+    /// Benchmark Tern and its peers (YCSB, db_bench workloads, traces).
+    Bench(bench::Args),
 }
 
 /// Why a command could not do its job: what failed, and what to try.
@@ -100,6 +107,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Check(args) => check::run(args),
         Command::Stress(args) => stress::run(args),
+        Command::Bench(args) => Ok(bench::run(args)),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,197 @@
+//! Engines the harness drives, behind one trait.
+//!
+//! Bindings: `tern` (embedded), `rocksdb` and `rocksdb-blob` (feature
+//! `rocksdb`), `fjall` (feature `fjall`) and `resp://host:port` (any
+//! Redis-protocol server).
+
+#[cfg(feature = "fjall")]
+pub mod fjall;
+pub mod resp;
+#[cfg(feature = "rocksdb")]
+pub mod rocksdb;
+pub mod tern;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::props::Properties;
+use crate::{Error, Result};
+
+/// Counters an engine reports about its background work. `None`: the engine
+/// does not expose it.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct EngineStats {
+    /// Bytes read by compactions.
+    pub compaction_read: Option<u64>,
+    /// Bytes written by compactions.
+    pub compaction_write: Option<u64>,
+    /// Bytes written by memtable flushes.
+    pub flush_write: Option<u64>,
+    /// Bytes read by value-log garbage collection.
+    pub gc_read: Option<u64>,
+    /// Bytes written by value-log garbage collection.
+    pub gc_write: Option<u64>,
+    /// Microseconds writers were stalled.
+    pub stall_micros: Option<u64>,
+    /// Bytes the engine itself counts as live on disk (tables, logs).
+    pub engine_disk_bytes: Option<u64>,
+}
+
+impl EngineStats {
+    /// Counters accumulated since `base` (a snapshot taken earlier).
+    pub fn since(&self, base: &EngineStats) -> EngineStats {
+        let d = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.saturating_sub(b)),
+            (a, _) => a,
+        };
+        EngineStats {
+            compaction_read: d(self.compaction_read, base.compaction_read),
+            compaction_write: d(self.compaction_write, base.compaction_write),
+            flush_write: d(self.flush_write, base.flush_write),
+            gc_read: d(self.gc_read, base.gc_read),
+            gc_write: d(self.gc_write, base.gc_write),
+            stall_micros: d(self.stall_micros, base.stall_micros),
+            engine_disk_bytes: self.engine_disk_bytes,
+        }
+    }
+}
+
+/// Outcome of a point read.
+pub type ReadResult = Result<Option<Vec<u8>>>;
+
+/// One engine, shared by all client threads.
+pub trait Binding: Send + Sync {
+    /// Short name (`tern`, `rocksdb`, …).
+    fn name(&self) -> &str;
+    /// Reads `key`.
+    fn read(&self, key: &[u8]) -> ReadResult;
+    /// Writes `key` = `value` (insert and update are the same for a KV store).
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Deletes `key`.
+    fn delete(&self, key: &[u8]) -> Result<()>;
+    /// Reads up to `count` entries starting at the first key `>= start`,
+    /// passing each to `visit`; returns how many were read.
+    fn scan(
+        &self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize>;
+    /// Background-work counters (cumulative since open).
+    fn stats(&self) -> EngineStats;
+    /// Directory holding the engine's files, sampled for space on disk.
+    fn data_dir(&self) -> Option<&Path>;
+    /// Flushes memtables and waits for background work (end of a load).
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Closes the engine cleanly.
+    fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Names accepted by `--db`.
+pub const BINDINGS: &[&str] = &[
+    "tern",
+    "rocksdb",
+    "rocksdb-blob",
+    "fjall",
+    "resp://HOST:PORT",
+];
+
+/// Opens binding `name` on directory `dir`, configured from `props`
+/// (`tern.*`, `rocksdb.*`, `fjall.*`). A variant of a binding takes its own
+/// options after `@`, e.g. `tern@gc=off,blob_threshold=off` (same as
+/// `-p tern.gc=off -p tern.blob_threshold=off` for that binding only), so
+/// `compare` can run two setups of one engine side by side.
+pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Binding>> {
+    if let Some((base, opts)) = name
+        .split_once('@')
+        .filter(|_| !name.starts_with("resp://"))
+    {
+        let mut p = props.clone();
+        let prefix = base.split('-').next().unwrap_or(base);
+        for pair in opts.split(',').filter(|s| !s.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                Error(format!(
+                    "binding option {pair:?} in {name:?} is not name=value"
+                ))
+            })?;
+            p.set(&format!("{prefix}.{k}"), v);
+        }
+        return open(base, dir, &p);
+    }
+    if let Some(addr) = name.strip_prefix("resp://") {
+        return Ok(Arc::new(resp::RespBinding::connect(addr, props)?));
+    }
+    match name {
+        "tern" => Ok(Arc::new(tern::TernBinding::open(dir, props)?)),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb" => Ok(Arc::new(rocksdb::RocksBinding::open(dir, props, false)?)),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb-blob" => Ok(Arc::new(rocksdb::RocksBinding::open(dir, props, true)?)),
+        #[cfg(feature = "fjall")]
+        "fjall" => Ok(Arc::new(fjall::FjallBinding::open(dir, props)?)),
+        #[cfg(not(feature = "rocksdb"))]
+        "rocksdb" | "rocksdb-blob" => Err(Error::msg(
+            "this build has no RocksDB binding: rebuild with `--features rocksdb` \
+             (needs librocksdb-dev and libclang-dev, ROCKSDB_LIB_DIR=/usr/lib/x86_64-linux-gnu)",
+        )),
+        #[cfg(not(feature = "fjall"))]
+        "fjall" => Err(Error::msg(
+            "this build has no fjall binding: rebuild with `--features fjall`",
+        )),
+        other => Err(Error(format!(
+            "unknown binding {other:?}; known: {}",
+            BINDINGS.join(", ")
+        ))),
+    }
+}
+
+/// Bytes of all files under `dir` (0 if it does not exist).
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(e.path()),
+                Ok(m) => total += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+/// Parses a size with an optional K/M/G suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1u64 << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok().map(|n| n * mul)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_unknown_bindings() {
+        assert_eq!(parse_size("64M"), Some(64 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("x"), None);
+        let d = tempfile::tempdir().unwrap();
+        assert!(open("nope", d.path(), &Properties::new()).is_err());
+    }
+}

@@ -1,0 +1,215 @@
+//! RocksDB and its integrated BlobDB (`rocksdb-blob`), through the
+//! `rocksdb` crate linked against the system librocksdb.
+//!
+//! Both start from settings that mirror Tern's defaults (64 MiB memtables,
+//! 256 MiB base level, 64 MiB files, dynamic level sizes, 10-bit Bloom
+//! filters, a 64 MiB block cache, no compression on L0–L1 and LZ4 below,
+//! two background jobs for this 2-core machine). BlobDB is configured as
+//! AegonKV's baseline: 32 MiB blob files, garbage collection on with age
+//! cutoff 0.5 and force threshold 0.5; values of `rocksdb.min_blob_size`
+//! bytes (default 512) or more go to blob files.
+//!
+//! Overrides: `-p rocksdb.<name>=value` for `write_buffer_size`,
+//! `max_write_buffer_number`, `max_background_jobs`,
+//! `max_bytes_for_level_base`, `target_file_size_base`, `cache_size`,
+//! `min_blob_size`, `blob_file_size`, `blob_gc_age_cutoff`,
+//! `blob_gc_force_threshold`, `sync`.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions, DB};
+
+use super::{parse_size, Binding, EngineStats, ReadResult};
+use crate::props::Properties;
+use crate::{Error, Result};
+
+/// An embedded RocksDB.
+pub struct RocksBinding {
+    db: DB,
+    opts: Options,
+    dir: PathBuf,
+    label: &'static str,
+    sync: bool,
+}
+
+impl std::fmt::Debug for RocksBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksBinding")
+            .field("dir", &self.dir)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+fn err(e: rocksdb::Error) -> Error {
+    Error(format!("rocksdb: {e}"))
+}
+
+impl RocksBinding {
+    /// Opens a store in `dir`; `blob` turns on BlobDB.
+    pub fn open(dir: &Path, props: &Properties, blob: bool) -> Result<Self> {
+        let get = |name: &str, default: u64| -> Result<u64> {
+            match props.get(&format!("rocksdb.{name}")) {
+                None => Ok(default),
+                Some(v) => {
+                    parse_size(v).ok_or_else(|| Error(format!("rocksdb.{name}: bad value {v:?}")))
+                }
+            }
+        };
+        let getf = |name: &str, default: f64| -> Result<f64> {
+            props.parse_or(&format!("rocksdb.{name}"), default)
+        };
+        let mut o = Options::default();
+        o.create_if_missing(true);
+        o.enable_statistics();
+        o.set_write_buffer_size(get("write_buffer_size", 64 << 20)? as usize);
+        o.set_max_write_buffer_number(get("max_write_buffer_number", 3)? as i32);
+        o.set_max_background_jobs(get("max_background_jobs", 2)? as i32);
+        o.set_level_compaction_dynamic_level_bytes(true);
+        o.set_max_bytes_for_level_base(get("max_bytes_for_level_base", 256 << 20)?);
+        o.set_target_file_size_base(get("target_file_size_base", 64 << 20)?);
+        o.set_compression_per_level(&[
+            DBCompressionType::None,
+            DBCompressionType::None,
+            DBCompressionType::Lz4,
+            DBCompressionType::Lz4,
+            DBCompressionType::Lz4,
+            DBCompressionType::Lz4,
+            DBCompressionType::Lz4,
+        ]);
+        let mut t = BlockBasedOptions::default();
+        let cache = Cache::new_lru_cache(get("cache_size", 64 << 20)? as usize).map_err(err)?;
+        t.set_block_cache(&cache);
+        t.set_bloom_filter(10.0, false);
+        o.set_block_based_table_factory(&t);
+        if blob {
+            o.set_enable_blob_files(true);
+            o.set_min_blob_size(get("min_blob_size", 512)?);
+            o.set_blob_file_size(get("blob_file_size", 32 << 20)?);
+            o.set_enable_blob_gc(true);
+            o.set_blob_gc_age_cutoff(getf("blob_gc_age_cutoff", 0.5)?);
+            o.set_blob_gc_force_threshold(getf("blob_gc_force_threshold", 0.5)?);
+        }
+        let db = DB::open(&o, dir).map_err(err)?;
+        Ok(RocksBinding {
+            db,
+            opts: o,
+            dir: dir.to_path_buf(),
+            label: if blob { "rocksdb-blob" } else { "rocksdb" },
+            sync: props.get("rocksdb.sync") == Some("true"),
+        })
+    }
+
+    fn ticker(text: &str, name: &str) -> Option<u64> {
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?.trim_start();
+            let rest = rest.strip_prefix("COUNT :")?;
+            rest.trim().parse().ok()
+        })
+    }
+}
+
+impl Binding for RocksBinding {
+    fn name(&self) -> &str {
+        self.label
+    }
+
+    fn read(&self, key: &[u8]) -> ReadResult {
+        self.db.get(key).map_err(err)
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.sync {
+            let mut w = WriteOptions::default();
+            w.set_sync(true);
+            self.db.put_opt(key, value, &w).map_err(err)
+        } else {
+            self.db.put(key, value).map_err(err)
+        }
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.db.delete(key).map_err(err)
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        let mut it = self.db.raw_iterator();
+        it.seek(start);
+        let mut n = 0;
+        while n < count && it.valid() {
+            if let (Some(k), Some(v)) = (it.key(), it.value()) {
+                visit(k, v);
+            }
+            n += 1;
+            it.next();
+        }
+        it.status().map_err(err)?;
+        Ok(n)
+    }
+
+    fn stats(&self) -> EngineStats {
+        let text = self.opts.get_statistics().unwrap_or_default();
+        let t = |n: &str| Self::ticker(&text, n);
+        let blob = self.label == "rocksdb-blob";
+        let live = self
+            .db
+            .property_int_value("rocksdb.live-sst-files-size")
+            .ok()
+            .flatten();
+        let blobs = self
+            .db
+            .property_int_value("rocksdb.live-blob-file-size")
+            .ok()
+            .flatten();
+        EngineStats {
+            compaction_read: t("rocksdb.compact.read.bytes"),
+            compaction_write: t("rocksdb.compact.write.bytes"),
+            flush_write: t("rocksdb.flush.write.bytes"),
+            gc_read: if blob {
+                t("rocksdb.blobdb.gc.bytes.relocated")
+            } else {
+                None
+            },
+            gc_write: if blob {
+                t("rocksdb.blobdb.gc.bytes.relocated")
+            } else {
+                None
+            },
+            stall_micros: t("rocksdb.stall.micros"),
+            engine_disk_bytes: live.map(|l| l + blobs.unwrap_or(0)),
+        }
+    }
+
+    fn data_dir(&self) -> Option<&Path> {
+        Some(&self.dir)
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.db.flush().map_err(err)?;
+        // Let pending compactions finish, as Tern's settle does.
+        for _ in 0..600 {
+            let pending = self
+                .db
+                .property_int_value("rocksdb.compaction-pending")
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            let running = self
+                .db
+                .property_int_value("rocksdb.num-running-compactions")
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            if pending == 0 && running == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Ok(())
+    }
+}

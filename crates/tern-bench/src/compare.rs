@@ -1,0 +1,163 @@
+//! `tern bench compare`: the same YCSB steps against several bindings in
+//! one process, each on a fresh directory, then a table of ratios against
+//! the first binding. With `--rounds N` the binding order rotates every
+//! round, so drift of the machine (page cache, thermal, neighbours) does not
+//! always favour the same engine.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use crate::binding;
+use crate::cli::{ycsb_phases, CompareArgs};
+use crate::props::Properties;
+use crate::report::text::bytes;
+use crate::report::{html, Report};
+use crate::runner::PhaseResult;
+use crate::{Error, Result};
+
+/// The main operation of a phase, for the latency columns: the most
+/// frequent one.
+fn main_op(p: &PhaseResult) -> Option<&crate::measure::OpSummary> {
+    p.ops.iter().max_by_key(|o| o.count)
+}
+
+fn step_file(a: &CompareArgs, step: &str) -> PathBuf {
+    if step.len() == 1 {
+        a.workload_dir.join(format!("workload{step}"))
+    } else {
+        PathBuf::from(step)
+    }
+}
+
+/// Runs the comparison and prints the table.
+pub fn run(a: CompareArgs) -> Result<()> {
+    if a.bindings.is_empty() {
+        return Err(Error::msg("--bindings needs at least one binding"));
+    }
+    let mut reports: Vec<(usize, Report)> = Vec::new();
+    for round in 0..a.rounds.max(1) {
+        let n = a.bindings.len();
+        for i in 0..n {
+            let b = &a.bindings[(i + round) % n];
+            let dir = a
+                .dir
+                .join(format!("{}-r{round}", b.replace([':', '/'], "_")));
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+            std::fs::create_dir_all(&dir)?;
+            eprintln!("== round {round}: {b} in {}", dir.display());
+            let mut base = Properties::new();
+            for pair in &a.props {
+                base.set_pair(pair)?;
+            }
+            let db = binding::open(b, &dir, &base)?;
+            let mut report = Report::new(&a.workloads.join(","), db.name(), Default::default());
+            for step in &a.workloads {
+                let (file, load) = if step == "load" {
+                    (step_file(&a, "a"), true)
+                } else {
+                    (step_file(&a, step), false)
+                };
+                let mut p = Properties::new();
+                p.merge_file(&file)?;
+                for pair in &a.props {
+                    p.set_pair(pair)?;
+                }
+                let before = report.phases.len();
+                ycsb_phases(&db, &p, load, !load, &a.out, &mut report, false)?;
+                if let Some(r) = report.phases.get_mut(before) {
+                    r.phase = step.clone();
+                    eprintln!(
+                        "   {step}: {:.0} ops/s in {:.1} s",
+                        r.throughput, r.runtime_sec
+                    );
+                }
+            }
+            db.close()?;
+            drop(db);
+            if !a.keep {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            reports.push((round, report));
+        }
+    }
+    let table = table(&a.bindings, &reports);
+    print!("{table}");
+    if let Some(p) = &a.out.json {
+        let all: Vec<&Report> = reports.iter().map(|(_, r)| r).collect();
+        std::fs::write(p, serde_json::to_string_pretty(&all)?)?;
+    }
+    if let Some(p) = &a.out.report {
+        let all: Vec<Report> = reports.iter().map(|(_, r)| r.clone()).collect();
+        html::write(&all, p)?;
+    }
+    Ok(())
+}
+
+fn opt_bytes(v: Option<u64>) -> String {
+    v.map_or("n/a".into(), bytes)
+}
+
+/// The comparison table (Markdown), one row per round, step and binding.
+pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| round | step | binding | ops/s | vs {} | op | p99 µs | p99.9 µs | space amp | disk | compaction read | compaction write | GC write | stall s |",
+        bindings.first().map_or("", String::as_str)
+    );
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    let rounds = reports.iter().map(|(r, _)| *r).max().unwrap_or(0);
+    for round in 0..=rounds {
+        let in_round: Vec<&Report> = reports
+            .iter()
+            .filter(|(r, _)| *r == round)
+            .map(|(_, r)| r)
+            .collect();
+        let Some(first) = in_round.first() else {
+            continue;
+        };
+        let base_name = bindings.first().cloned().unwrap_or_default();
+        let base = in_round
+            .iter()
+            .find(|r| r.binding == base_name)
+            .copied()
+            .unwrap_or(first);
+        for (pi, p0) in first.phases.iter().enumerate() {
+            let base_tput = base.phases.get(pi).map_or(0.0, |p| p.throughput);
+            for name in bindings {
+                let Some(r) = in_round.iter().find(|r| &r.binding == name) else {
+                    continue;
+                };
+                let Some(p) = r.phases.get(pi) else {
+                    continue;
+                };
+                let op = main_op(p);
+                let _ = writeln!(
+                    s,
+                    "| {round} | {} | {} | {:.0} | {:.2}x | {} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {} |",
+                    p0.phase,
+                    p.binding,
+                    p.throughput,
+                    if base_tput > 0.0 { p.throughput / base_tput } else { 0.0 },
+                    op.map_or("-", |o| o.op.as_str()),
+                    op.map_or(0.0, |o| o.p99_us),
+                    op.map_or(0.0, |o| o.p999_us),
+                    p.space.space_amp,
+                    bytes(p.space.final_bytes),
+                    opt_bytes(p.engine.compaction_read),
+                    opt_bytes(p.engine.compaction_write),
+                    opt_bytes(p.engine.gc_write),
+                    p.engine
+                        .stall_micros
+                        .map_or("n/a".into(), |v| format!("{:.2}", v as f64 / 1e6)),
+                );
+            }
+        }
+    }
+    s
+}
