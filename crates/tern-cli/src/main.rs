@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod inspect;
+mod serve;
 mod show;
 
 /// Exit status for a failure of the tool itself (bad input, unreadable
@@ -44,6 +45,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Verify every checksum and cross-reference of a store (read only).
     Check(check::Args),
+    /// Serve the store over the Redis protocol (RESP2/RESP3).
+    Serve(serve::Args),
 }
 
 /// Why a command could not do its job: what failed, and what to try.
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Check(args) => check::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,
