@@ -362,20 +362,27 @@ fn parse_float(s: &[u8]) -> Option<f64> {
     Some(v)
 }
 
-/// Formats a float as Redis's human-readable form (no exponent, no
-/// trailing zeros).
+/// Formats a float as Redis's human-readable form: fixed point, at most 17
+/// decimals, no trailing zeros. Redis computes in `long double`; rounding
+/// to 15 significant digits hides the extra noise of `f64` sums (0.1 + 0.2
+/// prints as 0.3, as in Redis).
 pub fn format_float(v: f64) -> String {
     if v == 0.0 {
         return "0".into();
     }
-    let s = format!("{v}");
-    if s.contains('e') {
-        return format!("{v:.17}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string();
+    let int_digits = v.abs().log10().floor() as i64 + 1;
+    let decimals = (15 - int_digits.max(1)).clamp(0, 17) as usize;
+    let s = format!("{v:.decimals$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    };
+    if s == "-0" {
+        "0".into()
+    } else {
+        s
     }
-    s
 }
 
 /// INCRBYFLOAT key increment
@@ -494,6 +501,9 @@ mod tests {
         assert_eq!(format_float(3.0), "3");
         assert_eq!(format_float(-0.5), "-0.5");
         assert_eq!(format_float(1e21), "1000000000000000000000");
+        assert_eq!(format_float(0.1 + 0.2), "0.3");
+        assert_eq!(format_float(1e-20), "0");
+        assert_eq!(format_float(123456.789), "123456.789");
         assert_eq!(parse_float(b" 1"), None);
         assert_eq!(parse_float(b"nan"), None);
         assert_eq!(parse_float(b"1.5"), Some(1.5));

@@ -484,7 +484,8 @@ mod tests {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                input.push(b"*$\r\n0123-x \"'\\"[(x % 16) as usize]);
+                let alphabet = b"*$\r\n0123-x \"'\\";
+                input.push(alphabet[(x % alphabet.len() as u64) as usize]);
             }
             let _ = parse_all(&input, (x % 7) as usize + 1);
         }
