@@ -93,6 +93,7 @@ async fn run(
     let full_limits = Limits {
         max_bulk_len: cfg.proto_max_bulk_len,
         max_args: cfg.max_args,
+        max_request_len: cfg.client_query_buffer_limit,
     };
     let authed = cfg.requirepass.is_empty();
     let mut session = Session::new(info, authed);
@@ -159,7 +160,8 @@ async fn run(
         inbuf.drain(..start);
 
         // Bound what this connection may buffer.
-        if inbuf.len() >= cfg.client_query_buffer_limit {
+        let pending = parser.pending_bulk().unwrap_or(0).max(inbuf.len());
+        if parser.held() + pending > cfg.client_query_buffer_limit {
             return Err(Close::With(
                 "ERR request exceeds client-query-buffer-limit; send smaller requests or raise the limit".into(),
             ));

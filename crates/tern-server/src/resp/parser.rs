@@ -20,6 +20,8 @@ pub struct Limits {
     pub max_bulk_len: usize,
     /// Largest accepted number of arguments in one request.
     pub max_args: usize,
+    /// Largest accepted request (sum of its arguments), bytes.
+    pub max_request_len: usize,
 }
 
 impl Default for Limits {
@@ -27,6 +29,7 @@ impl Default for Limits {
         Limits {
             max_bulk_len: 512 << 20,
             max_args: 1 << 20,
+            max_request_len: 1 << 30,
         }
     }
 }
@@ -35,6 +38,7 @@ impl Default for Limits {
 pub const UNAUTHENTICATED_LIMITS: Limits = Limits {
     max_bulk_len: 16 * 1024,
     max_args: 10,
+    max_request_len: 10 * 16 * 1024,
 };
 
 /// A malformed request; the connection must be closed after replying.
@@ -75,6 +79,8 @@ pub struct Parser {
     args: Args,
     /// Length of the bulk string whose header was read, awaiting its bytes.
     bulk: Option<usize>,
+    /// Bytes of the arguments of the current request parsed so far.
+    held: usize,
 }
 
 impl Parser {
@@ -85,6 +91,7 @@ impl Parser {
             remaining: 0,
             args: Vec::new(),
             bulk: None,
+            held: 0,
         }
     }
 
@@ -96,6 +103,11 @@ impl Parser {
     /// Whether a request is partly parsed.
     pub fn in_progress(&self) -> bool {
         self.remaining > 0
+    }
+
+    /// Bytes of the partly parsed request already taken out of the input.
+    pub fn held(&self) -> usize {
+        self.held
     }
 
     /// Bytes still needed before the pending bulk argument completes, if
@@ -156,6 +168,12 @@ impl Parser {
                         .filter(|&l| l >= 0 && (l as u64) <= self.limits.max_bulk_len as u64)
                         .ok_or(ProtocolError("invalid bulk length".into()))?
                         as usize;
+                    if self.held + len > self.limits.max_request_len {
+                        return err(format!(
+                            "request exceeds client-query-buffer-limit ({} bytes); send smaller requests or raise the limit",
+                            self.limits.max_request_len
+                        ));
+                    }
                     pos = next;
                     self.bulk = Some(len);
                     len
@@ -169,11 +187,13 @@ impl Parser {
                 return err("expected CRLF after bulk string");
             }
             self.args.push(buf[pos..pos + len].to_vec());
+            self.held += len;
             pos += len + 2;
             self.bulk = None;
             self.remaining -= 1;
         }
         if self.remaining == 0 {
+            self.held = 0;
             return Ok(Step {
                 consumed: pos,
                 request: Some(std::mem::take(&mut self.args)),
@@ -253,6 +273,11 @@ fn parse_inline(buf: &[u8]) -> Result<Step, ProtocolError> {
     })
 }
 
+/// C's `isspace`.
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
 fn hex_val(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
 }
@@ -261,11 +286,16 @@ fn hex_val(b: u8) -> Option<u8> {
 /// whitespace separated, with "double quotes" (C escapes, `\xHH`) and
 /// 'single quotes'. `None` on unbalanced quotes.
 pub fn split_args(line: &[u8]) -> Option<Args> {
+    // A NUL ends the request, as the C string it is in Redis.
+    let line = match line.iter().position(|&b| b == 0) {
+        Some(end) => &line[..end],
+        None => line,
+    };
     let mut out = Vec::new();
     let mut i = 0;
     let n = line.len();
     loop {
-        while i < n && line[i].is_ascii_whitespace() {
+        while i < n && is_space(line[i]) {
             i += 1;
         }
         if i >= n {
@@ -298,7 +328,7 @@ pub fn split_args(line: &[u8]) -> Option<Args> {
                         o => o,
                     });
                 } else if c == b'"' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                    if i + 1 < n && !is_space(line[i + 1]) {
                         return None;
                     }
                     i += 1;
@@ -318,7 +348,7 @@ pub fn split_args(line: &[u8]) -> Option<Args> {
                     continue;
                 }
                 if c == b'\'' {
-                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                    if i + 1 < n && !is_space(line[i + 1]) {
                         return None;
                     }
                     i += 1;
@@ -331,7 +361,7 @@ pub fn split_args(line: &[u8]) -> Option<Args> {
                     break;
                 }
                 match line[i] {
-                    b' ' | b'\n' | b'\r' | b'\t' | 0 => break,
+                    c if is_space(c) => break,
                     b'"' => in_dq = true,
                     b'\'' => in_sq = true,
                     c => cur.push(c),
@@ -429,15 +459,29 @@ mod tests {
         let mut p = Parser::new(Limits {
             max_bulk_len: 10,
             max_args: 2,
+            max_request_len: 15,
         });
         assert!(p.parse(b"*3\r\n").is_err());
         let mut p = Parser::new(Limits {
             max_bulk_len: 10,
             max_args: 2,
+            max_request_len: 15,
         });
         let s = p.parse(b"*1\r\n").unwrap();
         assert_eq!(s.consumed, 4);
         assert_eq!(p.parse(b"$11\r\n").unwrap_err().0, "invalid bulk length");
+        let mut p = Parser::new(Limits {
+            max_bulk_len: 10,
+            max_args: 2,
+            max_request_len: 15,
+        });
+        let s = p.parse(b"*2\r\n$8\r\n12345678\r\n").unwrap();
+        assert_eq!(s.consumed, 18);
+        assert!(p
+            .parse(b"$8\r\n")
+            .unwrap_err()
+            .0
+            .starts_with("request exceeds"));
     }
 
     #[test]
@@ -484,7 +528,7 @@ mod tests {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                let alphabet = b"*$\r\n0123-x \"'\\";
+                let alphabet = b"*$\r\n0123-x \"'\\\0\x0b\xff";
                 input.push(alphabet[(x % alphabet.len() as u64) as usize]);
             }
             let _ = parse_all(&input, (x % 7) as usize + 1);
