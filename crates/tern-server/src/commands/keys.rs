@@ -84,7 +84,7 @@ fn expire_generic(
     let mut when = tri!(int_arg(&args[2]));
     let invalid = || Reply::err(format!("invalid expire time in '{cmd}' command"));
     if seconds {
-        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
             return invalid();
         }
         when *= 1000;

@@ -201,13 +201,12 @@ impl WriteGroup {
             return false;
         }
         let name = &args[0];
-        let pairs: &[Vec<u8>] = if name.eq_ignore_ascii_case(b"set") && args.len() == 3 {
-            &args[1..]
-        } else if name.eq_ignore_ascii_case(b"mset") && args.len() % 2 == 1 {
-            &args[1..]
-        } else {
+        let plain_set = name.eq_ignore_ascii_case(b"set") && args.len() == 3;
+        let mset = name.eq_ignore_ascii_case(b"mset") && args.len() % 2 == 1;
+        if !plain_set && !mset {
             return false;
-        };
+        }
+        let pairs = &args[1..];
         if pairs.chunks(2).any(|kv| kv[0].len() > state.max_key_len) {
             return false;
         }
