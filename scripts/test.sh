@@ -27,6 +27,10 @@ apt_install() {
     { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${missing[@]}" >/dev/null; }
 }
 
+# The server's differential test compares replies with a real redis-server;
+# the CI smoke run uses redis-cli and redis-benchmark.
+apt_install redis-server redis-tools
+
 export TERN_MODEL_SEEDS="${TERN_MODEL_SEEDS:-100}"
 # Kills per sync mode in the kill -9 crash loop of `tern stress`.
 export TERN_CRASH_KILLS="${TERN_CRASH_KILLS:-10}"

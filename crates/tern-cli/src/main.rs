@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod inspect;
+mod serve;
 mod show;
 mod stress;
 
@@ -54,6 +55,8 @@ enum Command {
     Stress(stress::Args),
     /// Benchmark Tern and its peers (YCSB, db_bench workloads, traces).
     Bench(bench::Args),
+    /// Serve the store over the Redis protocol (RESP2/RESP3).
+    Serve(serve::Args),
 }
 
 /// Why a command could not do its job: what failed, and what to try.
@@ -108,6 +111,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Stress(args) => stress::run(args),
         Command::Bench(args) => Ok(bench::run(args)),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,

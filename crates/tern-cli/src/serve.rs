@@ -1,0 +1,120 @@
+//! `tern serve`: run the Redis-protocol server on a store.
+//!
+//! Settings come from an optional TOML file (`--config`), then the flags
+//! below override it. See docs/server.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tern_server::{AppendFsync, Config, StartOptions};
+
+use crate::Failure;
+
+/// Flags of `tern serve`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tern serve\n  \
+    tern serve --port 7000 --dir /var/lib/tern --appendfsync always\n  \
+    tern serve --config tern.toml\n\n\
+    With no flags the server listens on 127.0.0.1:6379 (or a free port if \
+    6379 is taken) with its data in ./tern-server-data; connect with redis-cli.")]
+pub struct Args {
+    /// TOML configuration file (see docs/server.md); flags override it.
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long)]
+    bind: Option<String>,
+    /// Port to listen on; 0 picks a free port [default: 6379, or a free port if taken].
+    #[arg(long, short = 'p')]
+    port: Option<u16>,
+    /// Data directory [default: ./tern-server-data].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Password clients must send with AUTH.
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Durability of acknowledged writes: always, everysec or no [default: everysec].
+    #[arg(long, value_parser = parse_fsync)]
+    appendfsync: Option<AppendFsync>,
+    /// Most simultaneous client connections [default: 10000].
+    #[arg(long)]
+    maxclients: Option<usize>,
+    /// Close connections idle this many seconds; 0 never [default: 0].
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Where /metrics is served (host:port), or "off" [default: 127.0.0.1:9379, or a free port].
+    #[arg(long)]
+    metrics_bind: Option<String>,
+    /// Worker threads; 0 means one per core [default: 0].
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn parse_fsync(s: &str) -> Result<AppendFsync, String> {
+    AppendFsync::parse(s).ok_or_else(|| format!("'{s}' is not one of always, everysec, no"))
+}
+
+/// Runs the server until SIGTERM, SIGINT or SHUTDOWN.
+pub fn run(args: Args) -> Result<ExitCode, Failure> {
+    let mut config = match &args.config {
+        Some(p) => Config::from_file(p).map_err(|e| Failure::new(e.0))?,
+        None => Config::default(),
+    };
+    if let Some(v) = args.bind {
+        config.bind = v;
+    }
+    if args.port.is_some() {
+        config.port = args.port;
+    }
+    if let Some(v) = args.dir {
+        config.dir = v;
+    }
+    if let Some(v) = args.requirepass {
+        config.requirepass = v;
+    }
+    if let Some(v) = args.appendfsync {
+        config.appendfsync = v;
+    }
+    if let Some(v) = args.maxclients {
+        config.maxclients = v;
+    }
+    if let Some(v) = args.timeout {
+        config.timeout = v;
+    }
+    if let Some(v) = args.metrics_bind {
+        config.metrics_bind = v;
+    }
+    if let Some(v) = args.threads {
+        config.threads = v;
+    }
+    let dir = config.dir.clone();
+    let fsync = config.appendfsync;
+    let opts = StartOptions {
+        handle_signals: true,
+        config_file: args
+            .config
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+    };
+    let server = tern_server::start(config, opts).map_err(|e| {
+        Failure::new(e.0)
+            .hint("run `tern serve --help` for the flags, docs/server.md for the config file")
+    })?;
+    eprintln!(
+        "tern serve: listening on {} (data in {}, appendfsync {})",
+        server.addr(),
+        dir.display(),
+        fsync.as_str()
+    );
+    if let Some(m) = server.metrics_addr() {
+        eprintln!("tern serve: metrics on http://{m}/metrics");
+    }
+    eprintln!(
+        "tern serve: ready; connect with `redis-cli -p {}`",
+        server.addr().port()
+    );
+    server.wait().map_err(|e| Failure::new(e.0))?;
+    eprintln!("tern serve: stopped; all acknowledged writes are on disk");
+    Ok(ExitCode::SUCCESS)
+}

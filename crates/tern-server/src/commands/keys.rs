@@ -1,0 +1,337 @@
+//! Keyspace commands: DEL/UNLINK, EXISTS, the EXPIRE family, TTL/PTTL,
+//! PERSIST, TYPE, SCAN, KEYS, DBSIZE, FLUSHDB/FLUSHALL, RANDOMKEY.
+//!
+//! Commands that walk the keyspace iterate the engine over the string
+//! namespace, skipping expired values, so DBSIZE and KEYS cost time linear
+//! in the number of keys.
+
+use tern::WriteBatch;
+
+use super::strings::{read, tri, write};
+use super::{int_arg, store_error, syntax_error, Ctx};
+use crate::expiry::now_ms;
+use crate::glob::glob_match;
+use crate::resp::Reply;
+use crate::store::Store;
+
+/// SCAN's default COUNT.
+const DEFAULT_SCAN_COUNT: usize = 10;
+
+/// DEL key [key ...] (also UNLINK)
+pub fn del(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let keys = &args[1..];
+    let _g = ctx
+        .store()
+        .locks
+        .lock_all(keys.iter().map(|k| k.as_slice()));
+    let mut b = WriteBatch::new();
+    let mut n = 0;
+    let mut seen = std::collections::HashSet::new();
+    for k in keys {
+        if !seen.insert(k.as_slice()) {
+            continue;
+        }
+        if tri!(ctx.store().get(k).map_err(store_error)).is_some() {
+            n += 1;
+            Store::batch_delete(&mut b, k);
+        }
+    }
+    if n > 0 {
+        tri!(ctx.store().write(b).map_err(store_error));
+    }
+    Reply::Int(n)
+}
+
+/// EXISTS key [key ...]
+pub fn exists(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let mut n = 0;
+    for k in &args[1..] {
+        if tri!(ctx.store().get(k).map_err(store_error)).is_some() {
+            n += 1;
+        }
+    }
+    Reply::Int(n)
+}
+
+const EXPIRE_NX: u8 = 1;
+const EXPIRE_XX: u8 = 2;
+const EXPIRE_GT: u8 = 4;
+const EXPIRE_LT: u8 = 8;
+
+fn expire_generic(
+    ctx: &mut Ctx<'_>,
+    args: &[Vec<u8>],
+    seconds: bool,
+    relative: bool,
+    cmd: &str,
+) -> Reply {
+    let mut flags = 0;
+    for a in &args[3..] {
+        flags |= match a.to_ascii_uppercase().as_slice() {
+            b"NX" => EXPIRE_NX,
+            b"XX" => EXPIRE_XX,
+            b"GT" => EXPIRE_GT,
+            b"LT" => EXPIRE_LT,
+            _ => return Reply::err(format!("Unsupported option {}", String::from_utf8_lossy(a))),
+        };
+    }
+    if flags & EXPIRE_NX != 0 && flags & (EXPIRE_XX | EXPIRE_GT | EXPIRE_LT) != 0 {
+        return Reply::err("NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if flags & EXPIRE_GT != 0 && flags & EXPIRE_LT != 0 {
+        return Reply::err("GT and LT options at the same time are not compatible");
+    }
+    let mut when = tri!(int_arg(&args[2]));
+    let invalid = || Reply::err(format!("invalid expire time in '{cmd}' command"));
+    if seconds {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
+            return invalid();
+        }
+        when *= 1000;
+    }
+    let now = now_ms() as i64;
+    if relative {
+        if when > i64::MAX - now {
+            return invalid();
+        }
+        when += now;
+    }
+    let key = &args[1];
+    let _g = ctx.store().locks.lock(key);
+    let Some(e) = tri!(ctx.store().get(key).map_err(store_error)) else {
+        return Reply::Int(0);
+    };
+    let cur = e.expire_at.map(|t| t as i64);
+    let refused = (flags & EXPIRE_NX != 0 && cur.is_some())
+        || (flags & EXPIRE_XX != 0 && cur.is_none())
+        || (flags & EXPIRE_GT != 0 && cur.is_none_or(|c| when <= c))
+        || (flags & EXPIRE_LT != 0 && cur.is_some_and(|c| when >= c));
+    if refused {
+        return Reply::Int(0);
+    }
+    if when <= now {
+        tri!(ctx.store().delete(key).map_err(store_error));
+    } else {
+        tri!(write(ctx, key, &e.value, Some(when as u64)));
+    }
+    Reply::Int(1)
+}
+
+/// EXPIRE key seconds [NX|XX|GT|LT]
+pub fn expire(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    expire_generic(ctx, args, true, true, "expire")
+}
+
+/// PEXPIRE key milliseconds [NX|XX|GT|LT]
+pub fn pexpire(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    expire_generic(ctx, args, false, true, "pexpire")
+}
+
+/// EXPIREAT key unix-time-seconds [NX|XX|GT|LT]
+pub fn expireat(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    expire_generic(ctx, args, true, false, "expireat")
+}
+
+/// PEXPIREAT key unix-time-milliseconds [NX|XX|GT|LT]
+pub fn pexpireat(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    expire_generic(ctx, args, false, false, "pexpireat")
+}
+
+fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], ms: bool, absolute: bool) -> Reply {
+    let now = now_ms();
+    let Some(e) = tri!(ctx.store().get_at(key, now).map_err(store_error)) else {
+        return Reply::Int(-2);
+    };
+    let Some(t) = e.expire_at else {
+        return Reply::Int(-1);
+    };
+    let v = if absolute { t } else { t.saturating_sub(now) } as i64;
+    Reply::Int(if ms { v } else { (v + 500) / 1000 })
+}
+
+/// TTL key
+pub fn ttl(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    ttl_generic(ctx, &args[1], false, false)
+}
+
+/// PTTL key
+pub fn pttl(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    ttl_generic(ctx, &args[1], true, false)
+}
+
+/// EXPIRETIME key
+pub fn expiretime(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    ttl_generic(ctx, &args[1], false, true)
+}
+
+/// PEXPIRETIME key
+pub fn pexpiretime(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    ttl_generic(ctx, &args[1], true, true)
+}
+
+/// PERSIST key
+pub fn persist(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let key = &args[1];
+    let _g = ctx.store().locks.lock(key);
+    match tri!(ctx.store().get(key).map_err(store_error)) {
+        Some(e) if e.expire_at.is_some() => {
+            tri!(write(ctx, key, &e.value, None));
+            Reply::Int(1)
+        }
+        _ => Reply::Int(0),
+    }
+}
+
+/// TYPE key
+pub fn type_(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let t = if tri!(read(ctx, &args[1])).is_some() {
+        "string"
+    } else {
+        "none"
+    };
+    Reply::Simple(t.into())
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+///
+/// Cursors are opaque integers naming a resume key remembered by the
+/// connection; `0` starts and ends an iteration. A cursor the connection
+/// does not know (from another connection, or long forgotten) ends the
+/// iteration.
+pub fn scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        return Reply::err("invalid cursor");
+    };
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = DEFAULT_SCAN_COUNT;
+    let mut only_strings = true;
+    let mut i = 2;
+    while i < args.len() {
+        let opt = args[i].to_ascii_lowercase();
+        let Some(val) = args.get(i + 1) else {
+            return syntax_error();
+        };
+        match opt.as_slice() {
+            b"count" => {
+                let c = tri!(int_arg(val));
+                if c < 1 {
+                    return syntax_error();
+                }
+                count = c.min(1 << 20) as usize;
+            }
+            b"match" => pattern = Some(val),
+            b"type" => only_strings = val.eq_ignore_ascii_case(b"string"),
+            _ => return syntax_error(),
+        }
+        i += 2;
+    }
+    let from: Vec<u8> = if cursor == 0 {
+        Vec::new()
+    } else {
+        match ctx.session.cursor(cursor) {
+            Some(k) => k.to_vec(),
+            None => return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]),
+        }
+    };
+    let mut keys = Vec::new();
+    let next = tri!(ctx
+        .store()
+        .scan(&from, count, |k, _| {
+            if only_strings && pattern.is_none_or(|p| glob_match(p, k)) {
+                keys.push(Reply::Bulk(k.to_vec()));
+            }
+            true
+        })
+        .map_err(store_error));
+    let cursor = match next {
+        Some(resume) => ctx.session.save_cursor(resume),
+        None => 0,
+    };
+    Reply::Array(vec![Reply::text(cursor.to_string()), Reply::Array(keys)])
+}
+
+/// KEYS pattern
+pub fn keys(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let mut out = Vec::new();
+    let p = &args[1];
+    let all = p.as_slice() == b"*";
+    tri!(ctx
+        .store()
+        .scan(b"", usize::MAX, |k, _| {
+            if all || glob_match(p, k) {
+                out.push(Reply::Bulk(k.to_vec()));
+            }
+            true
+        })
+        .map_err(store_error));
+    Reply::Array(out)
+}
+
+/// DBSIZE
+pub fn dbsize(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
+    let mut n = 0;
+    tri!(ctx
+        .store()
+        .scan(b"", usize::MAX, |_, _| {
+            n += 1;
+            true
+        })
+        .map_err(store_error));
+    Reply::Int(n)
+}
+
+/// FLUSHDB [ASYNC|SYNC] (also FLUSHALL)
+pub fn flushdb(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    if args.len() > 2
+        || args
+            .get(1)
+            .is_some_and(|a| !a.eq_ignore_ascii_case(b"async") && !a.eq_ignore_ascii_case(b"sync"))
+    {
+        return syntax_error();
+    }
+    tri!(ctx.store().flush_all().map_err(store_error));
+    Reply::Ok
+}
+
+/// A pseudo-random 64-bit number (not for security).
+fn random_u64() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    xxhash_rust::xxh3::xxh3_64(&[t.to_le_bytes(), n.to_le_bytes()].concat())
+}
+
+/// RANDOMKEY
+///
+/// Seeks to a random point between the first and the last key and returns
+/// the key found there: every key can be returned, though not with equal
+/// probability.
+pub fn randomkey(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
+    let store = ctx.store();
+    let Some(first) = tri!(store.first_key_from(b"").map_err(store_error)) else {
+        return Reply::Nil;
+    };
+    let Some(last) = tri!(store.last_key().map_err(store_error)) else {
+        return Reply::Bulk(first);
+    };
+    let cp = first.iter().zip(&last).take_while(|(a, b)| a == b).count();
+    let mut target = last[..cp].to_vec();
+    let lo = first.get(cp).copied().unwrap_or(0) as u64;
+    let hi = last.get(cp).copied().unwrap_or(0) as u64;
+    let r = random_u64();
+    if hi > lo {
+        target.push((lo + r % (hi - lo + 1)) as u8);
+    }
+    target.extend_from_slice(&random_u64().to_be_bytes());
+    match tri!(store.first_key_from(&target).map_err(store_error)) {
+        Some(k) => Reply::Bulk(k),
+        None => Reply::Bulk(first),
+    }
+}

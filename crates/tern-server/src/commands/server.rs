@@ -1,0 +1,586 @@
+//! Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, INFO,
+//! CONFIG, CLIENT, COMMAND, QUIT, SHUTDOWN.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::strings::tri;
+use super::table::{CommandSpec, COMMANDS};
+use super::{int_arg, store_error, syntax_error, wrong_arity, Ctx};
+use crate::glob::glob_match;
+use crate::metrics::{engine_counters, engine_gauges};
+use crate::resp::Reply;
+use crate::state::{ClientInfo, State};
+
+/// The Redis version the server reports (the command set it follows).
+pub const REDIS_VERSION: &str = "7.0.15";
+
+/// PING [message]
+pub fn ping(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    match args.len() {
+        1 => Reply::Simple("PONG".into()),
+        2 => Reply::Bulk(args[1].clone()),
+        _ => wrong_arity("ping"),
+    }
+}
+
+/// ECHO message
+pub fn echo(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    Reply::Bulk(args[1].clone())
+}
+
+/// Compares without an early exit, so timing does not reveal the password.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Checks a username/password pair; on success marks the session.
+fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> bool {
+    let required = ctx.state.config.requirepass.as_bytes();
+    let ok = user == b"default" && (required.is_empty() || same_secret(pass, required));
+    if ok {
+        ctx.session.authed = true;
+    }
+    ok
+}
+
+fn wrongpass() -> Reply {
+    Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
+}
+
+/// AUTH [username] password
+pub fn auth(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    if args.len() > 3 {
+        return syntax_error();
+    }
+    let (user, pass): (&[u8], &[u8]) = if args.len() == 2 {
+        if ctx.state.config.requirepass.is_empty() {
+            return Reply::err("AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+        }
+        (b"default", &args[1])
+    } else {
+        (&args[1], &args[2])
+    };
+    if authenticate(ctx, user, pass) {
+        Reply::Ok
+    } else {
+        wrongpass()
+    }
+}
+
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+fn bad_client_name() -> Reply {
+    Reply::err("Client names cannot contain spaces, newlines or special characters.")
+}
+
+/// HELLO [protover [AUTH username password] [SETNAME clientname]]
+pub fn hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let mut ver = if ctx.session.resp3 { 3 } else { 2 };
+    if args.len() >= 2 {
+        let Ok(v) = int_arg(&args[1]) else {
+            return Reply::err("Protocol version is not an integer or out of range");
+        };
+        if !(2..=3).contains(&v) {
+            return Reply::Error("NOPROTO unsupported protocol version".into());
+        }
+        ver = v;
+    }
+    let mut creds = None;
+    let mut name = None;
+    let mut j = 2;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        let opt = args[j].to_ascii_uppercase();
+        if opt == b"AUTH" && more >= 2 {
+            creds = Some((&args[j + 1], &args[j + 2]));
+            j += 3;
+        } else if opt == b"SETNAME" && more >= 1 {
+            if !valid_client_name(&args[j + 1]) {
+                return bad_client_name();
+            }
+            name = Some(args[j + 1].clone());
+            j += 2;
+        } else {
+            return Reply::err(format!(
+                "Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(&args[j])
+            ));
+        }
+    }
+    if let Some((u, p)) = creds {
+        if !authenticate(ctx, u, p) {
+            return wrongpass();
+        }
+    }
+    if !ctx.session.authed {
+        return Reply::Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into());
+    }
+    if let Some(n) = name {
+        ctx.session.info.detail.lock().name = n;
+    }
+    ctx.session.resp3 = ver == 3;
+    ctx.session.info.detail.lock().resp = ver as u8;
+    Reply::Map(vec![
+        (Reply::text("server"), Reply::text("redis")),
+        (Reply::text("version"), Reply::text(REDIS_VERSION)),
+        (Reply::text("proto"), Reply::Int(ver)),
+        (Reply::text("id"), Reply::Int(ctx.session.info.id as i64)),
+        (Reply::text("mode"), Reply::text("standalone")),
+        (Reply::text("role"), Reply::text("master")),
+        (Reply::text("modules"), Reply::Array(Vec::new())),
+    ])
+}
+
+/// SELECT index (only database 0 exists)
+pub fn select(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    match int_arg(&args[1]) {
+        Ok(0) => Reply::Ok,
+        Ok(_) => Reply::err("DB index is out of range"),
+        Err(e) => e,
+    }
+}
+
+/// QUIT
+pub fn quit(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
+    ctx.session.close = true;
+    Reply::Ok
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE]
+///
+/// Flushes the engine and stops the server; the connection closes without
+/// a reply, as in Redis.
+pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    for a in &args[1..] {
+        let a = a.to_ascii_uppercase();
+        if !matches!(a.as_slice(), b"NOSAVE" | b"SAVE" | b"NOW" | b"FORCE") {
+            return syntax_error();
+        }
+    }
+    ctx.state.request_shutdown();
+    ctx.session.close = true;
+    ctx.session.silent_close = true;
+    Reply::Ok
+}
+
+/// The configuration parameters CONFIG GET knows, with their values.
+fn config_params(state: &State) -> Vec<(&'static str, String)> {
+    let c = &state.config;
+    vec![
+        ("bind", c.bind.clone()),
+        ("port", state.port.to_string()),
+        ("dir", c.dir.display().to_string()),
+        ("requirepass", c.requirepass.clone()),
+        ("appendonly", "yes".into()),
+        ("appendfsync", c.appendfsync.as_str().into()),
+        ("save", String::new()),
+        ("maxclients", c.maxclients.to_string()),
+        ("timeout", c.timeout.to_string()),
+        ("proto-max-bulk-len", c.proto_max_bulk_len.to_string()),
+        (
+            "client-query-buffer-limit",
+            c.client_query_buffer_limit.to_string(),
+        ),
+        ("maxmemory-clients", c.maxmemory_clients.to_string()),
+        ("databases", "1".into()),
+        ("maxmemory", "0".into()),
+        ("maxmemory-policy", "noeviction".into()),
+        ("tcp-keepalive", "0".into()),
+        ("io-threads", c.threads.to_string()),
+    ]
+}
+
+/// CONFIG GET parameter [parameter ...] | SET | RESETSTAT | HELP
+pub fn config(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let sub = args[1].to_ascii_lowercase();
+    match sub.as_slice() {
+        b"get" => {
+            if args.len() < 3 {
+                return wrong_arity("config|get");
+            }
+            let mut out = Vec::new();
+            for (name, value) in config_params(ctx.state) {
+                if args[2..].iter().any(|p| glob_match(&p.to_ascii_lowercase(), name.as_bytes())) {
+                    out.push((Reply::text(name), Reply::text(value)));
+                }
+            }
+            Reply::Map(out)
+        }
+        b"set" => Reply::err(
+            "CONFIG SET is not supported: edit the configuration file (or the flags) and restart the server",
+        ),
+        b"resetstat" => Reply::Ok,
+        b"help" => help(&[
+            "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "RESETSTAT",
+            "    Accepted for compatibility; statistics are not reset.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        _ => unknown_subcommand(&args[1], "CONFIG"),
+    }
+}
+
+fn help(lines: &[&str]) -> Reply {
+    Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
+}
+
+fn unknown_subcommand(sub: &[u8], cmd: &str) -> Reply {
+    Reply::err(format!(
+        "unknown subcommand '{}'. Try {cmd} HELP.",
+        String::from_utf8_lossy(sub)
+    ))
+}
+
+/// One `CLIENT LIST` line.
+fn client_line(c: &ClientInfo) -> String {
+    let d = c.detail.lock();
+    let idle = d.last_active.map_or(0, |t| t.elapsed().as_secs());
+    format!(
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+        c.id,
+        c.addr,
+        c.laddr,
+        String::from_utf8_lossy(&d.name),
+        c.created.elapsed().as_secs(),
+        idle,
+        if d.last_cmd.is_empty() { "NULL" } else { d.last_cmd },
+        d.resp.max(2),
+        String::from_utf8_lossy(&d.lib_name),
+        String::from_utf8_lossy(&d.lib_ver),
+    )
+}
+
+/// CLIENT ID | SETNAME | GETNAME | LIST | INFO | SETINFO | HELP
+pub fn client(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let sub = args[1].to_ascii_lowercase();
+    let arity = |n: usize, name: &str| {
+        if args.len() == n {
+            None
+        } else {
+            Some(wrong_arity(&format!("client|{name}")))
+        }
+    };
+    match sub.as_slice() {
+        b"id" => arity(2, "id").unwrap_or(Reply::Int(ctx.session.info.id as i64)),
+        b"getname" => arity(2, "getname").unwrap_or_else(|| {
+            let d = ctx.session.info.detail.lock();
+            if d.name.is_empty() {
+                Reply::Nil
+            } else {
+                Reply::Bulk(d.name.clone())
+            }
+        }),
+        b"setname" => {
+            if let Some(e) = arity(3, "setname") {
+                return e;
+            }
+            if !valid_client_name(&args[2]) {
+                return bad_client_name();
+            }
+            ctx.session.info.detail.lock().name = args[2].clone();
+            Reply::Ok
+        }
+        b"setinfo" => {
+            if let Some(e) = arity(4, "setinfo") {
+                return e;
+            }
+            let attr = args[2].to_ascii_lowercase();
+            let mut d = ctx.session.info.detail.lock();
+            match attr.as_slice() {
+                b"lib-name" => d.lib_name = args[3].clone(),
+                b"lib-ver" => d.lib_ver = args[3].clone(),
+                _ => {
+                    return Reply::err(format!(
+                        "Unrecognized option '{}'",
+                        String::from_utf8_lossy(&args[2])
+                    ))
+                }
+            }
+            Reply::Ok
+        }
+        b"info" => {
+            arity(2, "info").unwrap_or_else(|| Reply::Verbatim(client_line(&ctx.session.info)))
+        }
+        b"list" => {
+            let clients: Vec<_> = ctx.state.clients.lock().values().cloned().collect();
+            let mut s = String::new();
+            for c in clients {
+                s.push_str(&client_line(&c));
+            }
+            Reply::Verbatim(s)
+        }
+        b"help" => help(&[
+            "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "INFO",
+            "    Return information about the current client connection.",
+            "LIST",
+            "    Return information about client connections.",
+            "SETINFO <option> <value>",
+            "    Set client meta attr (LIB-NAME, LIB-VER).",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        _ => unknown_subcommand(&args[1], "CLIENT"),
+    }
+}
+
+fn acl_categories(spec: &CommandSpec) -> Vec<Reply> {
+    let mut cats = Vec::new();
+    let f = |n: &str| spec.flags.contains(&n);
+    if f("write") {
+        cats.push("@write");
+    }
+    if f("readonly") {
+        cats.push("@read");
+    }
+    match spec.group {
+        "string" => cats.push("@string"),
+        "generic" => cats.push("@keyspace"),
+        "connection" => cats.push("@connection"),
+        _ => {}
+    }
+    if f("fast") {
+        cats.push("@fast");
+    } else {
+        cats.push("@slow");
+    }
+    if spec.group == "server" && spec.first_key == 0 && f("write") {
+        cats.push("@dangerous");
+    }
+    cats.into_iter().map(|c| Reply::Simple(c.into())).collect()
+}
+
+fn command_info(spec: &CommandSpec) -> Reply {
+    Reply::Array(vec![
+        Reply::text(spec.name),
+        Reply::Int(spec.arity),
+        Reply::Set(
+            spec.flags
+                .iter()
+                .map(|f| Reply::Simple((*f).into()))
+                .collect(),
+        ),
+        Reply::Int(spec.first_key),
+        Reply::Int(spec.last_key),
+        Reply::Int(spec.step),
+        Reply::Set(acl_categories(spec)),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+fn command_docs(spec: &CommandSpec) -> Reply {
+    Reply::Map(vec![
+        (Reply::text("summary"), Reply::text(spec.summary)),
+        (Reply::text("since"), Reply::text(spec.since)),
+        (Reply::text("group"), Reply::text(spec.group)),
+        (Reply::text("complexity"), Reply::text("O(1)")),
+        (Reply::text("arguments"), Reply::Array(Vec::new())),
+    ])
+}
+
+fn find(name: &[u8]) -> Option<&'static CommandSpec> {
+    super::table::lookup(name).map(|i| &COMMANDS[i])
+}
+
+/// COMMAND [COUNT | INFO [name ...] | DOCS [name ...] | LIST | HELP]
+pub fn command(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let Some(sub) = args.get(1).map(|s| s.to_ascii_lowercase()) else {
+        return Reply::Array(COMMANDS.iter().map(command_info).collect());
+    };
+    match sub.as_slice() {
+        b"count" => Reply::Int(COMMANDS.len() as i64),
+        b"list" => Reply::Array(COMMANDS.iter().map(|c| Reply::text(c.name)).collect()),
+        b"info" if args.len() == 2 => Reply::Array(COMMANDS.iter().map(command_info).collect()),
+        b"info" => Reply::Array(
+            args[2..]
+                .iter()
+                .map(|n| find(n).map_or(Reply::Nil, command_info))
+                .collect(),
+        ),
+        b"docs" => {
+            let specs: Vec<&CommandSpec> = if args.len() == 2 {
+                COMMANDS.iter().collect()
+            } else {
+                args[2..].iter().filter_map(|n| find(n)).collect()
+            };
+            Reply::Map(
+                specs
+                    .into_iter()
+                    .map(|s| (Reply::text(s.name), command_docs(s)))
+                    .collect(),
+            )
+        }
+        b"help" => help(&[
+            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "(no subcommand)",
+            "    Return details about all Redis commands.",
+            "COUNT",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple Redis commands.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        _ => unknown_subcommand(&args[1], "COMMAND"),
+    }
+}
+
+/// The sections INFO shows by default and with `all`.
+const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "persistence",
+    "stats",
+    "keyspace",
+    "tern",
+];
+
+/// INFO [section ...]
+pub fn info(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let wanted: Vec<String> = args[1..]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let everything = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| matches!(w.as_str(), "all" | "everything" | "default"));
+    let mut out = String::new();
+    for &section in SECTIONS {
+        if everything || wanted.iter().any(|w| w == section) {
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            tri!(info_section(ctx, section, &mut out));
+        }
+    }
+    Reply::Verbatim(out)
+}
+
+fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Reply> {
+    let st = ctx.state;
+    let m = &st.metrics;
+    let mut title = section.to_string();
+    title[..1].make_ascii_uppercase();
+    let _ = write!(out, "# {title}\r\n");
+    let mut kv = |k: &str, v: String| {
+        let _ = write!(out, "{k}:{v}\r\n");
+    };
+    match section {
+        "server" => {
+            let up = st.started.elapsed().as_secs();
+            kv("redis_version", REDIS_VERSION.into());
+            kv("tern_version", env!("CARGO_PKG_VERSION").into());
+            kv("redis_mode", "standalone".into());
+            kv("os", std::env::consts::OS.into());
+            kv("arch_bits", (usize::BITS).to_string());
+            kv("process_id", std::process::id().to_string());
+            kv("tcp_port", st.port.to_string());
+            kv("uptime_in_seconds", up.to_string());
+            kv("uptime_in_days", (up / 86400).to_string());
+            kv("config_file", st.config_file.clone());
+        }
+        "clients" => {
+            kv("connected_clients", st.connected().to_string());
+            kv("maxclients", st.config.maxclients.to_string());
+            kv(
+                "client_recent_max_input_buffer",
+                st.buffered.load(Relaxed).to_string(),
+            );
+            kv("blocked_clients", "0".into());
+        }
+        "persistence" => {
+            kv("loading", "0".into());
+            kv("aof_enabled", "1".into());
+            kv("appendfsync", st.config.appendfsync.as_str().into());
+            kv("rdb_changes_since_last_save", "0".into());
+        }
+        "stats" => {
+            kv(
+                "total_connections_received",
+                m.connections_total.load(Relaxed).to_string(),
+            );
+            kv("total_commands_processed", m.total_commands().to_string());
+            kv(
+                "rejected_connections",
+                m.rejected_connections.load(Relaxed).to_string(),
+            );
+            kv("expired_keys", "0".into());
+            kv("evicted_keys", "0".into());
+            kv("keyspace_hits", m.keyspace_hits.load(Relaxed).to_string());
+            kv(
+                "keyspace_misses",
+                m.keyspace_misses.load(Relaxed).to_string(),
+            );
+            kv(
+                "total_error_replies",
+                m.commands
+                    .iter()
+                    .map(|c| c.errors.load(Relaxed))
+                    .sum::<u64>()
+                    .to_string(),
+            );
+            kv(
+                "unexpected_error_replies",
+                m.protocol_errors.load(Relaxed).to_string(),
+            );
+        }
+        "keyspace" => {
+            let (mut keys, mut expires) = (0u64, 0u64);
+            st.store
+                .scan(b"", usize::MAX, |_, e| {
+                    keys += 1;
+                    expires += e.expire_at.is_some() as u64;
+                    true
+                })
+                .map_err(store_error)?;
+            if keys > 0 {
+                kv("db0", format!("keys={keys},expires={expires},avg_ttl=0"));
+            }
+        }
+        "tern" => {
+            let e = st.store.db.stats();
+            for (name, _, v) in engine_counters(&e).into_iter().chain(engine_gauges(&e)) {
+                kv(
+                    &format!("engine_{}", name.trim_end_matches("_total")),
+                    v.to_string(),
+                );
+            }
+            for (i, l) in e.levels.iter().enumerate() {
+                if l.files > 0 {
+                    kv(
+                        &format!("engine_level{i}"),
+                        format!("files={},bytes={}", l.files, l.bytes),
+                    );
+                }
+            }
+            kv(
+                "engine_write_amplification",
+                format!("{:.2}", e.write_amplification()),
+            );
+        }
+        _ => {}
+    }
+    Ok(())
+}

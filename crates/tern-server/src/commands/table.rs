@@ -1,0 +1,135 @@
+//! The command table: names, arities, flags and key positions (as `COMMAND`
+//! reports them), and the function that runs each command.
+
+use super::{keys, server, strings, Handler};
+
+/// One command.
+#[derive(Debug)]
+pub struct CommandSpec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Redis arity: exact argument count including the name, or `-n` for
+    /// at least `n`.
+    pub arity: i64,
+    /// Flags as in `COMMAND INFO`.
+    pub flags: &'static [&'static str],
+    /// Position of the first key (0: none).
+    pub first_key: i64,
+    /// Position of the last key (-1: the last argument).
+    pub last_key: i64,
+    /// Step between keys.
+    pub step: i64,
+    /// Command group (`COMMAND DOCS`).
+    pub group: &'static str,
+    /// One-line description (`COMMAND DOCS`).
+    pub summary: &'static str,
+    /// Redis version that introduced it (`COMMAND DOCS`).
+    pub since: &'static str,
+    /// The implementation.
+    pub handler: Handler,
+}
+
+const R: &[&str] = &["readonly", "fast"];
+const RS: &[&str] = &["readonly"];
+const W: &[&str] = &["write", "denyoom"];
+const WF: &[&str] = &["write", "denyoom", "fast"];
+const WD: &[&str] = &["write", "fast"];
+const WS: &[&str] = &["write"];
+const C: &[&str] = &["fast"];
+const NOAUTH: &[&str] = &[
+    "noscript",
+    "loading",
+    "stale",
+    "fast",
+    "no_auth",
+    "allow_busy",
+];
+
+macro_rules! cmd {
+    ($name:literal, $arity:expr, $flags:expr, $fk:expr, $lk:expr, $st:expr, $group:literal, $since:literal, $summary:literal, $h:path) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $fk,
+            last_key: $lk,
+            step: $st,
+            group: $group,
+            since: $since,
+            summary: $summary,
+            handler: $h,
+        }
+    };
+}
+
+/// Every command the server knows.
+pub static COMMANDS: &[CommandSpec] = &[
+    cmd!("get", 2, R, 1, 1, 1, "string", "1.0.0", "Returns the string value of a key.", strings::get),
+    cmd!("set", -3, W, 1, 1, 1, "string", "1.0.0", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", strings::set),
+    cmd!("setnx", 3, WF, 1, 1, 1, "string", "1.0.0", "Set the string value of a key only when the key doesn't exist.", strings::setnx),
+    cmd!("setex", 4, W, 1, 1, 1, "string", "2.0.0", "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.", strings::setex),
+    cmd!("psetex", 4, W, 1, 1, 1, "string", "2.6.0", "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.", strings::psetex),
+    cmd!("getset", 3, WF, 1, 1, 1, "string", "1.0.0", "Returns the previous string value of a key after setting it to a new value.", strings::getset),
+    cmd!("getdel", 2, WD, 1, 1, 1, "string", "6.2.0", "Returns the string value of a key after deleting the key.", strings::getdel),
+    cmd!("getex", -2, WD, 1, 1, 1, "string", "6.2.0", "Returns the string value of a key after setting its expiration time.", strings::getex),
+    cmd!("mget", -2, R, 1, -1, 1, "string", "1.0.0", "Atomically returns the string values of one or more keys.", strings::mget),
+    cmd!("mset", -3, W, 1, -1, 2, "string", "1.0.1", "Atomically creates or modifies the string values of one or more keys.", strings::mset),
+    cmd!("msetnx", -3, W, 1, -1, 2, "string", "1.0.1", "Atomically modifies the string values of one or more keys only when all keys don't exist.", strings::msetnx),
+    cmd!("incr", 2, WF, 1, 1, 1, "string", "1.0.0", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", strings::incr),
+    cmd!("incrby", 3, WF, 1, 1, 1, "string", "1.0.0", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", strings::incrby),
+    cmd!("decr", 2, WF, 1, 1, 1, "string", "1.0.0", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", strings::decr),
+    cmd!("decrby", 3, WF, 1, 1, 1, "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", strings::decrby),
+    cmd!("incrbyfloat", 3, WF, 1, 1, 1, "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", strings::incrbyfloat),
+    cmd!("append", 3, WF, 1, 1, 1, "string", "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist.", strings::append),
+    cmd!("strlen", 2, R, 1, 1, 1, "string", "2.2.0", "Returns the length of a string value.", strings::strlen),
+    cmd!("getrange", 4, RS, 1, 1, 1, "string", "2.4.0", "Returns a substring of the string stored at a key.", strings::getrange),
+    cmd!("substr", 4, RS, 1, 1, 1, "string", "1.0.0", "Returns a substring from a string value.", strings::getrange),
+    cmd!("setrange", 4, W, 1, 1, 1, "string", "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", strings::setrange),
+    cmd!("del", -2, WS, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", keys::del),
+    cmd!("unlink", -2, WD, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", keys::del),
+    cmd!("exists", -2, R, 1, -1, 1, "generic", "1.0.0", "Determines whether one or more keys exist.", keys::exists),
+    cmd!("expire", -3, WD, 1, 1, 1, "generic", "1.0.0", "Sets the expiration time of a key in seconds.", keys::expire),
+    cmd!("pexpire", -3, WD, 1, 1, 1, "generic", "2.6.0", "Sets the expiration time of a key in milliseconds.", keys::pexpire),
+    cmd!("expireat", -3, WD, 1, 1, 1, "generic", "1.2.0", "Sets the expiration time of a key to a Unix timestamp.", keys::expireat),
+    cmd!("pexpireat", -3, WD, 1, 1, 1, "generic", "2.6.0", "Sets the expiration time of a key to a Unix milliseconds timestamp.", keys::pexpireat),
+    cmd!("expiretime", 2, R, 1, 1, 1, "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp.", keys::expiretime),
+    cmd!("pexpiretime", 2, R, 1, 1, 1, "generic", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.", keys::pexpiretime),
+    cmd!("ttl", 2, R, 1, 1, 1, "generic", "1.0.0", "Returns the expiration time in seconds of a key.", keys::ttl),
+    cmd!("pttl", 2, R, 1, 1, 1, "generic", "2.6.0", "Returns the expiration time in milliseconds of a key.", keys::pttl),
+    cmd!("persist", 2, WD, 1, 1, 1, "generic", "2.2.0", "Removes the expiration time of a key.", keys::persist),
+    cmd!("type", 2, R, 1, 1, 1, "generic", "1.0.0", "Determines the type of value stored at a key.", keys::type_),
+    cmd!("scan", -2, RS, 0, 0, 0, "generic", "2.8.0", "Iterates over the key names in the database.", keys::scan),
+    cmd!("keys", 2, RS, 0, 0, 0, "generic", "1.0.0", "Returns all key names that match a pattern.", keys::keys),
+    cmd!("dbsize", 1, RS, 0, 0, 0, "server", "1.0.0", "Returns the number of keys in the database.", keys::dbsize),
+    cmd!("flushdb", -1, WS, 0, 0, 0, "server", "1.0.0", "Remove all keys from the current database.", keys::flushdb),
+    cmd!("flushall", -1, WS, 0, 0, 0, "server", "1.0.0", "Removes all keys from all databases.", keys::flushdb),
+    cmd!("randomkey", 1, RS, 0, 0, 0, "generic", "1.0.0", "Returns a random key name from the database.", keys::randomkey),
+    cmd!("ping", -1, C, 0, 0, 0, "connection", "1.0.0", "Returns the server's liveliness response.", server::ping),
+    cmd!("echo", 2, C, 0, 0, 0, "connection", "1.0.0", "Returns the given string.", server::echo),
+    cmd!("hello", -1, NOAUTH, 0, 0, 0, "connection", "6.0.0", "Handshakes with the Redis server.", server::hello),
+    cmd!("auth", -2, NOAUTH, 0, 0, 0, "connection", "1.0.0", "Authenticates the connection.", server::auth),
+    cmd!("select", 2, C, 0, 0, 0, "connection", "1.0.0", "Changes the selected database.", server::select),
+    cmd!("info", -1, &["loading", "stale"], 0, 0, 0, "server", "1.0.0", "Returns information and statistics about the server.", server::info),
+    cmd!("config", -2, &[], 0, 0, 0, "server", "2.0.0", "A container for server configuration commands.", server::config),
+    cmd!("client", -2, &[], 0, 0, 0, "connection", "2.4.0", "A container for client connection commands.", server::client),
+    cmd!("command", -1, &["loading", "stale"], 0, 0, 0, "server", "2.8.13", "Returns detailed information about all commands.", server::command),
+    cmd!("quit", -1, NOAUTH, 0, 0, 0, "connection", "1.0.0", "Closes the connection.", server::quit),
+    cmd!("shutdown", -1, &["admin", "noscript", "loading", "stale", "no_async_loading"], 0, 0, 0, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server.", server::shutdown),
+];
+
+/// Index in [`COMMANDS`] of the command named `name` (any case).
+pub fn lookup(name: &[u8]) -> Option<usize> {
+    COMMANDS
+        .iter()
+        .position(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Whether `arity` accepts `argc` arguments (the name included).
+pub fn arity_ok(arity: i64, argc: usize) -> bool {
+    let argc = argc as i64;
+    if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    }
+}

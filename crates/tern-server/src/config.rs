@@ -1,0 +1,234 @@
+//! Server configuration: a TOML file, overridden by command-line flags.
+//!
+//! Names follow `redis.conf` where a Redis setting exists (`port`,
+//! `requirepass`, `appendfsync`, `maxclients`, `timeout`,
+//! `proto-max-bulk-len`, `client-query-buffer-limit`). See `docs/server.md`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The Redis port, used when no port is configured (falling back to a free
+/// port if it is taken).
+pub const DEFAULT_PORT: u16 = 6379;
+/// The metrics port used when none is configured (with the same fallback).
+pub const DEFAULT_METRICS_PORT: u16 = 9379;
+
+/// How acknowledged writes are made durable (Redis's `appendfsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AppendFsync {
+    /// Every write is fsynced before it is acknowledged (`sync: true`).
+    Always,
+    /// Writes reach the OS before they are acknowledged; the WAL is fsynced
+    /// once a second, so a power loss loses at most about a second.
+    #[default]
+    Everysec,
+    /// Writes reach the OS before they are acknowledged; fsync is left to
+    /// the engine (memtable switches, flushes) and the OS.
+    No,
+}
+
+impl AppendFsync {
+    /// The `redis.conf` spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AppendFsync::Always => "always",
+            AppendFsync::Everysec => "everysec",
+            AppendFsync::No => "no",
+        }
+    }
+
+    /// Parses the `redis.conf` spelling.
+    pub fn parse(s: &str) -> Option<AppendFsync> {
+        match s.to_ascii_lowercase().as_str() {
+            "always" => Some(AppendFsync::Always),
+            "everysec" => Some(AppendFsync::Everysec),
+            "no" => Some(AppendFsync::No),
+            _ => None,
+        }
+    }
+}
+
+/// Engine tuning passed to [`tern::Options`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Memtable size, bytes.
+    pub write_buffer_size: usize,
+    /// Memtables kept before writes stop.
+    pub max_write_buffer_number: usize,
+    /// Block cache capacity, bytes.
+    pub block_cache_capacity: usize,
+    /// Bloom filter bits per key (0 disables).
+    pub bloom_bits_per_key: u32,
+    /// SST output file size, bytes.
+    pub target_file_size: u64,
+    /// L0 files that trigger a compaction.
+    pub level0_file_num_compaction_trigger: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        let o = tern::Options::default();
+        EngineConfig {
+            write_buffer_size: o.write_buffer_size,
+            max_write_buffer_number: o.max_write_buffer_number,
+            block_cache_capacity: o.block_cache_capacity,
+            bloom_bits_per_key: o.bloom_bits_per_key,
+            target_file_size: o.target_file_size,
+            level0_file_num_compaction_trigger: o.level0_file_num_compaction_trigger,
+        }
+    }
+}
+
+/// Everything `tern serve` can be told.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct Config {
+    /// Address to listen on.
+    pub bind: String,
+    /// Port; `None`: 6379, or a free port if 6379 is taken. 0: a free port.
+    pub port: Option<u16>,
+    /// Data directory of the engine.
+    pub dir: PathBuf,
+    /// Password required from clients (`AUTH`/`HELLO … AUTH`); empty: none.
+    pub requirepass: String,
+    /// Durability of acknowledged writes.
+    pub appendfsync: AppendFsync,
+    /// Most simultaneous client connections.
+    pub maxclients: usize,
+    /// Close a connection idle this many seconds; 0: never.
+    pub timeout: u64,
+    /// Close a connection that stalls this many seconds in the middle of a
+    /// request or while its replies are being written; 0: never.
+    pub stall_timeout: u64,
+    /// Largest argument, bytes.
+    pub proto_max_bulk_len: usize,
+    /// Most arguments in one request.
+    pub max_args: usize,
+    /// Largest buffered request of one connection, bytes.
+    pub client_query_buffer_limit: usize,
+    /// Most bytes of buffered requests over all connections; a connection
+    /// that grows its buffer past this is closed.
+    pub maxmemory_clients: usize,
+    /// Where `/metrics` is served: `host:port`; empty: 127.0.0.1:9379 (or a
+    /// free port if taken); "off": disabled.
+    pub metrics_bind: String,
+    /// Worker threads; 0: one per core.
+    pub threads: usize,
+    /// Engine tuning.
+    pub engine: EngineConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: "127.0.0.1".into(),
+            port: None,
+            dir: PathBuf::from("tern-server-data"),
+            requirepass: String::new(),
+            appendfsync: AppendFsync::Everysec,
+            maxclients: 10_000,
+            timeout: 0,
+            stall_timeout: 60,
+            proto_max_bulk_len: 512 << 20,
+            max_args: 1 << 20,
+            client_query_buffer_limit: 1 << 30,
+            maxmemory_clients: 4 << 30,
+            metrics_bind: String::new(),
+            threads: 0,
+            engine: EngineConfig::default(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, with what to fix.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads a TOML configuration file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError(format!(
+                "cannot read config file {}: {e}; check the path passed to --config",
+                path.display()
+            ))
+        })?;
+        Self::from_toml(&text)
+            .map_err(|e| ConfigError(format!("config file {}: {}", path.display(), e.0)))
+    }
+
+    /// Parses a TOML configuration.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| {
+            ConfigError(format!("{e}(see docs/server.md for the accepted settings)"))
+        })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks values that would make the server unusable.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError(m.to_string()));
+        if self.maxclients == 0 {
+            return bad("maxclients must be at least 1");
+        }
+        if self.proto_max_bulk_len < 1024 || self.proto_max_bulk_len > (1 << 30) - 64 {
+            return bad("proto-max-bulk-len must be between 1 KiB and 1 GiB - 64 bytes (the engine's value limit)");
+        }
+        if self.max_args < 16 {
+            return bad("max-args must be at least 16");
+        }
+        if self.client_query_buffer_limit < 1 << 20 {
+            return bad("client-query-buffer-limit must be at least 1 MiB");
+        }
+        if self.dir.as_os_str().is_empty() {
+            return bad("dir must name a data directory");
+        }
+        Ok(())
+    }
+
+    /// The engine options for this configuration.
+    pub fn engine_options(&self) -> tern::Options {
+        let e = &self.engine;
+        tern::Options {
+            write_buffer_size: e.write_buffer_size,
+            max_write_buffer_number: e.max_write_buffer_number,
+            block_cache_capacity: e.block_cache_capacity,
+            bloom_bits_per_key: e.bloom_bits_per_key,
+            target_file_size: e.target_file_size,
+            level0_file_num_compaction_trigger: e.level0_file_num_compaction_trigger,
+            max_value_size: self.proto_max_bulk_len + 64,
+            ..tern::Options::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_file_and_rejects_unknown_keys() {
+        let c = Config::from_toml(
+            "port = 7000\nappendfsync = \"always\"\nrequirepass = \"pw\"\n[engine]\nwrite-buffer-size = 1048576\n",
+        )
+        .unwrap();
+        assert_eq!(c.port, Some(7000));
+        assert_eq!(c.appendfsync, AppendFsync::Always);
+        assert_eq!(c.engine.write_buffer_size, 1 << 20);
+        let e = Config::from_toml("prot = 1\n").unwrap_err();
+        assert!(e.0.contains("prot"), "{e}");
+        assert!(Config::from_toml("maxclients = 0\n").is_err());
+    }
+}

@@ -1,0 +1,217 @@
+//! One client connection: read, parse, execute, reply, with pipelining.
+//!
+//! Requests run on the connection's own task, directly on the shared
+//! engine. Everything a read brought in is executed before the replies are
+//! written, so a pipeline is answered with few writes, and its plain writes
+//! are committed as one engine batch ([`WriteGroup`]).
+//!
+//! Memory per connection is bounded: arguments are checked against the
+//! limits before they are buffered, the request buffer against
+//! `client-query-buffer-limit`, all request buffers together against
+//! `maxmemory-clients`, and replies are written out (waiting for the
+//! client to read them) whenever 1 MiB is pending. A client that stalls in
+//! the middle of a request or while its replies are written is closed after
+//! `stall-timeout`, an idle one after `timeout`.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::commands::{execute, Session, WriteGroup};
+use crate::resp::parser::UNAUTHENTICATED_LIMITS;
+use crate::resp::{Limits, Parser, Reply};
+use crate::state::{ClientInfo, State};
+
+/// Pending reply bytes that trigger a write in the middle of a pipeline.
+const OUT_FLUSH: usize = 1 << 20;
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+/// A buffer this much larger than needed is shrunk when idle.
+const KEEP_CAPACITY: usize = 64 * 1024;
+
+/// Why a connection is being closed early.
+enum Close {
+    /// The peer went away or the socket failed.
+    Gone,
+    /// Send this error, then close.
+    With(String),
+}
+
+fn secs(s: u64) -> Option<Duration> {
+    (s > 0).then(|| Duration::from_secs(s))
+}
+
+async fn write_out(
+    sock: &mut TcpStream,
+    out: &mut Vec<u8>,
+    stall: Option<Duration>,
+) -> Result<(), Close> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let w = sock.write_all(out);
+    let r = match stall {
+        Some(d) => tokio::time::timeout(d, w).await.map_err(|_| Close::Gone)?,
+        None => w.await,
+    };
+    r.map_err(|_| Close::Gone)?;
+    out.clear();
+    if out.capacity() > OUT_FLUSH * 2 {
+        out.shrink_to(READ_CHUNK);
+    }
+    Ok(())
+}
+
+/// Serves one connection until it closes, the client quits, or the
+/// server shuts down. The caller has registered `info` in the client table;
+/// this removes it.
+pub async fn serve(mut sock: TcpStream, state: Arc<State>, info: Arc<ClientInfo>) {
+    let id = info.id;
+    let mut accounted = 0usize;
+    let r = run(&mut sock, &state, info, &mut accounted).await;
+    if let Err(Close::With(msg)) = r {
+        state.metrics.protocol_errors.fetch_add(1, Relaxed);
+        let mut out = Vec::new();
+        Reply::Error(msg).encode(&mut out, false);
+        let _ = tokio::time::timeout(Duration::from_secs(1), sock.write_all(&out)).await;
+    }
+    let _ = sock.shutdown().await;
+    state.buffered.fetch_sub(accounted, Relaxed);
+    state.clients.lock().remove(&id);
+}
+
+async fn run(
+    sock: &mut TcpStream,
+    state: &State,
+    info: Arc<ClientInfo>,
+    accounted: &mut usize,
+) -> Result<(), Close> {
+    let cfg = &state.config;
+    let full_limits = Limits {
+        max_bulk_len: cfg.proto_max_bulk_len,
+        max_args: cfg.max_args,
+        max_request_len: cfg.client_query_buffer_limit,
+    };
+    let authed = cfg.requirepass.is_empty();
+    let mut session = Session::new(info, authed);
+    let mut parser = Parser::new(if authed {
+        full_limits
+    } else {
+        UNAUTHENTICATED_LIMITS
+    });
+    let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut group = WriteGroup::default();
+    let mut shutdown = state.shutdown_signal();
+    let stall = secs(cfg.stall_timeout);
+    let idle = secs(cfg.timeout);
+    loop {
+        // Execute every complete request in the buffer.
+        let mut start = 0;
+        let mut closing = false;
+        loop {
+            let step = match parser.parse(&inbuf[start..]) {
+                Ok(s) => s,
+                Err(e) => {
+                    group.commit(state, &mut out, session.resp3);
+                    write_out(sock, &mut out, stall).await?;
+                    return Err(Close::With(format!("ERR {e}")));
+                }
+            };
+            start += step.consumed;
+            let Some(args) = step.request else {
+                if step.consumed == 0 {
+                    break;
+                }
+                continue;
+            };
+            if group.offer(state, &session, &args) {
+                if group.full() {
+                    group.commit(state, &mut out, session.resp3);
+                }
+            } else {
+                group.commit(state, &mut out, session.resp3);
+                let was_authed = session.authed;
+                let reply = execute(state, &mut session, &args);
+                if !session.silent_close {
+                    reply.encode(&mut out, session.resp3);
+                }
+                if session.authed && !was_authed {
+                    parser.set_limits(full_limits);
+                }
+                if session.close {
+                    closing = true;
+                    break;
+                }
+            }
+            if out.len() >= OUT_FLUSH {
+                group.commit(state, &mut out, session.resp3);
+                write_out(sock, &mut out, stall).await?;
+            }
+        }
+        group.commit(state, &mut out, session.resp3);
+        write_out(sock, &mut out, stall).await?;
+        if closing {
+            return Ok(());
+        }
+        inbuf.drain(..start);
+
+        // Bound what this connection may buffer.
+        let pending = parser.pending_bulk().unwrap_or(0).max(inbuf.len());
+        if parser.held() + pending > cfg.client_query_buffer_limit {
+            return Err(Close::With(
+                "ERR request exceeds client-query-buffer-limit; send smaller requests or raise the limit".into(),
+            ));
+        }
+        let need = parser
+            .pending_bulk()
+            .unwrap_or(0)
+            .min(cfg.client_query_buffer_limit);
+        let spare = inbuf.capacity() - inbuf.len();
+        if spare < READ_CHUNK || spare < need {
+            inbuf.reserve(need.max(READ_CHUNK));
+        } else if inbuf.is_empty() && inbuf.capacity() > KEEP_CAPACITY {
+            inbuf.shrink_to(READ_CHUNK);
+        }
+        let cap = inbuf.capacity();
+        if cap > *accounted {
+            let total = state.buffered.fetch_add(cap - *accounted, Relaxed) + cap - *accounted;
+            *accounted = cap;
+            if total > cfg.maxmemory_clients && cap > OUT_FLUSH {
+                return Err(Close::With(
+                    "ERR client input buffers exceed maxmemory-clients; retry later, send smaller requests or raise the limit".into(),
+                ));
+            }
+        } else {
+            state.buffered.fetch_sub(*accounted - cap, Relaxed);
+            *accounted = cap;
+        }
+
+        // Wait for more input.
+        let timeout = if parser.in_progress() || !inbuf.is_empty() {
+            stall
+        } else {
+            idle
+        };
+        let read = sock.read_buf(&mut inbuf);
+        let n = tokio::select! {
+            r = async {
+                match timeout {
+                    Some(d) => tokio::time::timeout(d, read).await.map_err(|_| ()),
+                    None => Ok(read.await),
+                }
+            } => match r {
+                Ok(Ok(n)) => n,
+                Ok(Err(_)) => return Err(Close::Gone),
+                Err(()) => return Err(Close::Gone),
+            },
+            _ = shutdown.changed() => return Ok(()),
+        };
+        if n == 0 {
+            return Err(Close::Gone);
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! `tern serve`: a Redis-protocol (RESP2/RESP3) server on the Tern engine.
+//!
+//! Each connection is a tokio task that parses requests
+//! ([`resp::parser`]), runs them directly on the shared engine
+//! ([`commands`]) and writes the replies back; a pipeline's plain writes
+//! are committed as one engine batch. Redis keys live in their own
+//! namespace of the engine's key space, with expiry stored in the value
+//! ([`keyspace`], `docs/format/server.md`). Start a server with [`start`].
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod commands;
+pub mod config;
+pub mod connection;
+pub mod expiry;
+pub mod glob;
+pub mod http;
+pub mod keyspace;
+pub mod locks;
+pub mod metrics;
+pub mod resp;
+pub mod server;
+pub mod state;
+pub mod store;
+
+pub use config::{AppendFsync, Config};
+pub use server::{start, ServerError, ServerHandle, StartOptions};

@@ -1,0 +1,292 @@
+//! Counters and latency histograms, rendered for INFO and for Prometheus.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::commands::table::COMMANDS;
+
+/// Upper bounds of the latency histogram buckets, microseconds.
+pub const BUCKETS_US: [u64; 15] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
+    1_000_000,
+];
+
+/// Counters of one command.
+#[derive(Debug, Default)]
+pub struct CommandMetrics {
+    /// Calls.
+    pub calls: AtomicU64,
+    /// Calls answered with an error.
+    pub errors: AtomicU64,
+    /// Total time, microseconds.
+    pub usec: AtomicU64,
+    /// Calls per latency bucket (last: above every bound).
+    pub buckets: [AtomicU64; BUCKETS_US.len() + 1],
+}
+
+/// Server-wide counters.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Per command, indexed like [`COMMANDS`].
+    pub commands: Vec<CommandMetrics>,
+    /// Connections accepted.
+    pub connections_total: AtomicU64,
+    /// Connections refused (maxclients).
+    pub rejected_connections: AtomicU64,
+    /// Connections closed for a malformed request or a limit.
+    pub protocol_errors: AtomicU64,
+    /// Reads that found a key.
+    pub keyspace_hits: AtomicU64,
+    /// Reads that found no key.
+    pub keyspace_misses: AtomicU64,
+    /// Commands unknown to the server.
+    pub unknown_commands: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            commands: (0..COMMANDS.len())
+                .map(|_| CommandMetrics::default())
+                .collect(),
+            connections_total: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
+            keyspace_hits: AtomicU64::new(0),
+            keyspace_misses: AtomicU64::new(0),
+            unknown_commands: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one call of command `idx`.
+    pub fn record(&self, idx: usize, took: Duration, error: bool) {
+        let Some(m) = self.commands.get(idx) else {
+            return;
+        };
+        let us = took.as_micros() as u64;
+        m.calls.fetch_add(1, Relaxed);
+        m.usec.fetch_add(us, Relaxed);
+        if error {
+            m.errors.fetch_add(1, Relaxed);
+        }
+        let b = BUCKETS_US
+            .iter()
+            .position(|&ub| us <= ub)
+            .unwrap_or(BUCKETS_US.len());
+        m.buckets[b].fetch_add(1, Relaxed);
+    }
+
+    /// Records a keyspace read that found (`hit`) or missed a key.
+    pub fn hit(&self, hit: bool) {
+        if hit {
+            self.keyspace_hits.fetch_add(1, Relaxed);
+        } else {
+            self.keyspace_misses.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Commands processed in total.
+    pub fn total_commands(&self) -> u64 {
+        self.commands.iter().map(|m| m.calls.load(Relaxed)).sum()
+    }
+
+    /// The Prometheus text exposition of these counters, the connection
+    /// count and the engine's statistics.
+    pub fn render_prometheus(
+        &self,
+        connected: usize,
+        uptime: Duration,
+        engine: &tern::Stats,
+    ) -> String {
+        let mut s = String::with_capacity(16 * 1024);
+        let counter = |s: &mut String, name: &str, help: &str, v: u64| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        };
+        counter(
+            &mut s,
+            "tern_connections_total",
+            "Client connections accepted.",
+            self.connections_total.load(Relaxed),
+        );
+        counter(
+            &mut s,
+            "tern_rejected_connections_total",
+            "Connections refused because maxclients was reached.",
+            self.rejected_connections.load(Relaxed),
+        );
+        counter(
+            &mut s,
+            "tern_protocol_errors_total",
+            "Connections closed for a malformed request or an exceeded limit.",
+            self.protocol_errors.load(Relaxed),
+        );
+        counter(
+            &mut s,
+            "tern_keyspace_hits_total",
+            "Key lookups that found a live key.",
+            self.keyspace_hits.load(Relaxed),
+        );
+        counter(
+            &mut s,
+            "tern_keyspace_misses_total",
+            "Key lookups that found no live key.",
+            self.keyspace_misses.load(Relaxed),
+        );
+        counter(
+            &mut s,
+            "tern_unknown_commands_total",
+            "Requests naming an unknown command.",
+            self.unknown_commands.load(Relaxed),
+        );
+        let _ = writeln!(s, "# HELP tern_connected_clients Open client connections.\n# TYPE tern_connected_clients gauge\ntern_connected_clients {connected}");
+        let _ = writeln!(s, "# HELP tern_uptime_seconds Seconds since the server started.\n# TYPE tern_uptime_seconds gauge\ntern_uptime_seconds {}", uptime.as_secs());
+
+        let _ = writeln!(s, "# HELP tern_commands_total Commands processed, by command.\n# TYPE tern_commands_total counter");
+        for (spec, m) in COMMANDS.iter().zip(&self.commands) {
+            let _ = writeln!(
+                s,
+                "tern_commands_total{{cmd=\"{}\"}} {}",
+                spec.name,
+                m.calls.load(Relaxed)
+            );
+        }
+        let _ = writeln!(s, "# HELP tern_command_errors_total Commands answered with an error, by command.\n# TYPE tern_command_errors_total counter");
+        for (spec, m) in COMMANDS.iter().zip(&self.commands) {
+            let _ = writeln!(
+                s,
+                "tern_command_errors_total{{cmd=\"{}\"}} {}",
+                spec.name,
+                m.errors.load(Relaxed)
+            );
+        }
+        let _ = writeln!(s, "# HELP tern_command_duration_seconds Time to execute a command, by command.\n# TYPE tern_command_duration_seconds histogram");
+        for (spec, m) in COMMANDS.iter().zip(&self.commands) {
+            let calls = m.calls.load(Relaxed);
+            if calls == 0 {
+                continue;
+            }
+            let mut cum = 0;
+            for (i, ub) in BUCKETS_US.iter().enumerate() {
+                cum += m.buckets[i].load(Relaxed);
+                let _ = writeln!(
+                    s,
+                    "tern_command_duration_seconds_bucket{{cmd=\"{}\",le=\"{}\"}} {cum}",
+                    spec.name,
+                    *ub as f64 / 1e6
+                );
+            }
+            cum += m.buckets[BUCKETS_US.len()].load(Relaxed);
+            let _ = writeln!(
+                s,
+                "tern_command_duration_seconds_bucket{{cmd=\"{}\",le=\"+Inf\"}} {cum}",
+                spec.name
+            );
+            let _ = writeln!(
+                s,
+                "tern_command_duration_seconds_sum{{cmd=\"{}\"}} {}",
+                spec.name,
+                m.usec.load(Relaxed) as f64 / 1e6
+            );
+            let _ = writeln!(
+                s,
+                "tern_command_duration_seconds_count{{cmd=\"{}\"}} {cum}",
+                spec.name
+            );
+        }
+
+        for (name, help, v) in engine_counters(engine) {
+            let _ = writeln!(s, "# HELP tern_engine_{name} {help}\n# TYPE tern_engine_{name} counter\ntern_engine_{name} {v}");
+        }
+        for (name, help, v) in engine_gauges(engine) {
+            let _ = writeln!(s, "# HELP tern_engine_{name} {help}\n# TYPE tern_engine_{name} gauge\ntern_engine_{name} {v}");
+        }
+        let _ = writeln!(s, "# HELP tern_engine_level_files SST files per LSM level.\n# TYPE tern_engine_level_files gauge");
+        for (i, l) in engine.levels.iter().enumerate() {
+            let _ = writeln!(s, "tern_engine_level_files{{level=\"{i}\"}} {}", l.files);
+        }
+        let _ = writeln!(s, "# HELP tern_engine_level_bytes SST bytes per LSM level.\n# TYPE tern_engine_level_bytes gauge");
+        for (i, l) in engine.levels.iter().enumerate() {
+            let _ = writeln!(s, "tern_engine_level_bytes{{level=\"{i}\"}} {}", l.bytes);
+        }
+        s
+    }
+}
+
+/// Cumulative engine counters: name, help, value.
+pub fn engine_counters(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> {
+    vec![
+        (
+            "user_bytes_written_total",
+            "Bytes of keys and values written by clients.",
+            e.user_bytes_written,
+        ),
+        (
+            "keys_written_total",
+            "Keys written (puts and deletes).",
+            e.keys_written,
+        ),
+        (
+            "wal_bytes_written_total",
+            "Bytes appended to the WAL.",
+            e.wal_bytes_written,
+        ),
+        ("wal_syncs_total", "WAL fsyncs.", e.wal_syncs),
+        ("write_groups_total", "Group commits.", e.write_groups),
+        (
+            "flush_bytes_written_total",
+            "Bytes written by memtable flushes.",
+            e.flush_bytes_written,
+        ),
+        ("flushes_total", "Memtable flushes.", e.flushes),
+        (
+            "compaction_bytes_read_total",
+            "Bytes read by compactions.",
+            e.compaction_bytes_read,
+        ),
+        (
+            "compaction_bytes_written_total",
+            "Bytes written by compactions.",
+            e.compaction_bytes_written,
+        ),
+        ("compactions_total", "Compactions run.", e.compactions),
+        (
+            "compaction_failures_total",
+            "Compactions that failed.",
+            e.compaction_failures,
+        ),
+        (
+            "stall_micros_total",
+            "Microseconds writes were delayed or stopped.",
+            e.stall_micros,
+        ),
+        (
+            "block_cache_hits_total",
+            "Block cache hits.",
+            e.block_cache_hits,
+        ),
+        (
+            "block_cache_misses_total",
+            "Block cache misses.",
+            e.block_cache_misses,
+        ),
+    ]
+}
+
+/// Engine gauges: name, help, value.
+pub fn engine_gauges(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> {
+    vec![
+        ("sst_bytes", "Bytes in SST files.", e.sst_bytes),
+        ("wal_bytes", "Bytes in WAL files.", e.wal_bytes),
+        ("memtable_bytes", "Bytes in memtables.", e.memtable_bytes),
+        (
+            "immutable_memtables",
+            "Memtables waiting to be flushed.",
+            e.immutable_memtables as u64,
+        ),
+        ("last_sequence", "Last sequence number.", e.last_sequence),
+        ("snapshots", "Open snapshots.", e.snapshots as u64),
+    ]
+}

@@ -1,0 +1,7 @@
+//! The Redis serialization protocol: request parsing and reply encoding.
+
+pub mod parser;
+pub mod reply;
+
+pub use parser::{Args, Limits, Parser, ProtocolError, Step};
+pub use reply::Reply;

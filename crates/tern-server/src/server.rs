@@ -1,0 +1,279 @@
+//! Starting and stopping the server: opening the engine, binding the
+//! listeners, accepting connections, the once-a-second sync, signals, and a
+//! clean shutdown that flushes and closes the engine.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+
+use crate::config::{AppendFsync, Config, DEFAULT_METRICS_PORT, DEFAULT_PORT};
+use crate::expiry::ExpiryFilter;
+use crate::state::{ClientDetail, ClientInfo, State};
+use crate::store::Store;
+
+/// How long a shutdown waits for connections to finish their requests.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A server that could not start or stop cleanly, with what to do.
+#[derive(Debug)]
+pub struct ServerError(pub String);
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+/// Options of [`start`] that are not part of the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Shut down cleanly on SIGTERM and SIGINT.
+    pub handle_signals: bool,
+    /// The configuration file's path, shown by INFO.
+    pub config_file: String,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    state: Arc<State>,
+    thread: Mutex<Option<std::thread::JoinHandle<Result<(), ServerError>>>>,
+}
+
+impl ServerHandle {
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address of the `/metrics` endpoint, if enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The shared state (for tests and embedding).
+    pub fn state(&self) -> &Arc<State> {
+        &self.state
+    }
+
+    /// Stops the server: closes the listeners and connections, flushes and
+    /// closes the engine.
+    pub fn shutdown(&self) -> Result<(), ServerError> {
+        self.state.request_shutdown();
+        self.wait()
+    }
+
+    /// Waits until the server stops (SHUTDOWN, a signal, or [`Self::shutdown`]).
+    pub fn wait(&self) -> Result<(), ServerError> {
+        let Some(t) = self.thread.lock().take() else {
+            return Ok(());
+        };
+        t.join()
+            .map_err(|_| ServerError("the server thread panicked".into()))?
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+async fn bind(
+    host: &str,
+    port: Option<u16>,
+    default: u16,
+    what: &str,
+) -> Result<TcpListener, ServerError> {
+    let fail = |p: u16, e: std::io::Error| {
+        ServerError(format!(
+            "cannot listen for {what} on {host}:{p}: {e}; choose another address or port (port 0 picks a free one)"
+        ))
+    };
+    match port {
+        Some(p) => TcpListener::bind((host, p)).await.map_err(|e| fail(p, e)),
+        None => match TcpListener::bind((host, default)).await {
+            Ok(l) => Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                TcpListener::bind((host, 0)).await.map_err(|e| fail(0, e))
+            }
+            Err(e) => Err(fail(default, e)),
+        },
+    }
+}
+
+/// Opens the engine in `config.dir`, binds the listeners and serves in the
+/// background; returns once clients can connect.
+pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerError> {
+    config.validate().map_err(|e| ServerError(e.0))?;
+    let mut engine_opts = config.engine_options();
+    engine_opts.compaction_filter = Some(Arc::new(ExpiryFilter));
+    let db = tern::Db::open(&config.dir, engine_opts).map_err(|e| {
+        ServerError(format!(
+            "cannot open the data directory {}: {e}; check that it is writable and that no other server uses it",
+            config.dir.display()
+        ))
+    })?;
+    let threads = if config.threads == 0 {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        config.threads
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("tern-serve")
+        .enable_all()
+        .build()
+        .map_err(|e| ServerError(format!("cannot start the runtime: {e}")))?;
+
+    let (listener, metrics) = rt.block_on(async {
+        let l = bind(&config.bind, config.port, DEFAULT_PORT, "clients").await?;
+        let m = match config.metrics_bind.as_str() {
+            "off" => None,
+            "" => Some(bind("127.0.0.1", None, DEFAULT_METRICS_PORT, "metrics").await?),
+            addr => Some(TcpListener::bind(addr).await.map_err(|e| {
+                ServerError(format!(
+                    "cannot listen for metrics on {addr}: {e}; set metrics-bind to another host:port, or \"off\""
+                ))
+            })?),
+        };
+        Ok::<_, ServerError>((l, m))
+    })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
+    let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
+    let store = Store::new(db, config.appendfsync);
+    let state = Arc::new(State::new(
+        store,
+        config,
+        addr.port(),
+        opts.config_file.clone(),
+    ));
+
+    let st = state.clone();
+    let thread = std::thread::Builder::new()
+        .name("tern-serve-main".into())
+        .spawn(move || {
+            rt.block_on(run(listener, metrics, st.clone(), opts.handle_signals));
+            let closed = st.store.db.close().map_err(|e| {
+                ServerError(format!("closing the engine failed: {e}; the WAL still holds acknowledged writes, restart to recover them"))
+            });
+            rt.shutdown_timeout(Duration::from_secs(1));
+            closed
+        })
+        .map_err(|e| ServerError(format!("cannot start the server thread: {e}")))?;
+    Ok(ServerHandle {
+        addr,
+        metrics_addr,
+        state,
+        thread: Mutex::new(Some(thread)),
+    })
+}
+
+async fn run(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    state: Arc<State>,
+    signals: bool,
+) {
+    if let Some(m) = metrics {
+        tokio::spawn(crate::http::serve(m, state.clone()));
+    }
+    if state.config.appendfsync == AppendFsync::Everysec {
+        let st = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut shutdown = st.shutdown_signal();
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.changed() => return,
+                }
+                let s = st.clone();
+                let r = tokio::task::spawn_blocking(move || s.store.sync_if_dirty()).await;
+                if let Ok(Err(e)) = r {
+                    tracing::error!("tern serve: the once-a-second WAL sync failed: {e}");
+                }
+            }
+        });
+    }
+    if signals {
+        let st = state.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            st.request_shutdown();
+        });
+    }
+    let mut shutdown = state.shutdown_signal();
+    loop {
+        if state.shutting_down() {
+            break;
+        }
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.changed() => break,
+        };
+        let (sock, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and the like: back off briefly.
+                tracing::warn!("tern serve: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        state.metrics.connections_total.fetch_add(1, Relaxed);
+        let _ = sock.set_nodelay(true);
+        let id = state.next_id();
+        let info = Arc::new(ClientInfo {
+            id,
+            addr: peer,
+            laddr: sock.local_addr().unwrap_or(peer),
+            created: Instant::now(),
+            detail: Mutex::new(ClientDetail::default()),
+        });
+        {
+            let mut clients = state.clients.lock();
+            if clients.len() >= state.config.maxclients {
+                drop(clients);
+                state.metrics.rejected_connections.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let mut sock = sock;
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        sock.write_all(b"-ERR max number of clients reached\r\n"),
+                    )
+                    .await;
+                });
+                continue;
+            }
+            clients.insert(id, info.clone());
+        }
+        tokio::spawn(crate::connection::serve(sock, state.clone(), info));
+    }
+    drop(listener);
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    while state.connected() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,239 @@
+//! The server's view of the engine: Redis keys and values encoded per
+//! [`crate::keyspace`], with expiry applied on read.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tern::{Db, ReadOptions, WriteBatch, WriteOptions};
+
+use crate::config::AppendFsync;
+use crate::expiry::now_ms;
+use crate::keyspace::{
+    self, decode_expiry as decode_expiry_of, decode_value, encode_value, engine_key, Entry, NS_META,
+};
+use crate::locks::LockTable;
+
+/// Why a store operation failed.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The engine refused or failed.
+    Engine(tern::Error),
+    /// A stored value has an unknown layout.
+    Format(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Engine(e) => write!(f, "storage engine: {e}"),
+            StoreError::Format(m) => write!(f, "unreadable stored value: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<tern::Error> for StoreError {
+    fn from(e: tern::Error) -> Self {
+        StoreError::Engine(e)
+    }
+}
+
+impl From<keyspace::DecodeError> for StoreError {
+    fn from(e: keyspace::DecodeError) -> Self {
+        StoreError::Format(e.0)
+    }
+}
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Keys per engine batch when deleting many keys (FLUSHDB).
+const DELETE_BATCH: usize = 1000;
+
+/// The engine plus the lock table and the durability mode.
+#[derive(Debug)]
+pub struct Store {
+    /// The engine.
+    pub db: Db,
+    /// Stripe locks for read-modify-write commands.
+    pub locks: LockTable,
+    appendfsync: AppendFsync,
+    /// Set by unsynced writes, cleared by the once-a-second sync.
+    dirty: AtomicBool,
+}
+
+impl Store {
+    /// Wraps an open engine.
+    pub fn new(db: Db, appendfsync: AppendFsync) -> Self {
+        Store {
+            db,
+            locks: LockTable::default(),
+            appendfsync,
+            dirty: AtomicBool::new(false),
+        }
+    }
+
+    /// Write options for acknowledged writes under the durability mode.
+    fn write_options(&self) -> WriteOptions {
+        WriteOptions {
+            sync: self.appendfsync == AppendFsync::Always,
+            disable_wal: false,
+        }
+    }
+
+    /// The live (unexpired) entry of `key`.
+    pub fn get(&self, key: &[u8]) -> StoreResult<Option<Entry>> {
+        self.get_at(key, now_ms())
+    }
+
+    /// The entry of `key` as of time `now` (unix ms).
+    pub fn get_at(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
+        match self.db.get(&engine_key(key))? {
+            None => Ok(None),
+            Some(raw) => {
+                let e = decode_value(raw)?;
+                Ok(if e.expired(now) { None } else { Some(e) })
+            }
+        }
+    }
+
+    /// Adds a put of `key` to `batch`.
+    pub fn batch_put(batch: &mut WriteBatch, key: &[u8], value: &[u8], expire_at: Option<u64>) {
+        batch.put(&engine_key(key), &encode_value(value, expire_at));
+    }
+
+    /// Adds a delete of `key` to `batch`.
+    pub fn batch_delete(batch: &mut WriteBatch, key: &[u8]) {
+        batch.delete(&engine_key(key));
+    }
+
+    /// Applies `batch` with the configured durability.
+    pub fn write(&self, batch: WriteBatch) -> StoreResult<()> {
+        self.db.write(batch, self.write_options())?;
+        if self.appendfsync != AppendFsync::Always {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Sets `key`.
+    pub fn put(&self, key: &[u8], value: &[u8], expire_at: Option<u64>) -> StoreResult<()> {
+        let mut b = WriteBatch::new();
+        Self::batch_put(&mut b, key, value, expire_at);
+        self.write(b)
+    }
+
+    /// Removes `key`.
+    pub fn delete(&self, key: &[u8]) -> StoreResult<()> {
+        let mut b = WriteBatch::new();
+        Self::batch_delete(&mut b, key);
+        self.write(b)
+    }
+
+    /// Makes every acknowledged write durable if some are not yet (the
+    /// `everysec` tick). The engine has no WAL sync call, so this issues a
+    /// synced write of a small marker record, which syncs the WAL.
+    pub fn sync_if_dirty(&self) -> StoreResult<()> {
+        if !self.dirty.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut b = WriteBatch::new();
+        b.put(&[NS_META, b's', b'y', b'n', b'c'], &now_ms().to_be_bytes());
+        self.db.write(b, WriteOptions::synced())?;
+        Ok(())
+    }
+
+    /// Visits live keys in order, starting at the first key `>= from`
+    /// (Redis key bytes), calling `f(key, entry)` until it returns false or
+    /// `limit` entries (live or expired) were examined. Returns the key to
+    /// resume from, or `None` when the keyspace is exhausted.
+    pub fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        mut f: impl FnMut(&[u8], &Entry) -> bool,
+    ) -> StoreResult<Option<Vec<u8>>> {
+        let (lo, hi) = keyspace::namespace_bounds();
+        let mut it = self.db.iter(ReadOptions {
+            snapshot: None,
+            lower_bound: Some(lo),
+            upper_bound: Some(hi),
+        })?;
+        it.seek(&engine_key(from));
+        let now = now_ms();
+        let mut seen = 0;
+        while it.valid() {
+            if seen >= limit {
+                return Ok(Some(it.key()[1..].to_vec()));
+            }
+            seen += 1;
+            let e = decode_value(it.value().to_vec())?;
+            if !e.expired(now) && !f(&it.key()[1..], &e) {
+                it.next();
+                it.status()?;
+                return Ok(if it.valid() {
+                    Some(it.key()[1..].to_vec())
+                } else {
+                    None
+                });
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok(None)
+    }
+
+    /// The first live key at or after `from`, if any.
+    pub fn first_key_from(&self, from: &[u8]) -> StoreResult<Option<Vec<u8>>> {
+        let mut found = None;
+        self.scan(from, usize::MAX, |k, _| {
+            found = Some(k.to_vec());
+            false
+        })?;
+        Ok(found)
+    }
+
+    /// The last live key, if any.
+    pub fn last_key(&self) -> StoreResult<Option<Vec<u8>>> {
+        let (lo, hi) = keyspace::namespace_bounds();
+        let mut it = self.db.iter(ReadOptions {
+            snapshot: None,
+            lower_bound: Some(lo),
+            upper_bound: Some(hi),
+        })?;
+        it.seek_to_last();
+        let now = now_ms();
+        while it.valid() {
+            if decode_expiry_of(it.value())?.is_none_or(|t| t > now) {
+                return Ok(Some(it.key()[1..].to_vec()));
+            }
+            it.prev();
+        }
+        it.status()?;
+        Ok(None)
+    }
+
+    /// Deletes every Redis key, in batches.
+    pub fn flush_all(&self) -> StoreResult<()> {
+        let mut from = Vec::new();
+        loop {
+            let mut keys = Vec::new();
+            let next = self.scan(&from, DELETE_BATCH, |k, _| {
+                keys.push(k.to_vec());
+                true
+            })?;
+            // Expired entries are skipped: compaction drops them.
+            let mut b = WriteBatch::new();
+            for k in &keys {
+                Self::batch_delete(&mut b, k);
+            }
+            if !b.is_empty() {
+                self.write(b)?;
+            }
+            match next {
+                Some(n) => from = n,
+                None => return Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,343 @@
+#![allow(clippy::unwrap_used)]
+//! Protocol behaviour: pipelining, RESP3, authentication, limits, bad
+//! input, concurrency, restarts and the metrics endpoint.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{raw, run, start, start_with};
+use redis::Value;
+
+fn s(v: &str) -> Value {
+    Value::BulkString(v.as_bytes().to_vec())
+}
+
+#[test]
+fn pipelines_keep_order_across_grouped_writes() {
+    let t = start();
+    let mut c = t.client();
+    let mut p = redis::pipe();
+    for i in 0..1000 {
+        p.cmd("SET").arg(format!("k{i}")).arg(i);
+        if i % 100 == 0 {
+            p.cmd("GET").arg(format!("k{i}"));
+            p.cmd("INCR").arg(format!("k{i}"));
+        }
+    }
+    p.cmd("MSET").arg("a").arg("1").arg("b").arg("2");
+    p.cmd("MGET").arg("a").arg("b").arg("k999");
+    let out: Vec<Value> = p.query(&mut c).unwrap();
+    assert_eq!(out.len(), 1000 + 20 + 2);
+    assert_eq!(
+        out[1],
+        s("0"),
+        "a read sees the write before it in the pipeline"
+    );
+    assert_eq!(out[2], Value::Int(1));
+    assert_eq!(
+        out.last().unwrap(),
+        &Value::Array(vec![s("1"), s("2"), s("999")])
+    );
+    assert_eq!(run(&mut c, &["DBSIZE"]), Ok(Value::Int(1002)));
+    assert_eq!(run(&mut c, &["GET", "k100"]), Ok(s("101")));
+}
+
+#[test]
+fn raw_pipeline_and_inline_commands() {
+    let t = start();
+    let out = raw(
+        t.addr(),
+        b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\nPING\r\nget a\r\n*1\r\n$4\r\nPING\r\nECHO \"x y\"\r\n",
+    );
+    assert_eq!(out, "+OK\r\n+PONG\r\n$1\r\n1\r\n+PONG\r\n$3\r\nx y\r\n");
+}
+
+#[test]
+fn resp3_through_hello() {
+    let t = start();
+    let mut c = redis::Client::open(format!("redis://{}/?protocol=resp3", t.addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert_eq!(run(&mut c, &["GET", "missing"]), Ok(Value::Nil));
+    let hello = run(&mut c, &["HELLO", "3"]).unwrap();
+    let Value::Map(m) = hello else {
+        panic!("HELLO 3 replies with a map, got {hello:?}")
+    };
+    assert!(m.contains(&(s("proto"), Value::Int(3))));
+    let cfg = run(&mut c, &["CONFIG", "GET", "port"]).unwrap();
+    assert!(matches!(cfg, Value::Map(_)), "{cfg:?}");
+    let info = run(&mut c, &["INFO", "server"]).unwrap();
+    assert!(matches!(info, Value::VerbatimString { .. }), "{info:?}");
+    let out = raw(t.addr(), b"HELLO 3\r\nGET nope\r\nHELLO 2\r\nGET nope\r\n");
+    assert!(out.starts_with("%7\r\n"), "{out}");
+    assert!(
+        out.contains("_\r\n*14\r\n") && out.ends_with("$-1\r\n"),
+        "{out}"
+    );
+    assert_eq!(
+        raw(t.addr(), b"HELLO 4\r\n"),
+        "-NOPROTO unsupported protocol version\r\n"
+    );
+    assert_eq!(
+        raw(t.addr(), b"HELLO x\r\n"),
+        "-ERR Protocol version is not an integer or out of range\r\n"
+    );
+}
+
+#[test]
+fn authentication() {
+    let t = start_with(|c| c.requirepass = "s3cret".into());
+    assert_eq!(
+        raw(t.addr(), b"GET a\r\nAUTH wrong\r\nAUTH s3cret\r\nSET a 1\r\nGET a\r\n"),
+        "-NOAUTH Authentication required.\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n+OK\r\n+OK\r\n$1\r\n1\r\n"
+    );
+    // Unauthenticated connections get small limits, as in Redis.
+    let big = format!("*2\r\n$4\r\nECHO\r\n$20000\r\n{}\r\n", "x".repeat(20000));
+    assert_eq!(
+        raw(t.addr(), big.as_bytes()),
+        "-ERR Protocol error: invalid bulk length\r\n"
+    );
+    let c = redis::Client::open(format!("redis://:wrong@{}/", t.addr())).unwrap();
+    assert!(c.get_connection().is_err());
+    let mut c = redis::Client::open(format!("redis://:s3cret@{}/", t.addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert_eq!(
+        run(&mut c, &["PING"]),
+        Ok(Value::SimpleString("PONG".into()))
+    );
+    let mut c3 = redis::Client::open(format!(
+        "redis://default:s3cret@{}/?protocol=resp3",
+        t.addr()
+    ))
+    .unwrap()
+    .get_connection()
+    .unwrap();
+    assert_eq!(run(&mut c3, &["GET", "a"]), Ok(s("1")));
+    assert!(raw(t.addr(), b"HELLO 3\r\n").starts_with("-NOAUTH HELLO must be called"));
+    assert!(raw(
+        t.addr(),
+        b"HELLO 3 AUTH default s3cret SETNAME me\r\nCLIENT GETNAME\r\n"
+    )
+    .ends_with("$2\r\nme\r\n"));
+}
+
+#[test]
+fn malformed_requests_close_only_that_connection() {
+    let t = start();
+    let mut good = t.client();
+    for (input, reply) in [
+        (
+            &b"*1\r\n:5\r\n"[..],
+            "-ERR Protocol error: expected '$', got ':'\r\n",
+        ),
+        (
+            b"*x\r\n",
+            "-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*1\r\n$-5\r\n",
+            "-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"set a \"b\r\n",
+            "-ERR Protocol error: unbalanced quotes in request\r\n",
+        ),
+        (
+            b"PING\r\n*1\r\n$4\r\nPINGxx",
+            "+PONG\r\n-ERR Protocol error: expected CRLF after bulk string\r\n",
+        ),
+    ] {
+        assert_eq!(raw(t.addr(), input), reply, "{input:?}");
+    }
+    let junk: Vec<u8> = (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let _ = raw(t.addr(), &junk);
+    assert_eq!(
+        run(&mut good, &["PING"]),
+        Ok(Value::SimpleString("PONG".into()))
+    );
+}
+
+#[test]
+fn limits_give_clear_errors() {
+    let t = start_with(|c| {
+        c.proto_max_bulk_len = 4096;
+        c.max_args = 16;
+        c.maxclients = 3;
+        c.client_query_buffer_limit = 1 << 20;
+    });
+    let big = format!(
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$5000\r\n{}\r\n",
+        "x".repeat(5000)
+    );
+    assert_eq!(
+        raw(t.addr(), big.as_bytes()),
+        "-ERR Protocol error: invalid bulk length\r\n"
+    );
+    assert_eq!(
+        raw(t.addr(), b"*17\r\n"),
+        "-ERR Protocol error: invalid multibulk length\r\n"
+    );
+    let long_inline = vec![b'a'; 70 * 1024];
+    assert_eq!(
+        raw(t.addr(), &long_inline),
+        "-ERR Protocol error: too big inline request\r\n"
+    );
+    // Many small arguments pipelined without end: the query buffer limit.
+    let mut flood = Vec::new();
+    for _ in 0..20_000 {
+        flood.extend_from_slice(b"*16\r\n");
+        for _ in 0..15 {
+            flood.extend_from_slice(b"$4\r\nabcd\r\n");
+        }
+    }
+    let mut conn = TcpStream::connect(t.addr()).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = conn.write_all(b"*1\r\n$4\r\nPING\r\n");
+    drop(conn);
+    // maxclients: the fourth connection is refused with Redis's error.
+    let c1 = t.client();
+    let c2 = t.client();
+    let c3 = t.client();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut s4 = TcpStream::connect(t.addr()).unwrap();
+    s4.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = String::new();
+    let _ = s4.read_to_string(&mut buf);
+    assert_eq!(buf, "-ERR max number of clients reached\r\n");
+    drop((c1, c2, c3));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut again = t.client();
+    assert_eq!(
+        run(&mut again, &["PING"]),
+        Ok(Value::SimpleString("PONG".into()))
+    );
+    let _ = flood;
+}
+
+#[test]
+fn query_buffer_limit_closes_flooding_client() {
+    let t = start_with(|c| {
+        c.client_query_buffer_limit = 1 << 20;
+        c.proto_max_bulk_len = 1 << 20;
+    });
+    // One request whose arguments add up to more than the buffer limit.
+    let mut req = b"*5\r\n$4\r\nMSET\r\n".to_vec();
+    for _ in 0..2 {
+        req.extend_from_slice(b"$1\r\nk\r\n$600000\r\n");
+        req.extend(std::iter::repeat_n(b'v', 600_000));
+        req.extend_from_slice(b"\r\n");
+    }
+    let out = raw(t.addr(), &req);
+    assert_eq!(
+        out,
+        "-ERR Protocol error: request exceeds client-query-buffer-limit (1048576 bytes); send smaller requests or raise the limit\r\n"
+    );
+}
+
+#[test]
+fn idle_clients_are_closed_after_timeout() {
+    let t = start_with(|c| c.timeout = 1);
+    let mut s = TcpStream::connect(t.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    let start = std::time::Instant::now();
+    let n = s.read_to_end(&mut buf).unwrap();
+    assert_eq!(n, 0);
+    assert!(start.elapsed() >= Duration::from_millis(900));
+}
+
+#[test]
+fn read_modify_write_is_atomic_across_connections() {
+    let t = start();
+    let url = t.url();
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+                for _ in 0..250 {
+                    run(&mut c, &["INCR", "counter"]).unwrap();
+                    run(
+                        &mut c,
+                        &["APPEND", "log", if i % 2 == 0 { "a" } else { "b" }],
+                    )
+                    .unwrap();
+                    // Plain SETs of other keys interleave with the RMW commands.
+                    run(&mut c, &["SET", &format!("side{i}"), "x"]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().unwrap();
+    }
+    let mut c = t.client();
+    assert_eq!(run(&mut c, &["GET", "counter"]), Ok(s("1000")));
+    assert_eq!(run(&mut c, &["STRLEN", "log"]), Ok(Value::Int(1000)));
+}
+
+#[test]
+fn restart_serves_acknowledged_data() {
+    for fsync in [
+        tern_server::AppendFsync::Always,
+        tern_server::AppendFsync::Everysec,
+        tern_server::AppendFsync::No,
+    ] {
+        let t = start_with(|c| c.appendfsync = fsync);
+        let mut c = t.client();
+        let mut p = redis::pipe();
+        for i in 0..500 {
+            p.cmd("SET").arg(format!("k{i}")).arg(i).ignore();
+        }
+        p.cmd("SET")
+            .arg("exp")
+            .arg("v")
+            .arg("EX")
+            .arg(1000)
+            .ignore();
+        p.query::<()>(&mut c).unwrap();
+        drop(c);
+        let t = t.restart_with(|c| c.appendfsync = fsync);
+        let mut c = t.client();
+        assert_eq!(run(&mut c, &["DBSIZE"]), Ok(Value::Int(501)), "{fsync:?}");
+        assert_eq!(run(&mut c, &["GET", "k499"]), Ok(s("499")));
+        assert!(matches!(run(&mut c, &["TTL", "exp"]), Ok(Value::Int(n)) if n > 990));
+    }
+}
+
+#[test]
+fn metrics_endpoint_reports_commands_and_engine() {
+    let t = start();
+    let mut c = t.client();
+    run(&mut c, &["SET", "a", "1"]).unwrap();
+    run(&mut c, &["GET", "a"]).unwrap();
+    let addr = t.server.metrics_addr().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    for needle in [
+        "tern_commands_total{cmd=\"get\"} 1",
+        "tern_command_duration_seconds_bucket{cmd=\"get\",le=\"+Inf\"} 1",
+        "tern_connected_clients 1",
+        "tern_engine_wal_bytes_written_total",
+        "tern_engine_level_files{level=\"0\"}",
+        "tern_keyspace_hits_total 1",
+    ] {
+        assert!(body.contains(needle), "metrics lack {needle}:\n{body}");
+    }
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 404"));
+}
