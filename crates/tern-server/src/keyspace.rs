@@ -9,7 +9,7 @@
 
 /// Namespace tag of Redis string keys (database 0).
 pub const NS_STRINGS: u8 = b's';
-/// Namespace tag of the server's own records (e.g. the sync marker).
+/// Namespace tag reserved for the server's own records.
 pub const NS_META: u8 = b'm';
 /// Value format version written by this server.
 pub const VALUE_VERSION: u8 = 1;

@@ -8,7 +8,7 @@ use tern::{Db, ReadOptions, WriteBatch, WriteOptions};
 use crate::config::AppendFsync;
 use crate::expiry::now_ms;
 use crate::keyspace::{
-    self, decode_expiry as decode_expiry_of, decode_value, encode_value, engine_key, Entry, NS_META,
+    self, decode_expiry as decode_expiry_of, decode_value, encode_value, engine_key, Entry,
 };
 use crate::locks::LockTable;
 
@@ -131,15 +131,12 @@ impl Store {
     }
 
     /// Makes every acknowledged write durable if some are not yet (the
-    /// `everysec` tick). The engine has no WAL sync call, so this issues a
-    /// synced write of a small marker record, which syncs the WAL.
+    /// `everysec` tick): one fsync of the engine's WAL.
     pub fn sync_if_dirty(&self) -> StoreResult<()> {
         if !self.dirty.swap(false, Ordering::Relaxed) {
             return Ok(());
         }
-        let mut b = WriteBatch::new();
-        b.put(&[NS_META, b's', b'y', b'n', b'c'], &now_ms().to_be_bytes());
-        self.db.write(b, WriteOptions::synced())?;
+        self.db.sync_wal()?;
         Ok(())
     }
 

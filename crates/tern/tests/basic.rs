@@ -120,3 +120,33 @@ fn compaction_filter_removes_values_without_resurrecting_older_versions() {
     assert_eq!(db.get(b"a").unwrap(), None);
     assert_eq!(db.get(b"b").unwrap(), Some(b"keep".to_vec()));
 }
+
+#[test]
+fn sync_wal_makes_unsynced_writes_survive_a_power_loss() {
+    let fs = tern::io::MemFs::new();
+    let opts = Options {
+        fs: fs.clone(),
+        ..small_opts()
+    };
+    let db = Db::open("/db", opts.clone()).unwrap();
+    db.put(b"unsynced", b"1").unwrap();
+    db.sync_wal().unwrap();
+    db.put(b"after", b"2").unwrap();
+    let survivor = fs.crashed_copy();
+    drop(db);
+    let db = Db::open("/db", Options { fs: survivor, ..opts }).unwrap();
+    assert_eq!(db.get(b"unsynced").unwrap(), Some(b"1".to_vec()));
+}
+
+#[test]
+fn close_releases_the_directory_lock_before_the_handle_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Db::open(dir.path(), small_opts()).unwrap();
+    first.put(b"k", b"v").unwrap();
+    assert!(matches!(Db::open(dir.path(), small_opts()), Err(tern::Error::Busy(_))));
+    first.close().unwrap();
+    let second = Db::open(dir.path(), small_opts()).unwrap();
+    assert_eq!(second.get(b"k").unwrap(), Some(b"v".to_vec()));
+    drop(first);
+    assert_eq!(second.get(b"k").unwrap(), Some(b"v".to_vec()));
+}

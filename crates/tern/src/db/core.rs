@@ -96,7 +96,8 @@ pub struct Shared {
     pub rate_limiter: Option<Arc<crate::io::RateLimiter>>,
     pub executor: Arc<dyn Executor>,
     pub closed: AtomicBool,
-    pub _lock: Box<dyn FileLock>,
+    /// The directory lock, released by `close`.
+    pub lock: Mutex<Option<Box<dyn FileLock>>>,
 }
 
 impl Shared {

@@ -205,6 +205,28 @@ impl Db {
         )
     }
 
+    /// Makes every write acknowledged so far durable (fsyncs the WAL),
+    /// without writing anything: what a `sync = true` write would have
+    /// guaranteed for all of them. A failure poisons the store, as a failed
+    /// synced write does.
+    pub fn sync_wal(&self) -> Result<()> {
+        self.shared.check_open()?;
+        let mut wal = self.shared.wal.lock();
+        let Some((number, w)) = wal.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let path = self.shared.dir.join(crate::wal::wal_file_name(*number));
+        if let Err(e) = w.sync() {
+            let e = Error::io(path, e);
+            drop(wal);
+            let mut state = self.shared.state.lock();
+            self.shared.set_bg_error(&mut state, &e);
+            return Err(e);
+        }
+        crate::db::stats::Counters::add(&self.shared.counters.wal_syncs, 1);
+        Ok(())
+    }
+
     /// Writes every memtable to L0 and waits for it; afterwards no WAL is
     /// needed to recover the data written so far.
     pub fn flush(&self) -> Result<()> {
@@ -336,6 +358,9 @@ impl Db {
         *wal = None;
         let mut state = self.shared.state.lock();
         self.shared.delete_obsolete_files(&mut state);
+        drop(state);
+        // Another handle may open the store now, even while this one lives.
+        self.shared.lock.lock().take();
     }
 }
 

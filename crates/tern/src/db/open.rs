@@ -112,7 +112,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         rate_limiter: opts.background_rate_limit.map(crate::io::RateLimiter::new),
         executor: executor.unwrap_or_else(|| Arc::new(LocalExecutor)),
         closed: AtomicBool::new(false),
-        _lock: lock,
+        lock: Mutex::new(Some(lock)),
         opts,
     });
     recover_wals(&shared)?;
