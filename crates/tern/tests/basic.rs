@@ -134,7 +134,14 @@ fn sync_wal_makes_unsynced_writes_survive_a_power_loss() {
     db.put(b"after", b"2").unwrap();
     let survivor = fs.crashed_copy();
     drop(db);
-    let db = Db::open("/db", Options { fs: survivor, ..opts }).unwrap();
+    let db = Db::open(
+        "/db",
+        Options {
+            fs: survivor,
+            ..opts
+        },
+    )
+    .unwrap();
     assert_eq!(db.get(b"unsynced").unwrap(), Some(b"1".to_vec()));
 }
 
@@ -143,7 +150,10 @@ fn close_releases_the_directory_lock_before_the_handle_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let first = Db::open(dir.path(), small_opts()).unwrap();
     first.put(b"k", b"v").unwrap();
-    assert!(matches!(Db::open(dir.path(), small_opts()), Err(tern::Error::Busy(_))));
+    assert!(matches!(
+        Db::open(dir.path(), small_opts()),
+        Err(tern::Error::Busy(_))
+    ));
     first.close().unwrap();
     let second = Db::open(dir.path(), small_opts()).unwrap();
     assert_eq!(second.get(b"k").unwrap(), Some(b"v".to_vec()));

@@ -261,16 +261,6 @@ struct Output {
 impl Output {
     fn finish(self) -> Result<FileMeta> {
         let s = self.builder.finish()?;
-        Ok(FileMeta {
-            number: self.number,
-            file_size: s.file_size,
-            smallest: s.smallest,
-            largest: s.largest,
-            smallest_seq: s.smallest_seq,
-            largest_seq: s.largest_seq,
-            num_entries: s.num_entries,
-            num_deletions: s.num_deletions,
-            blob_files: self.blob_files.into_iter().collect(),
-        })
+        Ok(s.into_file_meta(self.number, self.blob_files.into_iter().collect()))
     }
 }

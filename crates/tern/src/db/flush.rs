@@ -103,18 +103,7 @@ impl Shared {
             if let Some(b) = blob.take() {
                 out.blobs.push(b.finish(&[])?.meta);
             }
-            let s = builder.finish()?;
-            Ok(FileMeta {
-                number,
-                file_size: s.file_size,
-                smallest: s.smallest,
-                largest: s.largest,
-                smallest_seq: s.smallest_seq,
-                largest_seq: s.largest_seq,
-                num_entries: s.num_entries,
-                num_deletions: s.num_deletions,
-                blob_files,
-            })
+            Ok(builder.finish()?.into_file_meta(number, blob_files))
         })();
         match res {
             Ok(meta) => {

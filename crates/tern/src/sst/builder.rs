@@ -35,6 +35,24 @@ pub struct TableSummary {
     pub largest_seq: u64,
 }
 
+impl TableSummary {
+    /// The manifest's record of this table as file `number`, referring to
+    /// `blob_files`.
+    pub fn into_file_meta(self, number: u64, blob_files: Vec<u64>) -> crate::version::FileMeta {
+        crate::version::FileMeta {
+            number,
+            file_size: self.file_size,
+            smallest: self.smallest,
+            largest: self.largest,
+            smallest_seq: self.smallest_seq,
+            largest_seq: self.largest_seq,
+            num_entries: self.num_entries,
+            num_deletions: self.num_deletions,
+            blob_files,
+        }
+    }
+}
+
 /// Writes a table to a file: entries in increasing internal-key order, then
 /// [`TableBuilder::finish`].
 pub struct TableBuilder {
