@@ -52,7 +52,8 @@ pub fn run(a: CompareArgs) -> Result<()> {
                 base.set_pair(pair)?;
             }
             let db = binding::open(b, &dir, &base)?;
-            let mut report = Report::new(&a.workloads.join(","), db.name(), Default::default());
+            // Label by the binding as given, so variants (`tern@gc=off`) stay apart.
+            let mut report = Report::new(&a.workloads.join(","), b, Default::default());
             for step in &a.workloads {
                 let (file, load) = if step == "load" {
                     (step_file(&a, "a"), true)

@@ -429,6 +429,33 @@ mod tests {
         );
     }
 
+    /// Regression: a NUL byte in an inline command used to make the parser
+    /// report progress without consuming input, so the connection looped
+    /// and buffered without bound.
+    #[test]
+    fn inline_command_with_nul_byte_does_not_loop() {
+        let input = b"se\0t a b\r\nPING\r\n\0\r\n";
+        let mut p = Parser::new(Limits::default());
+        let mut buf = input.to_vec();
+        for _ in 0..64 {
+            match p.parse(&buf) {
+                Err(_) => return,
+                Ok(step) if step.request.is_none() && step.consumed == 0 => break,
+                Ok(step) => {
+                    assert!(
+                        step.consumed > 0 || step.request.is_some(),
+                        "progress without consuming"
+                    );
+                    buf.drain(..step.consumed);
+                }
+            }
+        }
+        assert!(
+            buf.len() < input.len(),
+            "the parser must consume or reject the input"
+        );
+    }
+
     #[test]
     fn empty_multibulk_is_skipped() {
         assert_eq!(
