@@ -142,7 +142,7 @@ pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
                     s,
                     "| {round} | {} | {} | {:.0} | {:.2}x | {} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {} |",
                     p0.phase,
-                    p.binding,
+                    name,
                     p.throughput,
                     if base_tput > 0.0 { p.throughput / base_tput } else { 0.0 },
                     op.map_or("-", |o| o.op.as_str()),
