@@ -282,7 +282,7 @@ fn blob_seeds(out: &mut BTreeMap<&'static str, Vec<(String, Vec<u8>)>>) {
         }
         blob_files += 1;
         with_lineage += usize::from(has_lineage);
-        let name = format!("{n}");
+        let name = n.to_string();
         out.entry("blob_file")
             .or_default()
             .push((name.clone(), data.clone()));
