@@ -9,7 +9,10 @@
 # SIGKILL it at a random moment, `tern check` the dead store, restart (the
 # new run verifies every key against the expected state first), repeat;
 # finally one --verify-only run. Exits non-zero on the first failure, which
-# prints a command that repeats the failing run.
+# prints a command that repeats the failing run. EXTRA STRESS FLAGS (for
+# example `-- --blob-threshold 0 --gc on --gc-ratio 0.2`) go to every child
+# run through TERN_CRASH_LOOP_FLAGS; what they leave open each child draws
+# from its own seed (separation is on in most seeds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=200
@@ -41,6 +44,7 @@ for mode in "${modes[@]}"; do
   rm -rf "$dir" "$dir.expected"
   mkdir -p "$base"
   echo "== crash loop: $kills kills, sync=$mode, $dir"
-  "$tern" stress --dir "$dir" --crash-loop "$kills" --sync "$mode" \
-    --keys "$keys" --threads "$threads" "${extra[@]}"
+  TERN_CRASH_LOOP_FLAGS="${extra[*]:-}" "$tern" stress --dir "$dir" \
+    --crash-loop "$kills" --sync "$mode" --keys "$keys" --threads "$threads" \
+    ${extra[@]+"${extra[@]}"}
 done

@@ -107,10 +107,51 @@ pub struct StressArgs {
     /// Manifest size that triggers a rewrite, bytes.
     #[arg(long)]
     pub manifest_size: Option<u64>,
-    // Key-value separation knobs go here once the engine has them:
-    // `--min-blob-size` (values at least this large go to blob files),
-    // `--blob-file-size`, `--gc-ratio` (garbage ratio that triggers blob GC).
-    // Draw each in `StressConfig::resolve` and print it in `command_line`.
+    /// Key-value separation: values of at least this many bytes go to blob
+    /// files at flush (`0`: every value), or `off`.
+    #[arg(long, value_name = "N|off", value_parser = parse_blob_threshold)]
+    pub blob_threshold: Option<BlobThreshold>,
+    /// Size at which blob files are cut, bytes (at least 4096).
+    #[arg(long)]
+    pub blob_file_size: Option<u64>,
+    /// Garbage ratio at which a blob file is collected, in (0, 1].
+    #[arg(long)]
+    pub gc_ratio: Option<f64>,
+    /// Background blob garbage collection: `on` or `off`.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub gc: Option<bool>,
+}
+
+/// A `--blob-threshold` value: a byte count, or separation off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobThreshold(pub Option<usize>);
+
+/// Parses `--blob-threshold`: a byte count or `off`.
+pub fn parse_blob_threshold(s: &str) -> Result<BlobThreshold, String> {
+    match s.trim() {
+        "off" | "none" => Ok(BlobThreshold(None)),
+        n => n
+            .parse()
+            .map(|n| BlobThreshold(Some(n)))
+            .map_err(|_| format!("blob threshold {s:?} is neither a byte count nor off")),
+    }
+}
+
+/// Parses `on`/`off` (or `true`/`false`).
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?} is neither on nor off")),
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 /// The resolved engine options of one run.
@@ -138,6 +179,14 @@ pub struct EngineKnobs {
     pub block_cache: usize,
     /// See [`Options::max_manifest_file_size`].
     pub manifest_size: u64,
+    /// See [`Options::blob_threshold`].
+    pub blob_threshold: Option<usize>,
+    /// See [`Options::blob_file_size`].
+    pub blob_file_size: u64,
+    /// See [`Options::gc_garbage_ratio`].
+    pub gc_ratio: f64,
+    /// See [`Options::enable_gc`].
+    pub gc: bool,
 }
 
 /// Parses a compression list such as `none,lz4,zstd`.
@@ -182,6 +231,19 @@ impl EngineKnobs {
             compression: (0..3).map(|_| comp(rng)).collect(),
             block_cache: [0, 1 << 20, 8 << 20][rng.gen_range(0..3)],
             manifest_size: rng.gen_range(16..4096) << 10,
+            // Drawn after the older knobs so those stay what a seed gave
+            // before separation existed. Separation is on in most runs; blob
+            // files are small so that GC has many to choose from.
+            blob_threshold: match rng.gen_range(0..100) {
+                0..=14 => None,
+                15..=34 => Some(0),
+                35..=59 => Some(64),
+                60..=84 => Some(512),
+                _ => Some(2048),
+            },
+            blob_file_size: rng.gen_range(64..=4096) << 10,
+            gc_ratio: f64::from(rng.gen_range(10..=80u32)) / 100.0,
+            gc: rng.gen_bool(0.85),
         };
         Ok(EngineKnobs {
             sync: args.sync.unwrap_or(drawn.sync),
@@ -200,6 +262,10 @@ impl EngineKnobs {
             },
             block_cache: args.block_cache.unwrap_or(drawn.block_cache),
             manifest_size: args.manifest_size.unwrap_or(drawn.manifest_size),
+            blob_threshold: args.blob_threshold.map_or(drawn.blob_threshold, |t| t.0),
+            blob_file_size: args.blob_file_size.unwrap_or(drawn.blob_file_size),
+            gc_ratio: args.gc_ratio.unwrap_or(drawn.gc_ratio),
+            gc: args.gc.unwrap_or(drawn.gc),
         })
     }
 
@@ -218,6 +284,10 @@ impl EngineKnobs {
             compression_per_level: self.compression.clone(),
             block_cache_capacity: self.block_cache,
             max_manifest_file_size: self.manifest_size,
+            blob_threshold: self.blob_threshold,
+            blob_file_size: self.blob_file_size,
+            gc_garbage_ratio: self.gc_ratio,
+            enable_gc: self.gc,
             ..Options::default()
         }
     }
@@ -232,7 +302,8 @@ impl EngineKnobs {
         format!(
             "--sync {} --write-buffer-size {} --max-write-buffer-number {} --l0-trigger {} \
              --level-base {} --target-file-size {} --block-size {} --bloom-bits {} \
-             --compression {} --block-cache {} --manifest-size {}",
+             --compression {} --block-cache {} --manifest-size {} --blob-threshold {} \
+             --blob-file-size {} --gc-ratio {} --gc {}",
             self.sync,
             self.write_buffer_size,
             self.max_write_buffer_number,
@@ -243,7 +314,12 @@ impl EngineKnobs {
             self.bloom_bits,
             comp.join(","),
             self.block_cache,
-            self.manifest_size
+            self.manifest_size,
+            self.blob_threshold
+                .map_or_else(|| "off".to_string(), |t| t.to_string()),
+            self.blob_file_size,
+            self.gc_ratio,
+            on_off(self.gc)
         )
     }
 }
@@ -359,5 +435,50 @@ mod tests {
         assert_eq!(c.knobs.write_buffer_size, a.knobs.write_buffer_size);
         assert_ne!(c.knobs.sync, a.knobs.sync);
         assert!(a.command_line().starts_with("tern stress --seed 42 "));
+    }
+
+    #[test]
+    fn separation_knobs_parse_draw_and_print() {
+        assert_eq!(parse_blob_threshold("off"), Ok(BlobThreshold(None)));
+        assert_eq!(parse_blob_threshold("0"), Ok(BlobThreshold(Some(0))));
+        assert!(parse_blob_threshold("big").is_err());
+        assert_eq!(parse_on_off("on"), Ok(true));
+        assert_eq!(parse_on_off("off"), Ok(false));
+        let mut on = 0;
+        for seed in 0..200 {
+            let cfg = StressConfig::resolve(StressArgs {
+                dir: Some("/tmp/x".into()),
+                seed: Some(seed),
+                keys: 10,
+                threads: 1,
+                ..Default::default()
+            })
+            .unwrap();
+            let k = &cfg.knobs;
+            assert!((64 << 10..=4 << 20).contains(&k.blob_file_size));
+            assert!((0.1..=0.8).contains(&k.gc_ratio));
+            on += usize::from(k.blob_threshold.is_some());
+            let line = cfg.command_line();
+            let t = k.blob_threshold.map_or("off".into(), |t| t.to_string());
+            assert!(line.contains(&format!(" --blob-threshold {t} ")), "{line}");
+            assert!(
+                line.contains(&format!(" --gc-ratio {} ", k.gc_ratio)),
+                "{line}"
+            );
+        }
+        assert!(on > 140, "separation on in only {on} of 200 seeds");
+        let fixed = StressConfig::resolve(StressArgs {
+            dir: Some("/tmp/x".into()),
+            seed: Some(1),
+            keys: 10,
+            threads: 1,
+            blob_threshold: Some(BlobThreshold(None)),
+            gc: Some(false),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(fixed.knobs.blob_threshold, None);
+        assert!(!fixed.knobs.gc);
+        assert!(fixed.command_line().ends_with(" --gc off"));
     }
 }

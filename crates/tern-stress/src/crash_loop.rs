@@ -10,13 +10,14 @@
 //! state of the write that was in flight when the process died.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+use crate::runner::check_dir;
 
 /// What to run and how often to kill it.
 #[derive(Debug, Clone)]
@@ -53,7 +54,15 @@ pub struct CrashLoopReport {
     pub in_flight: u64,
     /// Of `in_flight`, the writes the store held after the restart.
     pub in_flight_applied: u64,
+    /// Blob GC jobs the killed runs reported in their last progress line.
+    pub gc_runs: u64,
 }
+
+/// Environment variable with extra `tern stress` flags for every child run
+/// of the loop (split on whitespace), for example
+/// `--blob-threshold 0 --gc on`; what it leaves open each child draws from
+/// its own seed.
+pub const EXTRA_FLAGS_ENV: &str = "TERN_CRASH_LOOP_FLAGS";
 
 fn last_number_after(text: &str, marker: &str) -> Option<u64> {
     let i = text.rfind(marker)? + marker.len();
@@ -90,21 +99,15 @@ fn stress_command(cfg: &CrashLoopConfig, seed: u64) -> Command {
             "--progress-every",
             "0.2",
         ])
+        .args(
+            std::env::var(EXTRA_FLAGS_ENV)
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-fn check_dir(dir: &Path) -> Result<(), String> {
-    let fs: tern::io::FsRef = Arc::new(tern::io::PosixFs);
-    let report = tern::check::check_store(dir, fs).map_err(|e| format!("tern check: {e}"))?;
-    if report.is_ok() {
-        Ok(())
-    } else {
-        let p: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
-        Err(format!("tern check found problems: {}", p.join("; ")))
-    }
 }
 
 /// Runs the loop, printing a line per kill to `log`.
@@ -161,6 +164,7 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
         }
         report.kills += 1;
         report.ops += last_number_after(&text, "] ops ").unwrap_or(0);
+        report.gc_runs += last_number_after(&text, "gc jobs ").unwrap_or(0);
         if let Some((n, m)) = in_flight(&text) {
             report.in_flight += n;
             report.in_flight_applied += m;
@@ -168,13 +172,14 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
         check_dir(&cfg.dir).map_err(|e| format!("after kill {i} (seed {seed}): {e}\n{text}"))?;
         let _ = writeln!(
             log,
-            "crash-loop: [{:.0}s] kill {}/{} after {:?} (sync={}), {} ops so far, {} in-flight writes at restarts ({} applied)",
+            "crash-loop: [{:.0}s] kill {}/{} after {:?} (sync={}), {} ops so far, {} gc jobs, {} in-flight writes at restarts ({} applied)",
             started.elapsed().as_secs_f64(),
             i + 1,
             cfg.kills,
             delay,
             cfg.sync,
             report.ops,
+            report.gc_runs,
             report.in_flight,
             report.in_flight_applied
         );
@@ -199,8 +204,8 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
     check_dir(&cfg.dir).map_err(|e| format!("after the final verification: {e}"))?;
     let _ = writeln!(
         log,
-        "crash-loop: {} kills, {} ops, {} in-flight writes at restarts ({} applied): OK",
-        report.kills, report.ops, report.in_flight, report.in_flight_applied
+        "crash-loop: {} kills, {} ops, {} gc jobs, {} in-flight writes at restarts ({} applied): OK",
+        report.kills, report.ops, report.gc_runs, report.in_flight, report.in_flight_applied
     );
     Ok(report)
 }
@@ -213,6 +218,9 @@ mod tests {
     fn parses_run_output() {
         let t = "stress: [0.2s] ops 10 (put 1)\nstress: [0.4s] ops 250 (put 3)\n";
         assert_eq!(last_number_after(t, "] ops "), Some(250));
+        let g =
+            "stress: [0.2s] ops 10 (put 1), gc jobs 2\nstress: [0.4s] ops 250 (put 3), gc jobs 7\n";
+        assert_eq!(last_number_after(g, "gc jobs "), Some(7));
         let v = "stress: start-up verification of 5 slots passed in 1ms: 3 writes were in flight, 2 of them applied";
         assert_eq!(in_flight(v), Some((3, 2)));
     }

@@ -46,8 +46,10 @@ pub struct Counters {
     pub snapshot_checks: AtomicU64,
     /// Group atomicity checks (one snapshot, all members agree).
     pub group_checks: AtomicU64,
-    /// Explicit flushes and range compactions.
+    /// Explicit flushes, range compactions and blob GC calls.
     pub maintenance: AtomicU64,
+    /// Of `maintenance`, explicit `collect_garbage` calls.
+    pub gc_calls: AtomicU64,
     /// Keys compared by full verifications.
     pub keys_verified: AtomicU64,
 }
@@ -74,7 +76,7 @@ impl Counters {
     fn line(&self) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "ops {} (put {} del {} batch {} group {} read {} scan {} snap {} groupcheck {} maint {}), keys verified {}",
+            "ops {} (put {} del {} batch {} group {} read {} scan {} snap {} groupcheck {} maint {} gc {}), keys verified {}",
             self.ops(),
             g(&self.puts),
             g(&self.deletes),
@@ -85,6 +87,7 @@ impl Counters {
             g(&self.snapshot_checks),
             g(&self.group_checks),
             g(&self.maintenance),
+            g(&self.gc_calls),
             g(&self.keys_verified)
         )
     }
@@ -101,6 +104,22 @@ pub struct RunReport {
     pub pending_applied: usize,
     /// A one-line summary of the counters.
     pub summary: String,
+    /// Blob GC jobs the store installed during the run
+    /// (`Stats::gc_runs`), background and explicit.
+    pub gc_runs: u64,
+}
+
+/// Runs [`tern::check::check_store`] on the closed store at `dir` and fails
+/// on any problem it reports (blob files and every blob reference included).
+pub fn check_dir(dir: &std::path::Path) -> Result<(), String> {
+    let fs: tern::io::FsRef = Arc::new(tern::io::PosixFs);
+    let report = tern::check::check_store(dir, fs).map_err(|e| format!("tern check: {e}"))?;
+    if report.is_ok() {
+        Ok(())
+    } else {
+        let p: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+        Err(format!("tern check found problems: {}", p.join("; ")))
+    }
 }
 
 struct Stress {
@@ -466,8 +485,14 @@ impl Stress {
                 c.snapshot_checks.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
-                if rng.gen_bool(0.7) {
+                let m = rng.gen_range(0..100);
+                if m < 55 {
                     self.db.flush().map_err(|e| format!("flush: {e}"))?;
+                } else if m < 75 {
+                    self.db
+                        .collect_garbage()
+                        .map_err(|e| format!("collect_garbage: {e}"))?;
+                    c.gc_calls.fetch_add(1, Ordering::Relaxed);
                 } else {
                     let a = rng.gen_range(0..keys);
                     let b = (a + rng.gen_range(1..keys.max(2))).min(keys - 1);
@@ -577,12 +602,15 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
         ),
     );
     if a.verify_only {
+        let gc_runs = s.db.stats().gc_runs;
         s.db.close().map_err(|e| format!("close: {e}"))?;
+        check_dir(&dir).map_err(|e| format!("after --verify-only: {e}"))?;
         return Ok(RunReport {
             ops: 0,
             pending_at_start: pending,
             pending_applied: applied,
             summary: s.counters.line(),
+            gc_runs,
         });
     }
 
@@ -622,9 +650,10 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
             w(
                 log,
                 format!(
-                    "stress: [{:.1}s] {}",
+                    "stress: [{:.1}s] {}, gc jobs {}",
                     start.elapsed().as_secs_f64(),
-                    s.counters.line()
+                    s.counters.line(),
+                    s.db.stats().gc_runs
                 ),
             );
             next_progress = now + progress_every;
@@ -648,7 +677,10 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     }
     s.verify_all("final verification")
         .map_err(|e| format!("{e}\nrepeat with: {}", cfg.command_line()))?;
+    let gc_runs = s.db.stats().gc_runs;
     s.db.close().map_err(|e| format!("close: {e}"))?;
+    check_dir(&dir)
+        .map_err(|e| format!("after the run: {e}\nrepeat with: {}", cfg.command_line()))?;
     s.exp
         .flush()
         .map_err(|e| format!("cannot write {}: {e}", exp_path.display()))?;
@@ -657,7 +689,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     w(
         log,
         format!(
-            "stress: done in {secs:.1}s, {verifications} periodic verifications, {} ({:.0} ops/s)",
+            "stress: done in {secs:.1}s, {verifications} periodic verifications, {} ({:.0} ops/s), gc jobs {gc_runs}",
             s.counters.line(),
             ops as f64 / secs.max(1e-9)
         ),
@@ -666,6 +698,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
         ops,
         pending_at_start: pending,
         pending_applied: applied,
-        summary: s.counters.line(),
+        summary: format!("{}, gc jobs {gc_runs}", s.counters.line()),
+        gc_runs,
     })
 }

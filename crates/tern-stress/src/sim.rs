@@ -43,6 +43,12 @@ pub struct SimReport {
     pub faults: u64,
     /// Writes lost by crashes (acknowledged but not durable: allowed).
     pub lost_unsynced: u64,
+    /// Explicit `collect_garbage` calls.
+    pub gc_calls: u64,
+    /// Blob GC jobs installed (`Stats::gc_runs`), background and explicit.
+    pub gc_runs: u64,
+    /// Blob files in the store at the end.
+    pub blob_files: u64,
 }
 
 struct Sim {
@@ -70,6 +76,8 @@ fn options_for(cfg: &StressConfig, fs: FsRef) -> Options {
         target_file_size: cfg.knobs.target_file_size.min(32 << 10),
         max_bytes_for_level_base: cfg.knobs.level_base.min(256 << 10),
         max_manifest_file_size: cfg.knobs.manifest_size.min(64 << 10),
+        // Small blob files, so GC has many to pick from.
+        blob_file_size: cfg.knobs.blob_file_size.min(16 << 10),
         ..cfg.knobs.options()
     }
 }
@@ -318,13 +326,20 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
                         ));
                     }
                 }
-            } else if p < 99 {
+            } else if p < 98 {
                 match db.flush() {
                     Ok(()) => sim.durable = sim.log.len(),
                     Err(_) => {
                         failed = true;
                         break;
                     }
+                }
+            } else if rng.gen_bool(0.5) {
+                // Garbage collection makes nothing durable by itself.
+                report.gc_calls += 1;
+                if db.collect_garbage().is_err() {
+                    failed = true;
+                    break;
                 }
             } else {
                 let a = rng.gen_range(0..keys_n);
@@ -338,6 +353,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
                 }
             }
         }
+        report.gc_runs += db.stats().gc_runs;
         if !failed && rng.gen_bool(0.2) {
             fault.clear();
             if db.close().is_ok() {
@@ -355,14 +371,16 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         report.faults += fault.injected();
         if (cycle + 1) % 10 == 0 || cycle + 1 == a.crashes {
             w(format!(
-                "stress: [cycle {}/{}] {} crashes, {} clean closes, {} ops, {} injected faults, {} un-synced writes lost",
+                "stress: [cycle {}/{}] {} crashes, {} clean closes, {} ops, {} injected faults, {} un-synced writes lost, {} gc calls, {} gc jobs",
                 cycle + 1,
                 a.crashes,
                 report.crashes,
                 report.clean_closes,
                 report.ops,
                 report.faults,
-                report.lost_unsynced
+                report.lost_unsynced,
+                report.gc_calls,
+                report.gc_runs
             ));
         }
     }
@@ -382,5 +400,29 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         .recover(&db)
         .map_err(|e| format!("final: {e}\n{repeat}"))?;
     db.close().map_err(|e| format!("final close: {e}"))?;
+    let rep = tern::check::check_store(Path::new(DIR), mem.clone())
+        .map_err(|e| format!("check after the final close failed to run: {e}\n{repeat}"))?;
+    if !rep.is_ok() {
+        let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
+        return Err(format!(
+            "check after the final close found problems: {}\n{repeat}",
+            p.join("; ")
+        ));
+    }
+    report.blob_files = mem
+        .file_names()
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "blob"))
+        .count() as u64;
+    w(format!(
+        "stress: simulation done: {} crashes, {} clean closes, {} ops, {} injected faults, {} gc calls, {} gc jobs, {} blob files at the end",
+        report.crashes,
+        report.clean_closes,
+        report.ops,
+        report.faults,
+        report.gc_calls,
+        report.gc_runs,
+        report.blob_files
+    ));
     Ok(report)
 }

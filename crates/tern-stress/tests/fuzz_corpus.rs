@@ -10,11 +10,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use tern::format::blob::{
+    decode_index, decode_lineage, decode_record, BlobFooter, BlobRef, BLOB_FOOTER_LEN,
+};
 use tern::format::block::BlockBuilder;
 use tern::format::bloom::BloomBuilder;
 use tern::format::internal_key::{make_internal_key, ValueKind};
 use tern::format::log_record::LogKind;
 use tern::format::table::{block_trailer, BlockHandle, Footer, FOOTER_LEN};
+use tern::format::version_edit::VersionEdit;
 use tern::wal::LogReader;
 use tern::{Compression, Db, Options, WriteBatch, WriteOptions};
 use tern_stress::fuzz::{replay_dir, TARGETS};
@@ -125,15 +129,19 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
                     }
                     i += 1;
                 }
-            } else if n.ends_with(".sst") && data.len() < 48 << 10 {
+            } else if n.ends_with(".sst") && (FOOTER_LEN..48 << 10).contains(&data.len()) {
+                // A table a background job is still writing has no footer
+                // yet: skip it.
+                let footer_bytes = &data[data.len() - FOOTER_LEN..];
+                let Ok(f) = Footer::decode(footer_bytes) else {
+                    continue;
+                };
                 out.entry("table")
                     .or_default()
                     .push((name.clone(), data.clone()));
-                let footer_bytes = &data[data.len() - FOOTER_LEN..];
                 out.entry("footer")
                     .or_default()
                     .push((format!("{name}-footer"), footer_bytes.to_vec()));
-                let f = Footer::decode(footer_bytes).unwrap();
                 let piece = |h: BlockHandle| {
                     data[h.offset as usize..(h.offset + h.size) as usize + 5].to_vec()
                 };
@@ -180,6 +188,7 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
             ));
         }
     }
+    blob_seeds(&mut out);
     let mut bloom = BloomBuilder::new(10);
     for i in 0..50 {
         bloom.add_key(format!("k{i}").as_bytes());
@@ -188,6 +197,134 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
         .or_default()
         .push(("bloom-50".into(), bloom.finish()));
     out
+}
+
+/// Real blob files and their pieces, from a store that separates every
+/// value into small blob files and collects garbage (so GC outputs with
+/// lineage exist), and version edits with the blob tags from its manifest.
+fn blob_seeds(out: &mut BTreeMap<&'static str, Vec<(String, Vec<u8>)>>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("blobdb");
+    let db = Db::open(
+        &dir,
+        Options {
+            write_buffer_size: 8 << 10,
+            blob_threshold: Some(0),
+            blob_file_size: 4096,
+            gc_garbage_ratio: 0.1,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for round in 0..4u32 {
+        for i in 0..120u32 {
+            let k = format!("k{:05}", (i * 13 + round) % 100);
+            if i % 17 == 0 {
+                db.delete(k.as_bytes()).unwrap();
+            } else {
+                let v = tern_stress::keys::value(i as usize, u64::from(round));
+                db.put(k.as_bytes(), &v[..v.len().min(200)]).unwrap();
+            }
+        }
+        db.flush().unwrap();
+        db.compact_range(None, None).unwrap();
+        db.collect_garbage().unwrap();
+    }
+    assert!(db.stats().gc_runs > 0, "the seed store ran no GC");
+    db.close().unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut blob_files = 0;
+    let mut with_lineage = 0;
+    for n in names {
+        let data = std::fs::read(dir.join(&n)).unwrap();
+        if n.starts_with("MANIFEST") {
+            let mut r = LogReader::new(data.clone(), dir.join(&n), LogKind::Manifest).unwrap();
+            let mut i = 0;
+            while let Ok(Some(rec)) = r.next_record() {
+                let edit = VersionEdit::decode(rec).unwrap();
+                let blobby = !edit.blob_files_added.is_empty()
+                    || !edit.blob_files_deleted.is_empty()
+                    || !edit.dead_ordinals.is_empty()
+                    || !edit.relocations.is_empty()
+                    || !edit.relocations_dropped.is_empty()
+                    || edit.new_files.iter().any(|(_, f)| !f.blob_files.is_empty());
+                if blobby && i < 16 {
+                    out.entry("version_edit")
+                        .or_default()
+                        .push((format!("blob-{n}-{i}"), rec.to_vec()));
+                    i += 1;
+                }
+            }
+            out.entry("manifest").or_default().push((
+                format!("blob-{n}"),
+                data[..data.len().min(16 << 10)].to_vec(),
+            ));
+            continue;
+        }
+        let Some(num) = n.strip_suffix(".blob") else {
+            continue;
+        };
+        let number: u64 = num.parse().unwrap();
+        let size = data.len() as u64;
+        let footer = &data[data.len() - BLOB_FOOTER_LEN..];
+        let f = BlobFooter::decode(footer, size).unwrap();
+        let index = &data[f.index_offset as usize..f.lineage_offset as usize];
+        let lineage = &data[f.lineage_offset as usize..data.len() - BLOB_FOOTER_LEN];
+        let offsets = decode_index(index, f.record_count).unwrap();
+        let has_lineage = !decode_lineage(lineage).unwrap().is_empty();
+        // A handful of files, GC outputs among them.
+        if blob_files >= 4 && !(has_lineage && with_lineage < 3) {
+            continue;
+        }
+        blob_files += 1;
+        with_lineage += usize::from(has_lineage);
+        let name = n.to_string();
+        out.entry("blob_file")
+            .or_default()
+            .push((name.clone(), data.clone()));
+        out.entry("blob_footer")
+            .or_default()
+            .push((format!("{name}-footer"), footer.to_vec()));
+        out.entry("blob_footer").or_default().push((
+            format!("{name}-size-footer"),
+            [&size.to_le_bytes()[..], footer].concat(),
+        ));
+        out.entry("blob_index").or_default().push((
+            format!("{name}-index"),
+            [&f.record_count.to_le_bytes()[..], index].concat(),
+        ));
+        out.entry("blob_lineage")
+            .or_default()
+            .push((format!("{name}-lineage"), lineage.to_vec()));
+        if has_lineage {
+            out.entry("blob_lineage").or_default().push((
+                format!("{name}-lineage-body"),
+                lineage[..lineage.len() - 4].to_vec(),
+            ));
+        }
+        for (o, &at) in offsets.iter().enumerate().take(3) {
+            let end = offsets.get(o + 1).copied().unwrap_or(f.index_offset);
+            let rec = &data[at as usize..end as usize];
+            let (_, v) = decode_record(rec).unwrap();
+            out.entry("blob_record")
+                .or_default()
+                .push((format!("{name}-rec{o}"), rec.to_vec()));
+            let r = BlobRef {
+                file: number,
+                ordinal: o as u32,
+                offset: at,
+                size: v.len() as u32,
+            };
+            out.entry("blob_ref")
+                .or_default()
+                .push((format!("{name}-ref{o}"), r.encode()));
+        }
+    }
+    assert!(with_lineage > 0, "no GC output among the blob files");
 }
 
 /// Cheap deterministic mutations: flips, truncations, extensions.

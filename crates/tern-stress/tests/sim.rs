@@ -53,3 +53,40 @@ fn power_failures_lose_only_an_unsynced_suffix() {
     // Not required, but a run that never loses anything tests little.
     eprintln!("un-synced writes lost (allowed): {lost}");
 }
+
+fn run_separated(seed: u64, sync: bool) -> tern_stress::sim::SimReport {
+    let args = StressArgs {
+        sim: true,
+        seed: Some(seed),
+        sync: Some(sync),
+        keys: 300,
+        threads: 1,
+        crashes: 10,
+        ops_per_crash: 800,
+        fault_probability: 0.001,
+        blob_threshold: Some(tern_stress::config::BlobThreshold(Some(0))),
+        blob_file_size: Some(4096),
+        gc_ratio: Some(0.2),
+        gc: Some(true),
+        ..Default::default()
+    };
+    let cfg = StressConfig::resolve(args).unwrap();
+    let mut out = Vec::new();
+    match tern_stress::sim::run(&cfg, &mut out) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}\n{}", String::from_utf8_lossy(&out)),
+    }
+}
+
+#[test]
+fn power_failures_and_io_errors_with_every_value_in_blob_files_and_gc() {
+    let mut gc_runs = 0;
+    for seed in 200..200 + seeds() {
+        let r = run_separated(seed, true);
+        assert_eq!(r.lost_unsynced, 0, "seed {seed}");
+        gc_runs += r.gc_runs;
+        gc_runs += run_separated(seed + 1000, false).gc_runs;
+    }
+    eprintln!("blob gc jobs: {gc_runs}");
+    assert!(gc_runs > 0, "no blob GC job ran");
+}
