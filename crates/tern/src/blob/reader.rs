@@ -106,7 +106,10 @@ impl BlobReader {
     /// and hold `size` bytes of value.
     pub fn read_value(&self, offset: u64, key: &[u8], size: u32) -> Result<Vec<u8>> {
         let len = RECORD_HEADER_LEN + key.len() + size as usize;
-        if offset < BLOB_HEADER_LEN as u64 || offset + len as u64 > self.footer.index_offset {
+        let inside = offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= self.footer.index_offset);
+        if offset < BLOB_HEADER_LEN as u64 || !inside {
             return Err(Error::corruption(
                 &self.path,
                 offset,
@@ -130,7 +133,7 @@ impl BlobReader {
     /// Reads up to `len` raw bytes of records starting at `offset` (clipped
     /// at the end of the records), for readahead.
     pub fn read_records_raw(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let end = (offset + len).min(self.footer.index_offset);
+        let end = offset.saturating_add(len).min(self.footer.index_offset);
         if offset < BLOB_HEADER_LEN as u64 || offset >= end {
             return Err(Error::corruption(
                 &self.path,
@@ -156,7 +159,7 @@ impl BlobReader {
     ) -> Option<Result<Vec<u8>>> {
         let len = (RECORD_HEADER_LEN + key.len() + size as usize) as u64;
         let start = offset.checked_sub(buf_offset)?;
-        if start + len > buf.len() as u64 {
+        if start.checked_add(len)? > buf.len() as u64 {
             return None;
         }
         let rec = &buf[start as usize..(start + len) as usize];

@@ -148,19 +148,33 @@ impl LineageEntry {
     }
 }
 
-/// Appends a bitmap as `varint len ‖ roaring portable bytes`.
+/// Appends a bitmap as `varint len ‖ roaring portable bytes`, in canonical
+/// form (rebuilt from its members, so the same set always has the same
+/// bytes; [`read_bitmap`] accepts nothing else).
 pub fn put_bitmap(dst: &mut Vec<u8>, b: &RoaringBitmap) {
-    put_varint64(dst, b.serialized_size() as u64);
+    let canonical: RoaringBitmap = b.iter().collect();
+    put_varint64(dst, canonical.serialized_size() as u64);
     // Writing to a Vec cannot fail.
-    let _ = b.serialize_into(&mut *dst);
+    let _ = canonical.serialize_into(&mut *dst);
 }
 
 /// Reads a bitmap written by [`put_bitmap`].
 pub fn read_bitmap(r: &mut Reader<'_>) -> Result<RoaringBitmap, DecodeError> {
     let at = r.pos();
     let bytes = r.length_prefixed()?;
-    RoaringBitmap::deserialize_from(bytes)
-        .map_err(|e| DecodeError::new(at, format!("bad ordinal set: {e}")))
+    let set = RoaringBitmap::deserialize_from(bytes)
+        .map_err(|e| DecodeError::new(at, format!("bad ordinal set: {e}")))?;
+    // The portable format can describe sets the library would never write
+    // (an empty container, say), which it then cannot serialize again.
+    // Accept only the canonical encoding, rebuilt from the members (never
+    // serialize `set` itself: that is what fails on such input).
+    let canonical: RoaringBitmap = set.iter().collect();
+    let mut again = Vec::with_capacity(bytes.len());
+    let _ = canonical.serialize_into(&mut again);
+    if again != bytes {
+        return Err(DecodeError::new(at, "ordinal set is not in canonical form"));
+    }
+    Ok(canonical)
 }
 
 /// Encodes the lineage block.
@@ -264,13 +278,16 @@ impl BlobFooter {
             data_bytes: fixed64_at(buf, 24),
         };
         let footer_at = file_size.saturating_sub(BLOB_FOOTER_LEN as u64);
+        // Checked arithmetic: a crafted footer may hold offsets near u64::MAX.
         let index_end = f
             .record_count
             .checked_mul(8)
-            .and_then(|n| n.checked_add(4 + f.index_offset));
+            .and_then(|n| n.checked_add(4))
+            .and_then(|n| n.checked_add(f.index_offset));
+        let lineage_end = f.lineage_offset.checked_add(4);
         let sane = f.index_offset >= BLOB_HEADER_LEN as u64
             && index_end == Some(f.lineage_offset)
-            && f.lineage_offset + 4 <= footer_at
+            && lineage_end.is_some_and(|end| end <= footer_at)
             && f.data_bytes == f.index_offset - BLOB_HEADER_LEN as u64;
         if !sane {
             return Err(DecodeError::new(
@@ -376,5 +393,28 @@ mod tests {
         encode_index(&mut idx, &[16, 40]);
         assert_eq!(decode_index(&idx, 2).unwrap(), vec![16, 40]);
         assert!(decode_index(&idx, 3).is_err());
+    }
+}
+
+#[cfg(test)]
+mod bitmap_tests {
+    use super::*;
+
+    #[test]
+    fn sets_built_by_unions_round_trip_through_the_canonical_check() {
+        // Dense and sparse parts, built the way dead sets grow: by unions.
+        let mut a = RoaringBitmap::new();
+        for round in 0..20u32 {
+            let mut delta = RoaringBitmap::new();
+            for i in 0..3000u32 {
+                delta.insert(round * 1000 + i * 7 % 5000);
+            }
+            a |= &delta;
+        }
+        a.insert_range(100_000..110_000);
+        let mut buf = Vec::new();
+        put_bitmap(&mut buf, &a);
+        let got = read_bitmap(&mut Reader::new(&buf)).unwrap();
+        assert_eq!(got.iter().collect::<Vec<_>>(), a.iter().collect::<Vec<_>>());
     }
 }
