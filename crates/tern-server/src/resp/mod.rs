@@ -1,5 +1,6 @@
 //! The Redis serialization protocol: request parsing and reply encoding.
 
+pub mod fuzz;
 pub mod parser;
 pub mod reply;
 
