@@ -129,7 +129,7 @@ impl Parser {
                 });
             };
             if first != b'*' {
-                return parse_inline(buf);
+                return parse_inline(buf, &self.limits);
             }
             let Some((line, next)) = read_line(buf, 0, "too big mbulk count string")? else {
                 return Ok(Step {
@@ -259,7 +259,8 @@ pub fn parse_int(s: &[u8]) -> Option<i64> {
     Some(v)
 }
 
-fn parse_inline(buf: &[u8]) -> Result<Step, ProtocolError> {
+/// An inline request, held to the same limits as a multibulk one.
+fn parse_inline(buf: &[u8], limits: &Limits) -> Result<Step, ProtocolError> {
     let Some((line, next)) = read_line(buf, 0, "too big inline request")? else {
         return Ok(Step {
             consumed: 0,
@@ -267,6 +268,19 @@ fn parse_inline(buf: &[u8]) -> Result<Step, ProtocolError> {
         });
     };
     let args = split_args(line).ok_or(ProtocolError("unbalanced quotes in request".into()))?;
+    if args.len() > limits.max_args {
+        return err("invalid multibulk length");
+    }
+    if args.iter().any(|a| a.len() > limits.max_bulk_len) {
+        return err("invalid bulk length");
+    }
+    let total: usize = args.iter().map(Vec::len).sum();
+    if total > limits.max_request_len {
+        return err(format!(
+            "request exceeds client-query-buffer-limit ({} bytes); send smaller requests or raise the limit",
+            limits.max_request_len
+        ));
+    }
     Ok(Step {
         consumed: next,
         request: if args.is_empty() { None } else { Some(args) },
@@ -454,6 +468,30 @@ mod tests {
             buf.len() < input.len(),
             "the parser must consume or reject the input"
         );
+    }
+
+    /// Regression (found by the `resp` fuzz target): inline requests were
+    /// not held to the argument-count and size limits.
+    #[test]
+    fn inline_requests_obey_the_limits() {
+        let limits = Limits {
+            max_bulk_len: 4,
+            max_args: 2,
+            max_request_len: 6,
+        };
+        for (input, msg) in [
+            (&b"a b c\r\n"[..], "invalid multibulk length"),
+            (b"abcde\r\n", "invalid bulk length"),
+            (b"abcd efg\r\n", "request exceeds client-query-buffer-limit"),
+        ] {
+            let e = Parser::new(limits).parse(input).unwrap_err();
+            assert!(e.0.starts_with(msg), "{input:?}: {}", e.0);
+        }
+        assert!(Parser::new(limits)
+            .parse(b"ab cd\r\n")
+            .unwrap()
+            .request
+            .is_some());
     }
 
     #[test]

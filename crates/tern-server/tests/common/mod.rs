@@ -73,8 +73,11 @@ impl TestServer {
 pub fn raw(addr: SocketAddr, input: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(input).unwrap();
-    s.shutdown(std::net::Shutdown::Write).unwrap();
+    // The server may answer and close before it has read everything (an
+    // error on the first request): a failed write or shutdown is expected
+    // then, and what it sent is still there to read.
+    let _ = s.write_all(input);
+    let _ = s.shutdown(std::net::Shutdown::Write);
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     String::from_utf8_lossy(&out).into_owned()
