@@ -1297,6 +1297,19 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    /// Asserts that `report` has a problem in `file` whose reason mentions `needle`.
+    fn assert_problem(report: &CheckReport, file: &std::path::Path, needle: &str) {
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.file == file && p.reason.contains(needle)),
+            "no problem in {} mentioning {needle:?}: {:?}",
+            file.display(),
+            report.problems
+        );
+    }
     use crate::format::log_record::FILE_HEADER_LEN;
     use crate::io::{FileSystem, MemFs};
     use crate::{Db, Options, WriteOptions};
@@ -1457,22 +1470,8 @@ mod tests {
         let len = fs.file_size(&deep).unwrap();
         fs.truncate(&deep, len - 1).unwrap();
         let report = check(&fs);
-        assert!(
-            report
-                .problems
-                .iter()
-                .any(|p| p.file == l0 && p.reason.contains("missing")),
-            "{:?}",
-            report.problems
-        );
-        assert!(
-            report
-                .problems
-                .iter()
-                .any(|p| p.file == deep && p.reason.contains("bytes")),
-            "{:?}",
-            report.problems
-        );
+        assert_problem(&report, &l0, "missing");
+        assert_problem(&report, &deep, "bytes");
     }
 
     #[test]
@@ -1645,22 +1644,8 @@ mod tests {
         let len = fs.file_size(&other).unwrap();
         fs.truncate(&other, len - 10).unwrap();
         let report = check(&fs);
-        assert!(
-            report
-                .problems
-                .iter()
-                .any(|p| p.file == gc && p.reason.contains("missing")),
-            "{:?}",
-            report.problems
-        );
-        assert!(
-            report
-                .problems
-                .iter()
-                .any(|p| p.file == other && p.reason.contains("bytes")),
-            "{:?}",
-            report.problems
-        );
+        assert_problem(&report, &gc, "missing");
+        assert_problem(&report, &other, "bytes");
         assert!(
             report
                 .problems
