@@ -23,7 +23,10 @@ const ENTRY_OVERHEAD: usize = 96;
 
 /// A pending write in the commit queue.
 pub struct Writer {
+    /// Taken by the group leader.
     batch: Mutex<Option<WriteBatch>>,
+    /// Encoded size of the batch, so grouping needs no lock per writer.
+    size: usize,
     opts: WriteOptions,
     /// Switch the memtable even if it is not full (used by `flush`).
     force_switch: bool,
@@ -34,6 +37,7 @@ pub struct Writer {
 impl Writer {
     fn new(batch: Option<WriteBatch>, opts: WriteOptions, force_switch: bool) -> Arc<Self> {
         Arc::new(Writer {
+            size: batch.as_ref().map_or(0, WriteBatch::approximate_size),
             batch: Mutex::new(batch),
             opts,
             force_switch,
@@ -83,24 +87,18 @@ impl Shared {
         }
         // Leader: take a group from the front of the queue.
         let mut group: Vec<Arc<Writer>> = vec![me.clone()];
-        let mut bytes = me
-            .batch
-            .lock()
-            .as_ref()
-            .map_or(0, WriteBatch::approximate_size);
+        let mut bytes = me.size;
         let max = self
             .opts
             .max_write_group_bytes
             .min(bytes.max(128 << 10) + (1 << 20));
         if !force_switch {
             for w in queue.iter().skip(1) {
-                let b = w.batch.lock();
-                let size = b.as_ref().map_or(0, WriteBatch::approximate_size);
-                if w.force_switch || w.opts.disable_wal != opts.disable_wal || bytes + size > max {
+                if w.force_switch || w.opts.disable_wal != opts.disable_wal || bytes + w.size > max
+                {
                     break;
                 }
-                bytes += size;
-                drop(b);
+                bytes += w.size;
                 group.push(w.clone());
             }
         }
