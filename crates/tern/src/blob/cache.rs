@@ -1,12 +1,10 @@
 //! Open blob readers, by file number.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
 use super::BlobReader;
+use crate::cache::OpenFiles;
 use crate::error::Result;
 use crate::io::FsRef;
 use crate::wal::blob_file_name;
@@ -15,7 +13,7 @@ use crate::wal::blob_file_name;
 pub struct BlobCache {
     dir: PathBuf,
     fs: FsRef,
-    open: RwLock<HashMap<u64, Arc<BlobReader>>>,
+    open: OpenFiles<BlobReader>,
 }
 
 impl BlobCache {
@@ -24,22 +22,20 @@ impl BlobCache {
         BlobCache {
             dir,
             fs,
-            open: RwLock::new(HashMap::new()),
+            open: OpenFiles::default(),
         }
     }
 
     /// The reader for blob file `number`.
     pub fn get(&self, number: u64) -> Result<Arc<BlobReader>> {
-        if let Some(r) = self.open.read().get(&number) {
-            return Ok(r.clone());
-        }
-        let path = self.dir.join(blob_file_name(number));
-        let reader = Arc::new(BlobReader::open(&self.fs, &path, number)?);
-        Ok(self.open.write().entry(number).or_insert(reader).clone())
+        self.open.get_or_open(number, || {
+            let path = self.dir.join(blob_file_name(number));
+            BlobReader::open(&self.fs, &path, number).map(Arc::new)
+        })
     }
 
     /// Forgets blob file `number` (it is being deleted).
     pub fn evict(&self, number: u64) {
-        self.open.write().remove(&number);
+        self.open.evict(number);
     }
 }

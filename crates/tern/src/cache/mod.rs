@@ -4,6 +4,9 @@
 //! `(file number, block offset)`, weighted by their size in bytes. File
 //! numbers are never reused, so entries of deleted tables simply age out.
 
+mod open_files;
+pub use open_files::OpenFiles;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -145,7 +145,7 @@ impl Db {
         }
         let lookup = seek_key(key, seq);
         for f in sv.version.files_for_key(key, &lookup) {
-            let table = self.shared.tables.get(f.number, f.file_size)?;
+            let table = self.shared.tables.get(f.number)?;
             if let Some((ikey, value)) = table.get(&lookup)? {
                 let parsed = internal_key::parse(&ikey).map_err(|e| e.in_file(table.path(), 0))?;
                 return match parsed.kind {
@@ -184,7 +184,7 @@ impl Db {
             children.push(Box::new(m.iter()));
         }
         for f in &sv.version.levels[0] {
-            let t = self.shared.tables.get(f.number, f.file_size)?;
+            let t = self.shared.tables.get(f.number)?;
             children.push(Box::new(t.iter()));
         }
         for level in 1..NUM_LEVELS {

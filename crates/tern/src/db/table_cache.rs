@@ -1,15 +1,9 @@
 //! Open table readers, by file number.
-//!
-//! Tables stay open while they are live so a read costs no `open` call;
-//! deleted tables are evicted when their files are removed.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
-
-use crate::cache::BlockCache;
+use crate::cache::{BlockCache, OpenFiles};
 use crate::error::Result;
 use crate::io::FsRef;
 use crate::sst::Table;
@@ -20,7 +14,7 @@ pub struct TableCache {
     dir: PathBuf,
     fs: FsRef,
     blocks: Option<Arc<BlockCache>>,
-    open: RwLock<HashMap<u64, Arc<Table>>>,
+    open: OpenFiles<Table>,
 }
 
 impl TableCache {
@@ -30,22 +24,20 @@ impl TableCache {
             dir,
             fs,
             blocks,
-            open: RwLock::new(HashMap::new()),
+            open: OpenFiles::default(),
         }
     }
 
     /// The reader for table `number`, opening it if needed.
-    pub fn get(&self, number: u64, _size: u64) -> Result<Arc<Table>> {
-        if let Some(t) = self.open.read().get(&number) {
-            return Ok(t.clone());
-        }
-        let path = self.dir.join(table_file_name(number));
-        let table = Table::open(&self.fs, &path, number, self.blocks.clone())?;
-        Ok(self.open.write().entry(number).or_insert(table).clone())
+    pub fn get(&self, number: u64) -> Result<Arc<Table>> {
+        self.open.get_or_open(number, || {
+            let path = self.dir.join(table_file_name(number));
+            Table::open(&self.fs, &path, number, self.blocks.clone())
+        })
     }
 
     /// Forgets table `number` (its file is being deleted).
     pub fn evict(&self, number: u64) {
-        self.open.write().remove(&number);
+        self.open.evict(number);
     }
 }

@@ -38,7 +38,7 @@ impl LevelIterator {
         let Some(f) = self.files.get(index) else {
             return false;
         };
-        match self.tables.get(f.number, f.file_size) {
+        match self.tables.get(f.number) {
             Ok(t) => {
                 self.current = Some(t.iter());
                 true
