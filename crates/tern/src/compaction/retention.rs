@@ -28,12 +28,6 @@ impl Retention {
     pub fn stripe(&self, seq: SeqNo) -> usize {
         self.snapshots.partition_point(|&s| s < seq)
     }
-
-    /// True if every snapshot sees `seq` (or a newer version), so nothing
-    /// older than it is visible to anyone.
-    pub fn in_oldest_stripe(&self, seq: SeqNo) -> bool {
-        self.stripe(seq) == 0
-    }
 }
 
 #[cfg(test)]
@@ -48,6 +42,10 @@ mod tests {
         assert_eq!(r.stripe(6), 1);
         assert_eq!(r.stripe(10), 1);
         assert_eq!(r.stripe(11), 2);
-        assert!(Retention::new(vec![]).in_oldest_stripe(99));
+        assert_eq!(
+            Retention::new(vec![]).stripe(99),
+            0,
+            "no snapshots: one stripe"
+        );
     }
 }

@@ -84,18 +84,10 @@ impl Shared {
             edit.deleted_files
                 .push((plan.output_level as u32, f.number));
         }
-        // Pin the version the job reads, so no file it may open (input tables,
-        // blob files it rewrites refs to) is deleted while it runs.
-        let _pin = self.state.lock().versions.current();
-        let job = self.build_job(plan);
-        let ctx = {
-            let state = self.state.lock();
-            JobContext {
-                fs: self.fs.clone(),
-                next_file_number: state.versions.file_number_counter(),
-                rate_limiter: self.rate_limiter.clone(),
-            }
-        };
+        // `_pin` keeps the version the job reads alive, so no file it may
+        // open (input tables, blob files it rewrites refs to) is deleted
+        // while it runs.
+        let (job, ctx, _pin) = self.build_job(plan);
         let output = match self.executor.execute(&job, &ctx) {
             Ok(o) => o,
             Err(e) => {
@@ -125,9 +117,22 @@ impl Shared {
         Ok(())
     }
 
-    fn build_job(&self, plan: &CompactionPlan) -> CompactionJob {
+    /// The job for `plan`, its context, and the version it was planned on.
+    fn build_job(
+        &self,
+        plan: &CompactionPlan,
+    ) -> (
+        CompactionJob,
+        JobContext,
+        std::sync::Arc<crate::version::Version>,
+    ) {
         let state = self.state.lock();
         let version = state.versions.current();
+        let ctx = JobContext {
+            fs: self.fs.clone(),
+            next_file_number: state.versions.file_number_counter(),
+            rate_limiter: self.rate_limiter.clone(),
+        };
         let deeper_ranges = version.levels[plan.output_level + 1..]
             .iter()
             .map(|files| {
@@ -142,7 +147,7 @@ impl Shared {
                     .collect()
             })
             .collect();
-        CompactionJob {
+        let job = CompactionJob {
             dir: self.dir.clone(),
             inputs: plan.all_inputs().map(|f| (**f).clone()).collect(),
             output_level: plan.output_level,
@@ -153,7 +158,8 @@ impl Shared {
             filter: self.opts.compaction_filter.clone(),
             live_blobs: version.blob_files.keys().copied().collect(),
             lineage: version.relocations.clone(),
-        }
+        };
+        (job, ctx, version)
     }
 
     /// Logs `edit` and publishes the new version. With `rewrite`, the deleted

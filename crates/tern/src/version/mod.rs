@@ -93,14 +93,6 @@ impl Version {
         });
         l0.chain(deeper)
     }
-
-    /// True if any level deeper than `level` has a file whose range holds `ukey`.
-    pub fn key_in_deeper_levels(&self, level: usize, ukey: &[u8]) -> bool {
-        self.levels.iter().skip(level + 1).any(|files| {
-            let i = files.partition_point(|f| user_key(&f.largest) < ukey);
-            files.get(i).is_some_and(|f| user_key(&f.smallest) <= ukey)
-        })
-    }
 }
 
 /// True if `f`'s user-key range intersects `[lo, hi]`.
