@@ -297,13 +297,18 @@ impl Db {
         }
         st.last_sequence = s.visible_seq.load(Ordering::Acquire);
         st.snapshots = s.snapshots.len();
-        if let Ok(names) = s.fs.list_dir(&s.dir) {
-            st.wal_bytes = names
+        // Live WALs: the active one (its writer knows its length) and those
+        // of memtables waiting for flush; no directory listing.
+        let imm_wals: Vec<u64> = s.state.lock().imms.iter().map(|i| i.wal_number).collect();
+        let active = s.wal.lock().as_ref().map_or(0, |(_, w)| w.len());
+        st.wal_bytes = active
+            + imm_wals
                 .iter()
-                .filter(|n| n.ends_with(".log"))
-                .filter_map(|n| s.fs.file_size(&s.dir.join(n)).ok())
-                .sum();
-        }
+                .filter_map(|&n| {
+                    s.fs.file_size(&s.dir.join(crate::wal::wal_file_name(n)))
+                        .ok()
+                })
+                .sum::<u64>();
         st
     }
 
