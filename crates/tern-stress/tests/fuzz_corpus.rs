@@ -99,7 +99,11 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
             .collect();
         names.sort();
         for n in names {
-            let data = std::fs::read(dir.join(&n)).unwrap();
+            // Background work may delete a file (a flushed WAL, an obsolete
+            // table) between the listing and the read.
+            let Ok(data) = std::fs::read(dir.join(&n)) else {
+                continue;
+            };
             let name = format!("r{round}-{n}");
             if n.ends_with(".log") && data.len() > 16 {
                 out.entry("wal")
