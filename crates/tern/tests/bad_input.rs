@@ -405,3 +405,23 @@ fn batch_larger_than_the_write_buffer_is_applied_whole() {
     assert_eq!(rows.len(), 1000);
     assert!(rows.iter().all(|(_, got)| *got == v));
 }
+
+/// Regression: `WriteBatch::from_bytes` accepted the engine's internal
+/// `BlobRef` kind, so a crafted batch stored raw reference bytes as a value
+/// (returned by `get`) and later failed every compaction of its table.
+#[test]
+fn write_batch_with_an_internal_blob_ref_kind_is_rejected() {
+    let db = open();
+    let mut b = WriteBatch::new();
+    b.put(b"k", b"not a blob reference");
+    let mut bytes = b.as_bytes().to_vec();
+    // Header (seq u64, count u32), then the first record's kind byte.
+    assert_eq!(bytes[12], 1, "layout: the first record is an inline value");
+    bytes[12] = 2; // ValueKind::BlobRef
+    let crafted = WriteBatch::from_bytes(&bytes).unwrap();
+    assert_invalid(db.write(crafted, WriteOptions::default()));
+    assert_eq!(db.get(b"k").unwrap(), None);
+    db.flush().unwrap();
+    db.compact_range(None, None).unwrap();
+    assert_eq!(db.get(b"k").unwrap(), None);
+}

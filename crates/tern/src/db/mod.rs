@@ -92,6 +92,13 @@ impl Db {
         self.shared.check_open()?;
         for e in batch.iter() {
             let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
+            if e.kind == ValueKind::BlobRef {
+                // Internal to the engine: a user-supplied ref would be
+                // returned as a value and fail every later compaction.
+                return Err(Error::InvalidArgument(
+                    "write batch holds an internal blob-reference entry; only puts and deletes are accepted".into(),
+                ));
+            }
             self.check_key(e.key)?;
             if e.kind != ValueKind::Delete && e.value.len() > self.shared.opts.max_value_size {
                 return Err(Error::InvalidArgument(format!(

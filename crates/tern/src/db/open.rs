@@ -161,6 +161,14 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                         offset + crate::format::log_record::RECORD_HEADER_LEN as u64,
                     )
                 })?;
+                if e.kind == crate::format::internal_key::ValueKind::BlobRef {
+                    // Writers only log puts and deletes.
+                    return Err(Error::corruption(
+                        &path,
+                        offset,
+                        "write-ahead log record holds an internal blob-reference entry",
+                    ));
+                }
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
                     let number = state.versions.new_file_number();
