@@ -98,6 +98,8 @@ pub struct Shared {
     pub closed: AtomicBool,
     /// The directory lock, released by `close`.
     pub lock: Mutex<Option<Box<dyn FileLock>>>,
+    /// Test hooks at named points (no-op outside tests).
+    pub sync_points: super::sync_point::SyncPoints,
 }
 
 impl Shared {

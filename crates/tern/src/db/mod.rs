@@ -11,6 +11,7 @@ mod gc;
 mod open;
 mod snapshot;
 mod stats;
+mod sync_point;
 pub mod table_cache;
 mod write;
 
@@ -137,11 +138,17 @@ impl Db {
     pub fn get_opt(&self, key: &[u8], opts: &ReadOptions<'_>) -> Result<Option<Vec<u8>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
+        // Pin the version first: everything visible at the sequence read
+        // afterwards is in it, while a version pinned later could already
+        // have lost (to compaction) what an earlier sequence sees.
+        let sv = self.shared.super_version();
+        self.shared
+            .sync_points
+            .hit("read:between_version_and_sequence");
         let seq = match opts.snapshot {
             Some(s) => s.seq(),
             None => self.shared.visible_seq.load(Ordering::Acquire),
         };
-        let sv = self.shared.super_version();
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             if let Some((_, kind, value)) = mem.get(key, seq) {
                 return Ok(match kind {
@@ -172,19 +179,28 @@ impl Db {
     /// A consistent view of the current state; release it by dropping it.
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.shared.check_open()?;
-        let seq = self.shared.visible_seq.load(Ordering::Acquire);
-        Ok(Snapshot::new(seq, self.shared.snapshots.clone()))
+        self.shared.sync_points.hit("snapshot:before_register");
+        Ok(Snapshot::register(
+            &self.shared.visible_seq,
+            self.shared.snapshots.clone(),
+        ))
     }
 
     /// An iterator over the store (or a snapshot of it) within the bounds
     /// in `opts`. It starts unpositioned: call a `seek*` method first.
     pub fn iter(&self, opts: ReadOptions<'_>) -> Result<DbIterator> {
         self.shared.check_open()?;
+        // Pin the version first: everything visible at the sequence read
+        // afterwards is in it, while a version pinned later could already
+        // have lost (to compaction) what an earlier sequence sees.
+        let sv = self.shared.super_version();
+        self.shared
+            .sync_points
+            .hit("read:between_version_and_sequence");
         let seq = match opts.snapshot {
             Some(s) => s.seq(),
             None => self.shared.visible_seq.load(Ordering::Acquire),
         };
-        let sv = self.shared.super_version();
         let mut children: Vec<BoxedIter> = Vec::new();
         children.push(Box::new(sv.mem.iter()));
         for m in &sv.imms {
@@ -383,5 +399,84 @@ impl Drop for Db {
                 tracing::warn!("tern: close on drop failed: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{Arc, Weak};
+
+    use super::*;
+    use crate::io::MemFs;
+
+    fn store() -> Arc<Db> {
+        let opts = Options {
+            fs: MemFs::new(),
+            blob_threshold: None,
+            ..Options::default()
+        };
+        let db = Arc::new(Db::open("/db", opts).unwrap());
+        db.put(b"k", b"v1").unwrap();
+        db.flush().unwrap();
+        db
+    }
+
+    /// At `point`, overwrites `k` and compacts the old version away, with no
+    /// snapshot protecting it.
+    fn overwrite_and_compact_at(db: &Arc<Db>, point: &'static str) {
+        let weak: Weak<Db> = Arc::downgrade(db);
+        db.shared.sync_points.set(point, move || {
+            let db = weak.upgrade().unwrap();
+            db.put(b"k", b"v2").unwrap();
+            db.compact_range(None, None).unwrap();
+        });
+    }
+
+    /// Regression: `get` read the visible sequence before pinning the
+    /// version, so a flush and compaction in between could drop the version
+    /// the read was entitled to see and the key read as absent.
+    #[test]
+    fn get_pins_its_version_before_reading_the_sequence() {
+        let db = store();
+        overwrite_and_compact_at(&db, "read:between_version_and_sequence");
+        let got = db.get(b"k").unwrap();
+        assert!(got.is_some(), "a key that was never deleted read as absent");
+    }
+
+    /// Regression: the same race in `iter`.
+    #[test]
+    fn iter_pins_its_version_before_reading_the_sequence() {
+        let db = store();
+        overwrite_and_compact_at(&db, "read:between_version_and_sequence");
+        let mut it = db.iter(ReadOptions::default()).unwrap();
+        it.seek_to_first();
+        it.status().unwrap();
+        assert!(
+            it.valid(),
+            "a key that was never deleted is missing from a scan"
+        );
+        assert_eq!(it.key(), b"k");
+    }
+
+    /// Regression: `snapshot` read the sequence before registering it, so a
+    /// compaction planned in between did not know the snapshot and dropped
+    /// the version it reads.
+    #[test]
+    fn snapshot_registers_its_sequence_before_compaction_can_miss_it() {
+        let db = store();
+        overwrite_and_compact_at(&db, "snapshot:before_register");
+        let snap = db.snapshot().unwrap();
+        // Compact again now that the snapshot is known.
+        db.compact_range(None, None).unwrap();
+        let ro = ReadOptions {
+            snapshot: Some(&snap),
+            ..Default::default()
+        };
+        let got = db.get_opt(b"k", &ro).unwrap();
+        assert!(
+            got.is_some(),
+            "a snapshot lost a key that was never deleted"
+        );
     }
 }

@@ -113,6 +113,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         executor: executor.unwrap_or_else(|| Arc::new(LocalExecutor)),
         closed: AtomicBool::new(false),
         lock: Mutex::new(Some(lock)),
+        sync_points: Default::default(),
         opts,
     });
     recover_wals(&shared)?;

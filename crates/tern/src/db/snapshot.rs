@@ -1,6 +1,7 @@
 //! Snapshots: a pinned sequence number that compaction must respect.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -14,8 +15,15 @@ pub struct SnapshotList {
 }
 
 impl SnapshotList {
-    pub(crate) fn acquire(&self, seq: SeqNo) {
-        *self.seqs.lock().entry(seq).or_insert(0) += 1;
+    /// Registers a snapshot at the current value of `visible`, read under
+    /// the list's lock: compaction reads the list under the same lock, so it
+    /// either sees the snapshot or started before the sequence was read (and
+    /// then only holds data at or below it, whose newest versions it keeps).
+    pub(crate) fn acquire_current(&self, visible: &AtomicU64) -> SeqNo {
+        let mut seqs = self.seqs.lock();
+        let seq = visible.load(Ordering::Acquire);
+        *seqs.entry(seq).or_insert(0) += 1;
+        seq
     }
 
     pub(crate) fn release(&self, seq: SeqNo) {
@@ -53,8 +61,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub(crate) fn new(seq: SeqNo, list: Arc<SnapshotList>) -> Self {
-        list.acquire(seq);
+    /// A snapshot at the current visible sequence number.
+    pub(crate) fn register(visible: &AtomicU64, list: Arc<SnapshotList>) -> Self {
+        let seq = list.acquire_current(visible);
         Snapshot { seq, list }
     }
 
