@@ -514,6 +514,12 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             kv("loading", "0".into());
             kv("aof_enabled", "1".into());
             kv("appendfsync", st.config.appendfsync.as_str().into());
+            // `err` once the engine refuses writes (see engine_background_error).
+            let failed = st.store.db.stats().background_error.is_some();
+            kv(
+                "aof_last_write_status",
+                if failed { "err" } else { "ok" }.into(),
+            );
             kv("rdb_changes_since_last_save", "0".into());
         }
         "stats" => {
@@ -579,6 +585,9 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
                 "engine_write_amplification",
                 format!("{:.2}", e.write_amplification()),
             );
+            // Why the engine refuses writes, on one line; `none` while it accepts them.
+            let cause = e.background_error.as_deref().unwrap_or("none");
+            kv("engine_background_error", cause.replace(['\r', '\n'], " "));
         }
         _ => {}
     }

@@ -6,6 +6,50 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::core::Shared;
+use crate::error::Error;
+
+/// Consecutive failures of one kind of background work (with back-off in
+/// between, about 3 s in all) after which the store stops accepting writes
+/// and reports the cause, instead of letting writers stall behind work that
+/// keeps failing.
+pub const BACKGROUND_ATTEMPTS: u32 = 5;
+
+/// Back-off before retrying after `failures` consecutive failures.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(100u64 << failures.min(6))
+}
+
+/// Waits `wait` (other threads' wake-ups for new work do not cut it short)
+/// unless the store shuts down first. Returns false on shutdown.
+fn sleep_unless_shutting_down(
+    s: &Shared,
+    state: &mut parking_lot::MutexGuard<'_, super::core::State>,
+    wait: Duration,
+) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    while !state.shutting_down {
+        if s.bg_work.wait_until(state, deadline).timed_out() {
+            return true;
+        }
+    }
+    false
+}
+
+/// Records one more consecutive failure of `what`; after
+/// [`BACKGROUND_ATTEMPTS`] the store is poisoned with `e` as the cause.
+fn give_up_after_attempts(s: &Shared, failures: u32, what: &str, e: &Error) {
+    if failures >= BACKGROUND_ATTEMPTS {
+        let mut state = s.state.lock();
+        s.set_bg_error_message(
+            &mut state,
+            format!("{what} failed {failures} times in a row, last with: {e}"),
+        );
+    } else {
+        tracing::warn!(
+            "tern: {what} failed (attempt {failures} of {BACKGROUND_ATTEMPTS}), will retry: {e}"
+        );
+    }
+}
 
 /// Starts the flush and compaction threads.
 pub fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
@@ -38,14 +82,15 @@ fn gc_loop(s: &Shared) {
             if state.shutting_down {
                 return;
             }
-            let wait = if failures > 0 {
-                Duration::from_millis(100u64 << failures.min(6))
+            if failures > 0 {
+                if !sleep_unless_shutting_down(s, &mut state, backoff(failures)) {
+                    return;
+                }
             } else {
-                Duration::from_millis(500)
-            };
-            s.bg_work.wait_for(&mut state, wait);
-            if state.shutting_down {
-                return;
+                s.bg_work.wait_for(&mut state, Duration::from_millis(500));
+                if state.shutting_down {
+                    return;
+                }
             }
         }
         if !s.opts.enable_gc {
@@ -57,8 +102,8 @@ fn gc_loop(s: &Shared) {
                 Ok(true) => failures = 0,
                 Ok(false) => break,
                 Err(e) => {
-                    tracing::warn!("tern: blob GC failed, will retry: {e}");
                     failures += 1;
+                    give_up_after_attempts(s, failures, "blob GC", &e);
                     break;
                 }
             }
@@ -90,10 +135,10 @@ fn compaction_loop(s: &Shared) {
                 return;
             }
             if state.compaction_failures > 0 {
-                // Back off after failures so a persistent error does not spin.
-                let wait = Duration::from_millis(100u64 << state.compaction_failures.min(6));
-                s.bg_work.wait_for(&mut state, wait);
-                if state.shutting_down {
+                // Back off after failures so a persistent error does not spin
+                // and a short-lived one has time to clear.
+                let wait = backoff(state.compaction_failures);
+                if !sleep_unless_shutting_down(s, &mut state, wait) {
                     return;
                 }
             }
@@ -107,8 +152,12 @@ fn compaction_loop(s: &Shared) {
                 }
             }
             Err(e) => {
-                tracing::warn!("tern: compaction failed, will retry: {e}");
-                s.state.lock().compaction_failures += 1;
+                let failures = {
+                    let mut state = s.state.lock();
+                    state.compaction_failures += 1;
+                    state.compaction_failures
+                };
+                give_up_after_attempts(s, failures, "compaction", &e);
             }
         }
     }

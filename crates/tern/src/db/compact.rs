@@ -98,15 +98,9 @@ impl Shared {
         for f in &output.files {
             edit.new_files.push((plan.output_level as u32, f.clone()));
         }
-        let outputs: Vec<u64> = output.files.iter().map(|f| f.number).collect();
-        if let Err(e) = self.install(edit, true, &output.dead_refs) {
-            for n in outputs {
-                let _ = self
-                    .fs
-                    .remove_file(&self.dir.join(crate::wal::table_file_name(n)));
-            }
-            return Err(e);
-        }
+        // On failure the outputs stay: the manifest record naming them may
+        // be durable. The next open removes them if it is not.
+        self.install(edit, true, &output.dead_refs)?;
         Counters::add(&self.counters.compaction_bytes_read, output.bytes_read);
         Counters::add(
             &self.counters.compaction_bytes_written,
@@ -181,10 +175,7 @@ impl Shared {
                 .load(Ordering::Acquire)
                 .max(state.versions.last_sequence),
         );
-        if let Err(e) = self.log_and_apply(&mut state, &mut edit) {
-            self.set_bg_error(&mut state, &e);
-            return Err(e);
-        }
+        self.log_and_apply(&mut state, &mut edit)?;
         if rewrite {
             let obsolete: Vec<u64> = edit.deleted_files.iter().map(|&(_, n)| n).collect();
             state.obsolete_tables.extend(obsolete);

@@ -128,47 +128,41 @@ impl Shared {
 
     /// Records a fatal background error and wakes everyone.
     pub fn set_bg_error(&self, state: &mut State, e: &Error) {
+        self.set_bg_error_message(state, e.to_string());
+    }
+
+    /// Like [`Shared::set_bg_error`], with the cause as text.
+    pub fn set_bg_error_message(&self, state: &mut State, cause: String) {
         if state.bg_error.is_none() {
-            tracing::error!("tern: background error, refusing writes until reopened: {e}");
-            state.bg_error = Some(e.to_string());
+            tracing::error!("tern: background error, refusing writes until reopened: {cause}");
+            state.bg_error = Some(cause);
         }
         self.bg_done.notify_all();
     }
 
-    /// Logs `edit` and makes it current, then retires blob files and lineage
-    /// entries that no table can reach any more (a second, small edit).
+    /// Logs `edit` (one manifest record, which also retires blob files and
+    /// lineage no table can reach) and makes it current. Refuses once the
+    /// store is poisoned, so a record whose write failed is never followed
+    /// by another; a failure poisons the store. On error the caller must not
+    /// delete any file the edit names: the record may be durable.
     pub fn log_and_apply(
         &self,
         state: &mut State,
         edit: &mut crate::format::version_edit::VersionEdit,
     ) -> crate::Result<()> {
-        let before: std::collections::HashSet<u64> = state
+        if let Some(e) = &state.bg_error {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        let before: Vec<u64> = state
             .versions
             .current()
             .blob_files
             .keys()
             .copied()
             .collect();
-        state.versions.log_and_apply(edit)?;
-        let v = state.versions.current();
-        let reachable = v.referenced_blob_files();
-        let mut cleanup = crate::format::version_edit::VersionEdit {
-            blob_files_deleted: v
-                .blob_files
-                .keys()
-                .filter(|n| !reachable.contains(n))
-                .copied()
-                .collect(),
-            relocations_dropped: v
-                .relocations
-                .keys()
-                .filter(|n| !reachable.contains(n))
-                .copied()
-                .collect(),
-            ..Default::default()
-        };
-        if !cleanup.is_empty() {
-            state.versions.log_and_apply(&mut cleanup)?;
+        if let Err(e) = state.versions.log_and_apply(edit) {
+            self.set_bg_error(state, &e);
+            return Err(e);
         }
         let after = state.versions.current();
         state.obsolete_blobs.extend(

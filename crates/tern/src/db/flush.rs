@@ -172,7 +172,6 @@ impl Shared {
             if let Some(f) = flushed {
                 state.imms.push_front(f);
             }
-            self.set_bg_error(&mut state, &e);
             return Err(e);
         }
         if let Some(f) = flushed {

@@ -106,10 +106,7 @@ impl Shared {
         if !carried.ordinals.is_empty() {
             edit.dead_ordinals.push(carried);
         }
-        if let Err(e) = self.log_and_apply(&mut state, &mut edit) {
-            self.set_bg_error(&mut state, &e);
-            return Err(e);
-        }
+        self.log_and_apply(&mut state, &mut edit)?;
         Counters::add(&self.counters.gc_runs, 1);
         Counters::add(&self.counters.gc_bytes_read, output.bytes_read);
         Counters::add(&self.counters.gc_bytes_written, output.bytes_written);

@@ -322,7 +322,12 @@ impl Db {
         st.snapshots = s.snapshots.len();
         // Live WALs: the active one (its writer knows its length) and those
         // of memtables waiting for flush; no directory listing.
-        let imm_wals: Vec<u64> = s.state.lock().imms.iter().map(|i| i.wal_number).collect();
+        let (imm_wals, background_error) = {
+            let state = s.state.lock();
+            let wals: Vec<u64> = state.imms.iter().map(|i| i.wal_number).collect();
+            (wals, state.bg_error.clone())
+        };
+        st.background_error = background_error;
         let active = s.wal.lock().as_ref().map_or(0, |(_, w)| w.len());
         st.wal_bytes = active
             + imm_wals

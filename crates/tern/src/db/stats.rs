@@ -61,6 +61,10 @@ pub struct BlobFileStats {
 /// A point-in-time copy of the store's statistics.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
+    /// The error that made the store refuse writes (a failed WAL or
+    /// manifest write, or background work that kept failing), if any.
+    /// Reads keep working; reopen the store to write again.
+    pub background_error: Option<String>,
     /// Bytes of keys and values passed to writes.
     pub user_bytes_written: u64,
     /// Keys written (puts and deletes).

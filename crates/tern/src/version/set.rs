@@ -17,6 +17,29 @@ use crate::io::FsRef;
 use crate::options::NUM_LEVELS;
 use crate::wal::{manifest_file_name, read_current, set_current, LogKind, LogReader, LogWriter};
 
+/// Adds to `edit` the retirement of every blob file and lineage entry that
+/// no table of `version` (the result of applying `edit`) can reach. Returns
+/// whether it added anything.
+fn add_unreachable_blobs(version: &Version, edit: &mut VersionEdit) -> bool {
+    let reachable = version.referenced_blob_files();
+    let files: Vec<u64> = version
+        .blob_files
+        .keys()
+        .filter(|n| !reachable.contains(n))
+        .copied()
+        .collect();
+    let lineage: Vec<u64> = version
+        .relocations
+        .keys()
+        .filter(|n| !reachable.contains(n))
+        .copied()
+        .collect();
+    let added = !files.is_empty() || !lineage.is_empty();
+    edit.blob_files_deleted.extend(files);
+    edit.relocations_dropped.extend(lineage);
+    added
+}
+
 /// What recovery found in the manifest.
 #[derive(Debug, Clone, Copy)]
 pub struct RecoveredState {
@@ -42,6 +65,10 @@ pub struct VersionSet {
     manifest_number: u64,
     max_manifest_size: u64,
     live: Vec<Weak<Version>>,
+    /// Set once a manifest write was attempted and failed: its outcome is
+    /// unknown (the record may be durable, partly written, or absent), so no
+    /// record may follow it. Only a reopen clears it.
+    failed: Option<String>,
 }
 
 impl VersionSet {
@@ -60,6 +87,7 @@ impl VersionSet {
             manifest_number: 0,
             max_manifest_size,
             live: Vec::new(),
+            failed: None,
         }
     }
 
@@ -152,31 +180,38 @@ impl VersionSet {
         self.manifest_number
     }
 
-    /// Logs `edit` durably, then makes the resulting version current.
-    /// On error nothing changes in memory; the caller should treat the store
-    /// as failed (the manifest may hold a partial record, which recovery
-    /// drops as a torn tail).
+    /// Logs `edit` durably as one record, then makes the resulting version
+    /// current. Blob files and lineage entries that no table can reach any
+    /// more once `edit` applies are retired in the same record, so an
+    /// install is never split across two writes.
+    ///
+    /// An error from building the version changes nothing. An I/O error
+    /// means the outcome is unknown: the record may or may not be durable.
+    /// Nothing changes in memory, every later call fails, and the caller must
+    /// not delete any file the edit names (the next open decides which files
+    /// are orphans).
     pub fn log_and_apply(&mut self, edit: &mut VersionEdit) -> Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(Error::Poisoned(format!(
+                "an earlier manifest write failed ({e}); reopen the store"
+            )));
+        }
         edit.next_file_number = Some(self.next_file_number.load(Ordering::SeqCst));
         if edit.last_sequence.is_none() {
             edit.last_sequence = Some(self.last_sequence);
         }
         let mut builder = VersionBuilder::new(&self.current);
         builder.apply(edit)?;
-        let version = builder.build()?;
+        let mut version = builder.build()?;
+        if add_unreachable_blobs(&version, edit) {
+            let mut builder = VersionBuilder::new(&self.current);
+            builder.apply(edit)?;
+            version = builder.build()?;
+        }
 
-        let roll = match &self.manifest {
-            None => true,
-            Some(m) => m.len() >= self.max_manifest_size,
-        };
-        if roll {
-            self.write_new_manifest(&version, edit)?;
-        } else if let Some(m) = self.manifest.as_mut() {
-            let path = self.dir.join(manifest_file_name(self.manifest_number));
-            // New files named in the edit must be durable in the directory first.
-            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
-            m.add_record(&edit.encode()).ctx(&path)?;
-            m.sync().ctx(&path)?;
+        if let Err(e) = self.write_edit(&version, edit) {
+            self.failed = Some(e.to_string());
+            return Err(e);
         }
         if let Some(n) = edit.log_number {
             self.log_number = n;
@@ -192,6 +227,25 @@ impl VersionSet {
         self.live.retain(|w| w.strong_count() > 0);
         self.live.push(Arc::downgrade(&self.current));
         self.current = Arc::new(version);
+        Ok(())
+    }
+
+    /// Appends `edit` to the live manifest, or starts a new one holding
+    /// `version` when there is none or it outgrew its limit.
+    fn write_edit(&mut self, version: &Version, edit: &VersionEdit) -> Result<()> {
+        let roll = match &self.manifest {
+            None => true,
+            Some(m) => m.len() >= self.max_manifest_size,
+        };
+        if roll {
+            self.write_new_manifest(version, edit)?;
+        } else if let Some(m) = self.manifest.as_mut() {
+            let path = self.dir.join(manifest_file_name(self.manifest_number));
+            // New files named in the edit must be durable in the directory first.
+            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+            m.add_record(&edit.encode()).ctx(&path)?;
+            m.sync().ctx(&path)?;
+        }
         Ok(())
     }
 
