@@ -92,6 +92,12 @@ pub struct Options {
     pub blob_file_size: u64,
     /// Run blob garbage collection. Default: true.
     pub enable_gc: bool,
+    /// Never pick compactions on size or file-count triggers; only
+    /// [`crate::Db::compact_range`] compacts. Writes stall at
+    /// `level0_stop_writes_trigger` L0 files as usual, so a user who sets
+    /// this must compact by hand (RocksDB's option of the same name).
+    /// Default: false.
+    pub disable_auto_compactions: bool,
     /// A blob file is collected once this fraction of its bytes is garbage;
     /// space amplification of the blob files stays below 1/(1−ratio).
     /// Default: 0.5.
@@ -135,6 +141,7 @@ impl Default for Options {
             blob_threshold: Some(512),
             blob_file_size: 64 << 20,
             enable_gc: true,
+            disable_auto_compactions: false,
             gc_garbage_ratio: 0.5,
             gc_max_batch_bytes: 256 << 20,
             gc_max_batch_files: 8,

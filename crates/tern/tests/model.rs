@@ -353,7 +353,16 @@ impl Run {
                 GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
             }
             915..=939 => {
-                self.log.push("reopen".into());
+                // Sometimes flip between fixed and dynamic level sizes, which
+                // moves the dynamic base level while shallower levels still
+                // hold data; manual range compactions must cope.
+                if self.rng.gen_bool(0.3) {
+                    self.opts.dynamic_level_bytes = !self.opts.dynamic_level_bytes;
+                }
+                self.log.push(format!(
+                    "reopen dynamic_level_bytes={}",
+                    self.opts.dynamic_level_bytes
+                ));
                 self.snapshots.clear();
                 self.db.take().unwrap().close().unwrap();
                 self.db = Some(Db::open(DIR, self.opts.clone()).unwrap());

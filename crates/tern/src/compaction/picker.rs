@@ -78,6 +78,16 @@ pub fn user_range(files: &[FileRef]) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
     (lo, hi)
 }
 
+/// Where L0 compacts to: the base level, unless a shallower level still
+/// holds data (after the dynamic base level moved down). L0 must never pass
+/// a level with older data, or a newer version (or tombstone) would end up
+/// below an older one.
+pub fn l0_output_level(v: &Version, base_level: usize) -> usize {
+    (1..base_level)
+        .find(|&l| !v.levels[l].is_empty())
+        .unwrap_or(base_level)
+}
+
 /// The compaction with the highest score `>= 1`, if any.
 pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
     let v = input.version;
@@ -95,7 +105,8 @@ pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
         // All of L0: its files overlap, and taking a subset could push an
         // older version below a newer one.
         let inputs = v.levels[0].clone();
-        return Some(CompactionPlan::new(v, 0, targets.base_level, inputs, score));
+        let output = l0_output_level(v, targets.base_level);
+        return Some(CompactionPlan::new(v, 0, output, inputs, score));
     }
     let files = &v.levels[level];
     let pointer = &input.compact_pointers[level];
@@ -139,7 +150,7 @@ pub fn plan_range(
         return None;
     }
     let output_level = if level == 0 {
-        LevelTargets::compute(v, opts).base_level
+        l0_output_level(v, LevelTargets::compute(v, opts).base_level)
     } else {
         level + 1
     };
@@ -188,6 +199,39 @@ mod tests {
         assert_eq!(plan.inputs.len(), 4);
         assert_eq!(plan.output_level_inputs.len(), 1);
         assert!(!plan.trivial_move);
+    }
+
+    /// Regression: with the dynamic base level below a level that still
+    /// holds older data, L0 went straight to the base level.
+    #[test]
+    fn l0_never_compacts_past_a_shallower_non_empty_level() {
+        let opts = Options::default();
+        let mut v = Version::default();
+        for i in 0..4 {
+            v.levels[0].push(file(i + 1, "a", "m", 1000));
+        }
+        v.levels[2].push(file(8, "a", "z", 1000));
+        v.levels[6].push(file(9, "c", "d", 1000));
+        assert_eq!(LevelTargets::compute(&v, &opts).base_level, 6);
+        let plan = plan_range(&v, &opts, 0, None, None).unwrap();
+        assert_eq!(plan.output_level, 2);
+        assert_eq!(plan.output_level_inputs.len(), 1);
+        let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
+        let input = PickerInput {
+            version: &v,
+            opts: &opts,
+            compact_pointers: &ptrs,
+        };
+        let mut v0 = v.clone();
+        // Only L0 over its trigger (L2 drained already): straight to the base.
+        v0.levels[2].clear();
+        let plan = pick(&PickerInput {
+            version: &v0,
+            ..input
+        })
+        .unwrap();
+        assert_eq!((plan.level, plan.output_level), (0, 6));
+        assert_eq!(l0_output_level(&v, 6), 2);
     }
 
     #[test]

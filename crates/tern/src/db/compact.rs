@@ -14,6 +14,9 @@ use crate::options::NUM_LEVELS;
 impl Shared {
     /// Picks and runs one background compaction. Returns whether one ran.
     pub fn compact_one(&self) -> Result<bool> {
+        if self.opts.disable_auto_compactions {
+            return Ok(false);
+        }
         let _guard = self.compaction_lock.lock();
         let plan = {
             let state = self.state.lock();
