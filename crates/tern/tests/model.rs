@@ -1,6 +1,8 @@
 //! Seeded model-based test: random operations against the store and against
 //! an in-memory model (a `BTreeMap`), compared after every step, across clean
-//! restarts and simulated crashes that drop everything not fsynced.
+//! restarts, simulated crashes (which keep nothing unsynced, everything, a
+//! random prefix of unsynced bytes, or unsynced pages out of order), and I/O
+//! faults injected into flush, compaction and GC installs.
 //!
 //! `TERN_MODEL_SEED=<n>` replays one seed; `TERN_MODEL_SEEDS=<count>` sets how
 //! many seeds run (default 24; CI runs more). A failure names its seed.
@@ -11,7 +13,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tern::io::MemFs;
+use tern::io::{CrashMode, FaultFs, FaultKind, MemFs};
 use tern::{Compression, Db, Options, ReadOptions, Snapshot, WriteBatch, WriteOptions};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -24,7 +26,7 @@ static REWRITTEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 
 const DIR: &str = "/db";
 
-fn random_options(rng: &mut StdRng, fs: Arc<MemFs>) -> Options {
+fn random_options(rng: &mut StdRng, fs: tern::io::FsRef) -> Options {
     let comp = |rng: &mut StdRng| match rng.gen_range(0..3) {
         0 => Compression::None,
         1 => Compression::Lz4,
@@ -173,9 +175,25 @@ fn check_iter(db: &Db, snap: Option<&Snapshot>, model: &Model, rng: &mut StdRng,
     }
 }
 
+/// Faults that install paths meet: table and blob output, manifest appends
+/// and syncs, directory syncs, `CURRENT` renames, WAL switches.
+const INSTALL_FAULTS: [FaultKind; 5] = [
+    FaultKind::Write,
+    FaultKind::Sync,
+    FaultKind::SyncDir,
+    FaultKind::Create,
+    FaultKind::Rename,
+];
+
+/// Crashes per mode and faults that fired, across all seeds.
+static CRASHES: [std::sync::atomic::AtomicU64; 4] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+static FAULTS_FIRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 struct Run {
     rng: StdRng,
     fs: Arc<MemFs>,
+    fault: Arc<FaultFs>,
     opts: Options,
     db: Option<Db>,
     model: Model,
@@ -332,25 +350,28 @@ impl Run {
             }
             820..=859 => {
                 self.log.push("flush".into());
-                self.db().flush().unwrap();
-                self.applied(true);
+                self.maybe_faulty("flush", |db| db.flush());
             }
             860..=889 => {
                 let (a, b) = (key(&mut self.rng), key(&mut self.rng));
                 let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
                 let all = self.rng.gen_bool(0.3);
                 self.log.push(format!("compact_range all={all}"));
-                if all {
-                    self.db().compact_range(None, None).unwrap();
-                } else {
-                    self.db().compact_range(Some(&lo), Some(&hi)).unwrap();
-                }
-                self.applied(true);
+                self.maybe_faulty("compact_range", move |db| {
+                    if all {
+                        db.compact_range(None, None)
+                    } else {
+                        db.compact_range(Some(&lo), Some(&hi))
+                    }
+                });
             }
             890..=914 => {
                 self.log.push("gc".into());
-                let jobs = self.db().collect_garbage().unwrap();
-                GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
+                self.maybe_faulty("gc", |db| {
+                    let jobs = db.collect_garbage()?;
+                    GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                });
             }
             915..=939 => {
                 // Sometimes flip between fixed and dynamic level sizes, which
@@ -376,15 +397,76 @@ impl Run {
         }
     }
 
+    /// Runs `op` (a flush, compaction or GC, all of which make everything
+    /// so far durable), with one I/O fault armed in a tenth of the cases.
+    /// If the fault fired and the store failed, the store is restarted:
+    /// as the process left the files (every acknowledged write must be
+    /// there) or after a crash.
+    fn maybe_faulty(&mut self, what: &str, op: impl FnOnce(&Db) -> tern::Result<()>) {
+        let armed = self.rng.gen_bool(0.1);
+        let before = self.fault.injected();
+        if armed {
+            let kind = INSTALL_FAULTS[self.rng.gen_range(0..INSTALL_FAULTS.len())];
+            let after = self.rng.gen_range(0..6);
+            self.log.push(format!("  armed {kind} fault after {after}"));
+            self.fault.inject(kind, after, false);
+        }
+        let res = op(self.db());
+        self.fault.clear();
+        // Let background work started by `op` finish with faults off, so
+        // nothing that met the fault is still in flight.
+        let settled = self.db().wait_for_background();
+        let failed = self.db().stats().background_error;
+        let fired = self.fault.injected() > before;
+        if !fired {
+            res.unwrap_or_else(|e| panic!("{what} failed with no fault injected: {e}"));
+            settled.unwrap();
+            assert_eq!(failed, None, "{what}: store failed with no fault injected");
+            self.applied(true);
+            return;
+        }
+        FAULTS_FIRED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if res.is_ok() && settled.is_ok() && failed.is_none() {
+            // The fault hit work that is retried (a compaction or GC job).
+            self.applied(true);
+            return;
+        }
+        self.log.push(format!("  {what} failed: {res:?}"));
+        if self.rng.gen_bool(0.5) {
+            self.log.push("  restart".into());
+            self.snapshots.clear();
+            drop(self.db.take());
+            self.db = Some(Db::open(DIR, self.opts.clone()).unwrap());
+            assert!(
+                scan(self.db(), None) == self.model,
+                "restart after a failed {what} lost acknowledged writes"
+            );
+            self.applied(true);
+        } else {
+            self.crash(&format!("after a failed {what}"));
+        }
+    }
+
     fn crash(&mut self, ctx: &str) {
-        self.log.push("crash".into());
+        let mode = CrashMode::ALL[self.rng.gen_range(0..CrashMode::ALL.len())];
+        let seed = self.rng.gen();
+        self.log.push(format!("crash {mode:?}"));
+        CRASHES[mode as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.snapshots.clear();
-        let survivor = self.fs.crashed_copy();
+        let survivor = self.fs.crashed_copy_with(mode, seed);
         drop(self.db.take());
         self.fs = survivor;
-        self.opts.fs = self.fs.clone();
+        self.fault = FaultFs::new(self.fs.clone());
+        self.opts.fs = self.fault.clone();
         self.db = Some(Db::open(DIR, self.opts.clone()).unwrap());
         let state = scan(self.db(), None);
+        if mode == CrashMode::KeepAll {
+            // Everything written reached the OS before it was acknowledged.
+            assert!(
+                state == self.model,
+                "{ctx}: a process crash lost acknowledged writes"
+            );
+        }
         // Recovered state must be one of the states since the last durable
         // point: every synced write present, nothing deleted reappearing,
         // batches whole.
@@ -415,7 +497,8 @@ impl Run {
 fn run_seed(seed: u64, steps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let fs = MemFs::new();
-    let mut opts = random_options(&mut rng, fs.clone());
+    let fault = FaultFs::new(fs.clone());
+    let mut opts = random_options(&mut rng, fault.clone());
     // Every other seed: all values separated, a small key space, low GC
     // ratio and frequent compaction + GC.
     let gc_heavy = seed % 2 == 1;
@@ -428,6 +511,7 @@ fn run_seed(seed: u64, steps: usize) {
     let mut run = Run {
         rng,
         fs,
+        fault,
         opts,
         db: Some(db),
         model: Model::new(),
@@ -487,9 +571,24 @@ fn model_based_random_operations_with_restarts_and_crashes() {
         RELOCATED.load(std::sync::atomic::Ordering::Relaxed),
         REWRITTEN.load(std::sync::atomic::Ordering::Relaxed),
     );
-    eprintln!("{seeds} seeds: {jobs} forced GC jobs, {moved} records relocated, {rewritten} refs rewritten");
+    let crashes: Vec<u64> = CRASHES
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    let faults = FAULTS_FIRED.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "{seeds} seeds: {jobs} forced GC jobs, {moved} records relocated, {rewritten} refs rewritten, \
+         crashes per mode {:?} = {crashes:?}, {faults} install faults fired",
+        CrashMode::ALL
+    );
     assert!(
         jobs > 0 && moved > 0,
         "the model test must exercise blob GC"
     );
+    if seeds >= 50 {
+        assert!(
+            crashes.iter().all(|&c| c > 0) && faults > 0,
+            "the model test must exercise every crash mode and install faults"
+        );
+    }
 }

@@ -26,6 +26,7 @@ pub struct Counters {
     pub(crate) stall_micros: AtomicU64,
     pub(crate) slowdowns: AtomicU64,
     pub(crate) stops: AtomicU64,
+    pub(crate) wal_bytes_dropped_at_recovery: AtomicU64,
 }
 
 impl Counters {
@@ -101,6 +102,10 @@ pub struct Stats {
     pub sst_bytes: u64,
     /// Bytes of live WAL files.
     pub wal_bytes: u64,
+    /// Bytes the last open dropped from the end of the newest WAL holding
+    /// records, at its first incomplete or damaged record (writes that were
+    /// never synced; see the durability contract). 0 after a clean shutdown.
+    pub wal_bytes_dropped_at_recovery: u64,
     /// Bytes of live blob files.
     pub blob_bytes: u64,
     /// Bytes of blob records not known to be dead.
@@ -159,6 +164,7 @@ impl Stats {
             gc_records_relocated: c.gc_records_relocated.load(Relaxed),
             gc_runs: c.gc_runs.load(Relaxed),
             blob_refs_rewritten: c.blob_refs_rewritten.load(Relaxed),
+            wal_bytes_dropped_at_recovery: c.wal_bytes_dropped_at_recovery.load(Relaxed),
             ..Default::default()
         }
     }

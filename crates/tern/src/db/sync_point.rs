@@ -3,7 +3,25 @@
 //! `TEST_SYNC_POINT`). Outside `cfg(test)` this is a zero-sized no-op.
 
 #[cfg(test)]
-mod imp {
+pub use hooks::SyncPoints;
+#[cfg(not(test))]
+pub use noop::SyncPoints;
+
+#[cfg(not(test))]
+mod noop {
+    /// No hooks outside tests.
+    #[derive(Default)]
+    pub struct SyncPoints;
+
+    impl SyncPoints {
+        /// Does nothing.
+        #[inline(always)]
+        pub fn hit(&self, _name: &'static str) {}
+    }
+}
+
+#[cfg(test)]
+mod hooks {
     use std::collections::HashMap;
 
     use parking_lot::Mutex;
@@ -31,18 +49,3 @@ mod imp {
         }
     }
 }
-
-#[cfg(not(test))]
-mod imp {
-    /// No hooks outside tests.
-    #[derive(Default)]
-    pub struct SyncPoints;
-
-    impl SyncPoints {
-        /// Does nothing.
-        #[inline(always)]
-        pub fn hit(&self, _name: &'static str) {}
-    }
-}
-
-pub use imp::SyncPoints;

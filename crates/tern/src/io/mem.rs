@@ -7,6 +7,11 @@
 //! throws away everything that was not made durable, following the contract
 //! in [`super`].
 //!
+//! A crash can also keep part of what was never synced, as a real page
+//! cache does ([`CrashMode`]): a random prefix of each file's unsynced
+//! bytes, or its unsynced pages independently and out of order (a page
+//! written back after a later one was lost reads as zeros).
+//!
 //! Directories made by `create_dir_all` are durable at once; the engine only
 //! creates its own directory, and modelling that loss adds nothing.
 
@@ -92,6 +97,78 @@ fn in_dir(path: &Path, dir: &Path) -> bool {
     path.parent() == Some(dir)
 }
 
+/// What survives of unsynced data in a simulated crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Exactly the synced bytes and directory entries (the harshest loss).
+    SyncedOnly,
+    /// Everything written, as after a process crash with the OS still up.
+    KeepAll,
+    /// Durable directory entries; each file keeps its synced bytes plus a
+    /// random prefix of the bytes written after them.
+    UnsyncedPrefix,
+    /// Durable directory entries; each unsynced page (4 KiB, aligned in the
+    /// file) of each file survives or not independently. The file ends
+    /// after its last surviving page; lost pages before it read as zeros.
+    UnsyncedPages,
+}
+
+impl CrashMode {
+    /// Every mode.
+    pub const ALL: [CrashMode; 4] = [
+        CrashMode::SyncedOnly,
+        CrashMode::KeepAll,
+        CrashMode::UnsyncedPrefix,
+        CrashMode::UnsyncedPages,
+    ];
+}
+
+/// Page size for [`CrashMode::UnsyncedPages`].
+const PAGE: usize = 4096;
+
+/// splitmix64, so crash outcomes follow from a seed without a dependency.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The bytes of `node` that survive a crash in `mode`.
+fn surviving_bytes(node: &NodeData, mode: CrashMode, rng: &mut u64) -> Vec<u8> {
+    let extra_from = node.synced.len();
+    // A file cut by O_TRUNC and not synced since: only the synced bytes.
+    let appended = !node.diverged && node.data.len() > extra_from;
+    match mode {
+        CrashMode::KeepAll => node.data.clone(),
+        CrashMode::SyncedOnly => node.synced.clone(),
+        _ if !appended => node.synced.clone(),
+        CrashMode::UnsyncedPrefix => {
+            let extra = node.data.len() - extra_from;
+            let keep = (next_random(rng) % (extra as u64 + 1)) as usize;
+            node.data[..extra_from + keep].to_vec()
+        }
+        CrashMode::UnsyncedPages => {
+            let mut out = node.synced.clone();
+            let mut end = extra_from;
+            let mut page_start = extra_from - extra_from % PAGE;
+            while page_start < node.data.len() {
+                let page_end = (page_start + PAGE).min(node.data.len());
+                let from = page_start.max(extra_from);
+                if next_random(rng) % 2 == 0 {
+                    out.resize(from, 0);
+                    out.extend_from_slice(&node.data[from..page_end]);
+                    end = page_end;
+                }
+                page_start = page_end;
+            }
+            out.truncate(end);
+            out
+        }
+    }
+}
+
 /// In-memory files with crash simulation, for tests.
 pub struct MemFs {
     state: Arc<Mutex<State>>,
@@ -149,6 +226,69 @@ impl MemFs {
             new_state.dirs = state.dirs.clone();
         }
         Arc::new(copy)
+    }
+
+    /// A new, independent file system holding what survives a crash now in
+    /// `mode`, with the random choices drawn from `seed`. Like
+    /// [`MemFs::crashed_copy`] (which is `CrashMode::SyncedOnly`), `self` is
+    /// left untouched.
+    pub fn crashed_copy_with(&self, mode: CrashMode, seed: u64) -> Arc<MemFs> {
+        let state = self.state.lock();
+        let mut rng = seed;
+        let namespace = if mode == CrashMode::KeepAll {
+            &state.live
+        } else {
+            &state.durable
+        };
+        // Sorted, so the same seed gives the same outcome.
+        let mut paths: Vec<&PathBuf> = namespace.keys().collect();
+        paths.sort();
+        let mut fresh: HashMap<*const Mutex<NodeData>, Node> = HashMap::new();
+        let mut files = HashMap::with_capacity(paths.len());
+        for path in paths {
+            let node = &namespace[path];
+            let copy = fresh
+                .entry(Arc::as_ptr(node))
+                .or_insert_with(|| {
+                    let data = surviving_bytes(&node.lock(), mode, &mut rng);
+                    Arc::new(Mutex::new(NodeData {
+                        synced: data.clone(),
+                        data,
+                        diverged: false,
+                    }))
+                })
+                .clone();
+            files.insert(path.clone(), copy);
+        }
+        let copy = MemFs::default();
+        {
+            let mut new_state = copy.state.lock();
+            new_state.live = files.clone();
+            new_state.durable = files;
+            new_state.dirs = state.dirs.clone();
+        }
+        Arc::new(copy)
+    }
+
+    /// Overwrites `len` bytes of `path` from `offset` with zeros, in both the
+    /// current and the synced contents (a lost page, not an unsynced write).
+    pub fn zero_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        let state = self.state.lock();
+        let mut node = state.node(path)?.lock();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let end = usize::try_from(offset.saturating_add(len)).unwrap_or(usize::MAX);
+        if end > node.data.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("range {offset}+{len} is past the end of {}", path.display()),
+            ));
+        }
+        node.data[start..end].fill(0);
+        let synced_end = end.min(node.synced.len());
+        if start < synced_end {
+            node.synced[start..synced_end].fill(0);
+        }
+        Ok(())
     }
 
     /// XORs the byte at `offset` of `path` with `xor`, in both the current
@@ -470,6 +610,56 @@ mod tests {
     fn sorted(mut v: Vec<String>) -> Vec<String> {
         v.sort();
         v
+    }
+
+    #[test]
+    fn crash_modes_keep_what_they_promise() {
+        let synced: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
+        let unsynced: Vec<u8> = (0..20000u32).map(|i| (i % 241) as u8 + 1).collect();
+        let fs = setup();
+        let mut f = write(&fs, "db/a", &synced, true);
+        fs.sync_dir(p("db")).unwrap();
+        f.append(&unsynced).unwrap();
+        let _g = write(&fs, "db/not-in-dir", b"x", true);
+        let all: Vec<u8> = [synced.clone(), unsynced.clone()].concat();
+        let mut saw_hole = false;
+        let mut saw_partial = false;
+        for seed in 0..64 {
+            for mode in CrashMode::ALL {
+                let c = fs.crashed_copy_with(mode, seed);
+                let got = c.read_all(p("db/a")).unwrap();
+                assert!(got.len() >= synced.len() && got.len() <= all.len());
+                assert_eq!(
+                    got[..synced.len()],
+                    synced[..],
+                    "{mode:?}: synced bytes kept"
+                );
+                assert_eq!(
+                    c.exists(p("db/not-in-dir")),
+                    mode == CrashMode::KeepAll,
+                    "{mode:?}: unsynced directory entry"
+                );
+                match mode {
+                    CrashMode::SyncedOnly => assert_eq!(got, synced),
+                    CrashMode::KeepAll => assert_eq!(got, all),
+                    CrashMode::UnsyncedPrefix => assert_eq!(got[..], all[..got.len()]),
+                    CrashMode::UnsyncedPages => {
+                        for (i, (&b, &want)) in got.iter().zip(&all).enumerate() {
+                            assert!(b == want || b == 0, "byte {i}");
+                        }
+                        saw_hole |= got.contains(&0);
+                        saw_partial |= got.len() > synced.len() && got.len() < all.len();
+                        // Whole pages survive or not.
+                        assert!(
+                            got.len() == all.len()
+                                || got.len() % PAGE == 0
+                                || got.len() == synced.len()
+                        );
+                    }
+                }
+            }
+        }
+        assert!(saw_hole && saw_partial, "out-of-order pages were simulated");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub mod posix;
 pub mod rate_limit;
 
 pub use fault::{FaultFs, FaultKind};
-pub use mem::MemFs;
+pub use mem::{CrashMode, MemFs};
 pub use posix::PosixFs;
 pub use rate_limit::{RateLimitedFile, RateLimiter};
 

@@ -87,6 +87,16 @@ impl LogReader {
         }
     }
 
+    /// Offset where reading stopped at a torn tail or damage, if it did.
+    /// Only final once `next_record` has returned `Ok(None)` or an error.
+    pub fn stopped_at(&self) -> Option<u64> {
+        if self.error.is_some() {
+            Some(self.pos as u64)
+        } else {
+            self.torn_tail
+        }
+    }
+
     /// Offset in the file of the record last returned by
     /// [`LogReader::next_record`] (0 before the first record).
     pub fn last_record_offset(&self) -> u64 {
@@ -115,4 +125,9 @@ impl LogReader {
     pub fn kind(&self) -> LogKind {
         self.kind
     }
+}
+
+/// True when the log in `data` holds at least one valid record.
+pub fn holds_a_record(data: Vec<u8>, path: PathBuf, kind: LogKind) -> bool {
+    LogReader::new(data, path, kind).is_ok_and(|mut r| matches!(r.next_record(), Ok(Some(_))))
 }
