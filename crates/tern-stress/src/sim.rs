@@ -1,6 +1,8 @@
 //! `tern stress --sim`: the store on simulated files ([`MemFs`] behind a
 //! [`FaultFs`]), random I/O errors, and simulated power failures
-//! ([`MemFs::crashed_copy`]) checked against the durability contract.
+//! ([`MemFs::crashed_copy_with`], in every [`CrashMode`]: nothing unsynced
+//! kept, everything kept, a random prefix of unsynced bytes, or unsynced
+//! pages out of order) checked against the durability contract.
 //!
 //! One thread issues every operation, so the log of acknowledged writes is
 //! the store's commit order. After each power failure the recovered store
@@ -15,7 +17,7 @@ use std::path::Path;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tern::io::{FaultFs, FsRef, MemFs};
+use tern::io::{CrashMode, FaultFs, FsRef, MemFs};
 use tern::{Db, Options, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::config::StressConfig;
@@ -35,6 +37,8 @@ struct LoggedWrite {
 pub struct SimReport {
     /// Simulated power failures (each followed by a check and a reopen).
     pub crashes: u64,
+    /// Of those, per [`CrashMode::ALL`] entry.
+    pub crashes_by_mode: [u64; 4],
     /// Clean closes instead of a crash.
     pub clean_closes: u64,
     /// Operations issued.
@@ -362,11 +366,13 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
             }
             drop(db);
         } else {
-            let copy = mem.crashed_copy();
+            let mode = CrashMode::ALL[rng.gen_range(0..CrashMode::ALL.len())];
+            let copy = mem.crashed_copy_with(mode, rng.gen());
             fault.clear();
             drop(db);
             mem = copy;
             report.crashes += 1;
+            report.crashes_by_mode[mode as usize] += 1;
         }
         report.faults += fault.injected();
         if (cycle + 1) % 10 == 0 || cycle + 1 == a.crashes {
@@ -415,8 +421,10 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         .filter(|p| p.extension().is_some_and(|e| e == "blob"))
         .count() as u64;
     w(format!(
-        "stress: simulation done: {} crashes, {} clean closes, {} ops, {} injected faults, {} gc calls, {} gc jobs, {} blob files at the end",
+        "stress: simulation done: {} crashes ({:?} per mode {:?}), {} clean closes, {} ops, {} injected faults, {} gc calls, {} gc jobs, {} blob files at the end",
         report.crashes,
+        report.crashes_by_mode,
+        CrashMode::ALL,
         report.clean_closes,
         report.ops,
         report.faults,
