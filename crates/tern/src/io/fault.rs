@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{FileLock, FileSystem, FsRef, RandomAccessFile, WritableFile};
+use super::{splitmix64, FileLock, FileSystem, FsRef, RandomAccessFile, WritableFile};
 
 /// The kinds of operation a fault can be injected into.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
@@ -79,18 +79,9 @@ struct Random {
 }
 
 impl Random {
-    /// splitmix64: tiny, deterministic, good enough for picking faults.
-    fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     fn hit(&mut self) -> bool {
         // 53 random bits as a float in [0, 1).
-        let x = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let x = (splitmix64(&mut self.state) >> 11) as f64 / (1u64 << 53) as f64;
         x < self.probability
     }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{FileLock, FileSystem, RandomAccessFile, WritableFile};
+use super::{splitmix64, FileLock, FileSystem, RandomAccessFile, WritableFile};
 
 #[derive(Default)]
 struct NodeData {
@@ -126,15 +126,6 @@ impl CrashMode {
 /// Page size for [`CrashMode::UnsyncedPages`].
 const PAGE: usize = 4096;
 
-/// splitmix64, so crash outcomes follow from a seed without a dependency.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The bytes of `node` that survive a crash in `mode`.
 fn surviving_bytes(node: &NodeData, mode: CrashMode, rng: &mut u64) -> Vec<u8> {
     let extra_from = node.synced.len();
@@ -146,7 +137,7 @@ fn surviving_bytes(node: &NodeData, mode: CrashMode, rng: &mut u64) -> Vec<u8> {
         _ if !appended => node.synced.clone(),
         CrashMode::UnsyncedPrefix => {
             let extra = node.data.len() - extra_from;
-            let keep = (next_random(rng) % (extra as u64 + 1)) as usize;
+            let keep = (splitmix64(rng) % (extra as u64 + 1)) as usize;
             node.data[..extra_from + keep].to_vec()
         }
         CrashMode::UnsyncedPages => {
@@ -156,7 +147,7 @@ fn surviving_bytes(node: &NodeData, mode: CrashMode, rng: &mut u64) -> Vec<u8> {
             while page_start < node.data.len() {
                 let page_end = (page_start + PAGE).min(node.data.len());
                 let from = page_start.max(extra_from);
-                if next_random(rng) % 2 == 0 {
+                if splitmix64(rng) % 2 == 0 {
                     out.resize(from, 0);
                     out.extend_from_slice(&node.data[from..page_end]);
                     end = page_end;
@@ -206,7 +197,7 @@ impl MemFs {
     /// the old nodes, so their writes and syncs no longer reach any file.
     pub fn crash(&self) {
         let mut state = self.state.lock();
-        let durable = durable_copy(&state);
+        let durable = surviving_files(&state, CrashMode::SyncedOnly, 0);
         state.live = durable.clone();
         state.durable = durable;
         state.locks.clear();
@@ -216,16 +207,7 @@ impl MemFs {
     /// Unlike [`MemFs::crash`] this leaves `self` untouched, so code still
     /// running against the old one cannot disturb the copy at all.
     pub fn crashed_copy(&self) -> Arc<MemFs> {
-        let state = self.state.lock();
-        let durable = durable_copy(&state);
-        let copy = MemFs::default();
-        {
-            let mut new_state = copy.state.lock();
-            new_state.live = durable.clone();
-            new_state.durable = durable;
-            new_state.dirs = state.dirs.clone();
-        }
-        Arc::new(copy)
+        self.crashed_copy_with(CrashMode::SyncedOnly, 0)
     }
 
     /// A new, independent file system holding what survives a crash now in
@@ -234,32 +216,7 @@ impl MemFs {
     /// left untouched.
     pub fn crashed_copy_with(&self, mode: CrashMode, seed: u64) -> Arc<MemFs> {
         let state = self.state.lock();
-        let mut rng = seed;
-        let namespace = if mode == CrashMode::KeepAll {
-            &state.live
-        } else {
-            &state.durable
-        };
-        // Sorted, so the same seed gives the same outcome.
-        let mut paths: Vec<&PathBuf> = namespace.keys().collect();
-        paths.sort();
-        let mut fresh: HashMap<*const Mutex<NodeData>, Node> = HashMap::new();
-        let mut files = HashMap::with_capacity(paths.len());
-        for path in paths {
-            let node = &namespace[path];
-            let copy = fresh
-                .entry(Arc::as_ptr(node))
-                .or_insert_with(|| {
-                    let data = surviving_bytes(&node.lock(), mode, &mut rng);
-                    Arc::new(Mutex::new(NodeData {
-                        synced: data.clone(),
-                        data,
-                        diverged: false,
-                    }))
-                })
-                .clone();
-            files.insert(path.clone(), copy);
-        }
+        let files = surviving_files(&state, mode, seed);
         let copy = MemFs::default();
         {
             let mut new_state = copy.state.lock();
@@ -330,19 +287,31 @@ impl MemFs {
     }
 }
 
-/// Fresh nodes holding the synced bytes of every durable entry. A node
-/// reachable under two durable paths stays shared, like a hard link.
-fn durable_copy(state: &State) -> HashMap<PathBuf, Node> {
+/// Fresh nodes holding what of each file survives a crash in `mode` (the
+/// random choices drawn from `seed`): the durable entries, or every live one
+/// for [`CrashMode::KeepAll`]. A node reachable under two paths stays shared,
+/// like a hard link.
+fn surviving_files(state: &State, mode: CrashMode, seed: u64) -> HashMap<PathBuf, Node> {
+    let namespace = if mode == CrashMode::KeepAll {
+        &state.live
+    } else {
+        &state.durable
+    };
+    let mut rng = seed;
+    // Sorted, so the same seed gives the same outcome.
+    let mut paths: Vec<&PathBuf> = namespace.keys().collect();
+    paths.sort();
     let mut fresh: HashMap<*const Mutex<NodeData>, Node> = HashMap::new();
-    let mut out = HashMap::with_capacity(state.durable.len());
-    for (path, node) in &state.durable {
+    let mut out = HashMap::with_capacity(paths.len());
+    for path in paths {
+        let node = &namespace[path];
         let copy = fresh
             .entry(Arc::as_ptr(node))
             .or_insert_with(|| {
-                let synced = node.lock().synced.clone();
+                let data = surviving_bytes(&node.lock(), mode, &mut rng);
                 Arc::new(Mutex::new(NodeData {
-                    data: synced.clone(),
-                    synced,
+                    synced: data.clone(),
+                    data,
                     diverged: false,
                 }))
             })

@@ -81,5 +81,15 @@ pub trait FileSystem: Send + Sync + 'static {
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
 }
 
+/// splitmix64: a tiny deterministic generator, so simulated faults and
+/// crashes follow from a seed without a dependency.
+pub(crate) fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Shared handle to a file system.
 pub type FsRef = Arc<dyn FileSystem>;
