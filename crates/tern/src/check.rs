@@ -221,8 +221,8 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
 
     check_shape(dir, &replay, &mut report);
     let blobs = check_blob_files(dir, &fs, &replay, &mut report);
-    // Recovery's point-in-time policy: damage is a torn tail only in the
-    // newest WAL holding records (or after it).
+    // The WALs recovery replays, oldest first: damage in one is a torn tail
+    // only if no later one holds a record (point-in-time recovery).
     let mut recovered_wals: Vec<u64> = files
         .iter()
         .filter_map(|(_, p)| match p {
@@ -231,11 +231,6 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
         })
         .collect();
     recovered_wals.sort_unstable();
-    let newest_with_records = recovered_wals.iter().rev().copied().find(|&n| {
-        let path = dir.join(crate::wal::wal_file_name(n));
-        fs.read_all(&path)
-            .is_ok_and(|data| crate::wal::holds_a_record(data, path, LogKind::Wal))
-    });
     let mut live = HashSet::new();
     for (level, files) in replay.levels.iter().enumerate() {
         for meta in files.values() {
@@ -247,7 +242,17 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
         let path = dir.join(name);
         match parsed {
             Some((FileType::Wal, n)) if *n >= replay.log_number => {
-                let may_be_torn = newest_with_records.is_none_or(|newest| *n >= newest);
+                let later = recovered_wals.partition_point(|w| w <= n);
+                // A later WAL that cannot be read counts as holding records:
+                // the damage is then reported as a problem.
+                let may_be_torn = || {
+                    !crate::wal::later_wal_holds_a_record(
+                        fs.as_ref(),
+                        dir,
+                        &recovered_wals[later..],
+                    )
+                    .unwrap_or(true)
+                };
                 check_wal(&fs, &path, may_be_torn, &mut report);
             }
             Some((FileType::Wal, _)) => report.warnings.push(format!(
@@ -1224,11 +1229,15 @@ fn scan_table(
     scan
 }
 
-/// Checks every record of the WAL at `path`. With `may_be_torn` (the
-/// newest WAL holding records, or a later one) an incomplete or damaged
-/// record ends the log as recovery treats it: a warning. Otherwise it is a
-/// problem.
-fn check_wal(fs: &FsRef, path: &Path, may_be_torn: bool, report: &mut CheckReport) {
+/// Checks every record of the WAL at `path`. An incomplete or damaged
+/// record is a warning when `may_be_torn()` says recovery treats it as the
+/// end of the log, and a problem otherwise.
+fn check_wal(
+    fs: &FsRef,
+    path: &Path,
+    may_be_torn: impl FnOnce() -> bool,
+    report: &mut CheckReport,
+) {
     let data = match fs.read_all(path) {
         Ok(d) => d,
         Err(e) => {
@@ -1246,19 +1255,13 @@ fn check_wal(fs: &FsRef, path: &Path, may_be_torn: bool, report: &mut CheckRepor
         }
     };
     let mut prev_end: Option<u64> = None;
+    let mut damage = None;
     loop {
         let rec = match reader.next_record() {
             Ok(Some(rec)) => rec,
             Ok(None) => break,
-            Err(e) if may_be_torn => {
-                report.warnings.push(format!(
-                    "{}: damaged record ({e}); recovery keeps the records before it and drops the rest (unsynced writes)",
-                    path.display()
-                ));
-                break;
-            }
             Err(e) => {
-                report.error(path, e);
+                damage = Some(e);
                 break;
             }
         };
@@ -1284,20 +1287,24 @@ fn check_wal(fs: &FsRef, path: &Path, may_be_torn: bool, report: &mut CheckRepor
             Err(e) => report.error(path, e.in_file(path, offset + RECORD_HEADER_LEN as u64)),
         }
     }
-    if let Some(at) = reader.torn_tail() {
-        if may_be_torn {
-            report.warnings.push(format!(
-                "{}: torn tail at offset {at} (an interrupted write; recovery drops it)",
-                path.display()
-            ));
-        } else {
-            report.problem(
-                path,
-                at,
-                "incomplete record in a write-ahead log that a later log with records follows"
-                    .to_string(),
-            );
-        }
+    let Some(at) = reader.stopped_at() else {
+        return;
+    };
+    match (damage, may_be_torn()) {
+        (Some(e), true) => report.warnings.push(format!(
+            "{}: damaged record ({e}); recovery keeps the records before it and drops the rest (unsynced writes)",
+            path.display()
+        )),
+        (None, true) => report.warnings.push(format!(
+            "{}: torn tail at offset {at} (an interrupted write; recovery drops it)",
+            path.display()
+        )),
+        (Some(e), false) => report.error(path, e),
+        (None, false) => report.problem(
+            path,
+            at,
+            "incomplete record in a write-ahead log that a later log with records follows",
+        ),
     }
 }
 

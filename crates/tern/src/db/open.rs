@@ -145,29 +145,21 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     // Point-in-time recovery: replay the WALs in order and stop at the first
     // incomplete or damaged record of the newest WAL holding records (the
     // unsynced tail a crash may leave, possibly with holes where pages were
-    // lost). A WAL is synced whole before a later one receives a record, so
-    // damage anywhere before that is corruption, not a crash.
-    let mut newest_with_records = None;
-    for &number in wals.iter().rev() {
-        let path = s.dir.join(wal_file_name(number));
-        let data = s.fs.read_all(&path).ctx(&path)?;
-        if crate::wal::holds_a_record(data, path, LogKind::Wal) {
-            newest_with_records = Some(number);
-            break;
-        }
-    }
-    for &number in &wals {
+    // lost). Damage before that is corruption, not a crash.
+    for (i, &number) in wals.iter().enumerate() {
         let path = s.dir.join(wal_file_name(number));
         let data = s.fs.read_all(&path).ctx(&path)?;
         let len = data.len() as u64;
         let mut reader = LogReader::new(data, path.clone(), LogKind::Wal)?;
-        let may_be_torn = newest_with_records.is_none_or(|n| number >= n);
+        let mut damage = None;
         loop {
             let rec = match reader.next_record() {
                 Ok(Some(rec)) => rec,
                 Ok(None) => break,
-                Err(_) if may_be_torn => break,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    damage = Some(e);
+                    break;
+                }
             };
             let batch = WriteBatch::from_bytes(rec);
             let offset = reader.last_record_offset();
@@ -206,21 +198,26 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 max_seq = max_seq.max(seq);
             }
         }
-        if let Some(at) = reader.stopped_at() {
-            if !may_be_torn {
-                return Err(Error::corruption(
+        let Some(at) = reader.stopped_at() else {
+            continue;
+        };
+        if crate::wal::later_wal_holds_a_record(s.fs.as_ref(), &s.dir, &wals[i + 1..])? {
+            return Err(damage.unwrap_or_else(|| {
+                Error::corruption(
                     &path,
                     at,
-                    "incomplete or damaged record in a write-ahead log that a later log with records follows (it was synced whole, so this is damage, not a crash)",
-                ));
-            }
-            let dropped = len - at;
-            tracing::warn!(
-                "tern: recovery stopped at offset {at} of {}: dropped {dropped} bytes of unsynced writes (incomplete or damaged record)",
-                path.display()
-            );
-            Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
+                    "incomplete record in a write-ahead log that a later log with records follows (it was synced whole, so this is damage, not a crash)",
+                )
+            }));
         }
+        let dropped = len - at;
+        tracing::warn!(
+            "tern: recovery stopped at offset {at} of {}: dropped {dropped} bytes of unsynced writes (incomplete or damaged record)",
+            path.display()
+        );
+        Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
+        // No later WAL holds a record: nothing more to replay.
+        break;
     }
     let number = state.versions.new_file_number();
     let out = s.write_level0_table(&mem, number, &counter)?;

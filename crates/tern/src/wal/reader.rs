@@ -2,10 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{DecodeError, Result};
+use super::wal_file_name;
+use crate::error::{DecodeError, IoContext, Result};
 use crate::format::log_record::{
     decode_file_header, decode_record, FileHeader, LogKind, RecordOutcome, FILE_HEADER_LEN,
 };
+use crate::io::FileSystem;
 
 /// Iterates over the records of a whole log file held in memory, applying
 /// the recovery policy of `docs/format/wal.md`: an incomplete tail (a torn
@@ -127,7 +129,20 @@ impl LogReader {
     }
 }
 
-/// True when the log in `data` holds at least one valid record.
-pub fn holds_a_record(data: Vec<u8>, path: PathBuf, kind: LogKind) -> bool {
-    LogReader::new(data, path, kind).is_ok_and(|mut r| matches!(r.next_record(), Ok(Some(_))))
+/// Point-in-time recovery's test for damage found in a WAL: it may end the
+/// log (a crash's unsynced tail) only when none of the `later` WALs in `dir`
+/// holds a valid record. A WAL is synced whole before any write lands in the
+/// next one, so a later record proves the damaged WAL once reached the disk
+/// complete. Reads the later WALs only when called, that is, on damage.
+pub fn later_wal_holds_a_record(fs: &dyn FileSystem, dir: &Path, later: &[u64]) -> Result<bool> {
+    for &number in later {
+        let path = dir.join(wal_file_name(number));
+        let data = fs.read_all(&path).ctx(&path)?;
+        let holds = LogReader::new(data, path, LogKind::Wal)
+            .is_ok_and(|mut r| matches!(r.next_record(), Ok(Some(_))));
+        if holds {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
