@@ -153,23 +153,15 @@ impl Shared {
         if let Some(e) = &state.bg_error {
             return Err(Error::Poisoned(e.clone()));
         }
-        let before: Vec<u64> = state
-            .versions
-            .current()
-            .blob_files
-            .keys()
-            .copied()
-            .collect();
         if let Err(e) = state.versions.log_and_apply(edit) {
             self.set_bg_error(state, &e);
             return Err(e);
         }
-        let after = state.versions.current();
-        state.obsolete_blobs.extend(
-            before
-                .into_iter()
-                .filter(|n| !after.blob_files.contains_key(n)),
-        );
+        // Blob files leave the version when deleted or retired by GC.
+        let retired = edit.relocations.iter().map(|(_, r)| r.old_file);
+        state
+            .obsolete_blobs
+            .extend(edit.blob_files_deleted.iter().copied().chain(retired));
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! whole version, and `CURRENT` is switched to it by atomic rename followed by
 //! a directory fsync. See `docs/format/manifest.md`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -17,27 +18,22 @@ use crate::io::FsRef;
 use crate::options::NUM_LEVELS;
 use crate::wal::{manifest_file_name, read_current, set_current, LogKind, LogReader, LogWriter};
 
-/// Adds to `edit` the retirement of every blob file and lineage entry that
-/// no table of `version` (the result of applying `edit`) can reach. Returns
-/// whether it added anything.
-fn add_unreachable_blobs(version: &Version, edit: &mut VersionEdit) -> bool {
+/// An edit retiring every blob file and lineage entry of `version` that no
+/// table can reach (through lineage) any more.
+fn unreachable_blobs(version: &Version) -> VersionEdit {
+    fn unreachable<V>(files: &BTreeMap<u64, V>, reachable: &BTreeSet<u64>) -> Vec<u64> {
+        files
+            .keys()
+            .filter(|n| !reachable.contains(n))
+            .copied()
+            .collect()
+    }
     let reachable = version.referenced_blob_files();
-    let files: Vec<u64> = version
-        .blob_files
-        .keys()
-        .filter(|n| !reachable.contains(n))
-        .copied()
-        .collect();
-    let lineage: Vec<u64> = version
-        .relocations
-        .keys()
-        .filter(|n| !reachable.contains(n))
-        .copied()
-        .collect();
-    let added = !files.is_empty() || !lineage.is_empty();
-    edit.blob_files_deleted.extend(files);
-    edit.relocations_dropped.extend(lineage);
-    added
+    VersionEdit {
+        blob_files_deleted: unreachable(&version.blob_files, &reachable),
+        relocations_dropped: unreachable(&version.relocations, &reachable),
+        ..Default::default()
+    }
 }
 
 /// What recovery found in the manifest.
@@ -203,10 +199,13 @@ impl VersionSet {
         let mut builder = VersionBuilder::new(&self.current);
         builder.apply(edit)?;
         let mut version = builder.build()?;
-        if add_unreachable_blobs(&version, edit) {
-            let mut builder = VersionBuilder::new(&self.current);
-            builder.apply(edit)?;
+        let cleanup = unreachable_blobs(&version);
+        if !cleanup.is_empty() {
+            let mut builder = VersionBuilder::new(&version);
+            builder.apply(&cleanup)?;
             version = builder.build()?;
+            edit.blob_files_deleted.extend(cleanup.blob_files_deleted);
+            edit.relocations_dropped.extend(cleanup.relocations_dropped);
         }
 
         if let Err(e) = self.write_edit(&version, edit) {
