@@ -100,7 +100,10 @@ fn gc_loop(s: &Shared) {
         loop {
             match s.gc_one() {
                 Ok(true) => failures = 0,
-                Ok(false) => break,
+                Ok(false) => {
+                    failures = 0;
+                    break;
+                }
                 Err(e) => {
                     failures += 1;
                     give_up_after_attempts(s, failures, "blob GC", &e);
@@ -128,35 +131,31 @@ fn flush_loop(s: &Shared) {
 }
 
 fn compaction_loop(s: &Shared) {
+    // Consecutive failures, for back-off and giving up.
+    let mut failures = 0u32;
     loop {
         {
             let mut state = s.state.lock();
             if state.shutting_down {
                 return;
             }
-            if state.compaction_failures > 0 {
-                // Back off after failures so a persistent error does not spin
-                // and a short-lived one has time to clear.
-                let wait = backoff(state.compaction_failures);
-                if !sleep_unless_shutting_down(s, &mut state, wait) {
-                    return;
-                }
+            // Back off after failures so a persistent error does not spin
+            // and a short-lived one has time to clear.
+            if failures > 0 && !sleep_unless_shutting_down(s, &mut state, backoff(failures)) {
+                return;
             }
         }
         match s.compact_one() {
-            Ok(true) => s.state.lock().compaction_failures = 0,
+            Ok(true) => failures = 0,
             Ok(false) => {
+                failures = 0;
                 let mut state = s.state.lock();
                 if !state.shutting_down {
                     s.bg_work.wait_for(&mut state, Duration::from_secs(1));
                 }
             }
             Err(e) => {
-                let failures = {
-                    let mut state = s.state.lock();
-                    state.compaction_failures += 1;
-                    state.compaction_failures
-                };
+                failures += 1;
                 give_up_after_attempts(s, failures, "compaction", &e);
             }
         }

@@ -63,8 +63,6 @@ pub struct State {
     /// Blob files no longer in the current version (retired by GC or
     /// unreferenced), deleted once no reader's version lists them.
     pub obsolete_blobs: Vec<u64>,
-    /// Consecutive compaction failures (for back-off).
-    pub compaction_failures: u32,
 }
 
 /// Everything the handle and the background threads share.

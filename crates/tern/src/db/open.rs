@@ -84,7 +84,6 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         obsolete_tables: Vec::new(),
         obsolete_wals: Vec::new(),
         obsolete_blobs: Vec::new(),
-        compaction_failures: 0,
     };
     let sv = SuperVersion {
         mem,
