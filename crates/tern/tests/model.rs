@@ -350,14 +350,14 @@ impl Run {
             }
             820..=859 => {
                 self.log.push("flush".into());
-                self.maybe_faulty("flush", |db| db.flush());
+                self.maybe_faulty("flush", true, |db| db.flush());
             }
             860..=889 => {
                 let (a, b) = (key(&mut self.rng), key(&mut self.rng));
                 let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
                 let all = self.rng.gen_bool(0.3);
                 self.log.push(format!("compact_range all={all}"));
-                self.maybe_faulty("compact_range", move |db| {
+                self.maybe_faulty("compact_range", true, move |db| {
                     if all {
                         db.compact_range(None, None)
                     } else {
@@ -367,7 +367,7 @@ impl Run {
             }
             890..=914 => {
                 self.log.push("gc".into());
-                self.maybe_faulty("gc", |db| {
+                self.maybe_faulty("gc", false, |db| {
                     let jobs = db.collect_garbage()?;
                     GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
                     Ok(())
@@ -397,28 +397,35 @@ impl Run {
         }
     }
 
-    /// Runs `op` (a flush, compaction or GC, all of which make everything
-    /// so far durable), with one I/O fault armed in a tenth of the cases.
-    /// If the fault fired and the store failed, the store is restarted:
-    /// as the process left the files (every acknowledged write must be
-    /// there) or after a crash.
-    fn maybe_faulty(&mut self, what: &str, op: impl FnOnce(&Db) -> tern::Result<()>) {
-        let armed = self.rng.gen_bool(0.1);
-        let before = self.fault.injected();
-        if armed {
-            let kind = INSTALL_FAULTS[self.rng.gen_range(0..INSTALL_FAULTS.len())];
-            let after = self.rng.gen_range(0..6);
-            self.log.push(format!("  armed {kind} fault after {after}"));
-            self.fault.inject(kind, after, false);
+    /// Runs `op` (a flush, compaction or GC; `durable` says whether it
+    /// makes everything so far durable), with one I/O fault armed in a
+    /// tenth of the cases. If the fault fired and the store failed, the
+    /// store is restarted: as the process left the files (every
+    /// acknowledged write must be there) or after a crash.
+    fn maybe_faulty(
+        &mut self,
+        what: &str,
+        durable: bool,
+        op: impl FnOnce(&Db) -> tern::Result<()>,
+    ) {
+        if !self.rng.gen_bool(0.1) {
+            op(self.db()).unwrap_or_else(|e| panic!("{what} failed with no fault injected: {e}"));
+            self.applied(durable);
+            return;
         }
+        let before = self.fault.injected();
+        let kind = INSTALL_FAULTS[self.rng.gen_range(0..INSTALL_FAULTS.len())];
+        let after = self.rng.gen_range(0..6);
+        self.log.push(format!("  armed {kind} fault after {after}"));
+        self.fault.inject(kind, after, false);
         let res = op(self.db());
         self.fault.clear();
         // Let background work started by `op` finish with faults off, so
-        // nothing that met the fault is still in flight.
+        // nothing that met the fault is still in flight (this also flushes:
+        // everything so far is durable once it succeeds).
         let settled = self.db().wait_for_background();
         let failed = self.db().stats().background_error;
-        let fired = self.fault.injected() > before;
-        if !fired {
+        if self.fault.injected() == before {
             res.unwrap_or_else(|e| panic!("{what} failed with no fault injected: {e}"));
             settled.unwrap();
             assert_eq!(failed, None, "{what}: store failed with no fault injected");

@@ -392,10 +392,18 @@ mod tests {
         assert_eq!(db.get(b"after").unwrap(), Some(b"x".to_vec()));
     }
 
+    /// A WAL's path and the offsets of its records.
+    type WalRecords = (std::path::PathBuf, Vec<u64>);
+
     /// Two synced WALs the manifest never heard of (as after two memtable
     /// switches and a crash), 50 writes each; returns their paths and the
-    /// offsets of their records.
-    fn two_unflushed_wals(mem: &Arc<MemFs>, opts: &Options) -> Vec<(std::path::PathBuf, Vec<u64>)> {
+    /// offsets of their records, with the file system and options.
+    fn two_unflushed_wals() -> (Arc<MemFs>, Options, Vec<WalRecords>) {
+        let mem = MemFs::new();
+        let opts = Options {
+            fs: mem.clone(),
+            ..Options::default()
+        };
         Db::open("/db", opts.clone()).unwrap().close().unwrap();
         let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
         let next = set.new_file_number();
@@ -417,7 +425,7 @@ mod tests {
             out.push((path, offsets));
         }
         mem.sync_dir(Path::new("/db")).unwrap();
-        out
+        (mem, opts, out)
     }
 
     /// Open fails with corruption at `file`/`offset`, and `tern check`
@@ -452,12 +460,7 @@ mod tests {
     /// WAL was replayed on top (a result that is not a prefix of history).
     #[test]
     fn damaged_record_length_in_an_older_wal_is_corruption() {
-        let mem = MemFs::new();
-        let opts = Options {
-            fs: mem.clone(),
-            ..Options::default()
-        };
-        let wals = two_unflushed_wals(&mem, &opts);
+        let (mem, opts, wals) = two_unflushed_wals();
         let (older, offsets) = &wals[0];
         // The length field's high byte: the record now runs past the end.
         mem.corrupt_byte(older, offsets[30] + 7, 0x40).unwrap();
@@ -470,12 +473,7 @@ mod tests {
     #[test]
     fn truncated_or_damaged_tail_of_an_older_wal_is_corruption() {
         for truncate in [true, false] {
-            let mem = MemFs::new();
-            let opts = Options {
-                fs: mem.clone(),
-                ..Options::default()
-            };
-            let wals = two_unflushed_wals(&mem, &opts);
+            let (mem, opts, wals) = two_unflushed_wals();
             let (older, offsets) = &wals[0];
             if truncate {
                 mem.truncate(older, offsets[49] + 5).unwrap();
@@ -491,12 +489,7 @@ mod tests {
     /// that hold none (created just before a crash), is a torn tail.
     #[test]
     fn damage_followed_only_by_empty_wals_recovers_the_prefix() {
-        let mem = MemFs::new();
-        let opts = Options {
-            fs: mem.clone(),
-            ..Options::default()
-        };
-        let wals = two_unflushed_wals(&mem, &opts);
+        let (mem, opts, wals) = two_unflushed_wals();
         let (newer, offsets) = &wals[1];
         mem.corrupt_byte(newer, offsets[10] + 12, 0x01).unwrap();
         // An empty WAL after it, as a memtable switch leaves before a crash.
