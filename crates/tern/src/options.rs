@@ -93,10 +93,10 @@ pub struct Options {
     /// Run blob garbage collection. Default: true.
     pub enable_gc: bool,
     /// Never pick compactions on size or file-count triggers; only
-    /// [`crate::Db::compact_range`] compacts. Writes stall at
-    /// `level0_stop_writes_trigger` L0 files as usual, so a user who sets
-    /// this must compact by hand (RocksDB's option of the same name).
-    /// Default: false.
+    /// [`crate::Db::compact_range`] compacts. The L0 slowdown and stop
+    /// triggers then do not stall writes (nothing would lower L0), so L0 and
+    /// read cost grow until the user compacts (RocksDB's option of the same
+    /// name). Default: false.
     pub disable_auto_compactions: bool,
     /// A blob file is collected once this fraction of its bytes is garbage;
     /// space amplification of the blob files stays below 1/(1−ratio).

@@ -58,3 +58,43 @@ fn compact_range_never_pushes_l0_below_a_shallower_non_empty_level() {
     );
     assert_eq!(db.get(&key(8)).unwrap(), Some(b"newer".to_vec()));
 }
+
+/// Regression: with automatic compaction off, L0 reached the stop trigger
+/// and every write, flush and even `compact_range` (which flushes first)
+/// waited forever for a compaction that could never come. As in RocksDB,
+/// the L0 triggers do not stall writes when automatic compaction is off.
+#[test]
+fn disabled_auto_compaction_never_stalls_writes_on_l0() {
+    let opts = Options {
+        disable_auto_compactions: true,
+        level0_file_num_compaction_trigger: 1,
+        level0_slowdown_writes_trigger: 2,
+        level0_stop_writes_trigger: 3,
+        ..small_opts(MemFs::new())
+    };
+    let db = std::sync::Arc::new(Db::open(DIR, opts).unwrap());
+    let worker = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            for round in 0..8 {
+                for i in 0..100 {
+                    db.put(&key(i), &value(i, round)).unwrap();
+                }
+                db.flush().unwrap();
+            }
+            db.put(b"unflushed", b"x").unwrap();
+            db.compact_range(None, None).unwrap();
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !worker.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writes stalled on L0 with automatic compaction off"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    worker.join().unwrap();
+    assert_eq!(db.stats().levels[0].files, 0);
+    assert_eq!(db.get(&key(5)).unwrap(), Some(value(5, 7)));
+}

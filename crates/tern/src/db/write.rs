@@ -205,7 +205,13 @@ impl Shared {
             if self.closed.load(Ordering::Acquire) {
                 return Err(Error::Closed);
             }
-            let l0 = state.versions.current().levels[0].len();
+            // With automatic compaction off nothing would ever lower L0, so
+            // its triggers do not stall writes (as in RocksDB).
+            let l0 = if self.opts.disable_auto_compactions {
+                0
+            } else {
+                state.versions.current().levels[0].len()
+            };
             if allow_delay && l0 >= self.opts.level0_slowdown_writes_trigger {
                 // Spread the delay over many writes instead of stopping one.
                 let start = Instant::now();
