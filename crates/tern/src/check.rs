@@ -222,7 +222,7 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
     check_shape(dir, &replay, &mut report);
     let blobs = check_blob_files(dir, &fs, &replay, &mut report);
     // The WALs recovery replays, oldest first: damage in one is a torn tail
-    // only if no later one holds a record (point-in-time recovery).
+    // only if no later one shows writes (point-in-time recovery).
     let mut recovered_wals: Vec<u64> = files
         .iter()
         .filter_map(|(_, p)| match p {
@@ -243,15 +243,11 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
         match parsed {
             Some((FileType::Wal, n)) if *n >= replay.log_number => {
                 let later = recovered_wals.partition_point(|w| w <= n);
-                // A later WAL that cannot be read counts as holding records:
+                // A later WAL that cannot be read counts as written:
                 // the damage is then reported as a problem.
                 let may_be_torn = || {
-                    !crate::wal::later_wal_holds_a_record(
-                        fs.as_ref(),
-                        dir,
-                        &recovered_wals[later..],
-                    )
-                    .unwrap_or(true)
+                    !crate::wal::later_wal_shows_writes(fs.as_ref(), dir, &recovered_wals[later..])
+                        .unwrap_or(true)
                 };
                 check_wal(&fs, &path, may_be_torn, &mut report);
             }

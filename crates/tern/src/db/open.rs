@@ -142,7 +142,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     let mut max_seq = state.versions.last_sequence;
     let mut mem = s.new_memtable(0);
     // Point-in-time recovery: replay the WALs in order and stop at the first
-    // incomplete or damaged record of the newest WAL holding records (the
+    // incomplete or damaged record of the newest WAL written to (the
     // unsynced tail a crash may leave, possibly with holes where pages were
     // lost). Damage before that is corruption, not a crash.
     for (i, &number) in wals.iter().enumerate() {
@@ -200,7 +200,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         let Some(at) = reader.stopped_at() else {
             continue;
         };
-        if crate::wal::later_wal_holds_a_record(s.fs.as_ref(), &s.dir, &wals[i + 1..])? {
+        if crate::wal::later_wal_shows_writes(s.fs.as_ref(), &s.dir, &wals[i + 1..])? {
             return Err(damage.unwrap_or_else(|| {
                 Error::corruption(
                     &path,
@@ -215,7 +215,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
             path.display()
         );
         Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
-        // No later WAL holds a record: nothing more to replay.
+        // No later WAL was written to: nothing more to replay.
         break;
     }
     let number = state.versions.new_file_number();
@@ -469,7 +469,7 @@ mod tests {
 
     /// The same for an older WAL cut short (its tail lost) and for a
     /// checksum failure in its last record: both are damage, not a torn
-    /// write, because a later WAL holds records.
+    /// write, because a later WAL was written to.
     #[test]
     fn truncated_or_damaged_tail_of_an_older_wal_is_corruption() {
         for truncate in [true, false] {
@@ -485,7 +485,29 @@ mod tests {
         }
     }
 
-    /// Damage in the newest WAL that holds records, followed only by WALs
+    /// Regression: a later WAL whose first record (or header) is also
+    /// damaged counted as holding no writes, so real damage in the older,
+    /// synced WAL was taken for a torn tail, recovery stopped there, and the
+    /// later WAL's synced writes were removed with it. Any bytes past a
+    /// later WAL's header show writes came after the older WAL was synced.
+    #[test]
+    fn damage_in_an_older_wal_stays_corruption_when_the_later_wal_is_damaged_too() {
+        for later_header in [false, true] {
+            let (mem, opts, wals) = two_unflushed_wals();
+            let (older, offsets) = &wals[0];
+            let (newer, newer_offsets) = &wals[1];
+            mem.corrupt_byte(older, offsets[30] + 12, 0x01).unwrap();
+            let at = if later_header {
+                0
+            } else {
+                newer_offsets[0] + 12
+            };
+            mem.corrupt_byte(newer, at, 0x01).unwrap();
+            assert_corruption_at(&mem, opts, older, offsets[30]);
+        }
+    }
+
+    /// Damage in the newest WAL written to, followed only by WALs
     /// that hold none (created just before a crash), is a torn tail.
     #[test]
     fn damage_followed_only_by_empty_wals_recovers_the_prefix() {

@@ -102,8 +102,8 @@ pub struct Stats {
     pub sst_bytes: u64,
     /// Bytes of live WAL files.
     pub wal_bytes: u64,
-    /// Bytes the last open dropped from the end of the newest WAL holding
-    /// records, at its first incomplete or damaged record (writes that were
+    /// Bytes the last open dropped from the end of the newest WAL written
+    /// to, at its first incomplete or damaged record (writes that were
     /// never synced; see the durability contract). 0 after a clean shutdown.
     pub wal_bytes_dropped_at_recovery: u64,
     /// Bytes of live blob files.

@@ -131,16 +131,23 @@ impl LogReader {
 
 /// Point-in-time recovery's test for damage found in a WAL: it may end the
 /// log (a crash's unsynced tail) only when none of the `later` WALs in `dir`
-/// holds a valid record. A WAL is synced whole before any write lands in the
-/// next one, so a later record proves the damaged WAL once reached the disk
-/// complete. Reads the later WALs only when called, that is, on damage.
-pub fn later_wal_holds_a_record(fs: &dyn FileSystem, dir: &Path, later: &[u64]) -> Result<bool> {
+/// shows a write. A WAL is synced whole before any write lands in the next
+/// one, so a later WAL with any non-zero byte past its header (a record,
+/// even a damaged or incomplete one) or with a damaged header proves the
+/// earlier WAL once reached the disk complete. A later WAL that is empty,
+/// header-only or zero-filled is one created just before a crash. Reads the
+/// later WALs only when called, that is, on damage.
+pub fn later_wal_shows_writes(fs: &dyn FileSystem, dir: &Path, later: &[u64]) -> Result<bool> {
     for &number in later {
         let path = dir.join(wal_file_name(number));
         let data = fs.read_all(&path).ctx(&path)?;
-        let holds = LogReader::new(data, path, LogKind::Wal)
-            .is_ok_and(|mut r| matches!(r.next_record(), Ok(Some(_))));
-        if holds {
+        let written = match decode_file_header(&data, LogKind::Wal) {
+            Err(_) => true,
+            Ok(_) => data
+                .get(FILE_HEADER_LEN..)
+                .is_some_and(|rest| rest.iter().any(|&b| b != 0)),
+        };
+        if written {
             return Ok(true);
         }
     }
