@@ -38,8 +38,12 @@ fn sleep_unless_shutting_down(
 /// Records one more consecutive failure of `what`; after
 /// [`BACKGROUND_ATTEMPTS`] the store is poisoned with `e` as the cause.
 fn give_up_after_attempts(s: &Shared, failures: u32, what: &str, e: &Error) {
+    let mut state = s.state.lock();
+    if state.bg_error.is_some() {
+        // The failure already poisoned the store (a manifest write): no retry.
+        return;
+    }
     if failures >= BACKGROUND_ATTEMPTS {
-        let mut state = s.state.lock();
         s.set_bg_error_message(
             &mut state,
             format!("{what} failed {failures} times in a row, last with: {e}"),
