@@ -370,12 +370,13 @@ fn blob(
             .offset_of(ordinal)
             .map_err(|e| unreadable("blob file", path, e))?;
         match reader.read_ordinal(ordinal) {
-            Ok((key, value)) => writeln!(
+            Ok(rec) => writeln!(
                 out,
-                "#{ordinal} offset {offset}: {} len={} {}",
-                show::key(&key),
-                value.len(),
-                show::preview(&value, PREVIEW_BYTES)
+                "#{ordinal} offset {offset}: {} seq={} len={} {}",
+                show::key(&rec.key),
+                rec.seq,
+                rec.value.len(),
+                show::preview(&rec.value, PREVIEW_BYTES)
             )?,
             Err(e) => writeln!(out, "#{ordinal} offset {offset}: damaged: {e}")?,
         }

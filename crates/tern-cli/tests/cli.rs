@@ -265,7 +265,7 @@ fn inspect_and_check_blob_files() {
     assert!(t.contains("records") && t.contains("index offset"), "{t}");
     assert!(t.contains("lineage        1 retired files"), "{t}");
     assert_eq!(t.lines().filter(|l| l.contains(" len=")).count(), 2, "{t}");
-    assert!(t.contains("#0 offset 16: key000400 len=50"), "{t}");
+    assert!(t.contains("#0 offset 16: key000400 seq=401 len=50"), "{t}");
     assert!(t.contains("more records"), "{t}");
     let o = tern(&["inspect", d, "--blob", gc.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));

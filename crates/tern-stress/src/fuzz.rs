@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tern::blob::BlobReader;
+use tern::blob::{BlobReader, ExpectedRecord};
 use tern::format::blob::{
     decode_header, decode_index, decode_lineage, decode_record, encode_index, encode_lineage,
     encode_record, BlobFooter, BlobRef, BLOB_FOOTER_LEN, BLOB_HEADER_LEN, BLOB_MAGIC,
@@ -237,7 +237,7 @@ pub fn bloom(data: &[u8]) {
     }
 }
 
-/// One blob record (checksum, lengths, key, value); with its checksum
+/// One blob record (checksum, lengths, sequence, key, value); with its checksum
 /// recomputed, a record whose lengths fit must decode and encode back to the
 /// same bytes.
 pub fn blob_record(data: &[u8]) {
@@ -254,10 +254,10 @@ pub fn blob_record(data: &[u8]) {
     ]));
     let fits = RECORD_HEADER_LEN as u64 + key_len + value_len == fixed.len() as u64;
     match decode_record(&fixed) {
-        Ok((k, v)) => {
+        Ok(rec) => {
             assert!(fits, "a record with wrong lengths decodes");
             let mut again = Vec::new();
-            encode_record(&mut again, k, v);
+            encode_record(&mut again, rec.key, rec.seq, rec.value);
             assert_eq!(again, fixed, "a decoded record encodes differently");
         }
         Err(_) => assert!(!fits, "a record with its checksum fixed does not decode"),
@@ -397,17 +397,39 @@ pub fn blob_file(data: &[u8]) {
             panic!("ordinal {o} of {count} has no offset");
         };
         let _ = r.record_len(o);
-        let Ok((k, v)) = r.read_ordinal(o) else {
+        let Ok(rec) = r.read_ordinal(o) else {
             assert!(verified.is_err(), "verify passed but record {o} is bad");
             continue;
         };
-        let size = u32::try_from(v.len()).unwrap_or(u32::MAX);
-        match r.read_value(offset, &k, size) {
-            Ok(got) => assert_eq!(got, v, "read by offset differs from read by ordinal"),
+        let want = ExpectedRecord {
+            key: &rec.key,
+            seq: rec.seq,
+            size: u32::try_from(rec.value.len()).unwrap_or(u32::MAX),
+        };
+        match r.read_value(offset, want) {
+            Ok(got) => assert_eq!(
+                got, rec.value,
+                "read by offset differs from read by ordinal"
+            ),
             Err(e) => panic!("record {o} reads by ordinal but not by offset: {e}"),
         }
-        let _ = r.read_value(offset, b"another key", size);
-        let _ = r.read_value(offset + 1, &k, size);
+        let other_key = ExpectedRecord {
+            key: b"another key",
+            ..want
+        };
+        assert!(
+            other_key.key == want.key || r.read_value(offset, other_key).is_err(),
+            "record {o} read for another key"
+        );
+        let other_version = ExpectedRecord {
+            seq: rec.seq ^ 1,
+            ..want
+        };
+        assert!(
+            r.read_value(offset, other_version).is_err(),
+            "record {o} read for another version"
+        );
+        let _ = r.read_value(offset + 1, want);
         if window
             .as_ref()
             .is_none_or(|(start, buf)| offset >= start + buf.len() as u64)
@@ -418,9 +440,9 @@ pub fn blob_file(data: &[u8]) {
                 .map(|b| (offset, b));
         }
         if let Some((start, buf)) = &window {
-            if let Some(got) = r.value_from_buffer(buf, *start, offset, &k, size) {
+            if let Some(got) = r.value_from_buffer(buf, *start, offset, want) {
                 assert!(
-                    got.as_ref().is_ok_and(|g| *g == v),
+                    got.as_ref().is_ok_and(|g| *g == rec.value),
                     "read from a window differs from read by ordinal"
                 );
             }

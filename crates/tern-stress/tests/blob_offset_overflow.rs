@@ -5,7 +5,7 @@
 //! fails. Each must return a corruption error instead.
 #![allow(clippy::unwrap_used)]
 
-use tern::blob::BlobReader;
+use tern::blob::{BlobReader, ExpectedRecord};
 use tern::format::blob::{BlobFooter, BLOB_MAGIC};
 use tern::format::checksum;
 use tern::io::{FsRef, MemFs};
@@ -106,7 +106,12 @@ fn blob_read_value_overflows_on_ref_offset_near_u64_max() {
     let (fs, path, number) = real_blob_file();
     let r = BlobReader::open(&fs, &path, number).unwrap();
     // What a blob reference with a damaged offset field resolves to.
-    assert!(r.read_value(u64::MAX - 4, b"k1", 100).is_err());
+    let want = ExpectedRecord {
+        key: b"k1",
+        seq: 1,
+        size: 100,
+    };
+    assert!(r.read_value(u64::MAX - 4, want).is_err());
 }
 
 #[test]

@@ -313,7 +313,7 @@ fn blob_seeds(out: &mut BTreeMap<&'static str, Vec<(String, Vec<u8>)>>) {
         for (o, &at) in offsets.iter().enumerate().take(3) {
             let end = offsets.get(o + 1).copied().unwrap_or(f.index_offset);
             let rec = &data[at as usize..end as usize];
-            let (_, v) = decode_record(rec).unwrap();
+            let v = decode_record(rec).unwrap().value;
             out.entry("blob_record")
                 .or_default()
                 .push((format!("{name}-rec{o}"), rec.to_vec()));

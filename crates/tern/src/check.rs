@@ -631,6 +631,8 @@ struct RecordInfo {
     key_hash: u64,
     /// Length of the record's value.
     value_len: u32,
+    /// Sequence number of the version the record holds.
+    seq: u64,
 }
 
 /// A live blob file that opened.
@@ -784,10 +786,11 @@ fn check_blob_file(
         }
         report.blob_records_checked += 1;
         match reader.read_ordinal(ordinal) {
-            Ok((key, value)) => match u32::try_from(value.len()) {
+            Ok(rec) => match u32::try_from(rec.value.len()) {
                 Ok(value_len) => records.push(Some(RecordInfo {
-                    key_hash: key_hash(&key),
+                    key_hash: key_hash(&rec.key),
                     value_len,
+                    seq: rec.seq,
                 })),
                 Err(_) => {
                     report.problem(path, offset, format!("record {ordinal}: value too long"));
@@ -879,17 +882,18 @@ fn check_lineage_block(
 }
 
 impl BlobContext<'_> {
-    /// Checks the blob reference `value` of `user_key`, found in the data
+    /// Checks the blob reference `value` of table entry `entry`, found in the data
     /// block at `block` of the table at `path`.
     fn check_ref(
         &self,
         path: &Path,
         block: u64,
         meta: &FileMeta,
-        user_key: &[u8],
+        entry: internal_key::ParsedKey<'_>,
         value: &[u8],
         report: &mut CheckReport,
     ) {
+        let (user_key, seq) = (entry.user_key, entry.seq);
         report.blob_refs_checked += 1;
         let key = escape_bytes(user_key);
         let mut problem = |why: String| {
@@ -956,9 +960,15 @@ impl BlobContext<'_> {
             let theirs = blob
                 .reader
                 .read_ordinal(ordinal)
-                .map(|(k, _)| escape_bytes(&k))
+                .map(|rec| escape_bytes(&rec.key))
                 .unwrap_or_default();
             problem(format!("{at} belongs to key {theirs}"));
+        }
+        if rec.seq != seq {
+            problem(format!(
+                "{at} holds the version at sequence {}, the table entry is at {seq}",
+                rec.seq
+            ));
         }
         if rec.value_len != r.size {
             problem(format!(
@@ -1157,7 +1167,7 @@ fn scan_table(
                         scan.deletions += 1;
                     }
                     if p.kind == ValueKind::BlobRef {
-                        blobs.check_ref(&path, handle.offset, meta, p.user_key, it.value(), report);
+                        blobs.check_ref(&path, handle.offset, meta, p, it.value(), report);
                     }
                     scan.min_seq = scan.min_seq.min(p.seq);
                     scan.max_seq = scan.max_seq.max(p.seq);
@@ -1640,13 +1650,55 @@ mod tests {
     }
 
     #[test]
+    fn blob_record_of_another_version_of_the_key_is_reported() {
+        let fs = MemFs::new();
+        let opts = Options {
+            fs: fs.clone(),
+            blob_threshold: Some(0),
+            enable_gc: false,
+            ..Options::default()
+        };
+        let db = Db::open(dir(), opts).unwrap();
+        db.put(b"k", b"one").unwrap();
+        db.put(b"k", b"two").unwrap();
+        db.flush().unwrap();
+        db.close().unwrap();
+        let path = fs
+            .file_names()
+            .into_iter()
+            .find(|p| p.extension().is_some_and(|e| e == "blob"))
+            .unwrap();
+        let fsr: FsRef = fs.clone();
+        let reader = BlobReader::open(&fsr, &path, 0).unwrap();
+        let (a, b) = (reader.offset_of(0).unwrap(), reader.offset_of(1).unwrap());
+        drop(reader);
+        // Swap the two equal-length records: each keeps a valid checksum.
+        let mut data = fs.read_all(&path).unwrap();
+        let (a, b) = (a as usize, b as usize);
+        let len = b - a;
+        let first = data[a..b].to_vec();
+        data.copy_within(b..b + len, a);
+        data[b..b + len].copy_from_slice(&first);
+        let mut f = fs.create(&path).unwrap();
+        f.append(&data).unwrap();
+        f.sync().unwrap();
+        let report = check(&fs);
+        let wrong_version = report
+            .problems
+            .iter()
+            .filter(|p| p.reason.contains("holds the version at sequence"))
+            .count();
+        assert_eq!(wrong_version, 2, "{:?}", report.problems);
+    }
+
+    #[test]
     fn flipped_byte_in_blob_record_names_file_and_record() {
         let fs = build_blob_store();
         let path = gc_output(&fs);
         let fsr: FsRef = fs.clone();
         let reader = BlobReader::open(&fsr, &path, 0).unwrap();
         let third = reader.offset_of(3).unwrap();
-        let (key, _) = reader.read_ordinal(3).unwrap();
+        let key = reader.read_ordinal(3).unwrap().key;
         drop(reader);
         fs.corrupt_byte(
             &path,

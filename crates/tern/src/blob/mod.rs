@@ -1,7 +1,8 @@
 //! Blob files: values separated from the LSM at flush (see
 //! `docs/format/blob.md`). A [`BlobWriter`] appends records in key order; a
 //! [`BlobReader`] reads one record by offset or ordinal, verifying its
-//! checksum and that it belongs to the key asking for it.
+//! checksum and that it holds the version (key and sequence number) asking
+//! for it.
 
 mod cache;
 mod reader;
@@ -9,6 +10,6 @@ mod resolver;
 mod writer;
 
 pub use cache::BlobCache;
-pub use reader::BlobReader;
+pub use reader::{BlobEntry, BlobReader, ExpectedRecord};
 pub use resolver::{BlobResolver, ScanResolver};
 pub use writer::{BlobWriter, FinishedBlob};

@@ -5,9 +5,61 @@ use std::sync::Arc;
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{
-    self, BlobFooter, LineageEntry, BLOB_FOOTER_LEN, BLOB_HEADER_LEN, RECORD_HEADER_LEN,
+    self, BlobFooter, BlobRecord, LineageEntry, BLOB_FOOTER_LEN, BLOB_HEADER_LEN,
 };
 use crate::io::{FsRef, RandomAccessFile};
+
+/// One record read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobEntry {
+    /// The user key.
+    pub key: Vec<u8>,
+    /// Sequence number of the write.
+    pub seq: u64,
+    /// The value.
+    pub value: Vec<u8>,
+}
+
+/// The version a table entry names: the record its ref reaches must hold
+/// this key and sequence number and a value of this size.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpectedRecord<'a> {
+    /// The user key of the table entry.
+    pub key: &'a [u8],
+    /// The sequence number of the table entry.
+    pub seq: u64,
+    /// The value size the ref records.
+    pub size: u32,
+}
+
+impl ExpectedRecord<'_> {
+    /// Bytes of the whole record.
+    pub fn record_len(&self) -> u64 {
+        blob::record_len(self.key.len(), self.size as usize)
+    }
+
+    /// Checks a decoded record against the expectation.
+    fn check(&self, rec: BlobRecord<'_>, path: &Path, offset: u64) -> Result<Vec<u8>> {
+        if rec.key != self.key {
+            return Err(Error::corruption(
+                path,
+                offset,
+                "blob record belongs to another key",
+            ));
+        }
+        if rec.seq != self.seq {
+            return Err(Error::corruption(
+                path,
+                offset,
+                format!(
+                    "blob record holds another version of its key (sequence {}, the table names {})",
+                    rec.seq, self.seq
+                ),
+            ));
+        }
+        Ok(rec.value.to_vec())
+    }
+}
 
 /// An open blob file with its ordinal index in memory.
 pub struct BlobReader {
@@ -92,22 +144,26 @@ impl BlobReader {
         Ok(end - start)
     }
 
-    /// Reads record `ordinal` whole: `(key, value)`.
-    pub fn read_ordinal(&self, ordinal: u32) -> Result<(Vec<u8>, Vec<u8>)> {
+    /// Reads record `ordinal` whole.
+    pub fn read_ordinal(&self, ordinal: u32) -> Result<BlobEntry> {
         let offset = self.offset_of(ordinal)?;
         let len = self.record_len(ordinal)?;
         let mut rec = vec![0u8; len as usize];
         self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
-        let (k, v) = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
-        Ok((k.to_vec(), v.to_vec()))
+        let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
+        Ok(BlobEntry {
+            key: r.key.to_vec(),
+            seq: r.seq,
+            value: r.value.to_vec(),
+        })
     }
 
-    /// Reads the value of the record at `offset`, which must belong to `key`
-    /// and hold `size` bytes of value.
-    pub fn read_value(&self, offset: u64, key: &[u8], size: u32) -> Result<Vec<u8>> {
-        let len = RECORD_HEADER_LEN + key.len() + size as usize;
+    /// Reads the value of the record at `offset`, which must hold the
+    /// version `want` names.
+    pub fn read_value(&self, offset: u64, want: ExpectedRecord<'_>) -> Result<Vec<u8>> {
+        let len = want.record_len();
         let inside = offset
-            .checked_add(len as u64)
+            .checked_add(len)
             .is_some_and(|end| end <= self.footer.index_offset);
         if offset < BLOB_HEADER_LEN as u64 || !inside {
             return Err(Error::corruption(
@@ -116,18 +172,10 @@ impl BlobReader {
                 "blob reference points outside the records",
             ));
         }
-        let mut rec = vec![0u8; len];
+        let mut rec = vec![0u8; len as usize];
         self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
-        let (k, _) = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
-        if k != key {
-            return Err(Error::corruption(
-                &self.path,
-                offset,
-                "blob record belongs to another key",
-            ));
-        }
-        rec.drain(..RECORD_HEADER_LEN + key.len());
-        Ok(rec)
+        let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
+        want.check(r, &self.path, offset)
     }
 
     /// Reads up to `len` raw bytes of records starting at `offset` (clipped
@@ -154,22 +202,16 @@ impl BlobReader {
         buf: &[u8],
         buf_offset: u64,
         offset: u64,
-        key: &[u8],
-        size: u32,
+        want: ExpectedRecord<'_>,
     ) -> Option<Result<Vec<u8>>> {
-        let len = (RECORD_HEADER_LEN + key.len() + size as usize) as u64;
+        let len = want.record_len();
         let start = offset.checked_sub(buf_offset)?;
         if start.checked_add(len)? > buf.len() as u64 {
             return None;
         }
         let rec = &buf[start as usize..(start + len) as usize];
         Some(match blob::decode_record(rec) {
-            Ok((k, v)) if k == key => Ok(v.to_vec()),
-            Ok(_) => Err(Error::corruption(
-                &self.path,
-                offset,
-                "blob record belongs to another key",
-            )),
+            Ok(r) => want.check(r, &self.path, offset),
             Err(e) => Err(e.in_file(&self.path, offset)),
         })
     }

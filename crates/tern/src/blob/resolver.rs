@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{BlobCache, BlobReader};
+use super::{BlobCache, BlobReader, ExpectedRecord};
 use crate::error::{Error, Result};
-use crate::format::blob::{BlobRef, BLOB_HEADER_LEN, RECORD_HEADER_LEN};
+use crate::format::blob::{BlobRef, BLOB_HEADER_LEN};
 use crate::version::Version;
 
 /// Resolves refs against one version's blob files and lineage.
@@ -20,11 +20,19 @@ impl BlobResolver {
         BlobResolver { version, blobs }
     }
 
-    /// The value `encoded_ref` (stored for `user_key`) points to: follows GC
-    /// lineage to the record's current file, then reads and verifies it.
-    pub fn resolve(&self, user_key: &[u8], encoded_ref: &[u8]) -> Result<Vec<u8>> {
+    /// The value `encoded_ref` (stored for `user_key` at sequence `seq`)
+    /// points to: follows GC lineage to the record's current file, then
+    /// reads it and checks it holds that version.
+    pub fn resolve(&self, user_key: &[u8], seq: u64, encoded_ref: &[u8]) -> Result<Vec<u8>> {
         let (reader, offset, size) = self.locate(encoded_ref)?;
-        reader.read_value(offset, user_key, size)
+        reader.read_value(
+            offset,
+            ExpectedRecord {
+                key: user_key,
+                seq,
+                size,
+            },
+        )
     }
 
     /// The reader, offset and value size of the record a ref points to now.
@@ -83,21 +91,26 @@ impl ScanResolver {
     }
 
     /// Like [`BlobResolver::resolve`], served from the window when possible.
-    pub fn resolve(&mut self, user_key: &[u8], encoded_ref: &[u8]) -> Result<Vec<u8>> {
+    pub fn resolve(&mut self, user_key: &[u8], seq: u64, encoded_ref: &[u8]) -> Result<Vec<u8>> {
         let (reader, offset, size) = self.inner.locate(encoded_ref)?;
+        let want = ExpectedRecord {
+            key: user_key,
+            seq,
+            size,
+        };
         if let Some((file, start, buf)) = &self.window {
             if *file == reader.number() {
-                if let Some(v) = reader.value_from_buffer(buf, *start, offset, user_key, size) {
+                if let Some(v) = reader.value_from_buffer(buf, *start, offset, want) {
                     self.readahead = (self.readahead * 2).min(READAHEAD_MAX);
                     return v;
                 }
             }
         }
-        let need = (RECORD_HEADER_LEN + user_key.len() + size as usize) as u64;
+        let need = want.record_len();
         if need >= self.readahead {
             // A large value: read just its record.
             self.window = None;
-            return reader.read_value(offset, user_key, size);
+            return reader.read_value(offset, want);
         }
         let start = if self.forward {
             offset
@@ -107,9 +120,9 @@ impl ScanResolver {
                 .max(BLOB_HEADER_LEN as u64)
         };
         let buf = reader.read_records_raw(start, self.readahead.max(offset + need - start))?;
-        let v = match reader.value_from_buffer(&buf, start, offset, user_key, size) {
+        let v = match reader.value_from_buffer(&buf, start, offset, want) {
             Some(v) => v,
-            None => reader.read_value(offset, user_key, size),
+            None => reader.read_value(offset, want),
         };
         self.window = Some((reader.number(), start, buf));
         self.readahead = (self.readahead / 2).max(READAHEAD_MIN);

@@ -38,8 +38,9 @@ impl BlobWriter {
         })
     }
 
-    /// Appends a record and returns its reference.
-    pub fn add(&mut self, key: &[u8], value: &[u8]) -> Result<BlobRef> {
+    /// Appends the value written under `key` at sequence `seq` and returns
+    /// its reference.
+    pub fn add(&mut self, key: &[u8], seq: u64, value: &[u8]) -> Result<BlobRef> {
         let ordinal = u32::try_from(self.offsets.len()).map_err(|_| {
             crate::Error::InvalidArgument("blob file holds too many records".into())
         })?;
@@ -47,7 +48,7 @@ impl BlobWriter {
             crate::Error::InvalidArgument("value too large for a blob record".into())
         })?;
         self.buf.clear();
-        blob::encode_record(&mut self.buf, key, value);
+        blob::encode_record(&mut self.buf, key, seq, value);
         self.file.append(&self.buf).ctx(&self.path)?;
         let r = BlobRef {
             file: self.number,

@@ -87,14 +87,11 @@ impl Shared {
                 }
                 if let Some(b) = blob.as_mut() {
                     let user_key = internal_key::user_key(it.key());
-                    let r = b.add(user_key, it.value())?;
+                    let seq = internal_key::trailer(it.key()) >> 8;
+                    let r = b.add(user_key, seq, it.value())?;
                     let mut ikey = user_key.to_vec();
                     ikey.extend_from_slice(
-                        &internal_key::pack_trailer(
-                            internal_key::trailer(it.key()) >> 8,
-                            ValueKind::BlobRef as u8,
-                        )
-                        .to_le_bytes(),
+                        &internal_key::pack_trailer(seq, ValueKind::BlobRef as u8).to_le_bytes(),
                     );
                     builder.add(&ikey, &r.encode())?;
                 }

@@ -167,7 +167,7 @@ impl Db {
                     ValueKind::Value => Ok(Some(value)),
                     ValueKind::BlobRef => {
                         BlobResolver::new(sv.version.clone(), self.shared.blobs.clone())
-                            .resolve(key, &value)
+                            .resolve(key, parsed.seq, &value)
                             .map(Some)
                     }
                 };

@@ -4,16 +4,19 @@
 //!
 //! ```text
 //! header   magic "TERNBLOB" (8) ‖ version u32 ‖ masked crc of the 12 bytes before (4)
-//! record*  masked crc (4) ‖ key_len u32 ‖ value_len u32 ‖ key ‖ value
+//! record*  masked crc (4) ‖ key_len u32 ‖ value_len u32 ‖ seq u64 ‖ key ‖ value
 //! index    offset u64 per record (ordinal → offset) ‖ masked crc (4)
 //! lineage  varint count ‖ (old file varint ‖ base ordinal varint ‖ dead set len varint ‖ roaring bytes)* ‖ masked crc (4)
 //! footer   index offset u64 ‖ record count u64 ‖ lineage offset u64 ‖ data bytes u64 ‖
 //!          version u32 ‖ masked crc of the footer before it (4) ‖ magic u64   (48 bytes)
 //! ```
 //!
-//! The record crc covers `key_len ‖ value_len ‖ key ‖ value`. A record's
-//! ordinal is its position in the file; a `BlobRef` names file, ordinal,
-//! offset and value size.
+//! The record crc covers everything after it. A record's ordinal is its
+//! position in the file; a `BlobRef` names file, ordinal, offset and value
+//! size. Key and sequence number name the version the record holds: a read
+//! checks both against the table entry that led to it, so a ref that
+//! reaches the wrong record (another key, or another version of the same
+//! key) is reported as corruption instead of returning that record's value.
 
 use roaring::RoaringBitmap;
 
@@ -26,11 +29,11 @@ use crate::format::coding::{
 /// Magic at both ends of a blob file. Do not change.
 pub const BLOB_MAGIC: [u8; 8] = *b"TERNBLOB";
 /// Format version written by this code.
-pub const BLOB_FORMAT_VERSION: u32 = 1;
+pub const BLOB_FORMAT_VERSION: u32 = 2;
 /// Bytes of the file header.
 pub const BLOB_HEADER_LEN: usize = 16;
-/// Bytes of a record header (crc, key length, value length).
-pub const RECORD_HEADER_LEN: usize = 12;
+/// Bytes of a record header (crc, key length, value length, sequence number).
+pub const RECORD_HEADER_LEN: usize = 20;
 /// Bytes of the footer.
 pub const BLOB_FOOTER_LEN: usize = 48;
 
@@ -67,20 +70,32 @@ pub fn record_len(key_len: usize, value_len: usize) -> u64 {
     (RECORD_HEADER_LEN + key_len + value_len) as u64
 }
 
-/// Appends one record.
-pub fn encode_record(dst: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+/// One decoded record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobRecord<'a> {
+    /// The user key the value was written under.
+    pub key: &'a [u8],
+    /// Sequence number of the write (never rewritten by compaction or GC).
+    pub seq: u64,
+    /// The value.
+    pub value: &'a [u8],
+}
+
+/// Appends one record: the value written under `key` at sequence `seq`.
+pub fn encode_record(dst: &mut Vec<u8>, key: &[u8], seq: u64, value: &[u8]) {
     let start = dst.len();
     dst.extend_from_slice(&[0; 4]);
     put_fixed32(dst, key.len() as u32);
     put_fixed32(dst, value.len() as u32);
+    put_fixed64(dst, seq);
     dst.extend_from_slice(key);
     dst.extend_from_slice(value);
     let crc = checksum::crc(&dst[start + 4..]);
     dst[start..start + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Decodes a whole record, returning `(key, value)`.
-pub fn decode_record(rec: &[u8]) -> Result<(&[u8], &[u8]), DecodeError> {
+/// Decodes and checks a whole record.
+pub fn decode_record(rec: &[u8]) -> Result<BlobRecord<'_>, DecodeError> {
     if rec.len() < RECORD_HEADER_LEN {
         return Err(DecodeError::new(0, "blob record shorter than its header"));
     }
@@ -95,8 +110,11 @@ pub fn decode_record(rec: &[u8]) -> Result<(&[u8], &[u8]), DecodeError> {
     if checksum::crc(&rec[4..]) != fixed32_at(rec, 0) {
         return Err(DecodeError::new(0, "blob record checksum mismatch"));
     }
-    let key = &rec[RECORD_HEADER_LEN..RECORD_HEADER_LEN + key_len];
-    Ok((key, &rec[RECORD_HEADER_LEN + key_len..]))
+    Ok(BlobRecord {
+        key: &rec[RECORD_HEADER_LEN..RECORD_HEADER_LEN + key_len],
+        seq: fixed64_at(rec, 12),
+        value: &rec[RECORD_HEADER_LEN + key_len..],
+    })
 }
 
 /// Encodes the ordinal index.
@@ -352,8 +370,15 @@ mod tests {
     #[test]
     fn record_ref_footer_lineage_roundtrip_and_damage() {
         let mut buf = Vec::new();
-        encode_record(&mut buf, b"key", b"value");
-        assert_eq!(decode_record(&buf).unwrap(), (&b"key"[..], &b"value"[..]));
+        encode_record(&mut buf, b"key", 42, b"value");
+        assert_eq!(
+            decode_record(&buf).unwrap(),
+            BlobRecord {
+                key: b"key",
+                seq: 42,
+                value: b"value"
+            }
+        );
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 1;

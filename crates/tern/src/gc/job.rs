@@ -100,9 +100,9 @@ impl GcJob {
                     dropped += 1;
                     continue;
                 }
-                let (key, value) = reader.read_ordinal(o)?;
-                bytes_read += crate::format::blob::record_len(key.len(), value.len());
-                writer.add(&key, &value)?;
+                let rec = reader.read_ordinal(o)?;
+                bytes_read += crate::format::blob::record_len(rec.key.len(), rec.value.len());
+                writer.add(&rec.key, rec.seq, &rec.value)?;
                 copied += 1;
                 relocated += 1;
             }

@@ -97,7 +97,9 @@ impl DbIterator {
                 ));
             };
             r.set_forward(forward);
-            let v = r.resolve(internal_key::user_key(self.inner.key()), self.inner.value())?;
+            let ikey = self.inner.key();
+            let seq = internal_key::trailer(ikey) >> 8;
+            let v = r.resolve(internal_key::user_key(ikey), seq, self.inner.value())?;
             self.blob_value = Some(v);
         }
         Ok(())
