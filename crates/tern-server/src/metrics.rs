@@ -288,5 +288,20 @@ pub fn engine_gauges(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> 
         ),
         ("last_sequence", "Last sequence number.", e.last_sequence),
         ("snapshots", "Open snapshots.", e.snapshots as u64),
+        (
+            "block_cache_usage_bytes",
+            "Bytes of data blocks in the block cache.",
+            e.block_cache_usage,
+        ),
+        (
+            "open_files",
+            "Table and blob files open for reads.",
+            e.open_files as u64,
+        ),
+        (
+            "open_file_bytes",
+            "Bytes of the open files' indexes and filters (charged to the block cache).",
+            e.open_file_bytes,
+        ),
     ]
 }

@@ -78,8 +78,18 @@ pub struct Options {
     /// Compression per level (the last entry applies to deeper levels).
     /// Default: none for L0–L1, LZ4 below.
     pub compression_per_level: Vec<Compression>,
-    /// Block cache capacity, bytes; 0 disables it. Default: 64 MiB.
+    /// Block cache capacity, bytes; 0 disables it. The index and filter
+    /// blocks of open tables and the ordinal indexes of open blob files are
+    /// charged to it too (up to half of it; data blocks get the rest).
+    /// Default: 64 MiB.
     pub block_cache_capacity: usize,
+    /// Table and blob files kept open for reads (each holds a descriptor
+    /// and its index in memory); the least recently used one is closed when
+    /// another must open. Readers in use by a read or an iterator stay open
+    /// until it finishes. Compaction and GC open their inputs on their own.
+    /// Default: half the process's soft descriptor limit (`ulimit -n`), at
+    /// least 64.
+    pub max_open_files: usize,
     /// Manifest size that triggers a rewrite as one snapshot, bytes. Default: 64 MiB.
     pub max_manifest_file_size: u64,
     /// Largest WAL group-commit record, bytes. Default: 1 MiB.
@@ -135,6 +145,7 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             compression_per_level: vec![Compression::None, Compression::None, Compression::Lz4],
             block_cache_capacity: 64 << 20,
+            max_open_files: default_max_open_files(),
             max_manifest_file_size: 64 << 20,
             max_write_group_bytes: 1 << 20,
             compaction_filter: None,
@@ -212,8 +223,26 @@ impl Options {
         if self.max_value_size > (1 << 30) {
             return bad("max_value_size must be at most 1 GiB");
         }
+        if self.max_open_files == 0 {
+            return bad("max_open_files must be at least 1");
+        }
         Ok(())
     }
+}
+
+/// Fewest files [`default_max_open_files`] returns.
+const MIN_DEFAULT_OPEN_FILES: usize = 64;
+/// Most files [`default_max_open_files`] returns (for "unlimited" limits).
+const MAX_DEFAULT_OPEN_FILES: usize = 1 << 20;
+
+/// Half the process's soft descriptor limit, clamped to [64, 2^20]: the
+/// other half stays for WALs, the manifest, compaction inputs and outputs
+/// and, in a server, client connections.
+pub fn default_max_open_files() -> usize {
+    let soft = crate::io::descriptor_limit().unwrap_or(2 * MAX_DEFAULT_OPEN_FILES as u64);
+    usize::try_from(soft / 2)
+        .unwrap_or(MAX_DEFAULT_OPEN_FILES)
+        .clamp(MIN_DEFAULT_OPEN_FILES, MAX_DEFAULT_OPEN_FILES)
 }
 
 /// Options for one write.

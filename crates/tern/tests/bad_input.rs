@@ -379,6 +379,22 @@ fn rejected_options_create_no_files() {
     };
     assert_invalid(Db::open(DIR, opts).map(|_| ()));
     assert!(fs.file_names().is_empty(), "{:?}", fs.file_names());
+    let opts = Options {
+        fs: fs.clone(),
+        max_open_files: 0,
+        ..Options::default()
+    };
+    assert_invalid(Db::open(DIR, opts).map(|_| ()));
+    assert!(fs.file_names().is_empty(), "{:?}", fs.file_names());
+}
+
+#[test]
+fn default_max_open_files_is_half_the_descriptor_limit() {
+    let n = Options::default().max_open_files;
+    assert!((64..=1 << 20).contains(&n), "{n}");
+    if let Some(limit) = tern::io::descriptor_limit() {
+        assert!(n as u64 <= (limit / 2).max(64), "{n} of a limit of {limit}");
+    }
 }
 
 // ------------------------------------------------------------- boundaries

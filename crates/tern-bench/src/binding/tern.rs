@@ -56,6 +56,7 @@ pub fn apply_options(props: &Properties) -> Result<(Options, WriteOptions)> {
             "block_restart_interval" => o.block_restart_interval = size(&name, v)?,
             "bloom_bits_per_key" => o.bloom_bits_per_key = size(&name, v)?,
             "block_cache_capacity" | "cache_size" => o.block_cache_capacity = size(&name, v)?,
+            "max_open_files" => o.max_open_files = size(&name, v)?,
             "max_write_group_bytes" => o.max_write_group_bytes = size(&name, v)?,
             "compression" => {
                 let c = compression(v)?;

@@ -9,28 +9,27 @@ use crate::error::Result;
 use crate::io::FsRef;
 use crate::wal::blob_file_name;
 
-/// Opens and caches [`BlobReader`]s.
+/// Opens blob files through a bounded set of open files (the store's, or
+/// a job's own).
 pub struct BlobCache {
     dir: PathBuf,
     fs: FsRef,
-    open: OpenFiles<BlobReader>,
+    open: Arc<OpenFiles>,
 }
 
 impl BlobCache {
-    /// A cache for blob files in `dir`.
-    pub fn new(dir: PathBuf, fs: FsRef) -> Self {
-        BlobCache {
-            dir,
-            fs,
-            open: OpenFiles::default(),
-        }
+    /// A cache for blob files in `dir`, keeping them open in `open`.
+    pub fn new(dir: PathBuf, fs: FsRef, open: Arc<OpenFiles>) -> Self {
+        BlobCache { dir, fs, open }
     }
 
     /// The reader for blob file `number`.
     pub fn get(&self, number: u64) -> Result<Arc<BlobReader>> {
         self.open.get_or_open(number, || {
             let path = self.dir.join(blob_file_name(number));
-            BlobReader::open(&self.fs, &path, number).map(Arc::new)
+            let r = BlobReader::open(&self.fs, &path, number)?;
+            let bytes = r.resident_bytes();
+            Ok((Arc::new(r), bytes))
         })
     }
 

@@ -107,6 +107,12 @@ impl BlobReader {
         })
     }
 
+    /// Bytes the open reader keeps in memory: its ordinal index (what the
+    /// open-file cache charges to the block cache).
+    pub fn resident_bytes(&self) -> u64 {
+        (self.offsets.len() * std::mem::size_of::<u64>()) as u64
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -1,4 +1,5 @@
-//! Block cache shared by all open tables.
+//! Block cache shared by all open tables, and the bounded set of open file
+//! readers whose resident indexes and filters are charged to it.
 //!
 //! Holds decoded (checksum-verified, decompressed) blocks keyed by
 //! `(file number, block offset)`, weighted by their size in bytes. File
@@ -31,6 +32,8 @@ impl Weighter<(u64, u64), Arc<Block>> for BlockWeighter {
 pub struct BlockCache {
     inner: Cache<(u64, u64), Arc<Block>, BlockWeighter>,
     capacity: usize,
+    /// Capacity left for blocks after what open readers hold resident.
+    data_capacity: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -53,6 +56,7 @@ impl BlockCache {
         Arc::new(BlockCache {
             inner: Cache::with_weighter(items, capacity_bytes as u64, BlockWeighter),
             capacity: capacity_bytes,
+            data_capacity: AtomicU64::new(capacity_bytes as u64),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         })
@@ -71,6 +75,20 @@ impl BlockCache {
     /// Configured capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Capacity left for data blocks.
+    pub fn data_capacity(&self) -> u64 {
+        self.data_capacity.load(Ordering::Relaxed)
+    }
+
+    /// Charges `bytes` held elsewhere (open readers' indexes and filters)
+    /// to the cache: blocks get the rest of the capacity, evicting as needed.
+    pub fn set_reserved(&self, bytes: u64) {
+        let data = (self.capacity as u64).saturating_sub(bytes);
+        if self.data_capacity.swap(data, Ordering::Relaxed) != data {
+            self.inner.set_capacity(data);
+        }
     }
 
     /// Bytes currently held (block bytes plus a small per-entry overhead).

@@ -1,43 +1,305 @@
-//! Open file readers by file number, shared by the table and blob caches:
-//! a reader stays open while its file is live, so a read costs no `open`,
-//! and is forgotten when the file is deleted.
+//! Open file readers by file number, shared by tables and blob files.
+//!
+//! A reader holds a descriptor and its file's index (and filter) in memory,
+//! so the set is bounded two ways: at most `max_files` readers, and their
+//! resident bytes at most half the block cache, whose capacity for data
+//! blocks shrinks by what the readers hold. When either bound is passed the
+//! least recently used reader is closed, picked by CLOCK (an LRU
+//! approximation whose hits take only a read lock and set a flag). A closed
+//! reader still in use by a read or an iterator stays open until that one
+//! drops it; the next read of its file opens it again.
+//!
+//! Readers of different types share one cache (file numbers are unique
+//! across tables and blob files) and are stored type-erased.
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::error::Result;
+use super::BlockCache;
+use crate::error::{Error, Result};
 
-/// Readers of type `T`, by file number.
-pub struct OpenFiles<T> {
-    open: RwLock<HashMap<u64, Arc<T>>>,
+/// A type-erased reader.
+type Reader = Arc<dyn Any + Send + Sync>;
+
+struct Slot {
+    number: u64,
+    reader: Reader,
+    bytes: u64,
+    /// Set on every hit, cleared as the clock hand passes.
+    referenced: AtomicBool,
 }
 
-impl<T> Default for OpenFiles<T> {
-    fn default() -> Self {
-        OpenFiles {
-            open: RwLock::new(HashMap::new()),
+#[derive(Default)]
+struct Ring {
+    slots: Vec<Slot>,
+    /// File number → position in `slots`.
+    index: HashMap<u64, usize>,
+    /// Next slot the clock hand examines.
+    hand: usize,
+    /// Resident bytes of all slots.
+    bytes: u64,
+}
+
+impl Ring {
+    fn remove_at(&mut self, i: usize) -> Slot {
+        let slot = self.slots.swap_remove(i);
+        self.index.remove(&slot.number);
+        if let Some(moved) = self.slots.get(i) {
+            self.index.insert(moved.number, i);
         }
+        self.bytes -= slot.bytes;
+        if self.hand >= self.slots.len() {
+            self.hand = 0;
+        }
+        slot
+    }
+
+    /// Closes the least recently used reader (clock order); `None` if empty.
+    fn evict_one(&mut self) -> Option<Slot> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        // Two sweeps at most: the first clears every flag it passes.
+        for _ in 0..2 * self.slots.len() {
+            let hand = self.hand % self.slots.len();
+            if self.slots[hand].referenced.swap(false, Ordering::Relaxed) {
+                self.hand = (hand + 1) % self.slots.len();
+            } else {
+                return Some(self.remove_at(hand));
+            }
+        }
+        let hand = self.hand % self.slots.len();
+        Some(self.remove_at(hand))
     }
 }
 
-impl<T> OpenFiles<T> {
-    /// The reader for file `number`, calling `open` on first use.
-    pub fn get_or_open(
+/// A bounded set of open readers, by file number.
+pub struct OpenFiles {
+    ring: RwLock<Ring>,
+    max_files: usize,
+    /// Most resident bytes; `None` without a block cache to charge.
+    max_bytes: Option<u64>,
+    charge_to: Option<Arc<BlockCache>>,
+}
+
+impl OpenFiles {
+    /// At most `max_files` readers (at least one). Their resident bytes are
+    /// charged to `block_cache` and held to half its capacity; without a
+    /// block cache only the file count bounds them.
+    pub fn new(max_files: usize, block_cache: Option<Arc<BlockCache>>) -> Self {
+        OpenFiles {
+            ring: RwLock::new(Ring::default()),
+            max_files: max_files.max(1),
+            max_bytes: block_cache.as_ref().map(|c| c.capacity() as u64 / 2),
+            charge_to: block_cache,
+        }
+    }
+
+    /// The reader for file `number`. On a miss `open` opens it and says how
+    /// many bytes it keeps resident; the open runs without any lock held.
+    pub fn get_or_open<T: Any + Send + Sync>(
         &self,
         number: u64,
-        open: impl FnOnce() -> Result<Arc<T>>,
+        open: impl FnOnce() -> Result<(Arc<T>, u64)>,
     ) -> Result<Arc<T>> {
-        if let Some(r) = self.open.read().get(&number) {
-            return Ok(r.clone());
+        {
+            let ring = self.ring.read();
+            if let Some(&i) = ring.index.get(&number) {
+                let slot = &ring.slots[i];
+                slot.referenced.store(true, Ordering::Relaxed);
+                return downcast(number, slot.reader.clone());
+            }
         }
-        let reader = open()?;
-        Ok(self.open.write().entry(number).or_insert(reader).clone())
+        let (reader, bytes) = open()?;
+        let mut ring = self.ring.write();
+        if let Some(&i) = ring.index.get(&number) {
+            // Another reader opened it meanwhile: use theirs, close ours.
+            return downcast(number, ring.slots[i].reader.clone());
+        }
+        let i = ring.slots.len();
+        ring.slots.push(Slot {
+            number,
+            reader: reader.clone(),
+            bytes,
+            referenced: AtomicBool::new(true),
+        });
+        ring.index.insert(number, i);
+        ring.bytes += bytes;
+        let mut closed = Vec::new();
+        while ring.slots.len() > self.max_files
+            || self.max_bytes.is_some_and(|max| ring.bytes > max)
+        {
+            match ring.evict_one() {
+                Some(slot) => closed.push(slot),
+                None => break,
+            }
+        }
+        self.charge(&ring);
+        drop(ring);
+        // Readers close (descriptors, index memory) outside the lock.
+        drop(closed);
+        Ok(reader)
     }
 
     /// Forgets file `number` (it is being deleted).
     pub fn evict(&self, number: u64) {
-        self.open.write().remove(&number);
+        let mut ring = self.ring.write();
+        let closed = ring.index.get(&number).copied().map(|i| ring.remove_at(i));
+        if closed.is_some() {
+            self.charge(&ring);
+        }
+        drop(ring);
+        drop(closed);
+    }
+
+    /// Readers open.
+    pub fn len(&self) -> usize {
+        self.ring.read().slots.len()
+    }
+
+    /// True when no reader is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resident bytes of the open readers.
+    pub fn bytes(&self) -> u64 {
+        self.ring.read().bytes
+    }
+
+    /// Most readers kept open.
+    pub fn max_files(&self) -> usize {
+        self.max_files
+    }
+
+    fn charge(&self, ring: &Ring) {
+        if let Some(c) = &self.charge_to {
+            c.set_reserved(ring.bytes);
+        }
+    }
+}
+
+fn downcast<T: Any + Send + Sync>(number: u64, reader: Reader) -> Result<Arc<T>> {
+    reader.downcast::<T>().map_err(|_| {
+        Error::InvalidArgument(format!(
+            "file number {number} is open as another kind of file"
+        ))
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn open(files: &OpenFiles, n: u64, bytes: u64) -> Arc<u64> {
+        files.get_or_open(n, || Ok((Arc::new(n), bytes))).unwrap()
+    }
+
+    fn cached(files: &OpenFiles, n: u64) -> bool {
+        files.ring.read().index.contains_key(&n)
+    }
+
+    #[test]
+    fn at_most_max_files_stay_open_and_recently_used_ones_survive() {
+        let files = OpenFiles::new(4, None);
+        for n in 0..4 {
+            open(&files, n, 10);
+        }
+        // Clear every flag with one eviction, then touch 0 and 2.
+        open(&files, 4, 10);
+        assert_eq!(files.len(), 4);
+        open(&files, 0, 10);
+        open(&files, 2, 10);
+        open(&files, 5, 10);
+        open(&files, 6, 10);
+        assert_eq!(files.len(), 4);
+        assert!(
+            cached(&files, 0) && cached(&files, 2),
+            "recently used files closed"
+        );
+        assert_eq!(files.bytes(), 40);
+    }
+
+    #[test]
+    fn a_miss_opens_and_a_hit_does_not() {
+        let files = OpenFiles::new(8, None);
+        open(&files, 1, 1);
+        let again: Arc<u64> = files
+            .get_or_open(1, || -> Result<(Arc<u64>, u64)> { panic!("opened twice") })
+            .unwrap();
+        assert_eq!(*again, 1);
+        let err = files.get_or_open(2, || -> Result<(Arc<u64>, u64)> {
+            Err(Error::InvalidArgument("no such file".into()))
+        });
+        assert!(err.is_err());
+        assert!(!cached(&files, 2), "a failed open is not cached");
+        let wrong = files.get_or_open(1, || Ok((Arc::new(String::new()), 0)));
+        assert!(wrong.is_err(), "a number open as another type is an error");
+    }
+
+    #[test]
+    fn evict_forgets_and_keeps_the_ring_consistent() {
+        let files = OpenFiles::new(8, None);
+        for n in 0..6 {
+            open(&files, n, n);
+        }
+        files.evict(2);
+        files.evict(2);
+        files.evict(5);
+        assert_eq!(files.len(), 4);
+        assert_eq!(files.bytes(), 1 + 3 + 4);
+        for n in [0, 1, 3, 4] {
+            assert!(cached(&files, n));
+        }
+        let ring = files.ring.read();
+        for (i, s) in ring.slots.iter().enumerate() {
+            assert_eq!(ring.index[&s.number], i);
+        }
+    }
+
+    #[test]
+    fn resident_bytes_are_charged_to_the_block_cache_and_held_to_half_of_it() {
+        let cache = BlockCache::new(1000);
+        let files = OpenFiles::new(100, Some(cache.clone()));
+        for n in 0..10 {
+            open(&files, n, 120);
+        }
+        assert!(files.bytes() <= 500, "{} resident bytes", files.bytes());
+        assert_eq!(files.len(), 4);
+        assert_eq!(cache.data_capacity(), 1000 - 480);
+        for n in 0..10 {
+            files.evict(n);
+        }
+        assert_eq!(cache.data_capacity(), 1000);
+        // One reader larger than the budget is returned but not kept.
+        assert_eq!(*open(&files, 99, 600), 99);
+        assert!(files.is_empty());
+        assert_eq!(cache.data_capacity(), 1000);
+    }
+
+    #[test]
+    fn concurrent_readers_share_one_bounded_set() {
+        let files = Arc::new(OpenFiles::new(8, None));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let files = files.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000u64 {
+                        let n = (i * 7 + t) % 20;
+                        assert_eq!(*open(&files, n, 1), n);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(files.len() <= 8);
+        assert_eq!(files.bytes(), files.len() as u64);
     }
 }

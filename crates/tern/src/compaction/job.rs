@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::{CompactionFilter, FilterDecision, Retention};
 use crate::blob::BlobCache;
+use crate::cache::OpenFiles;
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{self, BlobRef};
 use crate::format::internal_key::{self, ValueKind};
@@ -19,6 +20,9 @@ use crate::iter::{BoxedIter, InternalIterator, MergingIterator};
 use crate::sst::{Table, TableBuilder, TableOptions};
 use crate::version::{resolve, FileMeta, Relocations};
 use crate::wal::table_file_name;
+
+/// Blob files a compaction keeps open to look up offsets of moved records.
+const JOB_OPEN_BLOB_FILES: usize = 16;
 
 /// Everything a compaction needs to know.
 #[derive(Clone)]
@@ -120,7 +124,13 @@ impl CompactionJob {
         }
         let mut iter = MergingIterator::new(children);
         iter.seek_to_first();
-        let blobs = BlobCache::new(self.dir.clone(), ctx.fs.clone());
+        // Only for refs to rewrite, one blob file after another: a few
+        // readers of its own suffice.
+        let blobs = BlobCache::new(
+            self.dir.clone(),
+            ctx.fs.clone(),
+            Arc::new(OpenFiles::new(JOB_OPEN_BLOB_FILES, None)),
+        );
 
         let mut output: Option<Output> = None;
         let mut current_key: Vec<u8> = Vec::new();

@@ -18,7 +18,7 @@ use super::stats::Counters;
 use super::table_cache::TableCache;
 use super::write::Writer;
 use crate::blob::BlobCache;
-use crate::cache::BlockCache;
+use crate::cache::{BlockCache, OpenFiles};
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
 use crate::io::{FileLock, FsRef};
@@ -83,6 +83,8 @@ pub struct Shared {
     pub wal: Mutex<Option<(u64, LogWriter)>>,
     pub tables: Arc<TableCache>,
     pub blobs: Arc<BlobCache>,
+    /// The table and blob readers open for reads (bounded).
+    pub open_files: Arc<OpenFiles>,
     pub block_cache: Option<Arc<BlockCache>>,
     pub counters: Counters,
     pub snapshots: Arc<SnapshotList>,

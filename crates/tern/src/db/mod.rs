@@ -317,7 +317,10 @@ impl Db {
         if let Some(c) = &s.block_cache {
             st.block_cache_hits = c.hits();
             st.block_cache_misses = c.misses();
+            st.block_cache_usage = c.usage();
         }
+        st.open_files = s.open_files.len();
+        st.open_file_bytes = s.open_files.bytes();
         st.last_sequence = s.visible_seq.load(Ordering::Acquire);
         st.snapshots = s.snapshots.len();
         // Live WALs: the active one (its writer knows its length) and those

@@ -14,7 +14,7 @@ use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
 use crate::blob::BlobCache;
-use crate::cache::BlockCache;
+use crate::cache::{BlockCache, OpenFiles};
 use crate::compaction::{Executor, LocalExecutor};
 use crate::error::{Error, IoContext, Result};
 use crate::format::version_edit::VersionEdit;
@@ -67,10 +67,12 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
 
     let block_cache =
         (opts.block_cache_capacity > 0).then(|| BlockCache::new(opts.block_cache_capacity));
+    let open_files = Arc::new(OpenFiles::new(opts.max_open_files, block_cache.clone()));
     let tables = Arc::new(TableCache::new(
         dir.to_path_buf(),
         fs.clone(),
         block_cache.clone(),
+        open_files.clone(),
     ));
     let mem = Arc::new(MemTable::new(16));
     let state = State {
@@ -90,9 +92,14 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         imms: Vec::new(),
         version: state.versions.current(),
     };
-    let blobs = Arc::new(BlobCache::new(dir.to_path_buf(), fs.clone()));
+    let blobs = Arc::new(BlobCache::new(
+        dir.to_path_buf(),
+        fs.clone(),
+        open_files.clone(),
+    ));
     let shared = Arc::new(Shared {
         blobs,
+        open_files,
         dir: dir.to_path_buf(),
         fs,
         state: Mutex::new(state),

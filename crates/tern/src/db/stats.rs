@@ -134,6 +134,13 @@ pub struct Stats {
     pub block_cache_hits: u64,
     /// Block cache misses.
     pub block_cache_misses: u64,
+    /// Bytes of data blocks in the block cache.
+    pub block_cache_usage: u64,
+    /// Table and blob files open for reads (see `Options::max_open_files`).
+    pub open_files: usize,
+    /// Memory of the open files' indexes and filters, bytes: charged to the
+    /// block cache, whose data blocks get the rest of its capacity.
+    pub open_file_bytes: u64,
     /// Last sequence number assigned.
     pub last_sequence: u64,
     /// Live snapshots.
@@ -228,8 +235,13 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "block cache hit/miss    {} / {}",
-            self.block_cache_hits, self.block_cache_misses
+            "block cache hit/miss    {} / {} ({} bytes of blocks)",
+            self.block_cache_hits, self.block_cache_misses, self.block_cache_usage
+        )?;
+        writeln!(
+            f,
+            "open files              {} ({} bytes of indexes and filters)",
+            self.open_files, self.open_file_bytes
         )?;
         writeln!(
             f,

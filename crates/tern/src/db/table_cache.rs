@@ -9,22 +9,28 @@ use crate::io::FsRef;
 use crate::sst::Table;
 use crate::wal::table_file_name;
 
-/// Opens and caches [`Table`]s.
+/// Opens tables through the store's bounded set of open files.
 pub struct TableCache {
     dir: PathBuf,
     fs: FsRef,
     blocks: Option<Arc<BlockCache>>,
-    open: OpenFiles<Table>,
+    open: Arc<OpenFiles>,
 }
 
 impl TableCache {
-    /// A cache for tables in `dir`, sharing `blocks` between them.
-    pub fn new(dir: PathBuf, fs: FsRef, blocks: Option<Arc<BlockCache>>) -> Self {
+    /// A cache for tables in `dir`, sharing `blocks` between them and
+    /// keeping them open in `open`.
+    pub fn new(
+        dir: PathBuf,
+        fs: FsRef,
+        blocks: Option<Arc<BlockCache>>,
+        open: Arc<OpenFiles>,
+    ) -> Self {
         TableCache {
             dir,
             fs,
             blocks,
-            open: OpenFiles::default(),
+            open,
         }
     }
 
@@ -32,7 +38,9 @@ impl TableCache {
     pub fn get(&self, number: u64) -> Result<Arc<Table>> {
         self.open.get_or_open(number, || {
             let path = self.dir.join(table_file_name(number));
-            Table::open(&self.fs, &path, number, self.blocks.clone())
+            let t = Table::open(&self.fs, &path, number, self.blocks.clone())?;
+            let bytes = t.resident_bytes();
+            Ok((t, bytes))
         })
     }
 

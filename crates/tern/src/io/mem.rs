@@ -164,6 +164,8 @@ fn surviving_bytes(node: &NodeData, mode: CrashMode, rng: &mut u64) -> Vec<u8> {
 pub struct MemFs {
     state: Arc<Mutex<State>>,
     next_lock_id: AtomicU64,
+    /// Random-access handles not yet dropped (what descriptors would be).
+    open_readers: Arc<AtomicU64>,
 }
 
 impl Default for MemFs {
@@ -171,6 +173,7 @@ impl Default for MemFs {
         MemFs {
             state: Arc::new(Mutex::new(State::default())),
             next_lock_id: AtomicU64::new(1),
+            open_readers: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -189,6 +192,12 @@ impl MemFs {
     /// An empty shared file system.
     pub fn new() -> Arc<MemFs> {
         Arc::new(MemFs::default())
+    }
+
+    /// Random-access handles opened and not yet dropped: the descriptors a
+    /// real file system would hold for readers.
+    pub fn open_readers(&self) -> u64 {
+        self.open_readers.load(Ordering::Relaxed)
     }
 
     /// Simulates power loss: the namespace reverts to its durable entries,
@@ -350,6 +359,13 @@ impl WritableFile for MemWritable {
 struct MemRandom {
     node: Node,
     len: u64,
+    open_readers: Arc<AtomicU64>,
+}
+
+impl Drop for MemRandom {
+    fn drop(&mut self) {
+        self.open_readers.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn eof(offset: u64, n: usize) -> io::Error {
@@ -448,7 +464,12 @@ impl FileSystem for MemFs {
         let state = self.state.lock();
         let node = state.node(path)?.clone();
         let len = node.lock().data.len() as u64;
-        Ok(Arc::new(MemRandom { node, len }))
+        self.open_readers.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(MemRandom {
+            node,
+            len,
+            open_readers: self.open_readers.clone(),
+        }))
     }
 
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {

@@ -21,7 +21,7 @@ pub mod rate_limit;
 
 pub use fault::{FaultFs, FaultKind};
 pub use mem::{CrashMode, MemFs};
-pub use posix::PosixFs;
+pub use posix::{descriptor_limit, PosixFs};
 pub use rate_limit::{RateLimitedFile, RateLimiter};
 
 /// A file opened for appending.

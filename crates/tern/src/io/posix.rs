@@ -146,3 +146,16 @@ impl FileSystem for PosixFs {
         Ok(Box::new(PosixLock { _file: file }))
     }
 }
+
+/// The process's soft limit on open descriptors (`ulimit -n`); `None` when
+/// unlimited or unknown.
+pub fn descriptor_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes one `rlimit` through a valid pointer to a
+    // local and touches nothing else.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}

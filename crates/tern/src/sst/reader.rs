@@ -115,6 +115,12 @@ impl Table {
         }))
     }
 
+    /// Bytes the open table keeps in memory: its index block and filter
+    /// (what the open-file cache charges to the block cache).
+    pub fn resident_bytes(&self) -> u64 {
+        (self.index.size() + self.filter.as_ref().map_or(0, Vec::len)) as u64
+    }
+
     /// Statistics and metadata stored in the table.
     pub fn properties(&self) -> &TableProperties {
         &self.props

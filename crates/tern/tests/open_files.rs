@@ -1,0 +1,148 @@
+//! Bounded open files: `max_open_files` caps the table and blob readers
+//! kept open, and their resident indexes and filters are charged to the
+//! block cache.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{key, scan, value, DIR};
+use tern::io::MemFs;
+use tern::{Db, Options, ReadOptions};
+
+const KEYS: u32 = 3000;
+
+/// Many small tables and blob files (no compaction merges them), so a read
+/// of every key touches far more files than may stay open.
+fn many_files_opts(fs: Arc<MemFs>, max_open_files: usize) -> Options {
+    Options {
+        fs,
+        write_buffer_size: 16 << 10,
+        target_file_size: 8 << 10,
+        block_size: 512,
+        blob_threshold: Some(64),
+        blob_file_size: 8 << 10,
+        enable_gc: false,
+        disable_auto_compactions: true,
+        max_open_files,
+        block_cache_capacity: 256 << 10,
+        ..Options::default()
+    }
+}
+
+fn fill(db: &Db) {
+    for i in 0..KEYS {
+        db.put(&key(i), &value(i, 0)).unwrap();
+        if i % 100 == 99 {
+            db.flush().unwrap();
+        }
+    }
+    db.flush().unwrap();
+}
+
+fn files_on_disk(fs: &MemFs) -> usize {
+    fs.file_names()
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "sst" || e == "blob"))
+        .count()
+}
+
+#[test]
+fn unbounded_open_files_are_capped_by_max_open_files() {
+    const MAX: usize = 16;
+    let fs = MemFs::new();
+    let db = Db::open(DIR, many_files_opts(fs.clone(), MAX)).unwrap();
+    fill(&db);
+    let files = files_on_disk(&fs);
+    assert!(
+        files > 4 * MAX,
+        "only {files} files: the test needs many more than {MAX}"
+    );
+
+    for round in 0..2 {
+        for i in (0..KEYS).rev() {
+            assert_eq!(
+                db.get(&key(i)).unwrap(),
+                Some(value(i, 0)),
+                "round {round} key {i}"
+            );
+            let open = fs.open_readers() as usize;
+            assert!(
+                open <= MAX,
+                "{open} readers open after a get, max_open_files {MAX}"
+            );
+        }
+    }
+    let all = scan(&db);
+    assert_eq!(all.len(), KEYS as usize);
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, (k, v))| *k == key(i as u32) && *v == value(i as u32, 0)));
+    let open = fs.open_readers() as usize;
+    assert!(
+        open <= MAX,
+        "{open} readers open after a scan, max_open_files {MAX}"
+    );
+    // A live iterator keeps the files it reads open; the cap holds again
+    // once it is dropped.
+    let mut it = db.iter(ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    assert!(it.valid());
+    drop(it);
+    assert!(fs.open_readers() as usize <= MAX);
+    let st = db.stats();
+    assert!(st.open_files <= MAX, "stats: {} open files", st.open_files);
+    db.close().unwrap();
+}
+
+/// Reads every key, then returns the stats.
+fn read_all(db: &Db) -> tern::Stats {
+    for i in 0..KEYS {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    db.stats()
+}
+
+#[test]
+fn index_and_filter_memory_is_charged_to_the_block_cache() {
+    // With a cache large enough, every file stays open: how much their
+    // indexes and filters hold in all.
+    let fs = MemFs::new();
+    let big = Options {
+        block_cache_capacity: 64 << 20,
+        ..many_files_opts(fs.clone(), 100_000)
+    };
+    let db = Db::open(DIR, big.clone()).unwrap();
+    fill(&db);
+    let all = read_all(&db);
+    assert_eq!(all.open_files, files_on_disk(&fs), "every file open");
+    db.close().unwrap();
+
+    // A cache of a quarter of that: resident bytes stay within half of it,
+    // blocks get the rest, and reads stay right.
+    let capacity = (all.open_file_bytes / 4) as usize;
+    let small = Options {
+        block_cache_capacity: capacity,
+        ..big
+    };
+    let db = Db::open(DIR, small).unwrap();
+    let st = read_all(&db);
+    assert!(
+        st.open_files > 0 && st.open_files < all.open_files,
+        "{st:?}"
+    );
+    assert!(
+        st.open_file_bytes <= capacity as u64 / 2,
+        "{} resident bytes, block cache {capacity}",
+        st.open_file_bytes
+    );
+    assert!(
+        st.open_file_bytes + st.block_cache_usage <= capacity as u64,
+        "resident {} + blocks {} over the block cache's {capacity}",
+        st.open_file_bytes,
+        st.block_cache_usage
+    );
+    assert!(st.block_cache_usage > 0, "data blocks still cached");
+}
