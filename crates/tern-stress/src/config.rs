@@ -120,6 +120,10 @@ pub struct StressArgs {
     /// Background blob garbage collection: `on` or `off`.
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     pub gc: Option<bool>,
+    /// Table and blob files kept open (small values make reads reopen
+    /// files evicted under them).
+    #[arg(long)]
+    pub max_open_files: Option<usize>,
 }
 
 /// A `--blob-threshold` value: a byte count, or separation off.
@@ -187,6 +191,8 @@ pub struct EngineKnobs {
     pub gc_ratio: f64,
     /// See [`Options::enable_gc`].
     pub gc: bool,
+    /// See [`Options::max_open_files`].
+    pub max_open_files: usize,
 }
 
 /// Parses a compression list such as `none,lz4,zstd`.
@@ -244,6 +250,8 @@ impl EngineKnobs {
             blob_file_size: rng.gen_range(64..=4096) << 10,
             gc_ratio: f64::from(rng.gen_range(10..=80u32)) / 100.0,
             gc: rng.gen_bool(0.85),
+            // Last, so the knobs above stay what a seed gave before.
+            max_open_files: [4, 16, 64, 1 << 16][rng.gen_range(0..4)],
         };
         Ok(EngineKnobs {
             sync: args.sync.unwrap_or(drawn.sync),
@@ -266,6 +274,7 @@ impl EngineKnobs {
             blob_file_size: args.blob_file_size.unwrap_or(drawn.blob_file_size),
             gc_ratio: args.gc_ratio.unwrap_or(drawn.gc_ratio),
             gc: args.gc.unwrap_or(drawn.gc),
+            max_open_files: args.max_open_files.unwrap_or(drawn.max_open_files),
         })
     }
 
@@ -288,6 +297,7 @@ impl EngineKnobs {
             blob_file_size: self.blob_file_size,
             gc_garbage_ratio: self.gc_ratio,
             enable_gc: self.gc,
+            max_open_files: self.max_open_files,
             ..Options::default()
         }
     }
@@ -303,7 +313,7 @@ impl EngineKnobs {
             "--sync {} --write-buffer-size {} --max-write-buffer-number {} --l0-trigger {} \
              --level-base {} --target-file-size {} --block-size {} --bloom-bits {} \
              --compression {} --block-cache {} --manifest-size {} --blob-threshold {} \
-             --blob-file-size {} --gc-ratio {} --gc {}",
+             --blob-file-size {} --gc-ratio {} --gc {} --max-open-files {}",
             self.sync,
             self.write_buffer_size,
             self.max_write_buffer_number,
@@ -319,7 +329,8 @@ impl EngineKnobs {
                 .map_or_else(|| "off".to_string(), |t| t.to_string()),
             self.blob_file_size,
             self.gc_ratio,
-            on_off(self.gc)
+            on_off(self.gc),
+            self.max_open_files
         )
     }
 }
@@ -479,6 +490,7 @@ mod tests {
         .unwrap();
         assert_eq!(fixed.knobs.blob_threshold, None);
         assert!(!fixed.knobs.gc);
-        assert!(fixed.command_line().ends_with(" --gc off"));
+        assert!(fixed.command_line().contains(" --gc off "));
+        assert!(fixed.command_line().contains(" --max-open-files "));
     }
 }

@@ -47,7 +47,7 @@ fn random_options(rng: &mut StdRng, fs: tern::io::FsRef) -> Options {
         block_restart_interval: rng.gen_range(1..17),
         bloom_bits_per_key: if rng.gen_bool(0.7) { 10 } else { 0 },
         compression_per_level: (0..3).map(|_| comp(rng)).collect(),
-        block_cache_capacity: if rng.gen_bool(0.5) { 1 << 20 } else { 0 },
+        block_cache_capacity: [0, 16 << 10, 1 << 20][rng.gen_range(0..3)],
         max_manifest_file_size: rng.gen_range(1..64) << 10,
         blob_threshold: match rng.gen_range(0..4) {
             0 => None,
@@ -58,6 +58,8 @@ fn random_options(rng: &mut StdRng, fs: tern::io::FsRef) -> Options {
         blob_file_size: rng.gen_range(4096..32768),
         gc_garbage_ratio: rng.gen_range(0.05..0.9),
         gc_max_batch_files: rng.gen_range(1..4),
+        // Few open files: reads reopen files the cache closed under them.
+        max_open_files: [2, 8, 1000][rng.gen_range(0..3)],
         ..Options::default()
     }
 }
