@@ -58,11 +58,12 @@ pub struct EngineConfig {
     pub write_buffer_size: usize,
     /// Memtables kept before writes stop.
     pub max_write_buffer_number: usize,
-    /// Block cache capacity, bytes (open files' indexes and filters are
-    /// charged to it).
+    /// Block cache capacity, bytes.
     pub block_cache_capacity: usize,
     /// Table and blob files kept open (default: half of `ulimit -n`).
     pub max_open_files: usize,
+    /// Memory for the open tables' indexes and filters, bytes.
+    pub open_files_memory: usize,
     /// Bloom filter bits per key (0 disables).
     pub bloom_bits_per_key: u32,
     /// SST output file size, bytes.
@@ -79,6 +80,7 @@ impl Default for EngineConfig {
             max_write_buffer_number: o.max_write_buffer_number,
             block_cache_capacity: o.block_cache_capacity,
             max_open_files: o.max_open_files,
+            open_files_memory: o.open_files_memory,
             bloom_bits_per_key: o.bloom_bits_per_key,
             target_file_size: o.target_file_size,
             level0_file_num_compaction_trigger: o.level0_file_num_compaction_trigger,
@@ -210,6 +212,7 @@ impl Config {
             max_write_buffer_number: e.max_write_buffer_number,
             block_cache_capacity: e.block_cache_capacity,
             max_open_files: e.max_open_files,
+            open_files_memory: e.open_files_memory,
             bloom_bits_per_key: e.bloom_bits_per_key,
             target_file_size: e.target_file_size,
             level0_file_num_compaction_trigger: e.level0_file_num_compaction_trigger,

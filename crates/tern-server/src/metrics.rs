@@ -229,6 +229,11 @@ pub fn engine_counters(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)
             e.keys_written,
         ),
         (
+            "file_opens_total",
+            "Table and blob files opened for reads (climbing fast: max-open-files or open-files-memory too low).",
+            e.file_opens,
+        ),
+        (
             "wal_bytes_written_total",
             "Bytes appended to the WAL.",
             e.wal_bytes_written,
@@ -300,7 +305,7 @@ pub fn engine_gauges(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> 
         ),
         (
             "open_file_bytes",
-            "Bytes of the open files' indexes and filters (charged to the block cache).",
+            "Bytes of the open tables' indexes and filters.",
             e.open_file_bytes,
         ),
     ]

@@ -379,8 +379,22 @@ pub fn blob_file(data: &[u8]) {
         return;
     }
     let fs: FsRef = mem;
+    // Reads through the open-file cache open without the index and read
+    // index entries one by one.
+    let lazy = BlobReader::open_lazy(&fs, path, 1);
     let Ok(r) = BlobReader::open(&fs, path, 1) else {
+        if let Ok(l) = lazy {
+            for o in 0..(l.record_count().min(u64::from(MAX_BLOB_RECORDS)) as u32) {
+                let _ = l.offset_of(o);
+                let _ = l.record_len(o);
+                let _ = l.read_ordinal(o);
+            }
+            assert!(l.verify().is_err(), "verify passes where a full open fails");
+        }
         return;
+    };
+    let Ok(lazy) = lazy else {
+        panic!("a blob file opens with its index but not without");
     };
     let verified = r.verify();
     let count = r.record_count();
@@ -396,7 +410,12 @@ pub fn blob_file(data: &[u8]) {
         let Ok(offset) = r.offset_of(o) else {
             panic!("ordinal {o} of {count} has no offset");
         };
-        let _ = r.record_len(o);
+        assert_eq!(lazy.offset_of(o).ok(), Some(offset), "lazy index entry {o}");
+        assert_eq!(
+            lazy.record_len(o).ok(),
+            r.record_len(o).ok(),
+            "lazy length {o}"
+        );
         let Ok(rec) = r.read_ordinal(o) else {
             assert!(verified.is_err(), "verify passed but record {o} is bad");
             continue;

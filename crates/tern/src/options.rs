@@ -78,18 +78,21 @@ pub struct Options {
     /// Compression per level (the last entry applies to deeper levels).
     /// Default: none for L0–L1, LZ4 below.
     pub compression_per_level: Vec<Compression>,
-    /// Block cache capacity, bytes; 0 disables it. The index and filter
-    /// blocks of open tables and the ordinal indexes of open blob files are
-    /// charged to it too (up to half of it; data blocks get the rest).
+    /// Block cache capacity (data blocks), bytes; 0 disables it.
     /// Default: 64 MiB.
     pub block_cache_capacity: usize,
-    /// Table and blob files kept open for reads (each holds a descriptor
-    /// and its index in memory); the least recently used one is closed when
-    /// another must open. Readers in use by a read or an iterator stay open
-    /// until it finishes. Compaction and GC open their inputs on their own.
-    /// Default: half the process's soft descriptor limit (`ulimit -n`), at
-    /// least 64.
+    /// Table and blob files kept open for reads, each holding a descriptor;
+    /// the least recently used one is closed when another must open.
+    /// Readers in use by a read or an iterator stay open until it finishes.
+    /// Compaction and GC open their inputs on their own. Default: half the
+    /// process's soft descriptor limit (`ulimit -n`), at least 16.
     pub max_open_files: usize,
+    /// Memory for the index and filter blocks of open tables, bytes (blob
+    /// files keep no index in memory). Past it the least recently used
+    /// table is closed; if `Stats::file_opens` keeps climbing, raise it.
+    /// Together with `block_cache_capacity` and the memtables it bounds the
+    /// engine's memory. Default: 256 MiB (about 100 million keys).
+    pub open_files_memory: usize,
     /// Manifest size that triggers a rewrite as one snapshot, bytes. Default: 64 MiB.
     pub max_manifest_file_size: u64,
     /// Largest WAL group-commit record, bytes. Default: 1 MiB.
@@ -146,6 +149,7 @@ impl Default for Options {
             compression_per_level: vec![Compression::None, Compression::None, Compression::Lz4],
             block_cache_capacity: 64 << 20,
             max_open_files: default_max_open_files(),
+            open_files_memory: 256 << 20,
             max_manifest_file_size: 64 << 20,
             max_write_group_bytes: 1 << 20,
             compaction_filter: None,
@@ -231,11 +235,11 @@ impl Options {
 }
 
 /// Fewest files [`default_max_open_files`] returns.
-const MIN_DEFAULT_OPEN_FILES: usize = 64;
+const MIN_DEFAULT_OPEN_FILES: usize = 16;
 /// Most files [`default_max_open_files`] returns (for "unlimited" limits).
 const MAX_DEFAULT_OPEN_FILES: usize = 1 << 20;
 
-/// Half the process's soft descriptor limit, clamped to [64, 2^20]: the
+/// Half the process's soft descriptor limit, clamped to [16, 2^20]: the
 /// other half stays for WALs, the manifest, compaction inputs and outputs
 /// and, in a server, client connections.
 pub fn default_max_open_files() -> usize {

@@ -1,6 +1,6 @@
 //! Bounded open files: `max_open_files` caps the table and blob readers
-//! kept open, and their resident indexes and filters are charged to the
-//! block cache.
+//! kept open, and `open_files_memory` the tables' resident indexes and
+//! filters.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -26,7 +26,6 @@ fn many_files_opts(fs: Arc<MemFs>, max_open_files: usize) -> Options {
         enable_gc: false,
         disable_auto_compactions: true,
         max_open_files,
-        block_cache_capacity: 256 << 10,
         ..Options::default()
     }
 }
@@ -106,43 +105,38 @@ fn read_all(db: &Db) -> tern::Stats {
 }
 
 #[test]
-fn index_and_filter_memory_is_charged_to_the_block_cache() {
-    // With a cache large enough, every file stays open: how much their
-    // indexes and filters hold in all.
+fn index_and_filter_memory_is_held_to_open_files_memory() {
+    // With room for everything, every file stays open: how much the
+    // tables' indexes and filters hold in all.
     let fs = MemFs::new();
-    let big = Options {
-        block_cache_capacity: 64 << 20,
-        ..many_files_opts(fs.clone(), 100_000)
-    };
-    let db = Db::open(DIR, big.clone()).unwrap();
+    let roomy = many_files_opts(fs.clone(), 100_000);
+    let db = Db::open(DIR, roomy.clone()).unwrap();
     fill(&db);
     let all = read_all(&db);
     assert_eq!(all.open_files, files_on_disk(&fs), "every file open");
+    assert!(all.open_file_bytes > 0);
     db.close().unwrap();
 
-    // A cache of a quarter of that: resident bytes stay within half of it,
-    // blocks get the rest, and reads stay right.
-    let capacity = (all.open_file_bytes / 4) as usize;
-    let small = Options {
-        block_cache_capacity: capacity,
-        ..big
+    // A quarter of that: tables are closed to stay within it, blob files
+    // (no resident index) are bounded by count alone, reads stay right.
+    let budget = all.open_file_bytes / 4;
+    let tight = Options {
+        open_files_memory: budget as usize,
+        ..roomy
     };
-    let db = Db::open(DIR, small).unwrap();
+    let db = Db::open(DIR, tight).unwrap();
     let st = read_all(&db);
     assert!(
         st.open_files > 0 && st.open_files < all.open_files,
         "{st:?}"
     );
     assert!(
-        st.open_file_bytes <= capacity as u64 / 2,
-        "{} resident bytes, block cache {capacity}",
+        st.open_file_bytes <= budget,
+        "{} resident bytes, budget {budget}",
         st.open_file_bytes
     );
     assert!(
-        st.open_file_bytes + st.block_cache_usage <= capacity as u64,
-        "resident {} + blocks {} over the block cache's {capacity}",
-        st.open_file_bytes,
-        st.block_cache_usage
+        st.file_opens > all.file_opens,
+        "files were closed and reopened"
     );
-    assert!(st.block_cache_usage > 0, "data blocks still cached");
 }

@@ -57,6 +57,7 @@ pub fn apply_options(props: &Properties) -> Result<(Options, WriteOptions)> {
             "bloom_bits_per_key" => o.bloom_bits_per_key = size(&name, v)?,
             "block_cache_capacity" | "cache_size" => o.block_cache_capacity = size(&name, v)?,
             "max_open_files" => o.max_open_files = size(&name, v)?,
+            "open_files_memory" => o.open_files_memory = size(&name, v)?,
             "max_write_group_bytes" => o.max_write_group_bytes = size(&name, v)?,
             "compression" => {
                 let c = compression(v)?;

@@ -27,7 +27,7 @@ impl BlobCache {
     pub fn get(&self, number: u64) -> Result<Arc<BlobReader>> {
         self.open.get_or_open(number, || {
             let path = self.dir.join(blob_file_name(number));
-            let r = BlobReader::open(&self.fs, &path, number)?;
+            let r = BlobReader::open_lazy(&self.fs, &path, number)?;
             let bytes = r.resident_bytes();
             Ok((Arc::new(r), bytes))
         })

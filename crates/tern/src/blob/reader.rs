@@ -61,23 +61,36 @@ impl ExpectedRecord<'_> {
     }
 }
 
-/// An open blob file with its ordinal index in memory.
+/// An open blob file. Its ordinal index is in memory when opened with
+/// [`BlobReader::open`] (whole-file work: GC, checks) and read entry by
+/// entry when opened with [`BlobReader::open_lazy`] (reads through the
+/// open-file cache, which then holds no index memory). An index entry read
+/// on its own has no checksum of its own; a read through it still checks
+/// the record it reaches holds the version it wants.
 pub struct BlobReader {
     file: Arc<dyn RandomAccessFile>,
     path: PathBuf,
     number: u64,
     footer: BlobFooter,
-    offsets: Vec<u64>,
+    offsets: Option<Vec<u64>>,
 }
 
 impl BlobReader {
-    /// Opens blob file `number` at `path`, checking header, footer and index.
+    /// Opens blob file `number` at `path`, checking header, footer and the
+    /// whole index, which stays in memory.
     pub fn open(fs: &FsRef, path: &Path, number: u64) -> Result<BlobReader> {
+        let mut r = Self::open_lazy(fs, path, number)?;
+        r.offsets = Some(r.load_index()?);
+        Ok(r)
+    }
+
+    /// Opens blob file `number` at `path`, checking header and footer; index
+    /// entries are read when needed.
+    pub fn open_lazy(fs: &FsRef, path: &Path, number: u64) -> Result<BlobReader> {
         let file = fs.open(path).ctx(path)?;
         let size = file.len();
-        let corrupt = |off: u64, why: &str| Error::corruption(path, off, why.to_string());
         if size < (BLOB_HEADER_LEN + BLOB_FOOTER_LEN) as u64 {
-            return Err(corrupt(0, "blob file too short"));
+            return Err(Error::corruption(path, 0, "blob file too short"));
         }
         let mut header = [0u8; BLOB_HEADER_LEN];
         file.read_exact_at(0, &mut header).ctx(path)?;
@@ -86,31 +99,39 @@ impl BlobReader {
         let mut fbuf = [0u8; BLOB_FOOTER_LEN];
         file.read_exact_at(footer_at, &mut fbuf).ctx(path)?;
         let footer = BlobFooter::decode(&fbuf, size).map_err(|e| e.in_file(path, footer_at))?;
-        let index_len = footer.lineage_offset - footer.index_offset;
-        let mut ibuf = vec![0u8; index_len as usize];
-        file.read_exact_at(footer.index_offset, &mut ibuf)
-            .ctx(path)?;
-        let offsets = blob::decode_index(&ibuf, footer.record_count)
-            .map_err(|e| e.in_file(path, footer.index_offset))?;
-        if offsets.last().is_some_and(|&o| o >= footer.index_offset) {
-            return Err(corrupt(
-                footer.index_offset,
-                "blob index points past the records",
-            ));
-        }
         Ok(BlobReader {
             file,
             path: path.to_path_buf(),
             number,
             footer,
-            offsets,
+            offsets: None,
         })
     }
 
-    /// Bytes the open reader keeps in memory: its ordinal index (what the
-    /// open-file cache charges to the block cache).
+    /// Reads and checks the whole ordinal index.
+    fn load_index(&self) -> Result<Vec<u64>> {
+        let f = &self.footer;
+        let mut ibuf = vec![0u8; (f.lineage_offset - f.index_offset) as usize];
+        self.file
+            .read_exact_at(f.index_offset, &mut ibuf)
+            .ctx(&self.path)?;
+        let offsets = blob::decode_index(&ibuf, f.record_count)
+            .map_err(|e| e.in_file(&self.path, f.index_offset))?;
+        if offsets.last().is_some_and(|&o| o >= f.index_offset) {
+            return Err(Error::corruption(
+                &self.path,
+                f.index_offset,
+                "blob index points past the records",
+            ));
+        }
+        Ok(offsets)
+    }
+
+    /// Bytes the reader keeps in memory: its ordinal index, if loaded.
     pub fn resident_bytes(&self) -> u64 {
-        (self.offsets.len() * std::mem::size_of::<u64>()) as u64
+        self.offsets
+            .as_ref()
+            .map_or(0, |o| (o.len() * std::mem::size_of::<u64>()) as u64)
     }
 
     /// The file's path.
@@ -128,26 +149,60 @@ impl BlobReader {
         self.footer.record_count
     }
 
+    /// Offset of record `ordinal`; `index_offset` (the end of the records)
+    /// for `ordinal == record_count`.
+    fn boundary(&self, ordinal: u64) -> Result<u64> {
+        let f = &self.footer;
+        if ordinal == f.record_count {
+            return Ok(f.index_offset);
+        }
+        if ordinal > f.record_count {
+            return Err(Error::corruption(
+                &self.path,
+                f.index_offset,
+                format!("blob ordinal {ordinal} out of range"),
+            ));
+        }
+        if let Some(offsets) = &self.offsets {
+            return Ok(offsets[ordinal as usize]);
+        }
+        let at = f.index_offset + 8 * ordinal;
+        let mut b = [0u8; 8];
+        self.file.read_exact_at(at, &mut b).ctx(&self.path)?;
+        let offset = u64::from_le_bytes(b);
+        if offset < BLOB_HEADER_LEN as u64 || offset >= f.index_offset {
+            return Err(Error::corruption(
+                &self.path,
+                at,
+                format!("blob index entry {ordinal} points outside the records"),
+            ));
+        }
+        Ok(offset)
+    }
+
     /// Offset of record `ordinal`.
     pub fn offset_of(&self, ordinal: u32) -> Result<u64> {
-        self.offsets.get(ordinal as usize).copied().ok_or_else(|| {
-            Error::corruption(
+        if u64::from(ordinal) >= self.footer.record_count {
+            return Err(Error::corruption(
                 &self.path,
                 self.footer.index_offset,
                 format!("blob ordinal {ordinal} out of range"),
-            )
-        })
+            ));
+        }
+        self.boundary(u64::from(ordinal))
     }
 
     /// Total bytes of record `ordinal` (header, key and value).
     pub fn record_len(&self, ordinal: u32) -> Result<u64> {
         let start = self.offset_of(ordinal)?;
-        let end = self
-            .offsets
-            .get(ordinal as usize + 1)
-            .copied()
-            .unwrap_or(self.footer.index_offset);
-        Ok(end - start)
+        let end = self.boundary(u64::from(ordinal) + 1)?;
+        end.checked_sub(start).filter(|&n| n > 0).ok_or_else(|| {
+            Error::corruption(
+                &self.path,
+                self.footer.index_offset,
+                format!("blob index entries {ordinal} and the next are not increasing"),
+            )
+        })
     }
 
     /// Reads record `ordinal` whole.
@@ -231,12 +286,17 @@ impl BlobReader {
         blob::decode_lineage(&buf).map_err(|e| e.in_file(&self.path, start))
     }
 
-    /// Reads every record, checking each checksum; returns the count.
+    /// Reads the index and every record, checking each checksum; returns
+    /// the count.
     pub fn verify(&self) -> Result<u64> {
-        for o in 0..self.offsets.len() {
+        let offsets = match &self.offsets {
+            Some(o) => o.len(),
+            None => self.load_index()?.len(),
+        };
+        for o in 0..offsets {
             self.read_ordinal(o as u32)?;
         }
         self.lineage()?;
-        Ok(self.offsets.len() as u64)
+        Ok(offsets as u64)
     }
 }

@@ -107,19 +107,22 @@ impl ScanResolver {
             }
         }
         let need = want.record_len();
-        if need >= self.readahead {
-            // A large value: read just its record.
-            self.window = None;
-            return reader.read_value(offset, want);
-        }
+        let end = match offset.checked_add(need) {
+            Some(end) if need < self.readahead && offset >= BLOB_HEADER_LEN as u64 => end,
+            // A large value (or a damaged offset, which `read_value`
+            // reports): read just its record.
+            _ => {
+                self.window = None;
+                return reader.read_value(offset, want);
+            }
+        };
         let start = if self.forward {
             offset
         } else {
-            (offset + need)
-                .saturating_sub(self.readahead)
+            end.saturating_sub(self.readahead)
                 .max(BLOB_HEADER_LEN as u64)
         };
-        let buf = reader.read_records_raw(start, self.readahead.max(offset + need - start))?;
+        let buf = reader.read_records_raw(start, self.readahead.max(end - start))?;
         let v = match reader.value_from_buffer(&buf, start, offset, want) {
             Some(v) => v,
             None => reader.read_value(offset, want),

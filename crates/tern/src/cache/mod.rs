@@ -1,5 +1,5 @@
 //! Block cache shared by all open tables, and the bounded set of open file
-//! readers whose resident indexes and filters are charged to it.
+//! readers.
 //!
 //! Holds decoded (checksum-verified, decompressed) blocks keyed by
 //! `(file number, block offset)`, weighted by their size in bytes. File
@@ -32,8 +32,6 @@ impl Weighter<(u64, u64), Arc<Block>> for BlockWeighter {
 pub struct BlockCache {
     inner: Cache<(u64, u64), Arc<Block>, BlockWeighter>,
     capacity: usize,
-    /// Capacity left for blocks after what open readers hold resident.
-    data_capacity: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -56,7 +54,6 @@ impl BlockCache {
         Arc::new(BlockCache {
             inner: Cache::with_weighter(items, capacity_bytes as u64, BlockWeighter),
             capacity: capacity_bytes,
-            data_capacity: AtomicU64::new(capacity_bytes as u64),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         })
@@ -75,20 +72,6 @@ impl BlockCache {
     /// Configured capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.capacity
-    }
-
-    /// Capacity left for data blocks.
-    pub fn data_capacity(&self) -> u64 {
-        self.data_capacity.load(Ordering::Relaxed)
-    }
-
-    /// Charges `bytes` held elsewhere (open readers' indexes and filters)
-    /// to the cache: blocks get the rest of the capacity, evicting as needed.
-    pub fn set_reserved(&self, bytes: u64) {
-        let data = (self.capacity as u64).saturating_sub(bytes);
-        if self.data_capacity.swap(data, Ordering::Relaxed) != data {
-            self.inner.set_capacity(data);
-        }
     }
 
     /// Bytes currently held (block bytes plus a small per-entry overhead).

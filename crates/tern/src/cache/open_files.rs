@@ -1,9 +1,8 @@
 //! Open file readers by file number, shared by tables and blob files.
 //!
-//! A reader holds a descriptor and its file's index (and filter) in memory,
-//! so the set is bounded two ways: at most `max_files` readers, and their
-//! resident bytes at most half the block cache, whose capacity for data
-//! blocks shrinks by what the readers hold. When either bound is passed the
+//! A reader holds a descriptor and, for a table, its index and filter in
+//! memory, so the set is bounded two ways: at most `max_files` readers, and
+//! their resident bytes at most `max_bytes`. When either bound is passed the
 //! least recently used reader is closed, picked by CLOCK (an LRU
 //! approximation whose hits take only a read lock and set a flag). A closed
 //! reader still in use by a read or an iterator stays open until that one
@@ -14,12 +13,11 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::BlockCache;
 use crate::error::{Error, Result};
 
 /// A type-erased reader.
@@ -81,21 +79,20 @@ impl Ring {
 pub struct OpenFiles {
     ring: RwLock<Ring>,
     max_files: usize,
-    /// Most resident bytes; `None` without a block cache to charge.
-    max_bytes: Option<u64>,
-    charge_to: Option<Arc<BlockCache>>,
+    max_bytes: u64,
+    /// Readers opened (misses), for spotting a bound set too low.
+    opens: AtomicU64,
 }
 
 impl OpenFiles {
-    /// At most `max_files` readers (at least one). Their resident bytes are
-    /// charged to `block_cache` and held to half its capacity; without a
-    /// block cache only the file count bounds them.
-    pub fn new(max_files: usize, block_cache: Option<Arc<BlockCache>>) -> Self {
+    /// At most `max_files` readers (at least one) holding at most
+    /// `max_bytes` resident.
+    pub fn new(max_files: usize, max_bytes: u64) -> Self {
         OpenFiles {
             ring: RwLock::new(Ring::default()),
             max_files: max_files.max(1),
-            max_bytes: block_cache.as_ref().map(|c| c.capacity() as u64 / 2),
-            charge_to: block_cache,
+            max_bytes,
+            opens: AtomicU64::new(0),
         }
     }
 
@@ -115,6 +112,7 @@ impl OpenFiles {
             }
         }
         let (reader, bytes) = open()?;
+        self.opens.fetch_add(1, Ordering::Relaxed);
         let mut ring = self.ring.write();
         if let Some(&i) = ring.index.get(&number) {
             // Another reader opened it meanwhile: use theirs, close ours.
@@ -130,15 +128,12 @@ impl OpenFiles {
         ring.index.insert(number, i);
         ring.bytes += bytes;
         let mut closed = Vec::new();
-        while ring.slots.len() > self.max_files
-            || self.max_bytes.is_some_and(|max| ring.bytes > max)
-        {
+        while ring.slots.len() > self.max_files || ring.bytes > self.max_bytes {
             match ring.evict_one() {
                 Some(slot) => closed.push(slot),
                 None => break,
             }
         }
-        self.charge(&ring);
         drop(ring);
         // Readers close (descriptors, index memory) outside the lock.
         drop(closed);
@@ -149,9 +144,6 @@ impl OpenFiles {
     pub fn evict(&self, number: u64) {
         let mut ring = self.ring.write();
         let closed = ring.index.get(&number).copied().map(|i| ring.remove_at(i));
-        if closed.is_some() {
-            self.charge(&ring);
-        }
         drop(ring);
         drop(closed);
     }
@@ -176,10 +168,9 @@ impl OpenFiles {
         self.max_files
     }
 
-    fn charge(&self, ring: &Ring) {
-        if let Some(c) = &self.charge_to {
-            c.set_reserved(ring.bytes);
-        }
+    /// Readers opened so far (each miss opens one).
+    pub fn opens(&self) -> u64 {
+        self.opens.load(Ordering::Relaxed)
     }
 }
 
@@ -206,7 +197,7 @@ mod tests {
 
     #[test]
     fn at_most_max_files_stay_open_and_recently_used_ones_survive() {
-        let files = OpenFiles::new(4, None);
+        let files = OpenFiles::new(4, u64::MAX);
         for n in 0..4 {
             open(&files, n, 10);
         }
@@ -227,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_miss_opens_and_a_hit_does_not() {
-        let files = OpenFiles::new(8, None);
+        let files = OpenFiles::new(8, u64::MAX);
         open(&files, 1, 1);
         let again: Arc<u64> = files
             .get_or_open(1, || -> Result<(Arc<u64>, u64)> { panic!("opened twice") })
@@ -244,7 +235,7 @@ mod tests {
 
     #[test]
     fn evict_forgets_and_keeps_the_ring_consistent() {
-        let files = OpenFiles::new(8, None);
+        let files = OpenFiles::new(8, u64::MAX);
         for n in 0..6 {
             open(&files, n, n);
         }
@@ -263,28 +254,25 @@ mod tests {
     }
 
     #[test]
-    fn resident_bytes_are_charged_to_the_block_cache_and_held_to_half_of_it() {
-        let cache = BlockCache::new(1000);
-        let files = OpenFiles::new(100, Some(cache.clone()));
+    fn resident_bytes_are_held_to_the_budget() {
+        let files = OpenFiles::new(100, 500);
         for n in 0..10 {
             open(&files, n, 120);
         }
-        assert!(files.bytes() <= 500, "{} resident bytes", files.bytes());
-        assert_eq!(files.len(), 4);
-        assert_eq!(cache.data_capacity(), 1000 - 480);
+        assert_eq!((files.len(), files.bytes()), (4, 480));
+        assert_eq!(files.opens(), 10);
         for n in 0..10 {
             files.evict(n);
         }
-        assert_eq!(cache.data_capacity(), 1000);
+        assert_eq!(files.bytes(), 0);
         // One reader larger than the budget is returned but not kept.
         assert_eq!(*open(&files, 99, 600), 99);
         assert!(files.is_empty());
-        assert_eq!(cache.data_capacity(), 1000);
     }
 
     #[test]
     fn concurrent_readers_share_one_bounded_set() {
-        let files = Arc::new(OpenFiles::new(8, None));
+        let files = Arc::new(OpenFiles::new(8, u64::MAX));
         let threads: Vec<_> = (0..4u64)
             .map(|t| {
                 let files = files.clone();

@@ -21,8 +21,9 @@ use crate::sst::{Table, TableBuilder, TableOptions};
 use crate::version::{resolve, FileMeta, Relocations};
 use crate::wal::table_file_name;
 
-/// Blob files a compaction keeps open to look up offsets of moved records.
-const JOB_OPEN_BLOB_FILES: usize = 16;
+/// Blob files a compaction keeps open to look up offsets of moved records
+/// (reopening one costs an `open` and two small reads).
+const JOB_OPEN_BLOB_FILES: usize = 64;
 
 /// Everything a compaction needs to know.
 #[derive(Clone)]
@@ -129,7 +130,7 @@ impl CompactionJob {
         let blobs = BlobCache::new(
             self.dir.clone(),
             ctx.fs.clone(),
-            Arc::new(OpenFiles::new(JOB_OPEN_BLOB_FILES, None)),
+            Arc::new(OpenFiles::new(JOB_OPEN_BLOB_FILES, u64::MAX)),
         );
 
         let mut output: Option<Output> = None;

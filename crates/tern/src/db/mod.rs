@@ -321,6 +321,7 @@ impl Db {
         }
         st.open_files = s.open_files.len();
         st.open_file_bytes = s.open_files.bytes();
+        st.file_opens = s.open_files.opens();
         st.last_sequence = s.visible_seq.load(Ordering::Acquire);
         st.snapshots = s.snapshots.len();
         // Live WALs: the active one (its writer knows its length) and those

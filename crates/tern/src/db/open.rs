@@ -67,7 +67,10 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
 
     let block_cache =
         (opts.block_cache_capacity > 0).then(|| BlockCache::new(opts.block_cache_capacity));
-    let open_files = Arc::new(OpenFiles::new(opts.max_open_files, block_cache.clone()));
+    let open_files = Arc::new(OpenFiles::new(
+        opts.max_open_files,
+        opts.open_files_memory as u64,
+    ));
     let tables = Arc::new(TableCache::new(
         dir.to_path_buf(),
         fs.clone(),

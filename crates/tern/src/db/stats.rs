@@ -138,9 +138,12 @@ pub struct Stats {
     pub block_cache_usage: u64,
     /// Table and blob files open for reads (see `Options::max_open_files`).
     pub open_files: usize,
-    /// Memory of the open files' indexes and filters, bytes: charged to the
-    /// block cache, whose data blocks get the rest of its capacity.
+    /// Memory of the open tables' indexes and filters, bytes (bounded by
+    /// `Options::open_files_memory`).
     pub open_file_bytes: u64,
+    /// Table and blob files opened for reads since open; climbing fast while
+    /// `open_files` sits at its bound means the bounds are too low.
+    pub file_opens: u64,
     /// Last sequence number assigned.
     pub last_sequence: u64,
     /// Live snapshots.
@@ -240,8 +243,8 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "open files              {} ({} bytes of indexes and filters)",
-            self.open_files, self.open_file_bytes
+            "open files              {} ({} bytes of indexes and filters, {} opens)",
+            self.open_files, self.open_file_bytes, self.file_opens
         )?;
         writeln!(
             f,
