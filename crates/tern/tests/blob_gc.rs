@@ -483,9 +483,11 @@ fn blob_record_of_another_version_of_the_same_key_is_reported_not_returned() {
     }
 }
 
-#[test]
-fn damaged_blob_index_entry_is_reported_not_followed() {
-    let fs = MemFs::new();
+/// A store whose keys 5..10 sit in a GC output reached through lineage,
+/// closed, with that output's index entry 1 (key 6) naming record 2 (key 7)
+/// and, if `outside`, entry 3 (key 8) a place outside the records. The
+/// index checksum no longer matches. Returns the output's path.
+fn store_with_damaged_gc_output_index(fs: &Arc<MemFs>, outside: bool) -> std::path::PathBuf {
     let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
     for i in 0..10 {
         db.put(&key(i), &value(i, 0)).unwrap();
@@ -495,25 +497,46 @@ fn damaged_blob_index_entry_is_reported_not_followed() {
         db.delete(&key(i)).unwrap();
     }
     db.compact_range(None, None).unwrap();
-    // Keys 5..10 now sit in a GC output and refs reach them through
-    // lineage, so every read takes its offset from the output's index.
     assert_eq!(db.collect_garbage().unwrap(), 1);
     db.close().unwrap();
-    let newest = blob_files_on_disk(&fs).into_iter().max().unwrap();
+    let newest = blob_files_on_disk(fs).into_iter().max().unwrap();
     let path = Path::new(DIR).join(newest);
     let data = fs.read_all(&path).unwrap();
     let index = u64::from_le_bytes(data[data.len() - 48..data.len() - 40].try_into().unwrap());
-    let entry = |o: u64| index + 8 * o;
-    let third = data[entry(2) as usize..entry(3) as usize].to_vec();
-    // Entry 1 now names record 2 (a valid record of another key), entry 3
-    // a place outside the records.
+    let entry = |o: u64| (index + 8 * o) as usize;
     let mut damaged = data.clone();
-    damaged[entry(1) as usize..entry(2) as usize].copy_from_slice(&third);
-    damaged[entry(3) as usize..entry(4) as usize].copy_from_slice(&u64::MAX.to_le_bytes());
+    damaged.copy_within(entry(2)..entry(3), entry(1));
+    if outside {
+        damaged[entry(3)..entry(4)].copy_from_slice(&u64::MAX.to_le_bytes());
+    }
     let mut f = fs.create(&path).unwrap();
     f.append(&damaged).unwrap();
     f.sync().unwrap();
+    path
+}
 
+#[test]
+fn compaction_never_persists_an_offset_from_a_damaged_blob_index() {
+    let fs = MemFs::new();
+    let path = store_with_damaged_gc_output_index(&fs, false);
+    let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
+    // Compaction points refs at the GC output, taking offsets from its
+    // index: it must fail on the damage instead of writing an offset it
+    // never checked into a new table.
+    match db.compact_range(None, None) {
+        Err(tern::Error::Corruption { file, .. }) => assert_eq!(file, path),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    drop(db);
+    let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
+    assert_eq!(db.get(&key(5)).unwrap(), Some(value(5, 0)));
+    assert_eq!(db.get(&key(9)).unwrap(), Some(value(9, 0)));
+}
+
+#[test]
+fn damaged_blob_index_entry_is_reported_not_followed() {
+    let fs = MemFs::new();
+    let path = store_with_damaged_gc_output_index(&fs, true);
     let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
     for (i, bad) in [(5, false), (6, true), (7, false), (8, true), (9, false)] {
         match db.get(&key(i)) {

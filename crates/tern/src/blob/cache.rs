@@ -15,19 +15,40 @@ pub struct BlobCache {
     dir: PathBuf,
     fs: FsRef,
     open: Arc<OpenFiles>,
+    verified_index: bool,
 }
 
 impl BlobCache {
-    /// A cache for blob files in `dir`, keeping them open in `open`.
+    /// A cache for blob files in `dir`, keeping them open in `open`. Readers
+    /// read index entries on demand (reads check the record they reach).
     pub fn new(dir: PathBuf, fs: FsRef, open: Arc<OpenFiles>) -> Self {
-        BlobCache { dir, fs, open }
+        BlobCache {
+            dir,
+            fs,
+            open,
+            verified_index: false,
+        }
+    }
+
+    /// Like [`BlobCache::new`], but readers load and verify the whole index
+    /// at open: for compaction, which writes offsets it looks up into new
+    /// tables without reading the records, so an entry must be proven.
+    pub fn with_verified_index(dir: PathBuf, fs: FsRef, open: Arc<OpenFiles>) -> Self {
+        BlobCache {
+            verified_index: true,
+            ..Self::new(dir, fs, open)
+        }
     }
 
     /// The reader for blob file `number`.
     pub fn get(&self, number: u64) -> Result<Arc<BlobReader>> {
         self.open.get_or_open(number, || {
             let path = self.dir.join(blob_file_name(number));
-            let r = BlobReader::open_lazy(&self.fs, &path, number)?;
+            let r = if self.verified_index {
+                BlobReader::open(&self.fs, &path, number)?
+            } else {
+                BlobReader::open_lazy(&self.fs, &path, number)?
+            };
             let bytes = r.resident_bytes();
             Ok((Arc::new(r), bytes))
         })
