@@ -546,3 +546,64 @@ fn damaged_blob_index_entry_is_reported_not_followed() {
         }
     }
 }
+
+/// Runs GC jobs, then damages the output's index (entries 0 and 1 trade
+/// places), as a faulty disk or a remote worker could hand back.
+struct DamagingGcExecutor;
+
+impl tern::compaction::Executor for DamagingGcExecutor {
+    fn execute(
+        &self,
+        job: &tern::compaction::CompactionJob,
+        ctx: &tern::compaction::JobContext,
+    ) -> tern::Result<tern::compaction::CompactionOutput> {
+        job.run(ctx)
+    }
+
+    fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<tern::gc::GcOutput> {
+        let out = job.run(ctx)?;
+        let path = job.dir.join(format!("{:06}.blob", job.output_number));
+        let data = ctx.fs.read_all(&path).unwrap();
+        let index = u64::from_le_bytes(data[data.len() - 48..data.len() - 40].try_into().unwrap());
+        let at = index as usize;
+        let mut damaged = data.clone();
+        damaged[at..at + 8].copy_from_slice(&data[at + 8..at + 16]);
+        damaged[at + 8..at + 16].copy_from_slice(&data[at..at + 8]);
+        let mut f = ctx.fs.create(&path).unwrap();
+        f.append(&damaged).unwrap();
+        f.sync().unwrap();
+        Ok(out)
+    }
+}
+
+#[test]
+fn gc_output_with_a_damaged_index_is_not_installed() {
+    let fs = MemFs::new();
+    let db = Db::open_with_executor(
+        DIR,
+        manual_opts(fs.clone()),
+        Some(Arc::new(DamagingGcExecutor)),
+    )
+    .unwrap();
+    for i in 0..10 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    for i in 0..5 {
+        db.delete(&key(i)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    let before = blob_files_on_disk(&fs);
+    assert!(
+        matches!(db.collect_garbage(), Err(tern::Error::Corruption { .. })),
+        "installed a GC output whose index does not check"
+    );
+    assert_eq!(
+        blob_files_on_disk(&fs),
+        before,
+        "inputs kept, output removed"
+    );
+    for i in 5..10 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+}

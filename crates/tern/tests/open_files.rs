@@ -125,6 +125,7 @@ fn index_and_filter_memory_is_held_to_open_files_memory() {
         ..roomy
     };
     let db = Db::open(DIR, tight).unwrap();
+    read_all(&db);
     let st = read_all(&db);
     assert!(
         st.open_files > 0 && st.open_files < all.open_files,

@@ -56,22 +56,21 @@ impl Ring {
         slot
     }
 
-    /// Closes the least recently used reader (clock order); `None` if empty.
-    fn evict_one(&mut self) -> Option<Slot> {
-        if self.slots.is_empty() {
-            return None;
-        }
+    /// Closes the least recently used reader (clock order), only among
+    /// those holding resident bytes if `for_bytes`; `None` if there is none.
+    fn evict_one(&mut self, for_bytes: bool) -> Option<Slot> {
+        let candidate = |s: &Slot| !for_bytes || s.bytes > 0;
         // Two sweeps at most: the first clears every flag it passes.
         for _ in 0..2 * self.slots.len() {
             let hand = self.hand % self.slots.len();
-            if self.slots[hand].referenced.swap(false, Ordering::Relaxed) {
-                self.hand = (hand + 1) % self.slots.len();
-            } else {
+            let slot = &self.slots[hand];
+            if candidate(slot) && !slot.referenced.swap(false, Ordering::Relaxed) {
                 return Some(self.remove_at(hand));
             }
+            self.hand = (hand + 1) % self.slots.len();
         }
-        let hand = self.hand % self.slots.len();
-        Some(self.remove_at(hand))
+        let i = self.slots.iter().position(candidate)?;
+        Some(self.remove_at(i))
     }
 }
 
@@ -113,6 +112,10 @@ impl OpenFiles {
         }
         let (reader, bytes) = open()?;
         self.opens.fetch_add(1, Ordering::Relaxed);
+        if bytes > self.max_bytes {
+            // Keeping it would close every other reader: serve it uncached.
+            return Ok(reader);
+        }
         let mut ring = self.ring.write();
         if let Some(&i) = ring.index.get(&number) {
             // Another reader opened it meanwhile: use theirs, close ours.
@@ -129,7 +132,9 @@ impl OpenFiles {
         ring.bytes += bytes;
         let mut closed = Vec::new();
         while ring.slots.len() > self.max_files || ring.bytes > self.max_bytes {
-            match ring.evict_one() {
+            // Over the byte budget, close only readers that free bytes.
+            let for_bytes = ring.slots.len() <= self.max_files;
+            match ring.evict_one(for_bytes) {
                 Some(slot) => closed.push(slot),
                 None => break,
             }
@@ -268,6 +273,25 @@ mod tests {
         // One reader larger than the budget is returned but not kept.
         assert_eq!(*open(&files, 99, 600), 99);
         assert!(files.is_empty());
+    }
+
+    #[test]
+    fn byte_pressure_closes_readers_that_hold_bytes_only() {
+        let files = OpenFiles::new(100, 100);
+        for n in 0..5 {
+            open(&files, n, 0);
+        }
+        for n in 10..13 {
+            open(&files, n, 40);
+        }
+        assert_eq!((files.len(), files.bytes()), (7, 80));
+        assert!(
+            (0..5).all(|n| cached(&files, n)),
+            "zero-byte readers closed"
+        );
+        // Over the budget on its own: served, not kept, nothing closed.
+        assert_eq!(*open(&files, 99, 200), 99);
+        assert_eq!((files.len(), files.bytes()), (7, 80));
     }
 
     #[test]

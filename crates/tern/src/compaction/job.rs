@@ -22,8 +22,10 @@ use crate::version::{resolve, FileMeta, Relocations};
 use crate::wal::table_file_name;
 
 /// Blob files a compaction keeps open, with their verified indexes, to look
-/// up offsets of moved records (8 bytes per record each).
+/// up offsets of moved records.
 const JOB_OPEN_BLOB_FILES: usize = 64;
+/// Most memory those indexes hold (8 bytes per record).
+const JOB_BLOB_INDEX_BYTES: u64 = 64 << 20;
 
 /// Everything a compaction needs to know.
 #[derive(Clone)]
@@ -125,12 +127,12 @@ impl CompactionJob {
         }
         let mut iter = MergingIterator::new(children);
         iter.seek_to_first();
-        // Only for refs to rewrite, one blob file after another: a few
-        // readers of its own suffice.
+        // Only for refs to rewrite: readers of its own, with verified
+        // indexes, since looked-up offsets go into new tables unread.
         let blobs = BlobCache::with_verified_index(
             self.dir.clone(),
             ctx.fs.clone(),
-            Arc::new(OpenFiles::new(JOB_OPEN_BLOB_FILES, u64::MAX)),
+            Arc::new(OpenFiles::new(JOB_OPEN_BLOB_FILES, JOB_BLOB_INDEX_BYTES)),
         );
 
         let mut output: Option<Output> = None;

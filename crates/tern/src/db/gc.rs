@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use super::core::Shared;
 use super::stats::Counters;
+use crate::blob::BlobReader;
 use crate::error::Result;
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::gc::{picker, GcContext, GcInput, GcJob, GcOutput};
@@ -54,6 +55,16 @@ impl Shared {
         let out_path = self
             .dir
             .join(crate::wal::blob_file_name(output.meta.number));
+        // The output may come from another process or machine: its index
+        // must check before the inputs are retired for it. Read it before
+        // taking the state lock.
+        let reader = match BlobReader::open(&self.fs, &out_path, output.meta.number) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.fs.remove_file(&out_path);
+                return Err(e);
+            }
+        };
         let mut state = self.state.lock();
         let v = state.versions.current();
         if job
@@ -64,17 +75,10 @@ impl Shared {
             // An input stopped being live while the job ran (nothing refers to
             // it any more): the output is not needed.
             drop(state);
+            drop(reader);
             let _ = self.fs.remove_file(&out_path);
             return Ok(());
         }
-        let reader = match self.blobs.get(output.meta.number) {
-            Ok(r) => r,
-            Err(e) => {
-                drop(state);
-                let _ = self.fs.remove_file(&out_path);
-                return Err(e);
-            }
-        };
         let mut carried = DeadOrdinals {
             file: output.meta.number,
             ..Default::default()
