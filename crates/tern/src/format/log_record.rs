@@ -212,9 +212,11 @@ pub enum RecordOutcome<'a> {
 ///    runs past the end of the file → [`RecordOutcome::TornTail`];
 /// 2. everything from `pos` to the end is zero bytes → `TornTail`;
 /// 3. checksum mismatch on a WAL record that ends exactly at the end of the
-///    file → `TornTail` (in a manifest this is corruption: its records are
-///    synced one at a time, so a bad last record is damage);
-/// 4. any other checksum mismatch, or a record with a valid checksum but an
+///    file → `TornTail`;
+/// 4. checksum mismatch where a whole sector (512 bytes, aligned in the
+///    file) from `pos` on reads as zeros → `TornTail`: write-back persisted
+///    a later page of an unsynced append before an earlier one;
+/// 5. any other checksum mismatch, or a record with a valid checksum but an
 ///    unknown type → [`RecordOutcome::Corrupt`] at `pos`.
 ///
 /// Never allocates: a huge length field is compared to the bytes present.
@@ -237,10 +239,16 @@ pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_
     if checksum::crc2(&[ty], payload) != stored_crc {
         // A complete final record with a bad checksum is a write cut short by
         // a crash in a WAL. Manifest records are synced one by one before
-        // anything depends on them, so there it is damage, not a torn write:
-        // dropping it could lose the tables it added.
+        // anything depends on them, so a bad one with all its bytes present
+        // is damage, not a torn write (dropping it could lose the tables it
+        // added); but one with a sector that never reached the disk is the
+        // unsynced last append. Only the last record can be unsynced, and
+        // a sector lost in an earlier one would be followed by more data
+        // that its sync proved durable: `Corrupt` below still applies when
+        // the zeros are not in the file's final stretch.
         let ends_at_eof = len == body.len() && kind == LogKind::Wal;
-        if ends_at_eof || all_zero(rest) {
+        let unsynced_manifest_tail = kind == LogKind::Manifest && lost_sector(file, pos);
+        if ends_at_eof || all_zero(rest) || unsynced_manifest_tail {
             return RecordOutcome::TornTail;
         }
         return RecordOutcome::Corrupt(DecodeError::new(pos, "log record checksum mismatch"));
@@ -259,6 +267,45 @@ pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_
 
 fn all_zero(b: &[u8]) -> bool {
     b.iter().all(|&x| x == 0)
+}
+
+/// Write-back unit whose loss [`lost_sector`] recognises.
+const SECTOR: usize = 512;
+
+/// Whether the record at `pos`, the last one in `file`, holds a whole
+/// sector of zeros (aligned in the file; the first one counted from `pos`):
+/// the signature of an unsynced append whose earlier sectors never reached
+/// the disk while a later one did. The record must be the last: no valid
+/// record may start after the zeros.
+fn lost_sector(file: &[u8], pos: usize) -> bool {
+    let mut start = pos;
+    while start < file.len() {
+        let end = (start / SECTOR + 1) * SECTOR;
+        if end > file.len() {
+            return false;
+        }
+        if all_zero(&file[start..end]) {
+            return !valid_record_after(file, end);
+        }
+        start = end;
+    }
+    false
+}
+
+/// Whether a record with a valid checksum starts anywhere at or after
+/// `from` (proof that the data before it was synced).
+fn valid_record_after(file: &[u8], from: usize) -> bool {
+    (from..file.len().saturating_sub(RECORD_HEADER_LEN - 1)).any(|p| {
+        let rest = &file[p..];
+        let len = fixed32_at(rest, 4) as usize;
+        len > 0
+            && len <= rest.len() - RECORD_HEADER_LEN
+            && RecordType::from_u8(rest[8]).is_some()
+            && checksum::crc2(
+                &[rest[8]],
+                &rest[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len],
+            ) == fixed32_at(rest, 0)
+    })
 }
 
 #[cfg(test)]
@@ -367,5 +414,34 @@ mod tests {
             RecordOutcome::Corrupt(e) => assert_eq!(e.offset, FILE_HEADER_LEN as u64),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn manifest_record_with_a_lost_sector_is_torn_only_when_nothing_valid_follows() {
+        let mut f = log(LogKind::Manifest, &[b"first"]);
+        let start = f.len();
+        encode_record(&mut f, &[9u8; 1500]);
+        let tail = f.clone();
+        // The sector holding the record's start never reached the disk.
+        f[start..SECTOR].fill(0);
+        assert_eq!(
+            decode_record(&f, start, LogKind::Manifest),
+            RecordOutcome::TornTail
+        );
+        // Bits flipped, all sectors present: damage.
+        let mut flipped = tail.clone();
+        flipped[start + 100] ^= 1;
+        assert!(matches!(
+            decode_record(&flipped, start, LogKind::Manifest),
+            RecordOutcome::Corrupt(_)
+        ));
+        // A valid record after the zeros proves the damaged one was synced.
+        let mut followed = tail;
+        followed[start..SECTOR].fill(0);
+        encode_record(&mut followed, b"later");
+        assert!(matches!(
+            decode_record(&followed, start, LogKind::Manifest),
+            RecordOutcome::Corrupt(_)
+        ));
     }
 }
