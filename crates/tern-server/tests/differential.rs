@@ -285,7 +285,7 @@ fn same_replies_as_redis() {
             (0..n).collect()
         }
     };
-    let mut compared = 0;
+    let (mut compared, mut pipelined, mut pipelined_errors) = (0, 0, 0);
     for seed in seeds {
         send(&mut r, &["FLUSHALL".into()]).unwrap();
         send(&mut t, &["FLUSHALL".into()]).unwrap();
@@ -303,32 +303,59 @@ fn same_replies_as_redis() {
             );
             compared += 1;
         }
-        // Pipelined: the same random commands in one pipeline.
-        let cmds: Vec<Vec<String>> = (0..100).map(|_| gen(&mut rng)).collect();
-        let mut p = redis::pipe();
-        for c in &cmds {
-            let mut rc = redis::cmd(&c[0]);
-            for a in &c[1..] {
-                rc.arg(a);
-            }
-            p.add_command(rc);
-        }
-        let ra: Vec<Value> = p.query(&mut r).unwrap_or_default();
-        let tb: Vec<Value> = p.query(&mut t).unwrap_or_default();
-        assert_eq!(
-            ra.len(),
-            tb.len(),
-            "TERN_DIFF_SEED={seed}: pipeline reply counts differ"
-        );
+        // Pipelined: the same random commands in one pipeline, every reply
+        // compared, errors included (nearly every pipeline holds one).
+        let cmds: Vec<Vec<String>> = (0..PIPELINE).map(|_| gen(&mut rng)).collect();
+        let ra = send_pipeline(&mut r, &cmds);
+        let tb = send_pipeline(&mut t, &cmds);
+        assert_eq!(ra.len(), cmds.len(), "TERN_DIFF_SEED={seed}: redis replies");
+        assert_eq!(tb.len(), cmds.len(), "TERN_DIFF_SEED={seed}: tern replies");
         for (i, (x, y)) in ra.into_iter().zip(tb).enumerate() {
-            let x = normalize(&cmds[i], Ok(x));
-            let y = normalize(&cmds[i], Ok(y));
+            let x = normalize(&cmds[i], x);
+            let y = normalize(&cmds[i], y);
+            pipelined_errors += usize::from(x.is_err());
             assert_eq!(
                 y, x,
                 "TERN_DIFF_SEED={seed} pipeline entry {i}: {:?}",
                 cmds[i]
             );
+            pipelined += 1;
         }
     }
-    eprintln!("differential: {compared} replies identical");
+    assert!(compared > 0 && pipelined > 0, "nothing was compared");
+    assert!(
+        pipelined_errors > 0,
+        "no pipeline held an error reply: the generator lost its error cases"
+    );
+    eprintln!(
+        "differential: {compared} sequential and {pipelined} pipelined replies identical \
+         ({pipelined_errors} pipelined error replies)"
+    );
+}
+
+/// Commands per pipeline.
+const PIPELINE: usize = 100;
+
+/// Sends `cmds` as one pipeline and reads every reply: an error reply is
+/// `Err(text)` in its place, never a reason to drop the others.
+fn send_pipeline(con: &mut redis::Connection, cmds: &[Vec<String>]) -> Vec<Result<Value, String>> {
+    use redis::ConnectionLike;
+    let mut p = redis::pipe();
+    for c in cmds {
+        let mut rc = redis::cmd(&c[0]);
+        for a in &c[1..] {
+            rc.arg(a);
+        }
+        p.add_command(rc);
+    }
+    let replies = con
+        .req_packed_commands(&p.get_packed_pipeline(), 0, cmds.len())
+        .unwrap_or_else(|e| panic!("pipeline failed as a whole: {e}"));
+    replies
+        .into_iter()
+        .map(|v| match v {
+            Value::ServerError(e) => Err(common::error_text(e.into())),
+            v => Ok(v),
+        })
+        .collect()
 }
