@@ -47,6 +47,9 @@ pub struct SimReport {
     pub faults: u64,
     /// Writes lost by crashes (acknowledged but not durable: allowed).
     pub lost_unsynced: u64,
+    /// Of those, per [`CrashMode::ALL`] entry of the crash that lost them
+    /// (clean closes lose nothing).
+    pub lost_by_mode: [u64; 4],
     /// Explicit `collect_garbage` calls.
     pub gc_calls: u64,
     /// Blob GC jobs installed (`Stats::gc_runs`), background and explicit.
@@ -225,6 +228,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         version: vec![0; keys_n],
     };
     let mut report = SimReport::default();
+    let mut last_crash: Option<CrashMode> = None;
     for cycle in 0..a.crashes {
         let fault = FaultFs::new(mem.clone());
         let fs: FsRef = fault.clone();
@@ -246,6 +250,9 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
             .recover(&db)
             .map_err(|e| format!("cycle {cycle}: {e}\n{repeat}"))?;
         report.lost_unsynced += lost;
+        if let Some(mode) = last_crash {
+            report.lost_by_mode[mode as usize] += lost;
+        }
         if cfg.knobs.sync && lost > 0 {
             return Err(format!(
                 "cycle {cycle}: {lost} synced writes were lost\n{repeat}"
@@ -303,6 +310,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
                 }
             } else if p < 92 {
                 let k = rng.gen_range(0..keys_n);
+                let injected = fault.injected();
                 match db.get(&keys::plain_key(k)) {
                     Ok(v) => {
                         if !keys::matches(k, sim.live[k], v.as_deref()) {
@@ -313,22 +321,36 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
                             ));
                         }
                     }
-                    Err(_) => {
-                        // An injected read error: reported, never wrong data.
+                    // An injected read error is reported, never wrong
+                    // data; any other read error is a bug.
+                    Err(e) if fault.injected() == injected => {
+                        return Err(format!(
+                            "cycle {cycle}: get k{k:08} failed with no fault injected: {e}\n{repeat}"
+                        ));
                     }
+                    Err(_) => {}
                 }
             } else if p < 97 {
                 // A full scan, compared with the live state.
-                if let Ok(got) = read_all(&db, keys_n) {
-                    if let Some(k) =
-                        (0..keys_n).find(|&k| !keys::matches(k, sim.live[k], got[k].as_deref()))
-                    {
+                let injected = fault.injected();
+                match read_all(&db, keys_n) {
+                    Ok(got) => {
+                        if let Some(k) =
+                            (0..keys_n).find(|&k| !keys::matches(k, sim.live[k], got[k].as_deref()))
+                        {
+                            return Err(format!(
+                                "cycle {cycle}: scan reads k{k:08} as {}, expected {}\n{repeat}",
+                                keys::describe(got[k].as_deref()),
+                                keys::describe_state(sim.live[k])
+                            ));
+                        }
+                    }
+                    Err(e) if fault.injected() == injected => {
                         return Err(format!(
-                            "cycle {cycle}: scan reads k{k:08} as {}, expected {}\n{repeat}",
-                            keys::describe(got[k].as_deref()),
-                            keys::describe_state(sim.live[k])
+                            "cycle {cycle}: scan failed with no fault injected: {e}\n{repeat}"
                         ));
                     }
+                    Err(_) => {}
                 }
             } else if p < 98 {
                 match db.flush() {
@@ -360,6 +382,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         report.gc_runs += db.stats().gc_runs;
         if !failed && rng.gen_bool(0.2) {
             fault.clear();
+            last_crash = None;
             if db.close().is_ok() {
                 sim.durable = sim.log.len();
                 report.clean_closes += 1;
@@ -373,6 +396,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
             mem = copy;
             report.crashes += 1;
             report.crashes_by_mode[mode as usize] += 1;
+            last_crash = Some(mode);
         }
         report.faults += fault.injected();
         if (cycle + 1) % 10 == 0 || cycle + 1 == a.crashes {
