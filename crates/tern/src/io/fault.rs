@@ -92,6 +92,8 @@ struct Faults {
     random: Option<Random>,
     path_filter: Option<String>,
     injected: u64,
+    /// How long every file sync takes on top of the inner one (a slow disk).
+    sync_delay: std::time::Duration,
 }
 
 impl Faults {
@@ -214,6 +216,12 @@ impl FaultFs {
         self.faults.lock().path_filter = Some(s.to_owned());
     }
 
+    /// Makes every file sync take `delay` longer, like a slow disk, so that
+    /// tests can make writers pile up behind an fsync.
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.faults.lock().sync_delay = delay;
+    }
+
     /// Removes all rules, random faults and the path filter. The count of
     /// injected faults is kept.
     pub fn clear(&self) {
@@ -258,6 +266,10 @@ impl WritableFile for FaultWritable {
 
     fn sync(&mut self) -> io::Result<()> {
         self.check(FaultKind::Sync)?;
+        let delay = self.faults.lock().sync_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         self.inner.sync()
     }
 
