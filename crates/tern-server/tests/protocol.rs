@@ -188,19 +188,6 @@ fn limits_give_clear_errors() {
         raw(t.addr(), &long_inline),
         "-ERR Protocol error: too big inline request\r\n"
     );
-    // Many small arguments pipelined without end: the query buffer limit.
-    let mut flood = Vec::new();
-    for _ in 0..20_000 {
-        flood.extend_from_slice(b"*16\r\n");
-        for _ in 0..15 {
-            flood.extend_from_slice(b"$4\r\nabcd\r\n");
-        }
-    }
-    let mut conn = TcpStream::connect(t.addr()).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let _ = conn.write_all(b"*1\r\n$4\r\nPING\r\n");
-    drop(conn);
     // maxclients: the fourth connection is refused with Redis's error.
     let c1 = t.client();
     let c2 = t.client();
@@ -218,7 +205,44 @@ fn limits_give_clear_errors() {
         run(&mut again, &["PING"]),
         Ok(Value::SimpleString("PONG".into()))
     );
-    let _ = flood;
+}
+
+/// A flood of small complete requests (3 MiB in all, more than the query
+/// buffer limit, which is per request), pipelined while replies are read:
+/// every one is answered, in order, across read-chunk boundaries.
+#[test]
+fn pipelined_flood_is_answered_in_full_and_in_order() {
+    let t = start_with(|c| c.client_query_buffer_limit = 1 << 20);
+    const FLOOD: usize = 20_000;
+    let mut flood = Vec::new();
+    for _ in 0..FLOOD {
+        flood.extend_from_slice(b"*16\r\n");
+        for _ in 0..16 {
+            flood.extend_from_slice(b"$4\r\nabcd\r\n");
+        }
+    }
+    flood.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+    assert!(flood.len() > 1 << 20);
+    let conn = TcpStream::connect(t.addr()).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut writer = conn.try_clone().unwrap();
+    let sender = std::thread::spawn(move || writer.write_all(&flood));
+    let mut replies = std::io::BufReader::new(conn);
+    let mut line = String::new();
+    for i in 0..FLOOD {
+        line.clear();
+        std::io::BufRead::read_line(&mut replies, &mut line).unwrap();
+        assert!(
+            line.starts_with("-ERR unknown command 'abcd'"),
+            "reply {i} of the flood: {line:?}"
+        );
+    }
+    line.clear();
+    std::io::BufRead::read_line(&mut replies, &mut line).unwrap();
+    assert_eq!(line, "+PONG\r\n", "the request after the flood");
+    sender.join().unwrap().unwrap();
+    drop(replies);
 }
 
 #[test]
