@@ -110,11 +110,24 @@ fn stress_command(cfg: &CrashLoopConfig, seed: u64) -> Command {
     c
 }
 
+/// Runs killed after at least this long must report progress (progress
+/// lines come every 0.2 s; opening and the startup verification of a
+/// crash-loop store take a fraction of that): a store that hangs would
+/// otherwise pass, killed on a timer whatever it was doing.
+const MUST_PROGRESS_AFTER: Duration = Duration::from_millis(600);
+/// Fewest operations such a run must report. A healthy store does
+/// thousands in that time; a hung one only the reads its threads issue
+/// before each blocks on its first write.
+const MIN_OPS_PER_RUN: u64 = 20;
+/// Such runs in a row allowed to fall short (a slow start under load).
+const IDLE_RUNS_ALLOWED: u32 = 2;
+
 /// Runs the loop, printing a line per kill to `log`.
 pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport, String> {
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     let mut report = CrashLoopReport::default();
     let started = Instant::now();
+    let mut idle_runs = 0u32;
     for i in 0..cfg.kills {
         let seed = rng.gen_range(0..1_000_000_000u64);
         let delay = Duration::from_millis(rng.gen_range(cfg.run_ms.0..=cfg.run_ms.1));
@@ -163,7 +176,23 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
             ));
         }
         report.kills += 1;
-        report.ops += last_number_after(&text, "] ops ").unwrap_or(0);
+        let ops = last_number_after(&text, "] ops ").unwrap_or(0);
+        if delay >= MUST_PROGRESS_AFTER {
+            idle_runs = if ops < MIN_OPS_PER_RUN {
+                idle_runs + 1
+            } else {
+                0
+            };
+            if idle_runs == IDLE_RUNS_ALLOWED + 1 {
+                return Err(format!(
+                    "{idle_runs} runs in a row completed fewer than {MIN_OPS_PER_RUN} operations \
+                     in {:?} or more before the kill: the store hangs; the last one \
+                     (seed {seed}):\n{text}",
+                    MUST_PROGRESS_AFTER
+                ));
+            }
+        }
+        report.ops += ops;
         report.gc_runs += last_number_after(&text, "gc jobs ").unwrap_or(0);
         if let Some((n, m)) = in_flight(&text) {
             report.in_flight += n;
@@ -184,6 +213,9 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
             report.in_flight_applied
         );
         let _ = log.flush();
+    }
+    if cfg.kills > 0 && report.ops == 0 {
+        return Err("no killed run reported a single operation".to_string());
     }
     let out = stress_command(cfg, cfg.seed)
         .arg("--verify-only")
