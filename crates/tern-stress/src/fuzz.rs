@@ -110,11 +110,14 @@ pub fn write_batch(data: &[u8]) {
 /// must encode and decode to the same edit.
 pub fn version_edit(data: &[u8]) {
     if let Ok(e) = VersionEdit::decode(data) {
-        let again = VersionEdit::decode(&e.encode());
-        assert!(
-            again.is_ok(),
-            "a decoded edit does not decode after encoding"
-        );
+        let bytes = e.encode();
+        match VersionEdit::decode(&bytes) {
+            Ok(again) => {
+                assert_eq!(again, e, "an edit changes through encode and decode");
+                assert_eq!(again.encode(), bytes, "encoding is not stable");
+            }
+            Err(err) => panic!("a decoded edit does not decode after encoding: {err}"),
+        }
     }
 }
 

@@ -373,6 +373,12 @@ fn every_target_survives_its_corpus() {
     for (name, f) in TARGETS {
         let n = replay_dir(&root.join(name), *f).unwrap();
         eprintln!("{name}: {n} corpus inputs");
+        // A missing or empty corpus would pass while replaying nothing.
+        assert!(
+            n > 0,
+            "no corpus inputs for {name} under {}",
+            root.display()
+        );
         total += n;
     }
     eprintln!("{total} corpus inputs replayed");
