@@ -96,6 +96,7 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             .config
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
+        fs: None,
     };
     let server = tern_server::start(config, opts).map_err(|e| {
         Failure::new(e.0)

@@ -31,12 +31,25 @@ impl std::fmt::Display for ServerError {
 impl std::error::Error for ServerError {}
 
 /// Options of [`start`] that are not part of the configuration.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct StartOptions {
     /// Shut down cleanly on SIGTERM and SIGINT.
     pub handle_signals: bool,
     /// The configuration file's path, shown by INFO.
     pub config_file: String,
+    /// The file system the engine stores its data on; `None` for the
+    /// operating system's. Tests pass a simulated one to cut power.
+    pub fs: Option<tern::io::FsRef>,
+}
+
+impl std::fmt::Debug for StartOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StartOptions")
+            .field("handle_signals", &self.handle_signals)
+            .field("config_file", &self.config_file)
+            .field("fs", &self.fs.as_ref().map(|_| "custom"))
+            .finish()
+    }
 }
 
 /// A running server.
@@ -116,6 +129,9 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     config.validate().map_err(|e| ServerError(e.0))?;
     let mut engine_opts = config.engine_options();
     engine_opts.compaction_filter = Some(Arc::new(ExpiryFilter));
+    if let Some(fs) = &opts.fs {
+        engine_opts.fs = fs.clone();
+    }
     let db = tern::Db::open(&config.dir, engine_opts).map_err(|e| {
         ServerError(format!(
             "cannot open the data directory {}: {e}; check that it is writable and that no other server uses it",
