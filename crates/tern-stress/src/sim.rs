@@ -52,6 +52,11 @@ pub struct SimReport {
     pub lost_by_mode: [u64; 4],
     /// Explicit `collect_garbage` calls.
     pub gc_calls: u64,
+    /// Epochs whose writes all skipped the WAL (`disable_wal`).
+    pub no_wal_epochs: u64,
+    /// Writes of those epochs lost by the crash that ended them (allowed:
+    /// they were not flushed).
+    pub lost_without_wal: u64,
     /// Blob GC jobs installed (`Stats::gc_runs`), background and explicit.
     pub gc_runs: u64,
     /// Blob files in the store at the end.
@@ -229,6 +234,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
     };
     let mut report = SimReport::default();
     let mut last_crash: Option<CrashMode> = None;
+    let mut no_wal = false;
     for cycle in 0..a.crashes {
         let fault = FaultFs::new(mem.clone());
         let fs: FsRef = fault.clone();
@@ -249,11 +255,17 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         let lost = sim
             .recover(&db)
             .map_err(|e| format!("cycle {cycle}: {e}\n{repeat}"))?;
-        report.lost_unsynced += lost;
-        if let Some(mode) = last_crash {
-            report.lost_by_mode[mode as usize] += lost;
+        if no_wal {
+            // The epoch before skipped the WAL: its writes since the last
+            // flush are allowed to go, whatever the sync mode.
+            report.lost_without_wal += lost;
+        } else {
+            report.lost_unsynced += lost;
+            if let Some(mode) = last_crash {
+                report.lost_by_mode[mode as usize] += lost;
+            }
         }
-        if cfg.knobs.sync && lost > 0 {
+        if cfg.knobs.sync && !no_wal && lost > 0 {
             return Err(format!(
                 "cycle {cycle}: {lost} synced writes were lost\n{repeat}"
             ));
@@ -263,11 +275,16 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         if rng.gen_bool(0.7) {
             fault.set_random(rng.gen(), a.fault_probability, &[]);
         }
+        // Some epochs write everything without the WAL: what survives a
+        // crash is then what the last flush (explicit or automatic) kept,
+        // still a prefix of the history.
+        no_wal = rng.gen_bool(0.1);
+        report.no_wal_epochs += u64::from(no_wal);
         let mut failed = false;
         for _ in 0..a.ops_per_crash {
             report.ops += 1;
             let p = rng.gen_range(0..100);
-            let sync = cfg.knobs.sync || rng.gen_bool(0.02);
+            let sync = (cfg.knobs.sync || rng.gen_bool(0.02)) && !no_wal;
             if p < 70 {
                 let n = if p < 55 { 1 } else { rng.gen_range(2..8) };
                 let mut states = Vec::new();
@@ -290,7 +307,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
                     batch,
                     WriteOptions {
                         sync,
-                        disable_wal: false,
+                        disable_wal: no_wal,
                     },
                 ) {
                     Ok(()) => {
@@ -426,9 +443,20 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
     }
     let db = Db::open(DIR, options_for(cfg, mem.clone()))
         .map_err(|e| format!("final reopen failed: {e}\n{repeat}"))?;
-    report.lost_unsynced += sim
+    let lost = sim
         .recover(&db)
         .map_err(|e| format!("final: {e}\n{repeat}"))?;
+    if no_wal {
+        report.lost_without_wal += lost;
+    } else {
+        report.lost_unsynced += lost;
+        if let Some(mode) = last_crash {
+            report.lost_by_mode[mode as usize] += lost;
+        }
+        if cfg.knobs.sync && lost > 0 {
+            return Err(format!("final: {lost} synced writes were lost\n{repeat}"));
+        }
+    }
     db.close().map_err(|e| format!("final close: {e}"))?;
     let rep = tern::check::check_store(Path::new(DIR), mem.clone())
         .map_err(|e| format!("check after the final close failed to run: {e}\n{repeat}"))?;
@@ -445,11 +473,12 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         .filter(|p| p.extension().is_some_and(|e| e == "blob"))
         .count() as u64;
     w(format!(
-        "stress: simulation done: {} crashes ({:?} per mode {:?}), {} clean closes, {} ops, {} injected faults, {} gc calls, {} gc jobs, {} blob files at the end",
+        "stress: simulation done: {} crashes ({:?} per mode {:?}), {} clean closes, {} epochs without WAL, {} ops, {} injected faults, {} gc calls, {} gc jobs, {} blob files at the end",
         report.crashes,
         report.crashes_by_mode,
         CrashMode::ALL,
         report.clean_closes,
+        report.no_wal_epochs,
         report.ops,
         report.faults,
         report.gc_calls,

@@ -41,7 +41,9 @@ fn power_failures_and_io_errors_keep_synced_writes() {
         total.ops += r.ops;
         total.faults += r.faults;
         total.crashes += r.crashes;
+        total.no_wal_epochs += r.no_wal_epochs;
     }
+    assert!(total.no_wal_epochs > 0, "no epoch ran without the WAL");
     assert!(
         total.ops > 0 && total.crashes > 0 && total.faults > 0,
         "{total:?}"
