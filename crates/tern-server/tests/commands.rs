@@ -283,7 +283,23 @@ fn keyspace_and_expiry() {
         run(&mut c, &["EXPIRETIME", "c"]),
         Ok(Value::Int(at.parse().unwrap()))
     );
+    let pat = (at.parse::<u64>().unwrap() * 1000 + 250).to_string();
+    assert_eq!(run(&mut c, &["PEXPIREAT", "c", &pat]), Ok(Value::Int(1)));
+    assert_eq!(
+        run(&mut c, &["PEXPIRETIME", "c"]),
+        Ok(Value::Int(pat.parse().unwrap()))
+    );
+    assert_eq!(
+        run(&mut c, &["EXPIRETIME", "c"]),
+        Ok(Value::Int(at.parse().unwrap()))
+    );
+    assert_eq!(run(&mut c, &["PEXPIRETIME", "missing"]), Ok(Value::Int(-2)));
+    assert_eq!(
+        run(&mut c, &["PEXPIREAT", "missing", &pat]),
+        Ok(Value::Int(0))
+    );
     assert_eq!(run(&mut c, &["PERSIST", "c"]), Ok(Value::Int(1)));
+    assert_eq!(run(&mut c, &["PEXPIRETIME", "c"]), Ok(Value::Int(-1)));
     assert_eq!(run(&mut c, &["PERSIST", "c"]), Ok(Value::Int(0)));
     assert_eq!(run(&mut c, &["EXPIRE", "c", "-1"]), Ok(Value::Int(1)));
     assert_eq!(run(&mut c, &["EXISTS", "c"]), Ok(Value::Int(0)));
