@@ -31,6 +31,17 @@ apt_install() {
 # the CI smoke run uses redis-cli and redis-benchmark.
 apt_install redis-server redis-tools
 
+# Tests write what they exercised ("key count" lines) here; the summary at
+# the end fails on a check that ran nothing. A caller (.ci/run) that sets it
+# adds its own counts and prints the summary itself.
+own_summary=0
+if [ -z "${TERN_SUMMARY_FILE:-}" ]; then
+  own_summary=1
+  export TERN_SUMMARY_FILE="${CARGO_TARGET_DIR:-$PWD/target}/test-summary.txt"
+  mkdir -p "$(dirname "$TERN_SUMMARY_FILE")"
+  : >"$TERN_SUMMARY_FILE"
+fi
+
 export TERN_MODEL_SEEDS="${TERN_MODEL_SEEDS:-100}"
 # Kills per sync mode in the kill -9 crash loop of `tern stress`.
 export TERN_CRASH_KILLS="${TERN_CRASH_KILLS:-10}"
@@ -46,5 +57,9 @@ if [ "${TERN_BENCH_ROCKSDB:-0}" = 1 ]; then
   export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
   echo "== bench bindings (rocksdb, fjall)"
   cargo test -p tern-bench --features rocksdb,fjall --locked --test smoke
+  echo "bench_rocksdb_fjall_smoke 1" >>"$TERN_SUMMARY_FILE"
+fi
+if [ "$own_summary" = 1 ]; then
+  ./scripts/ci_summary.sh "$TERN_SUMMARY_FILE" @tests
 fi
 echo "all tests passed"

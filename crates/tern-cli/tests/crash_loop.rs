@@ -27,6 +27,14 @@ fn crash_loop(sync: bool) {
     eprintln!("{text}");
     assert!(out.status.success(), "crash loop failed:\n{text}");
     assert!(text.contains("crash loop passed"), "{text}");
+    // "crash-loop: N kills, ..." is the loop's last line.
+    let kills: u64 = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("crash-loop: "))
+        .filter_map(|l| l.split(" kills,").next()?.parse().ok())
+        .next_back()
+        .unwrap_or(0);
+    tern_stress::ci_summary(&format!("crash_loop_kills_sync_{sync}"), kills);
 }
 
 #[test]

@@ -134,6 +134,7 @@ fn kill_mid_stream(mode: &str) {
         );
     }
     eprintln!("appendfsync {mode}: {acked} acknowledged writes survived kill -9");
+    tern_stress::ci_summary(&format!("serve_kill9_acked_{mode}"), acked);
     server.kill().unwrap();
     server.wait().unwrap();
 }

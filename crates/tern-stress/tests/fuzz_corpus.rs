@@ -382,6 +382,7 @@ fn every_target_survives_its_corpus() {
         total += n;
     }
     eprintln!("{total} corpus inputs replayed");
+    tern_stress::ci_summary("fuzz_corpus_inputs", total);
 }
 
 #[test]

@@ -43,6 +43,8 @@ fn power_failures_and_io_errors_keep_synced_writes() {
         total.crashes += r.crashes;
         total.no_wal_epochs += r.no_wal_epochs;
     }
+    tern_stress::ci_summary("sim_seeds_synced", seeds());
+    tern_stress::ci_summary("sim_crashes_synced", total.crashes);
     assert!(total.no_wal_epochs > 0, "no epoch ran without the WAL");
     assert!(
         total.ops > 0 && total.crashes > 0 && total.faults > 0,
@@ -69,6 +71,8 @@ fn power_failures_lose_only_an_unsynced_suffix() {
         "{ops} ops, {crashes} power failures, un-synced writes lost (allowed) per mode {:?}: {lost:?}",
         tern::io::CrashMode::ALL
     );
+    tern_stress::ci_summary("sim_seeds_unsynced", seeds());
+    tern_stress::ci_summary("sim_crashes_unsynced", crashes);
     assert!(ops > 0 && crashes > 0, "no operations or no power failures");
     // A crash that keeps only synced bytes must drop the writes after the
     // last sync; if none ever were, the suffix rule went untested.
@@ -112,5 +116,7 @@ fn power_failures_and_io_errors_with_every_value_in_blob_files_and_gc() {
         gc_runs += run_separated(seed + 1000, false).gc_runs;
     }
     eprintln!("blob gc jobs: {gc_runs}");
+    tern_stress::ci_summary("sim_seeds_separated", 2 * seeds());
+    tern_stress::ci_summary("sim_gc_jobs_separated", gc_runs);
     assert!(gc_runs > 0, "no blob GC job ran");
 }

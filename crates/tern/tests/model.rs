@@ -28,6 +28,22 @@ static NO_WAL_SEEDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 
 const DIR: &str = "/db";
 
+/// Adds `key value` to the run summary CI prints and checks
+/// (`TERN_SUMMARY_FILE`, set by `scripts/test.sh`); nothing without it.
+fn ci_summary(key: &str, value: u64) {
+    use std::io::Write;
+    let Ok(path) = std::env::var("TERN_SUMMARY_FILE") else {
+        return;
+    };
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{key} {value}");
+    }
+}
+
 fn random_options(rng: &mut StdRng, fs: tern::io::FsRef) -> Options {
     let comp = |rng: &mut StdRng| match rng.gen_range(0..3) {
         0 => Compression::None,
@@ -614,6 +630,10 @@ fn model_based_random_operations_with_restarts_and_crashes() {
          crashes per mode {:?} = {crashes:?}, {faults} install faults fired, {no_wal} seeds without WAL",
         CrashMode::ALL
     );
+    ci_summary("model_seeds", seeds);
+    ci_summary("model_crashes", crashes.iter().sum());
+    ci_summary("model_install_faults", faults);
+    ci_summary("model_no_wal_seeds", no_wal);
     assert!(
         jobs > 0 && moved > 0,
         "the model test must exercise blob GC"
