@@ -330,8 +330,8 @@ fn same_replies_as_redis() {
             pipelined += 1;
         }
     }
-    ci_summary("differential_sequential", compared as u64);
-    ci_summary("differential_pipelined", pipelined as u64);
+    tern_stress::ci_summary("differential_sequential", compared as u64);
+    tern_stress::ci_summary("differential_pipelined", pipelined as u64);
     assert!(compared > 0 && pipelined > 0, "nothing was compared");
     assert!(
         pipelined_errors > 0,
@@ -368,20 +368,4 @@ fn send_pipeline(con: &mut redis::Connection, cmds: &[Vec<String>]) -> Vec<Resul
             v => Ok(v),
         })
         .collect()
-}
-
-/// Adds `key value` to the run summary CI prints and checks
-/// (`TERN_SUMMARY_FILE`, set by `scripts/test.sh`); nothing without it.
-fn ci_summary(key: &str, value: u64) {
-    use std::io::Write;
-    let Ok(path) = std::env::var("TERN_SUMMARY_FILE") else {
-        return;
-    };
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(f, "{key} {value}");
-    }
 }

@@ -30,6 +30,8 @@ const DIR: &str = "/db";
 
 /// Adds `key value` to the run summary CI prints and checks
 /// (`TERN_SUMMARY_FILE`, set by `scripts/test.sh`); nothing without it.
+/// The engine's tests cannot use `tern_stress::ci_summary` (that crate
+/// depends on this one), hence this copy.
 fn ci_summary(key: &str, value: u64) {
     use std::io::Write;
     let Ok(path) = std::env::var("TERN_SUMMARY_FILE") else {
