@@ -20,7 +20,7 @@ use tern::format::blob::{
 use tern::format::block::{Block, BlockIter};
 use tern::format::bloom::BloomFilter;
 use tern::format::checksum;
-use tern::format::internal_key;
+use tern::format::internal_key::{self, ValueKind};
 use tern::format::log_record::LogKind;
 use tern::format::table::{
     check_block, decompress, BlockHandle, Footer, TableProperties, FOOTER_LEN,
@@ -100,10 +100,37 @@ pub fn manifest(data: &[u8]) {
 
 /// One encoded write batch (a WAL record's payload).
 pub fn write_batch(data: &[u8]) {
-    if let Ok(b) = WriteBatch::from_bytes(data) {
-        walk_batch(&b);
-        std::hint::black_box(b.seq());
+    let Ok(b) = WriteBatch::from_bytes(data) else {
+        return;
+    };
+    walk_batch(&b);
+    std::hint::black_box(b.seq());
+    // A batch of user entries built again from what decoded must decode to
+    // the same entries, as many as the header counts.
+    let entries: Vec<(ValueKind, Vec<u8>, Vec<u8>)> = b
+        .iter()
+        .map_while(Result::ok)
+        .map(|e| (e.kind, e.key.to_vec(), e.value.to_vec()))
+        .collect();
+    if entries.len() != b.len() || entries.iter().any(|e| e.0 == ValueKind::BlobRef) {
+        return;
     }
+    let mut again = WriteBatch::new();
+    for (kind, k, v) in &entries {
+        match kind {
+            ValueKind::Delete => again.delete(k),
+            _ => again.put(k, v),
+        };
+    }
+    let round: Vec<(ValueKind, Vec<u8>, Vec<u8>)> = WriteBatch::from_bytes(again.as_bytes())
+        .map(|b| {
+            b.iter()
+                .map_while(Result::ok)
+                .map(|e| (e.kind, e.key.to_vec(), e.value.to_vec()))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(round, entries, "a batch's entries change through a rebuild");
 }
 
 /// One encoded version edit (a manifest record's payload); whatever decodes
@@ -178,12 +205,32 @@ pub fn block(data: &[u8]) {
 
 /// A table footer, block handles and the properties block.
 pub fn footer(data: &[u8]) {
+    // A footer is fixed-size with a checksum: what decodes encodes back to
+    // the same bytes.
     if data.len() >= FOOTER_LEN {
-        let _ = Footer::decode(&data[data.len() - FOOTER_LEN..]);
+        let tail = &data[data.len() - FOOTER_LEN..];
+        if let Ok(f) = Footer::decode(tail) {
+            assert_eq!(&f.encode()[..], tail, "a footer encodes differently");
+        }
     }
     let _ = Footer::decode(data);
-    let _ = BlockHandle::decode(data);
-    let _ = TableProperties::decode(data);
+    if let Ok(h) = BlockHandle::decode(data) {
+        let mut again = Vec::new();
+        h.encode_to(&mut again);
+        assert_eq!(
+            BlockHandle::decode(&again).ok(),
+            Some(h),
+            "a handle changes"
+        );
+    }
+    if let Ok(p) = TableProperties::decode(data) {
+        let again = TableProperties::decode(&p.encode());
+        assert_eq!(
+            again.ok(),
+            Some(p),
+            "table properties change through encode and decode"
+        );
+    }
 }
 
 /// A whole table file: opened (footer, index, filter, properties), verified,
