@@ -22,13 +22,13 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
-use self::core::Shared;
+use self::core::{Shared, SuperVersion};
 pub use self::snapshot::{Snapshot, SnapshotList};
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::BlobResolver;
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
-use crate::format::internal_key::{self, seek_key, ValueKind};
+use crate::format::internal_key::{self, seek_key, SeqNo, ValueKind};
 use crate::format::write_batch::WriteBatch;
 use crate::iter::{BoxedIter, DbIterator, LevelIterator, MergingIterator};
 use crate::options::{Options, ReadOptions, WriteOptions, NUM_LEVELS};
@@ -138,17 +138,7 @@ impl Db {
     pub fn get_opt(&self, key: &[u8], opts: &ReadOptions<'_>) -> Result<Option<Vec<u8>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
-        // Pin the version first: everything visible at the sequence read
-        // afterwards is in it, while a version pinned later could already
-        // have lost (to compaction) what an earlier sequence sees.
-        let sv = self.shared.super_version();
-        self.shared
-            .sync_points
-            .hit("read:between_version_and_sequence");
-        let seq = match opts.snapshot {
-            Some(s) => s.seq(),
-            None => self.shared.visible_seq.load(Ordering::Acquire),
-        };
+        let (sv, seq) = self.read_view(opts.snapshot);
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             if let Some((_, kind, value)) = mem.get(key, seq) {
                 return Ok(match kind {
@@ -176,6 +166,22 @@ impl Db {
         Ok(None)
     }
 
+    /// The version a read uses and the sequence it reads at. The version is
+    /// pinned first: everything visible at the sequence read afterwards is
+    /// in it, while a version pinned later could already have lost (to
+    /// compaction) what an earlier sequence sees.
+    fn read_view(&self, snapshot: Option<&Snapshot>) -> (Arc<SuperVersion>, SeqNo) {
+        let sv = self.shared.super_version();
+        self.shared
+            .sync_points
+            .hit("read:between_version_and_sequence");
+        let seq = match snapshot {
+            Some(s) => s.seq(),
+            None => self.shared.visible_seq.load(Ordering::Acquire),
+        };
+        (sv, seq)
+    }
+
     /// A consistent view of the current state; release it by dropping it.
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.shared.check_open()?;
@@ -190,17 +196,7 @@ impl Db {
     /// in `opts`. It starts unpositioned: call a `seek*` method first.
     pub fn iter(&self, opts: ReadOptions<'_>) -> Result<DbIterator> {
         self.shared.check_open()?;
-        // Pin the version first: everything visible at the sequence read
-        // afterwards is in it, while a version pinned later could already
-        // have lost (to compaction) what an earlier sequence sees.
-        let sv = self.shared.super_version();
-        self.shared
-            .sync_points
-            .hit("read:between_version_and_sequence");
-        let seq = match opts.snapshot {
-            Some(s) => s.seq(),
-            None => self.shared.visible_seq.load(Ordering::Acquire),
-        };
+        let (sv, seq) = self.read_view(opts.snapshot);
         let mut children: Vec<BoxedIter> = Vec::new();
         children.push(Box::new(sv.mem.iter()));
         for m in &sv.imms {
