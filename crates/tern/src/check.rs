@@ -1261,16 +1261,9 @@ fn check_wal(
         }
     };
     let mut prev_end: Option<u64> = None;
-    let mut damage = None;
-    loop {
-        let rec = match reader.next_record() {
-            Ok(Some(rec)) => rec,
-            Ok(None) => break,
-            Err(e) => {
-                damage = Some(e);
-                break;
-            }
-        };
+    // Damage ends the loop like the end of the log; `stopped_at` and
+    // `damage` below tell the two apart.
+    while let Ok(Some(rec)) = reader.next_record() {
         report.wal_records_checked += 1;
         let batch = WriteBatch::from_bytes(rec);
         let offset = reader.last_record_offset();
@@ -1296,7 +1289,7 @@ fn check_wal(
     let Some(at) = reader.stopped_at() else {
         return;
     };
-    match (damage, may_be_torn()) {
+    match (reader.damage(), may_be_torn()) {
         (Some(e), true) => report.warnings.push(format!(
             "{}: damaged record ({e}); recovery keeps the records before it and drops the rest (unsynced writes)",
             path.display()

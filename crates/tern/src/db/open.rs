@@ -160,16 +160,9 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         let data = s.fs.read_all(&path).ctx(&path)?;
         let len = data.len() as u64;
         let mut reader = LogReader::new(data, path.clone(), LogKind::Wal)?;
-        let mut damage = None;
-        loop {
-            let rec = match reader.next_record() {
-                Ok(Some(rec)) => rec,
-                Ok(None) => break,
-                Err(e) => {
-                    damage = Some(e);
-                    break;
-                }
-            };
+        // Damage ends the loop like the end of the log; `stopped_at` and
+        // `damage` below tell the two apart.
+        while let Ok(Some(rec)) = reader.next_record() {
             let batch = WriteBatch::from_bytes(rec);
             let offset = reader.last_record_offset();
             let batch = batch.map_err(|e| {
@@ -211,7 +204,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
             continue;
         };
         if crate::wal::later_wal_shows_writes(s.fs.as_ref(), &s.dir, &wals[i + 1..])? {
-            return Err(damage.unwrap_or_else(|| {
+            return Err(reader.damage().unwrap_or_else(|| {
                 Error::corruption(
                     &path,
                     at,

@@ -59,8 +59,8 @@ impl LogReader {
     /// a dropped torn tail), or a corruption error. After an error every
     /// later call returns the same error.
     pub fn next_record(&mut self) -> Result<Option<&[u8]>> {
-        if let Some(e) = &self.error {
-            return Err(e.clone().in_file(&self.path, 0));
+        if let Some(e) = self.damage() {
+            return Err(e);
         }
         if self.done {
             return Ok(None);
@@ -87,6 +87,13 @@ impl LogReader {
                 Err(e.in_file(&self.path, 0))
             }
         }
+    }
+
+    /// The corruption that ended reading, if any (what `next_record`
+    /// returned). Only final once `next_record` has returned `Ok(None)` or
+    /// an error.
+    pub fn damage(&self) -> Option<crate::Error> {
+        self.error.clone().map(|e| e.in_file(&self.path, 0))
     }
 
     /// Offset where reading stopped at a torn tail or damage, if it did.
