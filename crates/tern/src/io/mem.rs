@@ -239,6 +239,19 @@ impl MemFs {
     /// Overwrites `len` bytes of `path` from `offset` with zeros, in both the
     /// current and the synced contents (a lost page, not an unsynced write).
     pub fn zero_range(&self, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        self.damage(path, offset, len, |b| b.fill(0))
+    }
+
+    /// XORs the byte at `offset` of `path` with `xor`, in both the current
+    /// and the synced contents (a damaged disk, not an unsynced write).
+    pub fn corrupt_byte(&self, path: &Path, offset: u64, xor: u8) -> io::Result<()> {
+        self.damage(path, offset, 1, |b| b[0] ^= xor)
+    }
+
+    /// Applies `f` to `len` bytes of `path` from `offset`, in the current
+    /// contents and in whatever part of them is synced: damage on the disk,
+    /// which a crash does not undo.
+    fn damage(&self, path: &Path, offset: u64, len: u64, f: impl Fn(&mut [u8])) -> io::Result<()> {
         let state = self.state.lock();
         let mut node = state.node(path)?.lock();
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
@@ -249,29 +262,10 @@ impl MemFs {
                 format!("range {offset}+{len} is past the end of {}", path.display()),
             ));
         }
-        node.data[start..end].fill(0);
+        f(&mut node.data[start..end]);
         let synced_end = end.min(node.synced.len());
         if start < synced_end {
-            node.synced[start..synced_end].fill(0);
-        }
-        Ok(())
-    }
-
-    /// XORs the byte at `offset` of `path` with `xor`, in both the current
-    /// and the synced contents (a damaged disk, not an unsynced write).
-    pub fn corrupt_byte(&self, path: &Path, offset: u64, xor: u8) -> io::Result<()> {
-        let state = self.state.lock();
-        let mut node = state.node(path)?.lock();
-        let at = usize::try_from(offset).unwrap_or(usize::MAX);
-        if at >= node.data.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("offset {offset} is past the end of {}", path.display()),
-            ));
-        }
-        node.data[at] ^= xor;
-        if let Some(b) = node.synced.get_mut(at) {
-            *b ^= xor;
+            f(&mut node.synced[start..synced_end]);
         }
         Ok(())
     }
