@@ -209,6 +209,11 @@ impl BlobReader {
     pub fn read_ordinal(&self, ordinal: u32) -> Result<BlobEntry> {
         let offset = self.offset_of(ordinal)?;
         let len = self.record_len(ordinal)?;
+        self.read_record(offset, len)
+    }
+
+    /// Reads and decodes the `len` bytes of the record at `offset`.
+    fn read_record(&self, offset: u64, len: u64) -> Result<BlobEntry> {
         let mut rec = vec![0u8; len as usize];
         self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
         let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
@@ -289,14 +294,19 @@ impl BlobReader {
     /// Reads the index and every record, checking each checksum; returns
     /// the count.
     pub fn verify(&self) -> Result<u64> {
+        let loaded;
         let offsets = match &self.offsets {
-            Some(o) => o.len(),
-            None => self.load_index()?.len(),
+            Some(o) => o,
+            None => {
+                loaded = self.load_index()?;
+                &loaded
+            }
         };
-        for o in 0..offsets {
-            self.read_ordinal(o as u32)?;
+        let ends = offsets.iter().skip(1).chain([&self.footer.index_offset]);
+        for (&start, &end) in offsets.iter().zip(ends) {
+            self.read_record(start, end - start)?;
         }
         self.lineage()?;
-        Ok(offsets as u64)
+        Ok(offsets.len() as u64)
     }
 }

@@ -168,11 +168,6 @@ impl OpenFiles {
         self.ring.read().bytes
     }
 
-    /// Most readers kept open.
-    pub fn max_files(&self) -> usize {
-        self.max_files
-    }
-
     /// Readers opened so far (each miss opens one).
     pub fn opens(&self) -> u64 {
         self.opens.load(Ordering::Relaxed)
