@@ -63,6 +63,33 @@ pub struct SimReport {
     pub blob_files: u64,
 }
 
+impl SimReport {
+    /// Counts the `lost` writes a recovery found missing, after an epoch
+    /// that skipped the WAL (`no_wal`: allowed whatever the sync mode) or
+    /// one that ended in the crash `last_crash` (none: a clean close). With
+    /// every write synced, losing any is an error.
+    fn count_lost(
+        &mut self,
+        lost: u64,
+        no_wal: bool,
+        last_crash: Option<CrashMode>,
+        synced: bool,
+    ) -> Result<(), String> {
+        if no_wal {
+            self.lost_without_wal += lost;
+            return Ok(());
+        }
+        self.lost_unsynced += lost;
+        if let Some(mode) = last_crash {
+            self.lost_by_mode[mode as usize] += lost;
+        }
+        if synced && lost > 0 {
+            return Err(format!("{lost} synced writes were lost"));
+        }
+        Ok(())
+    }
+}
+
 struct Sim {
     keys: usize,
     /// The recovered state at the start of the current epoch.
@@ -255,21 +282,9 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         let lost = sim
             .recover(&db)
             .map_err(|e| format!("cycle {cycle}: {e}\n{repeat}"))?;
-        if no_wal {
-            // The epoch before skipped the WAL: its writes since the last
-            // flush are allowed to go, whatever the sync mode.
-            report.lost_without_wal += lost;
-        } else {
-            report.lost_unsynced += lost;
-            if let Some(mode) = last_crash {
-                report.lost_by_mode[mode as usize] += lost;
-            }
-        }
-        if cfg.knobs.sync && !no_wal && lost > 0 {
-            return Err(format!(
-                "cycle {cycle}: {lost} synced writes were lost\n{repeat}"
-            ));
-        }
+        report
+            .count_lost(lost, no_wal, last_crash, cfg.knobs.sync)
+            .map_err(|e| format!("cycle {cycle}: {e}\n{repeat}"))?;
         // Some epochs run without faults, so flushes, compactions and clean
         // closes get done too.
         if rng.gen_bool(0.7) {
@@ -446,17 +461,9 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
     let lost = sim
         .recover(&db)
         .map_err(|e| format!("final: {e}\n{repeat}"))?;
-    if no_wal {
-        report.lost_without_wal += lost;
-    } else {
-        report.lost_unsynced += lost;
-        if let Some(mode) = last_crash {
-            report.lost_by_mode[mode as usize] += lost;
-        }
-        if cfg.knobs.sync && lost > 0 {
-            return Err(format!("final: {lost} synced writes were lost\n{repeat}"));
-        }
-    }
+    report
+        .count_lost(lost, no_wal, last_crash, cfg.knobs.sync)
+        .map_err(|e| format!("final: {e}\n{repeat}"))?;
     db.close().map_err(|e| format!("final close: {e}"))?;
     let rep = tern::check::check_store(Path::new(DIR), mem.clone())
         .map_err(|e| format!("check after the final close failed to run: {e}\n{repeat}"))?;
