@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 use tern::blob::{BlobReader, BlobWriter};
+use tern::format::blob::{BlobFooter, BLOB_FOOTER_LEN};
 use tern::gc::{GcContext, GcInput, GcJob};
 use tern::io::{FaultFs, FaultKind, FileSystem, MemFs};
 use tern::{Db, Options, ReadOptions};
@@ -439,21 +440,27 @@ fn damaged_blob_record_is_reported_by_get_and_scan_never_returned() {
 /// length), as an off-by-one in lineage translation or in a GC copy would
 /// make a ref reach the neighbouring record. Every record keeps its own
 /// checksum, so only an identity check in the record can tell.
-fn swap_first_two_records(fs: &MemFs, path: &Path) {
-    let data = fs.read_all(path).unwrap();
-    let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap()) as usize;
-    let index = u64_at(data.len() - 48);
-    let count = u64_at(data.len() - 40);
-    let third = if count > 2 { u64_at(index + 16) } else { index };
-    let (first, second) = (u64_at(index), u64_at(index + 8));
-    assert_eq!(second - first, third - second, "records of equal length");
-    let mut swapped = data[..first].to_vec();
-    swapped.extend_from_slice(&data[second..third]);
-    swapped.extend_from_slice(&data[first..second]);
-    swapped.extend_from_slice(&data[third..]);
-    let mut f = fs.create(path).unwrap();
-    f.append(&swapped).unwrap();
-    f.sync().unwrap();
+fn swap_first_two_records(fs: &Arc<MemFs>, path: &Path) {
+    let fsr: tern::io::FsRef = fs.clone();
+    let reader = BlobReader::open(&fsr, path, 0).unwrap();
+    let first = reader.offset_of(0).unwrap() as usize;
+    let len = reader.record_len(0).unwrap() as usize;
+    assert_eq!(
+        reader.record_len(1).unwrap() as usize,
+        len,
+        "records of equal length"
+    );
+    drop(reader);
+    fs.rewrite(path, |data| data[first..first + 2 * len].rotate_left(len))
+        .unwrap();
+}
+
+/// Where the ordinal index of the blob file holding `data` starts.
+fn index_offset(data: &[u8]) -> usize {
+    let footer = &data[data.len() - BLOB_FOOTER_LEN..];
+    BlobFooter::decode(footer, data.len() as u64)
+        .unwrap()
+        .index_offset as usize
 }
 
 #[test]
@@ -522,17 +529,15 @@ fn store_with_damaged_gc_output_index(fs: &Arc<MemFs>, outside: bool) -> std::pa
     db.close().unwrap();
     let newest = blob_files_on_disk(fs).into_iter().max().unwrap();
     let path = Path::new(DIR).join(newest);
-    let data = fs.read_all(&path).unwrap();
-    let index = u64::from_le_bytes(data[data.len() - 48..data.len() - 40].try_into().unwrap());
-    let entry = |o: u64| (index + 8 * o) as usize;
-    let mut damaged = data.clone();
-    damaged.copy_within(entry(2)..entry(3), entry(1));
-    if outside {
-        damaged[entry(3)..entry(4)].copy_from_slice(&u64::MAX.to_le_bytes());
-    }
-    let mut f = fs.create(&path).unwrap();
-    f.append(&damaged).unwrap();
-    f.sync().unwrap();
+    fs.rewrite(&path, |data| {
+        let index = index_offset(data);
+        let entry = |o: usize| index + 8 * o;
+        data.copy_within(entry(2)..entry(3), entry(1));
+        if outside {
+            data[entry(3)..entry(4)].copy_from_slice(&u64::MAX.to_le_bytes());
+        }
+    })
+    .unwrap();
     path
 }
 
@@ -570,7 +575,7 @@ fn damaged_blob_index_entry_is_reported_not_followed() {
 
 /// Runs GC jobs, then damages the output's index (entries 0 and 1 trade
 /// places), as a faulty disk or a remote worker could hand back.
-struct DamagingGcExecutor;
+struct DamagingGcExecutor(Arc<MemFs>);
 
 impl tern::compaction::Executor for DamagingGcExecutor {
     fn execute(
@@ -583,16 +588,13 @@ impl tern::compaction::Executor for DamagingGcExecutor {
 
     fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<tern::gc::GcOutput> {
         let out = job.run(ctx)?;
-        let path = job.dir.join(format!("{:06}.blob", job.output_number));
-        let data = ctx.fs.read_all(&path).unwrap();
-        let index = u64::from_le_bytes(data[data.len() - 48..data.len() - 40].try_into().unwrap());
-        let at = index as usize;
-        let mut damaged = data.clone();
-        damaged[at..at + 8].copy_from_slice(&data[at + 8..at + 16]);
-        damaged[at + 8..at + 16].copy_from_slice(&data[at..at + 8]);
-        let mut f = ctx.fs.create(&path).unwrap();
-        f.append(&damaged).unwrap();
-        f.sync().unwrap();
+        let path = job.dir.join(tern::wal::blob_file_name(job.output_number));
+        self.0
+            .rewrite(&path, |data| {
+                let at = index_offset(data);
+                data[at..at + 16].rotate_left(8);
+            })
+            .unwrap();
         Ok(out)
     }
 }
@@ -603,7 +605,7 @@ fn gc_output_with_a_damaged_index_is_not_installed() {
     let db = Db::open_with_executor(
         DIR,
         manual_opts(fs.clone()),
-        Some(Arc::new(DamagingGcExecutor)),
+        Some(Arc::new(DamagingGcExecutor(fs.clone()))),
     )
     .unwrap();
     for i in 0..10 {

@@ -416,19 +416,15 @@ fn manifest_record_torn_by_out_of_order_page_writeback_is_dropped_not_corruption
     db.close().unwrap();
     drop(db);
     let manifest = current_manifest(&fs, DIR);
-    let mut data = fs.read_all(&manifest).unwrap();
-    let synced = data.len();
+    let synced = fs.file_size(&manifest).unwrap() as usize;
     // An unsynced record spanning the next page boundary, whose first page
     // was lost and whose second survived.
-    let mut rec = Vec::new();
-    tern::format::log_record::encode_record(&mut rec, &vec![7u8; 6000]);
-    data.extend_from_slice(&rec);
-    let page_end = (synced / 4096 + 1) * 4096;
-    data[synced..page_end].fill(0);
-    let mut f = fs.create(&manifest).unwrap();
-    f.append(&data).unwrap();
-    f.sync().unwrap();
-    drop(f);
+    fs.rewrite(&manifest, |data| {
+        tern::format::log_record::encode_record(data, &[7u8; 6000]);
+        let page_end = (synced / 4096 + 1) * 4096;
+        data[synced..page_end].fill(0);
+    })
+    .unwrap();
 
     let report = tern::check::check_store(Path::new(DIR), fs.clone()).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);

@@ -248,6 +248,17 @@ impl MemFs {
         self.damage(path, offset, 1, |b| b[0] ^= xor)
     }
 
+    /// Replaces the contents of `path` with what `f` makes of them, as
+    /// they stand on disk (current and synced alike): a file damaged or
+    /// hand-crafted by a test, which a crash does not undo.
+    pub fn rewrite(&self, path: &Path, f: impl FnOnce(&mut Vec<u8>)) -> io::Result<()> {
+        let state = self.state.lock();
+        let mut node = state.node(path)?.lock();
+        f(&mut node.data);
+        node.synced = node.data.clone();
+        Ok(())
+    }
+
     /// Applies `f` to `len` bytes of `path` from `offset`, in the current
     /// contents and in whatever part of them is synced: damage on the disk,
     /// which a crash does not undo.
