@@ -370,18 +370,23 @@ fn compaction_over_a_damaged_table_fails_instead_of_dropping_keys() {
     assert!(corrupt > 0, "the damaged keys vanished or were replaced");
 }
 
-/// After a clean close the last manifest record (the flush that made the
-/// WAL unnecessary) is complete and synced, so damage to it cannot be a torn
-/// write: open must report it or still find the data, never come up empty.
-#[test]
-fn damaged_last_manifest_record_is_not_silently_dropped() {
+/// A store holding keys 0..50, each written synced, closed cleanly.
+fn closed_store_of_50_synced_writes() -> Arc<MemFs> {
     let fs = MemFs::new();
     let db = Db::open(DIR, opts(fs.clone())).unwrap();
     for i in 0..50 {
         put_synced(&db, &key(i), &value(i, 0));
     }
     db.close().unwrap();
-    drop(db);
+    fs
+}
+
+/// After a clean close the last manifest record (the flush that made the
+/// WAL unnecessary) is complete and synced, so damage to it cannot be a torn
+/// write: open must report it or still find the data, never come up empty.
+#[test]
+fn damaged_last_manifest_record_is_not_silently_dropped() {
+    let fs = closed_store_of_50_synced_writes();
     let manifest = current_manifest(&fs, DIR);
     let records = log_record_offsets(&fs.read_all(&manifest).unwrap());
     let last = *records.last().unwrap();
@@ -408,13 +413,7 @@ fn damaged_last_manifest_record_is_not_silently_dropped() {
 /// "log record checksum mismatch" instead of dropping it.
 #[test]
 fn manifest_record_torn_by_out_of_order_page_writeback_is_dropped_not_corruption() {
-    let fs = MemFs::new();
-    let db = Db::open(DIR, opts(fs.clone())).unwrap();
-    for i in 0..50 {
-        put_synced(&db, &key(i), &value(i, 0));
-    }
-    db.close().unwrap();
-    drop(db);
+    let fs = closed_store_of_50_synced_writes();
     let manifest = current_manifest(&fs, DIR);
     let synced = fs.file_size(&manifest).unwrap() as usize;
     // An unsynced record spanning the next page boundary, whose first page
