@@ -439,3 +439,34 @@ fn manifest_record_torn_by_out_of_order_page_writeback_is_dropped_not_corruption
     let want: Vec<_> = (0..50).map(|i| (key(i), value(i, 0))).collect();
     assert_eq!(scan(&db), want);
 }
+
+/// Regression: a damaged length field in a manifest record made it run
+/// past the end of the file, which counted as a torn tail: open silently
+/// dropped every later (synced) edit and then deleted the tables they had
+/// added as orphans. A record followed by a valid one was synced, so its
+/// damage is corruption.
+#[test]
+fn damaged_length_of_a_middle_manifest_record_is_corruption_not_a_torn_tail() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, opts(fs.clone())).unwrap();
+    for round in 0..4 {
+        for i in 0..20 {
+            db.put(&key(i + 20 * round), &value(i, round)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    drop(db);
+    let manifest = current_manifest(&fs, DIR);
+    let records = log_record_offsets(&fs.read_all(&manifest).unwrap());
+    assert!(records.len() >= 4, "{records:?}");
+    let victim = records[1];
+    // The length field's high byte: the record now runs past the end.
+    fs.corrupt_byte(&manifest, victim + 7, 0x40).unwrap();
+    match Db::open(DIR, opts(fs.clone())) {
+        Err(Error::Corruption { file, offset, .. }) => {
+            assert_eq!((file, offset), (manifest, victim))
+        }
+        Err(e) => panic!("expected Error::Corruption, got {e:?}"),
+        Ok(db) => panic!("opened with {} of 80 keys", scan(&db).len()),
+    }
+}

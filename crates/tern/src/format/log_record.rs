@@ -206,18 +206,10 @@ pub enum RecordOutcome<'a> {
 }
 
 /// Decodes the record at `pos` in `file` (the whole log file's contents),
-/// applying the recovery policy:
-///
-/// 1. fewer than [`RECORD_HEADER_LEN`] bytes left, or a payload length that
-///    runs past the end of the file → [`RecordOutcome::TornTail`];
-/// 2. everything from `pos` to the end is zero bytes → `TornTail`;
-/// 3. checksum mismatch on a WAL record that ends exactly at the end of the
-///    file → `TornTail`;
-/// 4. checksum mismatch where a whole sector (512 bytes, aligned in the
-///    file) from `pos` on reads as zeros → `TornTail`: write-back persisted
-///    a later page of an unsynced append before an earlier one;
-/// 5. any other checksum mismatch, or a record with a valid checksum but an
-///    unknown type → [`RecordOutcome::Corrupt`] at `pos`.
+/// applying the recovery policy. A record that is short (fewer than
+/// [`RECORD_HEADER_LEN`] bytes left, or a length running past the end of
+/// the file) or fails its checksum is judged by [`damage_or_tail`]; a record
+/// with a valid checksum but an unknown type is [`RecordOutcome::Corrupt`].
 ///
 /// Never allocates: a huge length field is compared to the bytes present.
 pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_> {
@@ -226,32 +218,18 @@ pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_
     }
     let rest = &file[pos..];
     if rest.len() < RECORD_HEADER_LEN {
-        return RecordOutcome::TornTail;
+        return damage_or_tail(file, pos, kind, None);
     }
     let stored_crc = fixed32_at(rest, 0);
     let len = fixed32_at(rest, 4) as usize;
     let ty = rest[8];
     let body = &rest[RECORD_HEADER_LEN..];
     if len > body.len() {
-        return RecordOutcome::TornTail;
+        return damage_or_tail(file, pos, kind, None);
     }
     let payload = &body[..len];
     if checksum::crc2(&[ty], payload) != stored_crc {
-        // A complete final record with a bad checksum is a write cut short by
-        // a crash in a WAL. Manifest records are synced one by one before
-        // anything depends on them, so a bad one with all its bytes present
-        // is damage, not a torn write (dropping it could lose the tables it
-        // added); but one with a sector that never reached the disk is the
-        // unsynced last append. Only the last record can be unsynced, and
-        // a sector lost in an earlier one would be followed by more data
-        // that its sync proved durable: `Corrupt` below still applies when
-        // the zeros are not in the file's final stretch.
-        let ends_at_eof = len == body.len() && kind == LogKind::Wal;
-        let unsynced_manifest_tail = kind == LogKind::Manifest && lost_sector(file, pos);
-        if ends_at_eof || all_zero(rest) || unsynced_manifest_tail {
-            return RecordOutcome::TornTail;
-        }
-        return RecordOutcome::Corrupt(DecodeError::new(pos, "log record checksum mismatch"));
+        return damage_or_tail(file, pos, kind, Some(pos + RECORD_HEADER_LEN + len));
     }
     match RecordType::from_u8(ty) {
         Some(RecordType::Full) => RecordOutcome::Record {
@@ -265,6 +243,41 @@ pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_
     }
 }
 
+/// Whether the bad record at `pos` (ending at `end` when its length is
+/// intact and its checksum failed; `None` when it is short) is the torn
+/// tail of an interrupted write or damage:
+///
+/// 1. everything from `pos` on is zeros → `TornTail` (unwritten space);
+/// 2. in a WAL: a short record, or a checksum failure in a record that ends
+///    at the end of the file → `TornTail`; anything else → `Corrupt`
+///    (recovery then decides by point-in-time rules which WAL may end so);
+/// 3. in a manifest, whose records are synced one at a time so only the
+///    last can be torn: a valid record after it → `Corrupt` (that record's
+///    sync proves this one was complete); else a short record →
+///    `TornTail`; else (all bytes present, checksum wrong) `TornTail` only
+///    if a stretch of it that ends at a sector boundary reads as zeros
+///    (write-back persisted a later page of the unsynced append before an
+///    earlier one), `Corrupt` otherwise.
+fn damage_or_tail(file: &[u8], pos: usize, kind: LogKind, end: Option<usize>) -> RecordOutcome<'_> {
+    let corrupt = |why: &str| RecordOutcome::Corrupt(DecodeError::new(pos, why.to_string()));
+    if all_zero(&file[pos..]) {
+        return RecordOutcome::TornTail;
+    }
+    match (kind, end) {
+        (LogKind::Wal, None) => RecordOutcome::TornTail,
+        (LogKind::Wal, Some(end)) if end == file.len() => RecordOutcome::TornTail,
+        (LogKind::Wal, Some(_)) => corrupt("log record checksum mismatch"),
+        // A garbage length hides where the next record starts: look
+        // anywhere after the header.
+        (LogKind::Manifest, _) if valid_record_after(file, end.unwrap_or(pos + 1)) => {
+            corrupt("damaged log record followed by a valid one")
+        }
+        (LogKind::Manifest, None) => RecordOutcome::TornTail,
+        (LogKind::Manifest, Some(_)) if lost_sector(file, pos) => RecordOutcome::TornTail,
+        (LogKind::Manifest, Some(_)) => corrupt("log record checksum mismatch"),
+    }
+}
+
 fn all_zero(b: &[u8]) -> bool {
     b.iter().all(|&x| x == 0)
 }
@@ -272,11 +285,11 @@ fn all_zero(b: &[u8]) -> bool {
 /// Write-back unit whose loss [`lost_sector`] recognises.
 const SECTOR: usize = 512;
 
-/// Whether the record at `pos`, the last one in `file`, holds a whole
-/// sector of zeros (aligned in the file; the first one counted from `pos`):
-/// the signature of an unsynced append whose earlier sectors never reached
-/// the disk while a later one did. The record must be the last: no valid
-/// record may start after the zeros.
+/// Whether some stretch of `file` from `pos` on that ends at a sector
+/// boundary (512 bytes, aligned in the file) and starts at `pos` or at the
+/// boundary before it is all zeros, and at least a record header long: the
+/// signature of an append whose earlier sectors never reached the disk
+/// while a later one did.
 fn lost_sector(file: &[u8], pos: usize) -> bool {
     let mut start = pos;
     while start < file.len() {
@@ -284,27 +297,40 @@ fn lost_sector(file: &[u8], pos: usize) -> bool {
         if end > file.len() {
             return false;
         }
-        if all_zero(&file[start..end]) {
-            return !valid_record_after(file, end);
+        if end - start >= RECORD_HEADER_LEN && all_zero(&file[start..end]) {
+            return true;
         }
         start = end;
     }
     false
 }
 
-/// Whether a record with a valid checksum starts anywhere at or after
-/// `from` (proof that the data before it was synced).
+/// Most payload bytes [`valid_record_after`] checksums before it gives up.
+const SCAN_BUDGET: usize = 64 << 20;
+
+/// Whether a record with a valid checksum may start at or after `from`
+/// (proof that the data before it was synced). Checksumming candidates at
+/// every offset is quadratic on crafted input, so past [`SCAN_BUDGET`] it
+/// answers yes: the damage is then reported, never dropped.
 fn valid_record_after(file: &[u8], from: usize) -> bool {
+    let mut budget = SCAN_BUDGET;
     (from..file.len().saturating_sub(RECORD_HEADER_LEN - 1)).any(|p| {
         let rest = &file[p..];
         let len = fixed32_at(rest, 4) as usize;
-        len > 0
-            && len <= rest.len() - RECORD_HEADER_LEN
-            && RecordType::from_u8(rest[8]).is_some()
-            && checksum::crc2(
-                &[rest[8]],
-                &rest[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len],
-            ) == fixed32_at(rest, 0)
+        if len == 0
+            || len > rest.len() - RECORD_HEADER_LEN
+            || RecordType::from_u8(rest[8]).is_none()
+        {
+            return false;
+        }
+        let Some(left) = budget.checked_sub(len) else {
+            return true;
+        };
+        budget = left;
+        checksum::crc2(
+            &[rest[8]],
+            &rest[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len],
+        ) == fixed32_at(rest, 0)
     })
 }
 

@@ -130,6 +130,12 @@ impl VersionSet {
             }
             edits += 1;
         }
+        if let Some(at) = reader.torn_tail() {
+            tracing::warn!(
+                "tern: dropped the incomplete last record of {} at offset {at} (an interrupted write)",
+                path.display()
+            );
+        }
         let next_file = next_file
             .ok_or_else(|| Error::corruption(&path, 0, "manifest has no next-file-number"))?;
         let version = builder
