@@ -1265,7 +1265,7 @@ fn check_wal(
     // `damage` below tell the two apart.
     while let Ok(Some(rec)) = reader.next_record() {
         report.wal_records_checked += 1;
-        let batch = WriteBatch::from_bytes(rec);
+        let batch = WriteBatch::from_wal_bytes(rec);
         let offset = reader.last_record_offset();
         match batch {
             Ok(batch) => {

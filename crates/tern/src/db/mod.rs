@@ -141,10 +141,16 @@ impl Db {
         let (sv, seq) = self.read_view(opts.snapshot);
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             if let Some((_, kind, value)) = mem.get(key, seq) {
-                return Ok(match kind {
-                    ValueKind::Delete => None,
-                    ValueKind::Value | ValueKind::BlobRef => Some(value.to_vec()),
-                });
+                return match kind {
+                    ValueKind::Delete => Ok(None),
+                    ValueKind::Value => Ok(Some(value.to_vec())),
+                    // Writes and WAL replay admit only puts and deletes.
+                    ValueKind::BlobRef => Err(Error::corruption(
+                        "<memtable>",
+                        0,
+                        "blob reference in a memtable",
+                    )),
+                };
             }
         }
         let lookup = seek_key(key, seq);

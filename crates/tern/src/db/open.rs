@@ -163,7 +163,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         // Damage ends the loop like the end of the log; `stopped_at` and
         // `damage` below tell the two apart.
         while let Ok(Some(rec)) = reader.next_record() {
-            let batch = WriteBatch::from_bytes(rec);
+            let batch = WriteBatch::from_wal_bytes(rec);
             let offset = reader.last_record_offset();
             let batch = batch.map_err(|e| {
                 e.in_file(
@@ -178,14 +178,6 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                         offset + crate::format::log_record::RECORD_HEADER_LEN as u64,
                     )
                 })?;
-                if e.kind == crate::format::internal_key::ValueKind::BlobRef {
-                    // Writers only log puts and deletes.
-                    return Err(Error::corruption(
-                        &path,
-                        offset,
-                        "write-ahead log record holds an internal blob-reference entry",
-                    ));
-                }
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
                     let number = state.versions.new_file_number();
@@ -530,5 +522,29 @@ mod tests {
         let db = Db::open("/db", opts).unwrap();
         assert_eq!(recovered_prefix(&db, 100), 60);
         assert!(db.stats().wal_bytes_dropped_at_recovery > 0);
+    }
+
+    /// Regression: open refused a WAL record holding an internal
+    /// blob-reference entry (writers log only puts and deletes), while
+    /// `tern check` passed the same WAL as clean.
+    #[test]
+    fn wal_record_with_an_internal_blob_ref_entry_is_corruption_for_open_and_check() {
+        let (mem, opts, wals) = two_unflushed_wals();
+        let (newer, offsets) = &wals[1];
+        let at = offsets[49];
+        let mut b = WriteBatch::new();
+        b.put(&key(999), b"not a ref");
+        b.set_seq(5000);
+        let mut bytes = b.as_bytes().to_vec();
+        // Header (seq u64, count u32), then the entry's kind byte.
+        bytes[12] = crate::format::internal_key::ValueKind::BlobRef as u8;
+        mem.rewrite(newer, |data| {
+            data.truncate(at as usize);
+            crate::format::log_record::encode_record(data, &bytes);
+        })
+        .unwrap();
+        // The error names the record's payload, where the batch starts.
+        let payload = at + crate::format::log_record::RECORD_HEADER_LEN as u64;
+        assert_corruption_at(&mem, opts, newer, payload);
     }
 }

@@ -136,6 +136,20 @@ impl WriteBatch {
         Ok(batch)
     }
 
+    /// Decodes a batch read back from the WAL, which writers fill only with
+    /// puts and deletes: an entry of an engine-internal kind (a blob
+    /// reference) is damage, like a malformed one.
+    pub fn from_wal_bytes(buf: &[u8]) -> Result<WriteBatch, DecodeError> {
+        let batch = Self::from_bytes(buf)?;
+        if batch.iter().flatten().any(|e| e.kind == ValueKind::BlobRef) {
+            return Err(DecodeError::new(
+                0,
+                "write-ahead log record holds an internal blob-reference entry",
+            ));
+        }
+        Ok(batch)
+    }
+
     /// Iterates over the writes. Yields an error for a malformed record.
     pub fn iter(&self) -> BatchIter<'_> {
         BatchIter {
