@@ -263,6 +263,11 @@ pub fn engine_counters(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)
             e.compaction_failures,
         ),
         (
+            "gc_failures_total",
+            "Background blob GC attempts that failed (retried).",
+            e.gc_failures,
+        ),
+        (
             "stall_micros_total",
             "Microseconds writes were delayed or stopped.",
             e.stall_micros,

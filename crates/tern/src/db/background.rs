@@ -8,10 +8,10 @@ use std::time::Duration;
 use super::core::Shared;
 use crate::error::Error;
 
-/// Consecutive failures of one kind of background work (with back-off in
-/// between, about 3 s in all) after which the store stops accepting writes
-/// and reports the cause, instead of letting writers stall behind work that
-/// keeps failing.
+/// Consecutive compaction failures (with back-off in between, about 6 s
+/// in all) after which the store stops accepting writes and reports the
+/// cause, instead of letting writers stall behind L0 that nothing lowers.
+/// Blob GC stalls no writer, so it only keeps retrying and counting.
 pub const BACKGROUND_ATTEMPTS: u32 = 5;
 
 /// Back-off before retrying after `failures` consecutive failures.
@@ -35,23 +35,24 @@ fn sleep_unless_shutting_down(
     false
 }
 
-/// Records one more consecutive failure of `what`; after
-/// [`BACKGROUND_ATTEMPTS`] the store is poisoned with `e` as the cause.
-fn give_up_after_attempts(s: &Shared, failures: u32, what: &str, e: &Error) {
+/// Records one more consecutive failure of `what`. With `poisons`, the
+/// [`BACKGROUND_ATTEMPTS`]th poisons the store with `e` as the cause;
+/// otherwise failures are only logged (and retried by the caller).
+fn after_failure(s: &Shared, failures: u32, what: &str, e: &Error, poisons: bool) {
     let mut state = s.state.lock();
     if state.bg_error.is_some() {
         // The failure already poisoned the store (a manifest write): no retry.
         return;
     }
-    if failures >= BACKGROUND_ATTEMPTS {
+    if failures < BACKGROUND_ATTEMPTS {
+        tracing::warn!("tern: {what} failed (attempt {failures}), will retry: {e}");
+    } else if poisons {
         s.set_bg_error_message(
             &mut state,
             format!("{what} failed {failures} times in a row, last with: {e}"),
         );
     } else {
-        tracing::warn!(
-            "tern: {what} failed (attempt {failures} of {BACKGROUND_ATTEMPTS}), will retry: {e}"
-        );
+        tracing::error!("tern: {what} failed {failures} times in a row, still retrying: {e}");
     }
 }
 
@@ -110,7 +111,8 @@ fn gc_loop(s: &Shared) {
                 }
                 Err(e) => {
                     failures += 1;
-                    give_up_after_attempts(s, failures, "blob GC", &e);
+                    super::stats::Counters::add(&s.counters.gc_failures, 1);
+                    after_failure(s, failures, "blob GC", &e, false);
                     break;
                 }
             }
@@ -160,7 +162,7 @@ fn compaction_loop(s: &Shared) {
             }
             Err(e) => {
                 failures += 1;
-                give_up_after_attempts(s, failures, "compaction", &e);
+                after_failure(s, failures, "compaction", &e, true);
             }
         }
     }

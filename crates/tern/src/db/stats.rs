@@ -23,6 +23,7 @@ pub struct Counters {
     pub(crate) compactions: AtomicU64,
     pub(crate) trivial_moves: AtomicU64,
     pub(crate) compaction_failures: AtomicU64,
+    pub(crate) gc_failures: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
     pub(crate) slowdowns: AtomicU64,
     pub(crate) stops: AtomicU64,
@@ -90,6 +91,8 @@ pub struct Stats {
     pub trivial_moves: u64,
     /// Compaction jobs that failed (their outputs were discarded).
     pub compaction_failures: u64,
+    /// Background blob GC attempts that failed (retried with back-off).
+    pub gc_failures: u64,
     /// Total microseconds writers waited on slow-down and stop triggers.
     pub stall_micros: u64,
     /// Writes delayed by the L0 slow-down trigger.
@@ -165,6 +168,7 @@ impl Stats {
             compactions: c.compactions.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
             compaction_failures: c.compaction_failures.load(Relaxed),
+            gc_failures: c.gc_failures.load(Relaxed),
             stall_micros: c.stall_micros.load(Relaxed),
             slowdowns: c.slowdowns.load(Relaxed),
             stops: c.stops.load(Relaxed),
@@ -248,10 +252,11 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "blob gc read/write      {} / {} ({} jobs, {} records relocated, {} refs rewritten)",
+            "blob gc read/write      {} / {} ({} jobs, {} failed, {} records relocated, {} refs rewritten)",
             self.gc_bytes_read,
             self.gc_bytes_written,
             self.gc_runs,
+            self.gc_failures,
             self.gc_records_relocated,
             self.blob_refs_rewritten
         )?;
