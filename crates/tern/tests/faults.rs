@@ -737,9 +737,13 @@ fn persistent_compaction_failure_fails_writes_instead_of_hanging_them() {
     let stats = db.stats();
     let cause = stats.background_error.expect("stats report the error");
     assert!(cause.contains("injected: bad block"), "{cause}");
-    // Reads keep working.
+    // Reads keep working; maintenance says why it does nothing.
     assert!(db.get(&key(1)).unwrap().is_some());
     assert_eq!(scan(&db).len(), 200);
+    assert!(
+        matches!(db.collect_garbage(), Err(Error::Poisoned(_))),
+        "GC on a poisoned store reported success"
+    );
 }
 
 /// An executor whose blob GC jobs always fail (a damaged blob record, say);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::core::Shared;
 use crate::error::Error;
 
-/// Consecutive compaction failures (with back-off in between, about 6 s
+/// Consecutive compaction failures (with back-off in between, about 3 s
 /// in all) after which the store stops accepting writes and reports the
 /// cause, instead of letting writers stall behind L0 that nothing lowers.
 /// Blob GC stalls no writer, so it only keeps retrying and counting.

@@ -354,6 +354,10 @@ impl Db {
         while self.shared.gc_one()? {
             jobs += 1;
         }
+        // GC stops quietly on a poisoned store; the caller learns why.
+        if let Some(e) = self.shared.state.lock().bg_error.clone() {
+            return Err(Error::Poisoned(e));
+        }
         Ok(jobs)
     }
 
