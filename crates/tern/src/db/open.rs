@@ -547,4 +547,27 @@ mod tests {
         let payload = at + crate::format::log_record::RECORD_HEADER_LEN as u64;
         assert_corruption_at(&mem, opts, newer, payload);
     }
+
+    /// Regression: a WAL batch whose sequence numbers run past the largest
+    /// one the internal key can hold panicked replay (an overflow) or was
+    /// truncated into a manifest the next open rejects.
+    #[test]
+    fn wal_record_with_sequence_numbers_out_of_range_is_corruption() {
+        for seq in [u64::MAX - 1, crate::format::internal_key::MAX_SEQ] {
+            let (mem, opts, wals) = two_unflushed_wals();
+            let (newer, offsets) = &wals[1];
+            let at = offsets[49];
+            let mut b = WriteBatch::new();
+            b.put(&key(998), b"a");
+            b.put(&key(999), b"b");
+            b.set_seq(seq);
+            mem.rewrite(newer, |data| {
+                data.truncate(at as usize);
+                crate::format::log_record::encode_record(data, b.as_bytes());
+            })
+            .unwrap();
+            let payload = at + crate::format::log_record::RECORD_HEADER_LEN as u64;
+            assert_corruption_at(&mem, opts, newer, payload);
+        }
+    }
 }

@@ -8,7 +8,7 @@
 
 use crate::error::DecodeError;
 use crate::format::coding::{fixed32_at, fixed64_at, put_length_prefixed, Reader};
-use crate::format::internal_key::{SeqNo, ValueKind};
+use crate::format::internal_key::{SeqNo, ValueKind, MAX_SEQ};
 
 /// Bytes before the first record.
 pub const HEADER_LEN: usize = 12;
@@ -137,10 +137,20 @@ impl WriteBatch {
     }
 
     /// Decodes a batch read back from the WAL, which writers fill only with
-    /// puts and deletes: an entry of an engine-internal kind (a blob
-    /// reference) is damage, like a malformed one.
+    /// puts and deletes numbered within the sequence space: an entry of an
+    /// engine-internal kind (a blob reference), or sequence numbers past
+    /// [`MAX_SEQ`], is damage, like a malformed entry.
     pub fn from_wal_bytes(buf: &[u8]) -> Result<WriteBatch, DecodeError> {
         let batch = Self::from_bytes(buf)?;
+        let last = batch
+            .seq()
+            .checked_add(batch.len().saturating_sub(1) as u64);
+        if last.is_none_or(|s| s > MAX_SEQ) {
+            return Err(DecodeError::new(
+                0,
+                format!("write batch sequence {} is out of range", batch.seq()),
+            ));
+        }
         if batch.iter().flatten().any(|e| e.kind == ValueKind::BlobRef) {
             return Err(DecodeError::new(
                 0,
