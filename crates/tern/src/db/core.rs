@@ -1,9 +1,13 @@
 //! The state shared by the handle, the writers and the background threads.
 //!
 //! Locking: `state` guards the LSM shape, the memtable list and background
-//! scheduling; it is never held across table or WAL I/O except the short
-//! manifest append of an install. Readers touch only `current` (a cheap
-//! `Arc` clone), writers only the commit queue and, as group leader, `wal`.
+//! scheduling. It is not held while tables or blob files are written or
+//! read, but it is held across the metadata I/O that must be ordered with
+//! the version: an install's manifest append (directory fsync, append,
+//! fsync), a memtable switch (creating the next WAL, directory fsync, fsync
+//! of the old WAL), unlinking obsolete files, and recovery at open.
+//! Readers touch only `current` (a cheap `Arc` clone), writers only the
+//! commit queue and, as group leader, `wal`.
 //! Lock order: `queue` → `state` → `wal` → `current`.
 
 use std::collections::VecDeque;
