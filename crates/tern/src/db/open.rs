@@ -31,7 +31,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
     opts.validate()?;
     let fs = opts.fs.clone();
     if opts.create_if_missing {
-        fs.create_dir_all(dir).ctx(dir)?;
+        crate::io::create_dir_all_durable(fs.as_ref(), dir).ctx(dir)?;
     }
     let lock_path = dir.join(LOCK_FILE_NAME);
     let lock = fs.lock(&lock_path).map_err(|e| {

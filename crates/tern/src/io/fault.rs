@@ -1,9 +1,12 @@
 //! A [`FileSystem`] wrapper that injects I/O errors, for testing how the
 //! engine reacts to failed writes, syncs, reads and metadata operations.
 //!
-//! Faults are checked before the wrapped operation runs, so a failed
-//! operation has no effect on the inner file system (a failed `sync` leaves
-//! the data unsynced, the harsher of the possible outcomes).
+//! Faults are checked before the wrapped operation runs, so by default a
+//! failed operation has no effect on the inner file system (a failed `sync`
+//! leaves the data unsynced). Real failures are less tidy: with
+//! [`FaultFs::set_torn_failures`] a failed append first writes a random
+//! prefix of its data, and a failed sync, create, rename, remove or
+//! directory sync may have taken effect before reporting the error.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -94,6 +97,8 @@ struct Faults {
     injected: u64,
     /// How long every file sync takes on top of the inner one (a slow disk).
     sync_delay: std::time::Duration,
+    /// Generator for what a failed operation left behind; `None`: nothing.
+    torn: Option<u64>,
 }
 
 impl Faults {
@@ -134,6 +139,12 @@ impl Faults {
             .collect::<Vec<_>>()
             .join(" -> ");
         Err(io::Error::other(format!("injected fault: {kind} on {on}")))
+    }
+
+    /// With torn failures on, a random number deciding what a failed
+    /// operation left behind.
+    fn torn_draw(&mut self) -> Option<u64> {
+        self.torn.as_mut().map(splitmix64)
     }
 }
 
@@ -222,6 +233,15 @@ impl FaultFs {
         self.faults.lock().sync_delay = delay;
     }
 
+    /// Makes failed operations leave traces, with the random choices drawn
+    /// from `seed`: a failed append writes a random prefix of its data
+    /// (possibly none, possibly all) before failing, and a failed sync,
+    /// create, rename, remove or directory sync takes effect half of the
+    /// time before reporting the error. Stays on across [`FaultFs::clear`].
+    pub fn set_torn_failures(&self, seed: u64) {
+        self.faults.lock().torn = Some(seed);
+    }
+
     /// Removes all rules, random faults and the path filter. The count of
     /// injected faults is kept.
     pub fn clear(&self) {
@@ -239,6 +259,25 @@ impl FaultFs {
     fn check(&self, kind: FaultKind, paths: &[&Path]) -> io::Result<()> {
         self.faults.lock().check(kind, paths)
     }
+
+    /// Runs `op` unless a fault fires; a fault with torn failures on runs it
+    /// half of the time anyway, then reports the fault.
+    fn guarded<T>(
+        &self,
+        kind: FaultKind,
+        paths: &[&Path],
+        op: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        match self.check(kind, paths) {
+            Ok(()) => op(),
+            Err(e) => {
+                if self.faults.lock().torn_draw().is_some_and(|r| r % 2 == 0) {
+                    let _ = op();
+                }
+                Err(e)
+            }
+        }
+    }
 }
 
 struct FaultWritable {
@@ -255,7 +294,13 @@ impl FaultWritable {
 
 impl WritableFile for FaultWritable {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
-        self.check(FaultKind::Write)?;
+        if let Err(e) = self.check(FaultKind::Write) {
+            if let Some(r) = self.faults.lock().torn_draw() {
+                let keep = (r % (data.len() as u64 + 1)) as usize;
+                let _ = self.inner.append(&data[..keep]);
+            }
+            return Err(e);
+        }
         self.inner.append(data)
     }
 
@@ -265,7 +310,12 @@ impl WritableFile for FaultWritable {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.check(FaultKind::Sync)?;
+        if let Err(e) = self.check(FaultKind::Sync) {
+            if self.faults.lock().torn_draw().is_some_and(|r| r % 2 == 0) {
+                let _ = self.inner.sync();
+            }
+            return Err(e);
+        }
         let delay = self.faults.lock().sync_delay;
         if !delay.is_zero() {
             std::thread::sleep(delay);
@@ -301,8 +351,7 @@ impl FileSystem for FaultFs {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        self.check(FaultKind::Create, &[path])?;
-        let inner = self.inner.create(path)?;
+        let inner = self.guarded(FaultKind::Create, &[path], || self.inner.create(path))?;
         Ok(Box::new(FaultWritable {
             inner,
             path: path.to_path_buf(),
@@ -326,13 +375,13 @@ impl FileSystem for FaultFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.check(FaultKind::Rename, &[from, to])?;
-        self.inner.rename(from, to)
+        self.guarded(FaultKind::Rename, &[from, to], || {
+            self.inner.rename(from, to)
+        })
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.check(FaultKind::Remove, &[path])?;
-        self.inner.remove_file(path)
+        self.guarded(FaultKind::Remove, &[path], || self.inner.remove_file(path))
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
@@ -348,8 +397,7 @@ impl FileSystem for FaultFs {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        self.check(FaultKind::SyncDir, &[path])?;
-        self.inner.sync_dir(path)
+        self.guarded(FaultKind::SyncDir, &[path], || self.inner.sync_dir(path))
     }
 
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
@@ -370,6 +418,7 @@ mod tests {
     fn setup() -> (Arc<MemFs>, Arc<FaultFs>) {
         let mem = MemFs::new();
         mem.create_dir_all(p("db")).unwrap();
+        mem.sync_dir(p("")).unwrap();
         let fs = FaultFs::new(mem.clone());
         (mem, fs)
     }
@@ -445,6 +494,33 @@ mod tests {
         assert!(f.sync().is_err());
         mem.crash();
         assert_eq!(mem.read_all(p("db/a")).unwrap(), b"");
+    }
+
+    #[test]
+    fn torn_failures_leave_partial_effects() {
+        let (mem, fs) = setup();
+        fs.set_torn_failures(3);
+        let (mut partial, mut synced, mut renamed) = (false, false, false);
+        for i in 0..64 {
+            let name = format!("db/f{i}");
+            let mut f = fs.create(p(&name)).unwrap();
+            fs.sync_dir(p("db")).unwrap();
+            f.append(b"head").unwrap();
+            fs.fail_once(FaultKind::Write);
+            assert!(f.append(b"0123456789").is_err());
+            let now = mem.read_all(p(&name)).unwrap();
+            assert!(now.starts_with(b"head") && b"head0123456789".starts_with(&now));
+            partial |= now.len() > 4 && now.len() < 14;
+            fs.fail_once(FaultKind::Sync);
+            assert!(f.sync().is_err());
+            synced |= mem.crashed_copy().read_all(p(&name)).unwrap() == now;
+            fs.fail_once(FaultKind::Rename);
+            let to = format!("db/g{i}");
+            assert!(fs.rename(p(&name), p(&to)).is_err());
+            renamed |= mem.exists(p(&to));
+            assert_ne!(mem.exists(p(&to)), mem.exists(p(&name)));
+        }
+        assert!(partial && synced && renamed, "failures left traces");
     }
 
     #[test]

@@ -12,8 +12,14 @@
 //! bytes, or its unsynced pages independently and out of order (a page
 //! written back after a later one was lost reads as zeros).
 //!
-//! Directories made by `create_dir_all` are durable at once; the engine only
-//! creates its own directory, and modelling that loss adds nothing.
+//! Directory entries can survive a crash without a directory sync too:
+//! [`CrashMode::UnsyncedEntries`] replays a random subset of the creates,
+//! renames and removes made since the last sync, in order. POSIX promises
+//! nothing about unsynced entries, so any subset may reach the disk; only
+//! a rename stays atomic (the target names the old file or the new one).
+//!
+//! A directory made by `create_dir_all` is durable once its parent is
+//! synced; a crash before that loses it with everything in it.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -53,11 +59,48 @@ fn new_node() -> Node {
     Arc::new(Mutex::new(NodeData::default()))
 }
 
+/// A change to the namespace not yet made durable by a directory sync.
+enum DirOp {
+    Link(PathBuf, Node),
+    Unlink(PathBuf),
+    Rename { from: PathBuf, to: PathBuf },
+}
+
+impl DirOp {
+    fn touches(&self, dir: &Path) -> bool {
+        match self {
+            DirOp::Link(p, _) | DirOp::Unlink(p) => in_dir(p, dir),
+            DirOp::Rename { from, to } => in_dir(from, dir) || in_dir(to, dir),
+        }
+    }
+
+    fn apply(&self, namespace: &mut HashMap<PathBuf, Node>) {
+        match self {
+            DirOp::Link(p, node) => {
+                namespace.insert(p.clone(), node.clone());
+            }
+            DirOp::Unlink(p) => {
+                namespace.remove(p);
+            }
+            DirOp::Rename { from, to } => {
+                if let Some(node) = namespace.remove(from) {
+                    namespace.insert(to.clone(), node);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     live: HashMap<PathBuf, Node>,
     durable: HashMap<PathBuf, Node>,
+    /// Namespace changes since the directory they touch was last synced,
+    /// oldest first: `durable` with all of them applied is `live`.
+    pending: Vec<DirOp>,
     dirs: HashSet<PathBuf>,
+    /// Directories whose entry in their parent was synced.
+    durable_dirs: HashSet<PathBuf>,
     /// Held locks: path → id of the guard that holds it.
     locks: HashMap<PathBuf, u64>,
 }
@@ -65,6 +108,13 @@ struct State {
 impl State {
     fn dir_exists(&self, dir: &Path) -> bool {
         is_root(dir) || self.dirs.contains(dir)
+    }
+
+    /// Whether `path` and every directory above it survive a crash.
+    fn durable_path(&self, path: &Path) -> bool {
+        path.ancestors()
+            .skip(1)
+            .all(|d| is_root(d) || self.durable_dirs.contains(d))
     }
 
     fn check_parent(&self, path: &Path) -> io::Result<()> {
@@ -111,15 +161,23 @@ pub enum CrashMode {
     /// file) of each file survives or not independently. The file ends
     /// after its last surviving page; lost pages before it read as zeros.
     UnsyncedPages,
+    /// The durable directory entries plus a random subset of the creates,
+    /// renames and removes made since, applied in the order they were made
+    /// (a rename whose source is not there does nothing); each file keeps
+    /// its synced bytes plus a random prefix of the rest. A file whose name
+    /// was never synced may be there (possibly empty), one removed may come
+    /// back, and a later change may survive an earlier one that did not.
+    UnsyncedEntries,
 }
 
 impl CrashMode {
     /// Every mode.
-    pub const ALL: [CrashMode; 4] = [
+    pub const ALL: [CrashMode; 5] = [
         CrashMode::SyncedOnly,
         CrashMode::KeepAll,
         CrashMode::UnsyncedPrefix,
         CrashMode::UnsyncedPages,
+        CrashMode::UnsyncedEntries,
     ];
 }
 
@@ -135,7 +193,7 @@ fn surviving_bytes(node: &NodeData, mode: CrashMode, rng: &mut u64) -> Vec<u8> {
         CrashMode::KeepAll => node.data.clone(),
         CrashMode::SyncedOnly => node.synced.clone(),
         _ if !appended => node.synced.clone(),
-        CrashMode::UnsyncedPrefix => {
+        CrashMode::UnsyncedPrefix | CrashMode::UnsyncedEntries => {
             let extra = node.data.len() - extra_from;
             let keep = (splitmix64(rng) % (extra as u64 + 1)) as usize;
             node.data[..extra_from + keep].to_vec()
@@ -209,6 +267,9 @@ impl MemFs {
         let durable = surviving_files(&state, CrashMode::SyncedOnly, 0);
         state.live = durable.clone();
         state.durable = durable;
+        state.dirs = surviving_dirs(&state, CrashMode::SyncedOnly);
+        state.durable_dirs = state.dirs.clone();
+        state.pending.clear();
         state.locks.clear();
     }
 
@@ -231,7 +292,8 @@ impl MemFs {
             let mut new_state = copy.state.lock();
             new_state.live = files.clone();
             new_state.durable = files;
-            new_state.dirs = state.dirs.clone();
+            new_state.dirs = surviving_dirs(&state, mode);
+            new_state.durable_dirs = new_state.dirs.clone();
         }
         Arc::new(copy)
     }
@@ -301,19 +363,46 @@ impl MemFs {
     }
 }
 
+/// The directories that survive a crash in `mode`: all of them after a
+/// process crash, else those whose entries up to the root were synced.
+fn surviving_dirs(state: &State, mode: CrashMode) -> HashSet<PathBuf> {
+    state
+        .dirs
+        .iter()
+        .filter(|d| {
+            mode == CrashMode::KeepAll || (state.durable_dirs.contains(*d) && state.durable_path(d))
+        })
+        .cloned()
+        .collect()
+}
+
 /// Fresh nodes holding what of each file survives a crash in `mode` (the
 /// random choices drawn from `seed`): the durable entries, or every live one
 /// for [`CrashMode::KeepAll`]. A node reachable under two paths stays shared,
 /// like a hard link.
 fn surviving_files(state: &State, mode: CrashMode, seed: u64) -> HashMap<PathBuf, Node> {
-    let namespace = if mode == CrashMode::KeepAll {
-        &state.live
-    } else {
-        &state.durable
-    };
     let mut rng = seed;
-    // Sorted, so the same seed gives the same outcome.
-    let mut paths: Vec<&PathBuf> = namespace.keys().collect();
+    let replayed;
+    let namespace = match mode {
+        CrashMode::KeepAll => &state.live,
+        CrashMode::UnsyncedEntries => {
+            let mut ns = state.durable.clone();
+            for op in &state.pending {
+                if splitmix64(&mut rng) % 2 == 0 {
+                    op.apply(&mut ns);
+                }
+            }
+            replayed = ns;
+            &replayed
+        }
+        _ => &state.durable,
+    };
+    // Sorted, so the same seed gives the same outcome. A file in a
+    // directory that is lost goes with it.
+    let mut paths: Vec<&PathBuf> = namespace
+        .keys()
+        .filter(|p| mode == CrashMode::KeepAll || state.durable_path(p))
+        .collect();
     paths.sort();
     let mut fresh: HashMap<*const Mutex<NodeData>, Node> = HashMap::new();
     let mut out = HashMap::with_capacity(paths.len());
@@ -459,6 +548,9 @@ impl FileSystem for MemFs {
             None => {
                 let node = new_node();
                 state.live.insert(path.to_path_buf(), node.clone());
+                state
+                    .pending
+                    .push(DirOp::Link(path.to_path_buf(), node.clone()));
                 node
             }
         };
@@ -501,17 +593,19 @@ impl FileSystem for MemFs {
         }
         if let Some(node) = state.live.remove(from) {
             state.live.insert(to.to_path_buf(), node);
+            state.pending.push(DirOp::Rename {
+                from: from.to_path_buf(),
+                to: to.to_path_buf(),
+            });
         }
         Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut state = self.state.lock();
-        state
-            .live
-            .remove(path)
-            .map(|_| ())
-            .ok_or_else(|| not_found(path))
+        state.live.remove(path).ok_or_else(|| not_found(path))?;
+        state.pending.push(DirOp::Unlink(path.to_path_buf()));
+        Ok(())
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
@@ -545,8 +639,21 @@ impl FileSystem for MemFs {
         if !state.dir_exists(path) {
             return Err(not_found(path));
         }
-        let State { live, durable, .. } = &mut *state;
+        let State {
+            live,
+            durable,
+            pending,
+            dirs: state_dirs,
+            durable_dirs,
+            ..
+        } = &mut *state;
+        pending.retain(|op| !op.touches(path));
         durable.retain(|p, _| !in_dir(p, path));
+        for d in state_dirs.iter() {
+            if in_dir(d, path) {
+                durable_dirs.insert(d.clone());
+            }
+        }
         for (p, node) in live.iter() {
             if in_dir(p, path) {
                 durable.insert(p.clone(), node.clone());
@@ -565,7 +672,9 @@ impl FileSystem for MemFs {
         }
         if !state.live.contains_key(path) {
             state.check_parent(path)?;
-            state.live.insert(path.to_path_buf(), new_node());
+            let node = new_node();
+            state.live.insert(path.to_path_buf(), node.clone());
+            state.pending.push(DirOp::Link(path.to_path_buf(), node));
         }
         let id = self.next_lock_id.fetch_add(1, Ordering::Relaxed);
         state.locks.insert(path.to_path_buf(), id);
@@ -589,6 +698,7 @@ mod tests {
     fn setup() -> Arc<MemFs> {
         let fs = MemFs::new();
         fs.create_dir_all(p("db")).unwrap();
+        fs.sync_dir(p("")).unwrap();
         fs
     }
 
@@ -629,15 +739,19 @@ mod tests {
                     synced[..],
                     "{mode:?}: synced bytes kept"
                 );
-                assert_eq!(
-                    c.exists(p("db/not-in-dir")),
-                    mode == CrashMode::KeepAll,
-                    "{mode:?}: unsynced directory entry"
-                );
+                if mode != CrashMode::UnsyncedEntries {
+                    assert_eq!(
+                        c.exists(p("db/not-in-dir")),
+                        mode == CrashMode::KeepAll,
+                        "{mode:?}: unsynced directory entry"
+                    );
+                }
                 match mode {
                     CrashMode::SyncedOnly => assert_eq!(got, synced),
                     CrashMode::KeepAll => assert_eq!(got, all),
-                    CrashMode::UnsyncedPrefix => assert_eq!(got[..], all[..got.len()]),
+                    CrashMode::UnsyncedPrefix | CrashMode::UnsyncedEntries => {
+                        assert_eq!(got[..], all[..got.len()])
+                    }
                     CrashMode::UnsyncedPages => {
                         for (i, (&b, &want)) in got.iter().zip(&all).enumerate() {
                             assert!(b == want || b == 0, "byte {i}");
@@ -655,6 +769,52 @@ mod tests {
             }
         }
         assert!(saw_hole && saw_partial, "out-of-order pages were simulated");
+    }
+
+    #[test]
+    fn unsynced_entries_survive_as_any_subset() {
+        let fs = setup();
+        let _d = write(&fs, "db/d", b"d", true);
+        fs.sync_dir(p("db")).unwrap();
+        let _a = write(&fs, "db/a", b"a", true);
+        fs.rename(p("db/a"), p("db/b")).unwrap();
+        let _c = write(&fs, "db/c", b"c", true);
+        fs.remove_file(p("db/d")).unwrap();
+        // Create a, rename a -> b, create c, remove d: any subset, except
+        // that the rename needs the create before it (a, b or neither).
+        let mut outcomes = Vec::new();
+        for first in [None, Some("a"), Some("b")] {
+            for c in [false, true] {
+                for d in [false, true] {
+                    let mut names: Vec<String> = first.iter().map(|s| s.to_string()).collect();
+                    names.extend(c.then(|| "c".to_string()));
+                    names.extend(d.then(|| "d".to_string()));
+                    outcomes.push(names);
+                }
+            }
+        }
+        let mut seen = vec![false; outcomes.len()];
+        for seed in 0..400 {
+            let c = fs.crashed_copy_with(CrashMode::UnsyncedEntries, seed);
+            let names = sorted(c.list_dir(p("db")).unwrap());
+            let i = outcomes
+                .iter()
+                .position(|want| names == *want)
+                .unwrap_or_else(|| panic!("seed {seed}: {names:?} is no subset of the operations"));
+            seen[i] = true;
+            if names.contains(&"b".to_string()) {
+                assert_eq!(
+                    c.read_all(p("db/b")).unwrap(),
+                    b"a",
+                    "renamed file keeps its node"
+                );
+            }
+        }
+        assert!(seen.iter().all(|&s| s), "every outcome occurs: {seen:?}");
+        // A directory sync makes them all durable.
+        fs.sync_dir(p("db")).unwrap();
+        let c = fs.crashed_copy_with(CrashMode::UnsyncedEntries, 7);
+        assert_eq!(sorted(c.list_dir(p("db")).unwrap()), ["b", "c"]);
     }
 
     #[test]
@@ -760,6 +920,34 @@ mod tests {
         assert!(fs.exists(p("db/a")));
         assert!(!fs.exists(p("db/sub/b")));
         assert_eq!(sorted(fs.list_dir(p("db")).unwrap()), vec!["a", "sub"]);
+    }
+
+    #[test]
+    fn new_directory_needs_its_parent_synced() {
+        let fs = setup();
+        fs.create_dir_all(p("db/new/deep")).unwrap();
+        write(&fs, "db/new/deep/a", b"a", true);
+        fs.sync_dir(p("db/new/deep")).unwrap();
+        let lost = fs.crashed_copy();
+        assert!(!lost.exists(p("db/new")) && !lost.exists(p("db/new/deep/a")));
+        assert!(fs
+            .crashed_copy_with(CrashMode::KeepAll, 0)
+            .exists(p("db/new/deep/a")));
+        fs.sync_dir(p("db")).unwrap();
+        let half = fs.crashed_copy();
+        assert!(half.exists(p("db/new")) && !half.exists(p("db/new/deep")));
+        fs.sync_dir(p("db/new")).unwrap();
+        fs.crash();
+        assert_eq!(fs.read_all(p("db/new/deep/a")).unwrap(), b"a");
+    }
+
+    #[test]
+    fn create_dir_all_durable_syncs_every_new_parent() {
+        let fs = MemFs::new();
+        crate::io::create_dir_all_durable(fs.as_ref(), p("top/mid/leaf")).unwrap();
+        crate::io::create_dir_all_durable(fs.as_ref(), p("/abs/leaf")).unwrap();
+        fs.crash();
+        assert!(fs.exists(p("top/mid/leaf")) && fs.exists(p("/abs/leaf")));
     }
 
     #[test]

@@ -93,3 +93,20 @@ pub(crate) fn splitmix64(state: &mut u64) -> u64 {
 
 /// Shared handle to a file system.
 pub type FsRef = Arc<dyn FileSystem>;
+
+/// Creates `dir` and its missing parents, and syncs the parent of each
+/// directory it created, so a power loss cannot take the new directory
+/// (and whatever is later synced inside it) with it.
+pub fn create_dir_all_durable(fs: &dyn FileSystem, dir: &Path) -> io::Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !fs.exists(d))
+        .collect();
+    fs.create_dir_all(dir)?;
+    for created in missing {
+        // A relative path's top directory has the empty path as parent,
+        // which stands for the working directory.
+        fs.sync_dir(created.parent().unwrap_or(Path::new("")))?;
+    }
+    Ok(())
+}

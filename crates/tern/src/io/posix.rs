@@ -120,6 +120,12 @@ impl FileSystem for PosixFs {
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        // The empty path (a relative path's parent) is the working directory.
+        let path = if path.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            path
+        };
         File::open(path)?.sync_all()
     }
 

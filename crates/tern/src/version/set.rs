@@ -295,6 +295,10 @@ impl VersionSet {
             .extend(edit.compact_pointers.iter().cloned());
         writer.add_record(&snapshot.encode()).ctx(&path)?;
         writer.sync().ctx(&path)?;
+        // The new manifest and the files its edit names must be durable in
+        // the directory before `CURRENT` names it: a file system may keep
+        // the rename and lose entries made before it.
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
         set_current(self.fs.as_ref(), &self.dir, number)?;
         let old = std::mem::replace(&mut self.manifest_number, number);
         self.manifest = Some(writer);
