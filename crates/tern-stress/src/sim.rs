@@ -1,8 +1,10 @@
 //! `tern stress --sim`: the store on simulated files ([`MemFs`] behind a
 //! [`FaultFs`]), random I/O errors, and simulated power failures
 //! ([`MemFs::crashed_copy_with`], in every [`CrashMode`]: nothing unsynced
-//! kept, everything kept, a random prefix of unsynced bytes, or unsynced
-//! pages out of order) checked against the durability contract.
+//! kept, everything kept, a random prefix of unsynced bytes, unsynced pages
+//! out of order, or any subset of unsynced directory entries; a failed
+//! operation may leave part of its effect) checked against the durability
+//! contract.
 //!
 //! One thread issues every operation, so the log of acknowledged writes is
 //! the store's commit order. After each power failure the recovered store
@@ -38,7 +40,7 @@ pub struct SimReport {
     /// Simulated power failures (each followed by a check and a reopen).
     pub crashes: u64,
     /// Of those, per [`CrashMode::ALL`] entry.
-    pub crashes_by_mode: [u64; 4],
+    pub crashes_by_mode: [u64; CrashMode::ALL.len()],
     /// Clean closes instead of a crash.
     pub clean_closes: u64,
     /// Operations issued.
@@ -49,7 +51,7 @@ pub struct SimReport {
     pub lost_unsynced: u64,
     /// Of those, per [`CrashMode::ALL`] entry of the crash that lost them
     /// (clean closes lose nothing).
-    pub lost_by_mode: [u64; 4],
+    pub lost_by_mode: [u64; CrashMode::ALL.len()],
     /// Explicit `collect_garbage` calls.
     pub gc_calls: u64,
     /// Epochs whose writes all skipped the WAL (`disable_wal`).
@@ -289,6 +291,8 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         // closes get done too.
         if rng.gen_bool(0.7) {
             fault.set_random(rng.gen(), a.fault_probability, &[]);
+            // A failed operation may leave part of its effect behind.
+            fault.set_torn_failures(rng.gen());
         }
         // Some epochs write everything without the WAL: what survives a
         // crash is then what the last flush (explicit or automatic) kept,

@@ -58,7 +58,7 @@ fn power_failures_and_io_errors_keep_synced_writes() {
 /// writes, or the prefix rule went untested.
 #[test]
 fn power_failures_lose_only_an_unsynced_suffix() {
-    let (mut lost, mut crashes, mut ops) = ([0u64; 4], 0, 0);
+    let (mut lost, mut crashes, mut ops) = ([0u64; tern::io::CrashMode::ALL.len()], 0, 0);
     for seed in 100..100 + seeds() {
         let r = run(seed, false);
         for (l, m) in lost.iter_mut().zip(r.lost_by_mode) {

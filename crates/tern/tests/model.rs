@@ -1,14 +1,28 @@
 //! Seeded model-based test: random operations against the store and against
-//! an in-memory model (a `BTreeMap`), compared after every step, across clean
-//! restarts, simulated crashes (which keep nothing unsynced, everything, a
-//! random prefix of unsynced bytes, or unsynced pages out of order), and I/O
-//! faults injected into flush, compaction and GC installs.
+//! an in-memory model (a `BTreeMap`).
+//!
+//! What is checked: after every step, the whole state through a forward
+//! iterator and four random keys through `get`; reads, bounded and reverse
+//! iterations, seeks and snapshot reads against the model when they run;
+//! after every restart and crash, that the recovered state is one the
+//! history allows (every synced write, flush and sync_wal kept; nothing
+//! deleted back; batches whole; a failed write either there or not).
+//! Crashes keep nothing unsynced, everything (a process crash), a random
+//! prefix of unsynced bytes, unsynced pages out of order, or any subset of
+//! unsynced directory entries. I/O faults hit writes, WAL syncs, flushes,
+//! compactions and GC, and a failed operation may leave part of its effect
+//! behind (torn failures). Keys come in four shapes (short, long with a
+//! shared prefix, binary, prefixes of others). One seed in seven writes
+//! without the WAL. Several writers at once are in
+//! `concurrent_writers_see_their_own_writes`; compaction filters in
+//! `tests/basic.rs`.
 //!
 //! `TERN_MODEL_SEED=<n>` replays one seed; `TERN_MODEL_SEEDS=<count>` sets how
 //! many seeds run (default 24; CI runs more). A failure names its seed.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
@@ -90,7 +104,23 @@ thread_local! {
 }
 
 fn key(rng: &mut StdRng) -> Vec<u8> {
-    format!("k{:04}", rng.gen_range(0..KEYS.with(|k| k.get()))).into_bytes()
+    key_for(rng.gen_range(0..KEYS.with(|k| k.get())))
+}
+
+/// Key number `i` in one of four shapes, so blocks see short keys, long
+/// keys sharing a long prefix (restart points, prefix compression), binary
+/// bytes including 0x00 and 0xff, and keys that are prefixes of others.
+fn key_for(i: u32) -> Vec<u8> {
+    match i % 4 {
+        0 => format!("k{i:04}").into_bytes(),
+        1 => format!("{}/{i:06}", "tenant-0042/objects/by-id".repeat(4)).into_bytes(),
+        2 => {
+            let mut k = vec![0xff, 0x00];
+            k.extend_from_slice(&i.to_be_bytes());
+            k
+        }
+        _ => format!("k{:04}", i - 3).into_bytes()[..1 + (i as usize % 5)].to_vec(),
+    }
 }
 
 fn value(rng: &mut StdRng, step: usize) -> Vec<u8> {
@@ -105,12 +135,18 @@ fn value(rng: &mut StdRng, step: usize) -> Vec<u8> {
 }
 
 fn scan(db: &Db, snap: Option<&Snapshot>) -> Model {
-    let mut it = db
-        .iter(ReadOptions {
+    scan_with(
+        db,
+        ReadOptions {
             snapshot: snap,
             ..Default::default()
-        })
-        .unwrap();
+        },
+    )
+}
+
+/// Everything `opts` lets an iterator see.
+fn scan_with(db: &Db, opts: ReadOptions<'_>) -> Model {
+    let mut it = db.iter(opts).unwrap();
     let mut out = Model::new();
     it.seek_to_first();
     while it.valid() {
@@ -208,9 +244,13 @@ const INSTALL_FAULTS: [FaultKind; 5] = [
 ];
 
 /// Crashes per mode and faults that fired, across all seeds.
-static CRASHES: [std::sync::atomic::AtomicU64; 4] =
-    [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+static CRASHES: [std::sync::atomic::AtomicU64; CrashMode::ALL.len()] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; CrashMode::ALL.len()];
 static FAULTS_FIRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Steps after which the whole state was compared.
+static STATE_CHECKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Of the faults fired, those that failed a write or left a store poisoned after one.
+static WRITE_FAULTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 struct Run {
     rng: StdRng,
@@ -259,68 +299,50 @@ impl Run {
                 let (k, v) = (key(&mut self.rng), value(&mut self.rng, step));
                 let sync = self.rng.gen_bool(0.2) && !self.no_wal;
                 self.log
-                    .push(format!("put {} sync={sync}", String::from_utf8_lossy(&k)));
+                    .push(format!("put {:?} sync={sync}", String::from_utf8_lossy(&k)));
                 let mut b = WriteBatch::new();
                 b.put(&k, &v);
-                self.db()
-                    .write(
-                        b,
-                        WriteOptions {
-                            sync,
-                            disable_wal: self.no_wal,
-                        },
-                    )
-                    .unwrap();
-                self.model.insert(k, v);
-                self.applied(sync);
+                let mut after = self.model.clone();
+                after.insert(k, v);
+                self.write_op(b, sync, after);
             }
             300..=399 => {
                 let k = key(&mut self.rng);
                 let sync = self.rng.gen_bool(0.2) && !self.no_wal;
                 self.log.push(format!(
-                    "delete {} sync={sync}",
+                    "delete {:?} sync={sync}",
                     String::from_utf8_lossy(&k)
                 ));
                 let mut b = WriteBatch::new();
                 b.delete(&k);
-                self.db()
-                    .write(
-                        b,
-                        WriteOptions {
-                            sync,
-                            disable_wal: self.no_wal,
-                        },
-                    )
-                    .unwrap();
-                self.model.remove(&k);
-                self.applied(sync);
+                let mut after = self.model.clone();
+                after.remove(&k);
+                self.write_op(b, sync, after);
             }
-            400..=479 => {
+            400..=469 => {
                 let mut b = WriteBatch::new();
+                let mut after = self.model.clone();
                 let n = self.rng.gen_range(1..8);
                 for _ in 0..n {
                     let k = key(&mut self.rng);
                     if self.rng.gen_bool(0.3) {
                         b.delete(&k);
-                        self.model.remove(&k);
+                        after.remove(&k);
                     } else {
                         let v = value(&mut self.rng, step);
                         b.put(&k, &v);
-                        self.model.insert(k, v);
+                        after.insert(k, v);
                     }
                 }
                 let sync = self.rng.gen_bool(0.3) && !self.no_wal;
                 self.log.push(format!("batch of {n} sync={sync}"));
-                self.db()
-                    .write(
-                        b,
-                        WriteOptions {
-                            sync,
-                            disable_wal: self.no_wal,
-                        },
-                    )
-                    .unwrap();
-                self.applied(sync);
+                self.write_op(b, sync, after);
+            }
+            470..=479 => {
+                if !self.no_wal {
+                    self.log.push("sync_wal".into());
+                    self.maybe_faulty("sync_wal", None, 0.1, |db| db.sync_wal());
+                }
             }
             480..=629 => {
                 let k = key(&mut self.rng);
@@ -376,14 +398,14 @@ impl Run {
             }
             820..=859 => {
                 self.log.push("flush".into());
-                self.maybe_faulty("flush", true, |db| db.flush());
+                self.maybe_faulty("flush", None, 0.1, |db| db.flush());
             }
             860..=889 => {
                 let (a, b) = (key(&mut self.rng), key(&mut self.rng));
                 let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
                 let all = self.rng.gen_bool(0.3);
                 self.log.push(format!("compact_range all={all}"));
-                self.maybe_faulty("compact_range", true, move |db| {
+                self.maybe_faulty("compact_range", None, 0.1, move |db| {
                     if all {
                         db.compact_range(None, None)
                     } else {
@@ -393,7 +415,7 @@ impl Run {
             }
             890..=914 => {
                 self.log.push("gc".into());
-                self.maybe_faulty("gc", false, |db| {
+                self.maybe_faulty("gc", None, 0.1, |db| {
                     let jobs = db.collect_garbage()?;
                     GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
                     Ok(())
@@ -419,31 +441,82 @@ impl Run {
                     "{ctx}: state after reopen differs"
                 );
             }
-            _ => self.crash(&ctx),
+            _ => self.crash(&ctx, None),
         }
     }
 
-    /// Runs `op` (a flush, compaction or GC; `durable` says whether it
-    /// makes everything so far durable), with one I/O fault armed in a
-    /// tenth of the cases. If the fault fired and the store failed, the
+    /// After every step: the whole state through an iterator, and a few
+    /// keys through `get` (its own path: memtables, bloom filters, table
+    /// lookups, blob reads), must match the model.
+    fn check_state(&mut self, step: usize) {
+        assert!(
+            scan(self.db(), None) == self.model,
+            "step {step}: state differs from the model after {:?}",
+            self.log.last()
+        );
+        for _ in 0..4 {
+            let k = key(&mut self.rng);
+            let got = self.db().get(&k).unwrap();
+            assert_eq!(
+                got.as_ref(),
+                self.model.get(&k),
+                "step {step}: get {:?}",
+                String::from_utf8_lossy(&k)
+            );
+        }
+        STATE_CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Writes `batch`, after which the model is `after`; one write in fifty
+    /// meets an armed I/O fault.
+    fn write_op(&mut self, batch: WriteBatch, sync: bool, after: Model) {
+        let opts = WriteOptions {
+            sync,
+            disable_wal: self.no_wal,
+        };
+        self.maybe_faulty("write", Some((after, sync)), 0.02, move |db| {
+            db.write(batch, opts)
+        });
+    }
+
+    /// Runs `op`: a write whose model and `sync` flag are `write`, or a
+    /// flush, compaction, GC or WAL sync, with one I/O fault armed in a
+    /// `chance` of the cases. Failed operations may leave traces (torn
+    /// failures are on). If the fault fired and the store failed, the
     /// store is restarted: as the process left the files (every
-    /// acknowledged write must be there) or after a crash.
+    /// acknowledged write must be there; a failed write may be) or after a
+    /// crash.
     fn maybe_faulty(
         &mut self,
         what: &str,
-        durable: bool,
+        write: Option<(Model, bool)>,
+        chance: f64,
         op: impl FnOnce(&Db) -> tern::Result<()>,
     ) {
-        if !self.rng.gen_bool(0.1) {
+        // What success makes durable: a flush or compaction (which flushes
+        // first) everything, a synced write or WAL sync everything unless
+        // writes skip the WAL, a GC or unsynced write nothing new.
+        let durable = match (&write, what) {
+            (Some((_, sync)), _) => *sync,
+            (None, "sync_wal") => !self.no_wal,
+            (None, "gc") => false,
+            (None, _) => true,
+        };
+        let is_write = write.is_some();
+        let after: Option<Model> = write.map(|(after, _)| after);
+        if !self.rng.gen_bool(chance) {
             op(self.db()).unwrap_or_else(|e| panic!("{what} failed with no fault injected: {e}"));
+            if let Some(after) = after {
+                self.model = after;
+            }
             self.applied(durable);
             return;
         }
         let before = self.fault.injected();
         let kind = INSTALL_FAULTS[self.rng.gen_range(0..INSTALL_FAULTS.len())];
-        let after = self.rng.gen_range(0..6);
-        self.log.push(format!("  armed {kind} fault after {after}"));
-        self.fault.inject(kind, after, false);
+        let skip = self.rng.gen_range(0..6);
+        self.log.push(format!("  armed {kind} fault after {skip}"));
+        self.fault.inject(kind, skip, false);
         let res = op(self.db());
         self.fault.clear();
         // Let background work started by `op` finish with faults off, so
@@ -455,16 +528,47 @@ impl Run {
             res.unwrap_or_else(|e| panic!("{what} failed with no fault injected: {e}"));
             settled.unwrap();
             assert_eq!(failed, None, "{what}: store failed with no fault injected");
+            if let Some(after) = after {
+                self.model = after;
+            }
             self.applied(true);
             return;
         }
         FAULTS_FIRED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if res.is_ok() && settled.is_ok() && failed.is_none() {
+        if !is_write && res.is_ok() && settled.is_ok() && failed.is_none() {
             // The fault hit work that is retried (a compaction or GC job).
             self.applied(true);
             return;
         }
+        if after.is_some() {
+            WRITE_FAULTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // A write that failed may still be recovered; one acknowledged
+        // before background work failed must be.
+        let mut maybe = None;
+        if let Some(after) = after {
+            if res.is_ok() {
+                self.model = after;
+                self.applied(false);
+            } else {
+                self.since_durable.push(after.clone());
+                maybe = Some(after);
+            }
+        }
         self.log.push(format!("  {what} failed: {res:?}"));
+        if res.is_err() && (is_write || what == "sync_wal") {
+            // A failed write or WAL sync may have left a torn record; a
+            // write accepted after it would follow it in the log and be
+            // lost at recovery, so the store must refuse writes now.
+            // (Failed compaction and GC jobs leave orphans and are retried.)
+            let mut probe = WriteBatch::new();
+            probe.put(b"probe-after-failure", b"x");
+            let later = self.db().write(probe, WriteOptions::default());
+            assert!(
+                later.is_err(),
+                "a write was accepted after a failed {what} ({res:?})"
+            );
+        }
         if self.rng.gen_bool(0.5) {
             self.log.push("  restart".into());
             self.snapshots.clear();
@@ -477,17 +581,21 @@ impl Run {
                 self.adopt_recovered(&format!("restart after a failed {what}"), state);
             } else {
                 assert!(
-                    state == self.model,
+                    state == self.model || Some(&state) == maybe.as_ref(),
                     "restart after a failed {what} lost acknowledged writes"
                 );
+                self.model = state;
+                self.since_durable.clear();
                 self.applied(true);
             }
         } else {
-            self.crash(&format!("after a failed {what}"));
+            self.crash(&format!("after a failed {what}"), maybe.as_ref());
         }
     }
 
-    fn crash(&mut self, ctx: &str) {
+    /// Crashes and reopens; `maybe` is the state a failed write would have
+    /// made, which may be recovered too.
+    fn crash(&mut self, ctx: &str, maybe: Option<&Model>) {
         let mode = CrashMode::ALL[self.rng.gen_range(0..CrashMode::ALL.len())];
         let seed = self.rng.gen();
         self.log.push(format!("crash {mode:?}"));
@@ -497,6 +605,7 @@ impl Run {
         drop(self.db.take());
         self.fs = survivor;
         self.fault = FaultFs::new(self.fs.clone());
+        self.fault.set_torn_failures(self.rng.gen());
         self.opts.fs = self.fault.clone();
         self.db = Some(Db::open(DIR, self.opts.clone()).unwrap());
         let state = scan(self.db(), None);
@@ -504,7 +613,7 @@ impl Run {
             // Everything written reached the OS before it was acknowledged
             // (writes that skip the WAL only reach it at a flush).
             assert!(
-                state == self.model,
+                state == self.model || Some(&state) == maybe,
                 "{ctx}: a process crash lost acknowledged writes"
             );
         }
@@ -543,6 +652,7 @@ fn run_seed(seed: u64, steps: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let fs = MemFs::new();
     let fault = FaultFs::new(fs.clone());
+    fault.set_torn_failures(rng.gen());
     let mut opts = random_options(&mut rng, fault.clone());
     // Every other seed: all values separated, a small key space, low GC
     // ratio and frequent compaction + GC.
@@ -573,6 +683,7 @@ fn run_seed(seed: u64, steps: usize) {
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for step in 0..steps {
             run.step(step);
+            run.check_state(step);
         }
         run.snapshots.clear();
         let db = run.db.take().unwrap();
@@ -627,11 +738,16 @@ fn model_based_random_operations_with_restarts_and_crashes() {
         .collect();
     let faults = FAULTS_FIRED.load(std::sync::atomic::Ordering::Relaxed);
     let no_wal = NO_WAL_SEEDS.load(std::sync::atomic::Ordering::Relaxed);
+    let write_faults = WRITE_FAULTS.load(std::sync::atomic::Ordering::Relaxed);
+    let checks = STATE_CHECKS.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "{seeds} seeds: {jobs} forced GC jobs, {moved} records relocated, {rewritten} refs rewritten, \
-         crashes per mode {:?} = {crashes:?}, {faults} install faults fired, {no_wal} seeds without WAL",
+        "{seeds} seeds: {checks} full-state checks, {jobs} forced GC jobs, {moved} records relocated, \
+         {rewritten} refs rewritten, crashes per mode {:?} = {crashes:?}, {faults} faults fired \
+         ({write_faults} on writes), {no_wal} seeds without WAL",
         CrashMode::ALL
     );
+    ci_summary("model_state_checks", checks);
+    ci_summary("model_write_faults", write_faults);
     ci_summary("model_seeds", seeds);
     ci_summary("model_crashes", crashes.iter().sum());
     ci_summary("model_install_faults", faults);
@@ -642,8 +758,260 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     );
     if seeds >= 50 {
         assert!(
-            crashes.iter().all(|&c| c > 0) && faults > 0 && no_wal > 0,
-            "the model test must exercise every crash mode, install faults and disable_wal"
+            crashes.iter().all(|&c| c > 0) && faults > 0 && write_faults > 0 && no_wal > 0,
+            "the model test must exercise every crash mode, install and write faults and disable_wal"
         );
     }
+}
+
+/// One writer's view: its own keys (prefix `w<n>/`, which no one else
+/// writes) and the states they passed through since the last point known
+/// durable for it.
+struct Writer {
+    prefix: Vec<u8>,
+    model: Model,
+    /// `history[i]` is the writer's state after its i-th recorded write.
+    history: Vec<Model>,
+}
+
+impl Writer {
+    fn key(&self, rng: &mut StdRng) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(&key_for(rng.gen_range(0..120)));
+        k
+    }
+
+    /// The writer's keys as the store holds them.
+    fn own(&self, db: &Db, snap: Option<&Snapshot>) -> Model {
+        let mut upper = self.prefix.clone();
+        *upper.last_mut().unwrap() += 1;
+        scan_with(
+            db,
+            ReadOptions {
+                snapshot: snap,
+                lower_bound: Some(self.prefix.clone()),
+                upper_bound: Some(upper),
+            },
+        )
+    }
+}
+
+/// Writes a random batch of `w`'s keys and records the new state once it
+/// is acknowledged (under `gate`, with the durable mark when synced).
+fn writer_write(
+    db: &Db,
+    w: &mut Writer,
+    gate: &parking_lot::RwLock<()>,
+    mark: &AtomicUsize,
+    rng: &mut StdRng,
+    step: usize,
+) {
+    let mut b = WriteBatch::new();
+    let mut after = w.model.clone();
+    for _ in 0..rng.gen_range(1..4) {
+        let k = w.key(rng);
+        if rng.gen_bool(0.25) {
+            b.delete(&k);
+            after.remove(&k);
+        } else {
+            let v = value(rng, step);
+            b.put(&k, &v);
+            after.insert(k, v);
+        }
+    }
+    let sync = rng.gen_bool(0.2);
+    db.write(
+        b,
+        WriteOptions {
+            sync,
+            disable_wal: false,
+        },
+    )
+    .unwrap();
+    let _g = gate.read();
+    w.model = after;
+    w.history.push(w.model.clone());
+    if sync {
+        mark.store(w.history.len() - 1, Ordering::SeqCst);
+    }
+    WRITES_RECORDED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Writes recorded by all writers; compared before and after a crash image
+/// to count images taken while writers were still running.
+static WRITES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static IMAGES_MID_WRITE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Runs one writer thread's operations. Every read of its own keys must
+/// show exactly its own latest writes (no one else touches them), snapshot
+/// reads the state when the snapshot was taken. Writes are recorded under
+/// `gate` after they are acknowledged, so a crash image taken while the
+/// gate is held for writing holds every write made durable before `mark`.
+fn writer_ops(
+    db: &Db,
+    w: &mut Writer,
+    gate: &parking_lot::RwLock<()>,
+    mark: &AtomicUsize,
+    seed: u64,
+    ops: usize,
+) -> u64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut checks = 0;
+    for step in 0..ops {
+        let r = rng.gen_range(0..100);
+        if r < 50 {
+            writer_write(db, w, gate, mark, &mut rng, step);
+        } else if r < 75 {
+            let k = w.key(&mut rng);
+            assert_eq!(db.get(&k).unwrap().as_ref(), w.model.get(&k), "own get");
+            checks += 1;
+        } else if r < 90 {
+            assert!(w.own(db, None) == w.model, "own keys through an iterator");
+            checks += 1;
+        } else if r < 95 {
+            let snap = db.snapshot().unwrap();
+            let at = w.model.clone();
+            writer_write(db, w, gate, mark, &mut rng, step);
+            assert!(w.own(db, Some(&snap)) == at, "snapshot of own keys");
+            checks += 1;
+        } else {
+            match rng.gen_range(0..3) {
+                0 => {
+                    db.flush().unwrap();
+                    let _g = gate.read();
+                    mark.store(w.history.len() - 1, Ordering::SeqCst);
+                }
+                1 => db.compact_range(None, None).unwrap(),
+                _ => {
+                    db.collect_garbage().unwrap();
+                }
+            }
+        }
+    }
+    checks
+}
+
+static CONCURRENT_CHECKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn run_concurrent(seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut fs = MemFs::new();
+    let mut opts = random_options(&mut rng, fs.clone());
+    let threads = rng.gen_range(2..5);
+    let mut writers: Vec<Writer> = (0..threads)
+        .map(|t| Writer {
+            prefix: format!("w{t}/").into_bytes(),
+            model: Model::new(),
+            history: vec![Model::new()],
+        })
+        .collect();
+    for epoch in 0..4 {
+        let db = Db::open(DIR, opts.clone()).unwrap();
+        let gate = parking_lot::RwLock::new(());
+        let crash = rng.gen_bool(0.6).then(|| {
+            let mode = CrashMode::ALL[rng.gen_range(0..CrashMode::ALL.len())];
+            (mode, rng.gen::<u64>(), rng.gen_range(0..40u64))
+        });
+        let seeds: Vec<u64> = (0..threads).map(|_| rng.gen()).collect();
+        // Index into each writer's history of its last durable state.
+        let marks: Vec<AtomicUsize> = (0..threads).map(|_| AtomicUsize::new(0)).collect();
+        // Those marks when the crash image was taken.
+        let mut at_crash: Vec<usize> = Vec::new();
+        let mut image = None;
+        let mut recorded_at_image = 0;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = writers
+                .iter_mut()
+                .zip(&seeds)
+                .zip(&marks)
+                .map(|((w, &seed), mark)| {
+                    let (db, gate) = (&db, &gate);
+                    s.spawn(move || writer_ops(db, w, gate, mark, seed, 150))
+                })
+                .collect();
+            if let Some((mode, seed, delay)) = crash {
+                // Power fails while the writers (and background work) run.
+                std::thread::sleep(std::time::Duration::from_millis(delay));
+                let _g = gate.write();
+                image = Some((mode, fs.crashed_copy_with(mode, seed)));
+                at_crash = marks.iter().map(|m| m.load(Ordering::SeqCst)).collect();
+                recorded_at_image = WRITES_RECORDED.load(Ordering::SeqCst);
+            }
+            for h in handles {
+                CONCURRENT_CHECKS
+                    .fetch_add(h.join().unwrap(), std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        if image.is_some() && WRITES_RECORDED.load(Ordering::SeqCst) > recorded_at_image {
+            IMAGES_MID_WRITE.fetch_add(1, Ordering::Relaxed);
+        }
+        match image {
+            None => {
+                db.close().unwrap();
+                let db = Db::open(DIR, opts.clone()).unwrap();
+                for w in &mut writers {
+                    assert!(
+                        w.own(&db, None) == w.model,
+                        "seed {seed} epoch {epoch}: reopen"
+                    );
+                    w.history = vec![w.model.clone()];
+                }
+                db.close().unwrap();
+            }
+            Some((mode, copy)) => {
+                drop(db);
+                fs = copy;
+                opts.fs = fs.clone();
+                let db = Db::open(DIR, opts.clone()).unwrap();
+                for (t, w) in writers.iter_mut().enumerate() {
+                    let got = w.own(&db, None);
+                    // Only states recorded before the image count as
+                    // durable; any later one may have made it too.
+                    let allowed = &w.history[at_crash[t]..];
+                    let Some(i) = allowed.iter().rposition(|m| *m == got) else {
+                        panic!(
+                            "seed {seed} epoch {epoch}: writer {t} after a {mode:?} crash holds \
+                             none of its {} states since its last durable write",
+                            allowed.len()
+                        );
+                    };
+                    w.model = allowed[i].clone();
+                    w.history = vec![w.model.clone()];
+                }
+                db.close().unwrap();
+            }
+        }
+    }
+}
+
+/// Several writers at once, each on its own keys, with flushes, compactions
+/// and GC from the writers themselves and power failures in the middle of
+/// it all. Each writer's reads must be linearizable with its own writes;
+/// after a crash each writer's keys must hold a prefix of its history that
+/// includes its last durable write.
+#[test]
+fn concurrent_writers_see_their_own_writes() {
+    let seeds: u64 = std::env::var("TERN_MODEL_SEEDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(8, |n| (n / 10).max(4));
+    for seed in 0..seeds {
+        let res = std::panic::catch_unwind(|| run_concurrent(seed));
+        if let Err(e) = res {
+            eprintln!("concurrent model test failed at seed {seed}");
+            std::panic::resume_unwind(e);
+        }
+    }
+    let checks = CONCURRENT_CHECKS.load(std::sync::atomic::Ordering::Relaxed);
+    let mid = IMAGES_MID_WRITE.load(Ordering::Relaxed);
+    eprintln!(
+        "{seeds} concurrent seeds, {checks} own-read checks, {mid} power failures while writers ran"
+    );
+    ci_summary("model_concurrent_seeds", seeds);
+    ci_summary("model_concurrent_checks", checks);
+    ci_summary("model_concurrent_mid_write_crashes", mid);
+    assert!(
+        checks > 0 && mid > 0,
+        "own reads were checked and crashes hit running writers"
+    );
 }
