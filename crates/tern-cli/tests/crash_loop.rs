@@ -35,6 +35,23 @@ fn crash_loop(sync: bool) {
         .next_back()
         .unwrap_or(0);
     tern_stress::ci_summary(&format!("crash_loop_kills_sync_{sync}"), kills);
+    let batches: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("crash-loop: ") && l.ends_with(": OK"))
+        .filter_map(|l| {
+            l.split(" in-flight batches whole")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .next_back()
+        .unwrap_or(0);
+    tern_stress::ci_summary(
+        &format!("crash_loop_batches_in_flight_sync_{sync}"),
+        batches,
+    );
 }
 
 #[test]

@@ -56,6 +56,9 @@ pub struct CrashLoopReport {
     pub in_flight_applied: u64,
     /// Blob GC jobs the killed runs reported in their last progress line.
     pub gc_runs: u64,
+    /// Multi-key batches found in flight at a restart (each was checked to
+    /// have applied whole or not at all).
+    pub batches_in_flight: u64,
 }
 
 /// Environment variable with extra `tern stress` flags for every child run
@@ -79,6 +82,14 @@ fn in_flight(text: &str) -> Option<(u64, u64)> {
     let n = last_number_after(line, ": ")?;
     let m = last_number_after(line, "in flight, ")?;
     Some((n, m))
+}
+
+/// Parses "K batches in flight were whole" from a run's output.
+fn batches_in_flight(text: &str) -> u64 {
+    text.lines()
+        .find(|l| l.contains("batches in flight were whole"))
+        .and_then(|l| last_number_after(l, "applied; "))
+        .unwrap_or(0)
 }
 
 fn stress_command(cfg: &CrashLoopConfig, seed: u64) -> Command {
@@ -198,6 +209,7 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
             report.in_flight += n;
             report.in_flight_applied += m;
         }
+        report.batches_in_flight += batches_in_flight(&text);
         check_dir(&cfg.dir).map_err(|e| format!("after kill {i} (seed {seed}): {e}\n{text}"))?;
         let _ = writeln!(
             log,
@@ -233,11 +245,17 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
         report.in_flight += n;
         report.in_flight_applied += m;
     }
+    report.batches_in_flight += batches_in_flight(&text);
     check_dir(&cfg.dir).map_err(|e| format!("after the final verification: {e}"))?;
     let _ = writeln!(
         log,
-        "crash-loop: {} kills, {} ops, {} gc jobs, {} in-flight writes at restarts ({} applied): OK",
-        report.kills, report.ops, report.gc_runs, report.in_flight, report.in_flight_applied
+        "crash-loop: {} kills, {} ops, {} gc jobs, {} in-flight writes at restarts ({} applied), {} in-flight batches whole: OK",
+        report.kills,
+        report.ops,
+        report.gc_runs,
+        report.in_flight,
+        report.in_flight_applied,
+        report.batches_in_flight
     );
     Ok(report)
 }
@@ -253,7 +271,8 @@ mod tests {
         let g =
             "stress: [0.2s] ops 10 (put 1), gc jobs 2\nstress: [0.4s] ops 250 (put 3), gc jobs 7\n";
         assert_eq!(last_number_after(g, "gc jobs "), Some(7));
-        let v = "stress: start-up verification of 5 slots passed in 1ms: 3 writes were in flight, 2 of them applied";
+        let v = "stress: start-up verification of 5 slots passed in 1ms: 3 writes were in flight, 2 of them applied; 4 batches in flight were whole";
         assert_eq!(in_flight(v), Some((3, 2)));
+        assert_eq!(batches_in_flight(v), 4);
     }
 }

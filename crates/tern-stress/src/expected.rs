@@ -12,6 +12,10 @@
 //! `version << 1 | exists`. State 0 is "never written". The value of an
 //! existing key is derived from `(key, version)` (see [`crate::keys`]), so a
 //! read can be checked without storing values.
+//!
+//! After the slots come batch records, one per writer thread: the slots of
+//! the multi-key batch it has in flight (count first, zero for none). A
+//! batch in flight at a crash must have applied to all its slots or none.
 
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -25,6 +29,14 @@ const MAGIC: [u8; 8] = *b"TERNEXP1";
 const HEADER_LEN: usize = 64;
 /// Set in a pending slot that holds a state.
 const PENDING_BIT: u64 = 1 << 63;
+/// Writer threads that can record an in-flight batch.
+pub const MAX_WRITERS: usize = 64;
+/// Most slots in one recorded batch.
+pub const MAX_BATCH: usize = 15;
+/// Words per batch record: the count, then the slots.
+const RECORD_WORDS: usize = MAX_BATCH + 1;
+/// Words of all batch records.
+const RECORDS_WORDS: usize = MAX_WRITERS * RECORD_WORDS;
 
 /// The state of one key: a version and whether the key exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -106,7 +118,7 @@ impl ExpectedState {
         let err = |what: &str, e: std::io::Error| {
             ExpectedError(format!("{what} {}: {e}", path.display()))
         };
-        let size = HEADER_LEN + len * 16;
+        let size = HEADER_LEN + len * 16 + RECORDS_WORDS * 8;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -153,7 +165,9 @@ impl ExpectedState {
     /// An expected state in plain memory (all keys absent), for in-process
     /// runs that simulate crashes themselves.
     pub fn in_memory(len: usize) -> ExpectedState {
-        let mem: Box<[AtomicU64]> = (0..len * 2).map(|_| AtomicU64::new(0)).collect();
+        let mem: Box<[AtomicU64]> = (0..len * 2 + RECORDS_WORDS)
+            .map(|_| AtomicU64::new(0))
+            .collect();
         let slots = mem.as_ptr();
         ExpectedState {
             backing: Backing::Memory(mem),
@@ -174,10 +188,58 @@ impl ExpectedState {
 
     fn slot(&self, i: usize) -> &AtomicU64 {
         assert!(i < self.len * 2, "slot {i} out of range");
+        self.word(i)
+    }
+
+    /// Word `i` after the header: slots first, then batch records.
+    fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.len * 2 + RECORDS_WORDS, "word {i} out of range");
         // SAFETY: `i` is in bounds (checked above); the backing holds
-        // `2 * len` properly aligned `u64`s (the mapping is page aligned and
-        // HEADER_LEN is a multiple of 8) and lives as long as `self`.
+        // `2 * len + RECORDS_WORDS` properly aligned `u64`s (the mapping is
+        // page aligned and HEADER_LEN is a multiple of 8) and lives as long
+        // as `self`.
         unsafe { &*self.slots.add(i) }
+    }
+
+    fn record(&self, writer: usize, i: usize) -> &AtomicU64 {
+        self.word(self.len * 2 + writer * RECORD_WORDS + i)
+    }
+
+    /// Records that `writer` has a batch of `slots` in flight (their
+    /// pending states already set). Writers past [`MAX_WRITERS`] and
+    /// batches past [`MAX_BATCH`] slots go unrecorded.
+    pub fn begin_batch(&self, writer: usize, slots: &[usize]) {
+        if writer >= MAX_WRITERS || slots.len() > MAX_BATCH {
+            return;
+        }
+        for (i, &s) in slots.iter().enumerate() {
+            self.record(writer, 1 + i).store(s as u64, Ordering::SeqCst);
+        }
+        // The count last: a crash before it leaves no record.
+        self.record(writer, 0)
+            .store(slots.len() as u64, Ordering::SeqCst);
+    }
+
+    /// Clears `writer`'s batch record (the batch was acknowledged and
+    /// committed).
+    pub fn end_batch(&self, writer: usize) {
+        if writer < MAX_WRITERS {
+            self.record(writer, 0).store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// The slots of every batch recorded as in flight.
+    pub fn batches_in_flight(&self) -> Vec<Vec<usize>> {
+        (0..MAX_WRITERS)
+            .filter_map(|w| {
+                let n = self.record(w, 0).load(Ordering::SeqCst) as usize;
+                (n > 0).then(|| {
+                    (1..=n.min(MAX_BATCH))
+                        .map(|i| self.record(w, i).load(Ordering::SeqCst) as usize)
+                        .collect()
+                })
+            })
+            .collect()
     }
 
     /// The committed state of key `k`.
@@ -258,5 +320,22 @@ mod tests {
         assert_eq!(e.pending(3), Some(KeyState::new(2, false)));
         assert_eq!(e.pending_count(), 1);
         assert!(ExpectedState::open(&path, 11).is_err());
+    }
+
+    #[test]
+    fn batch_records_survive_reopen_until_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("expected");
+        {
+            let e = ExpectedState::open(&path, 10).unwrap();
+            e.begin_batch(0, &[1, 4, 9]);
+            e.begin_batch(3, &[2, 3]);
+            e.end_batch(3);
+            e.begin_batch(MAX_WRITERS, &[5, 6]);
+        }
+        let e = ExpectedState::open(&path, 10).unwrap();
+        assert_eq!(e.batches_in_flight(), vec![vec![1, 4, 9]]);
+        e.end_batch(0);
+        assert!(e.batches_in_flight().is_empty());
     }
 }

@@ -172,9 +172,11 @@ impl Stress {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Writes `states` (slot → new state) in one batch, with the expected
-    /// state marked pending around it. The caller holds the locks.
-    fn write(&self, states: &[(usize, KeyState)]) -> Result<(), String> {
+    /// Writes `states` (slot → new state) in one batch for thread `writer`,
+    /// with the expected state marked pending around it (and, for several
+    /// slots, the batch recorded so a crash cannot tear it unnoticed). The
+    /// caller holds the locks.
+    fn write(&self, writer: usize, states: &[(usize, KeyState)]) -> Result<(), String> {
         let mut batch = WriteBatch::new();
         for &(slot, st) in states {
             self.exp.set_pending(slot, st);
@@ -197,12 +199,17 @@ impl Stress {
                 }
             }
         }
+        if states.len() > 1 {
+            let slots: Vec<usize> = states.iter().map(|&(s, _)| s).collect();
+            self.exp.begin_batch(writer, &slots);
+        }
         self.db
             .write(batch, self.wopts)
             .map_err(|e| format!("write failed: {e}"))?;
         for &(slot, _) in states {
             self.exp.commit(slot);
         }
+        self.exp.end_batch(writer);
         Ok(())
     }
 
@@ -371,7 +378,7 @@ impl Stress {
         Ok(())
     }
 
-    fn one_op(&self, rng: &mut StdRng) -> Result<(), String> {
+    fn one_op(&self, writer: usize, rng: &mut StdRng) -> Result<(), String> {
         let keys = self.keys;
         let p = rng.gen_range(0..1000);
         let c = &self.counters;
@@ -381,7 +388,7 @@ impl Stress {
                 let k = rng.gen_range(0..keys);
                 let _g = self.lock_all(&[k]);
                 let st = self.exp.next_state(k, exists);
-                self.write(&[(k, st)])?;
+                self.write(writer, &[(k, st)])?;
                 if exists { &c.puts } else { &c.deletes }.fetch_add(1, Ordering::Relaxed);
             }
             450..=549 => {
@@ -397,14 +404,14 @@ impl Stress {
                     .iter()
                     .map(|&s| (s, self.exp.next_state(s, rng.gen_bool(0.8))))
                     .collect();
-                self.write(&states)?;
+                self.write(writer, &states)?;
                 c.batches.fetch_add(1, Ordering::Relaxed);
             }
             550..=629 if self.groups > 0 => {
                 let slot = keys + rng.gen_range(0..self.groups);
                 let _g = self.lock_all(&[slot]);
                 let st = self.exp.next_state(slot, rng.gen_bool(0.85));
-                self.write(&[(slot, st)])?;
+                self.write(writer, &[(slot, st)])?;
                 c.group_writes.fetch_add(1, Ordering::Relaxed);
             }
             630..=799 => {
@@ -507,10 +514,51 @@ impl Stress {
     }
 }
 
+/// Checks that each batch in flight at the crash applied to all its slots
+/// or to none, then forgets the records.
+fn check_batches_whole(s: &Stress) -> Result<usize, String> {
+    let batches = s.exp.batches_in_flight();
+    for slots in &batches {
+        let mut applied = Vec::new();
+        let mut not = Vec::new();
+        for &slot in slots {
+            let got = s
+                .read_slot(slot, None)
+                .map_err(|e| format!("start-up verification: {e}"))?;
+            // A slot without a pending mark was committed: the batch was
+            // acknowledged, so it must have applied. A slot whose old and
+            // new states read alike (a delete of an absent key) says nothing.
+            let done = match s.exp.pending(slot) {
+                Some(p) => {
+                    let new = keys::matches(slot, p, got.as_deref());
+                    if new && keys::matches(slot, s.exp.committed(slot), got.as_deref()) {
+                        continue;
+                    }
+                    new
+                }
+                None => true,
+            };
+            if done { &mut applied } else { &mut not }.push(s.slot_name(slot));
+        }
+        if !applied.is_empty() && !not.is_empty() {
+            return Err(format!(
+                "start-up verification: a batch in flight at the crash is torn: \
+                 applied to {applied:?}, not to {not:?}"
+            ));
+        }
+    }
+    for w in 0..crate::expected::MAX_WRITERS {
+        s.exp.end_batch(w);
+    }
+    Ok(batches.len())
+}
+
 /// Checks every slot against its committed or pending state, then records
 /// what the store holds as committed. Returns (pending found, pending
-/// applied). Single-threaded, before any writer starts.
-fn verify_and_resolve(s: &Stress) -> Result<(usize, usize), String> {
+/// applied, batches in flight found whole). Single-threaded, before any
+/// writer starts.
+fn verify_and_resolve(s: &Stress) -> Result<(usize, usize, usize), String> {
+    let batches = check_batches_whole(s)?;
     let mut pending = 0;
     let mut applied = 0;
     for slot in 0..s.slots() {
@@ -551,7 +599,7 @@ fn verify_and_resolve(s: &Stress) -> Result<(usize, usize), String> {
     s.counters
         .keys_verified
         .fetch_add(s.slots() as u64, Ordering::Relaxed);
-    Ok((pending, applied))
+    Ok((pending, applied, batches))
 }
 
 /// Runs `tern stress` as configured, printing progress to `log`.
@@ -589,7 +637,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
         failure: Mutex::new(None),
     });
     let t1 = Instant::now();
-    let (pending, applied) =
+    let (pending, applied, batches) =
         verify_and_resolve(&s).map_err(|e| format!("{e}\nrepeat with: {}", cfg.command_line()))?;
     s.exp
         .flush()
@@ -597,7 +645,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     w(
         log,
         format!(
-            "stress: start-up verification of {slots} slots passed in {:.2?}: {pending} writes were in flight, {applied} of them applied",
+            "stress: start-up verification of {slots} slots passed in {:.2?}: {pending} writes were in flight, {applied} of them applied; {batches} batches in flight were whole",
             t1.elapsed()
         ),
     );
@@ -624,7 +672,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
         handles.push(std::thread::spawn(move || {
             let mut rng = StdRng::seed_from_u64(seed);
             while !s.stopped() {
-                if let Err(e) = s.one_op(&mut rng) {
+                if let Err(e) = s.one_op(t, &mut rng) {
                     s.fail(e);
                     break;
                 }
