@@ -4,6 +4,12 @@
 //! panicking, looping or allocating without bound; a harness panics itself
 //! when a cursor stops making progress, so a hang shows up as a crash.
 //!
+//! They also check what decoding promises: logs read back the same records
+//! when written again, edits and batches survive encode and decode, a
+//! verified block or table has its keys in order, iterates the same both
+//! ways and finds each key by seek, and a built bloom filter contains every
+//! key put into it.
+//!
 //! The blob harnesses also run each input a second time with its checksum
 //! recomputed, so mutations reach the decoding behind the checksum. The RESP
 //! parser gets a target in the server crate.
@@ -68,34 +74,76 @@ fn walk_batch(b: &WriteBatch) {
     }
 }
 
-/// Reads `data` as a log of `kind`, handing each record to `each`.
-fn walk_log(data: &[u8], kind: LogKind, mut each: impl FnMut(&[u8])) {
+/// Reads `data` as a log of `kind`, handing each record to `each`, and
+/// returns the records read before the first error or the end.
+///
+/// Invariants: the valid prefix is within the input and holds every record
+/// returned, whose payloads together are no longer than it.
+fn walk_log(data: &[u8], kind: LogKind, mut each: impl FnMut(&[u8])) -> Vec<Vec<u8>> {
     let Ok(mut r) = LogReader::new(data.to_vec(), PathBuf::from("fuzz.log"), kind) else {
-        return;
+        return Vec::new();
     };
-    let mut n = 0usize;
+    let mut records = Vec::new();
     while let Ok(Some(rec)) = r.next_record() {
         each(rec);
-        n += 1;
-        assert!(n <= data.len(), "log reader does not advance");
+        records.push(rec.to_vec());
+        assert!(records.len() <= data.len(), "log reader does not advance");
     }
-    std::hint::black_box((r.valid_len(), r.torn_tail(), r.last_record_offset()));
+    let valid = r.valid_len();
+    std::hint::black_box(r.torn_tail());
+    assert!(valid <= data.len() as u64, "valid prefix past the input");
+    let payload: usize = records.iter().map(Vec::len).sum();
+    assert!(
+        payload as u64 <= valid,
+        "records hold more bytes ({payload}) than the valid prefix ({valid})"
+    );
+    if !records.is_empty() {
+        assert!(
+            r.last_record_offset() < valid,
+            "last record starts past the valid prefix"
+        );
+    }
+    records
+}
+
+/// Writes `records` as a fresh log of `kind` and reads it back: the reader
+/// must return exactly them (the writer's framing is what the reader
+/// accepts, whatever the input looked like).
+fn log_round_trip(records: &[Vec<u8>], kind: LogKind) {
+    if records.is_empty() {
+        return;
+    }
+    let mem = MemFs::new();
+    let path = Path::new("/round.log");
+    let bytes = mem
+        .create(path)
+        .and_then(|f| {
+            let mut w = tern::wal::LogWriter::new(f, kind)?;
+            for r in records {
+                w.add_record(r)?;
+            }
+            w.flush()
+        })
+        .and_then(|()| mem.read_all(path))
+        .expect("writing a log to memory fails");
+    let again = walk_log(&bytes, kind, |_| {});
+    assert!(again == records, "records change when written again");
 }
 
 /// A WAL file: header, records, and the write batch in each record.
 pub fn wal(data: &[u8]) {
-    walk_log(data, LogKind::Wal, |rec| {
+    let records = walk_log(data, LogKind::Wal, |rec| {
         if let Ok(b) = WriteBatch::from_bytes(rec) {
             walk_batch(&b);
         }
     });
+    log_round_trip(&records, LogKind::Wal);
 }
 
 /// A manifest file: header, records, and the version edit in each record.
 pub fn manifest(data: &[u8]) {
-    walk_log(data, LogKind::Manifest, |rec| {
-        let _ = VersionEdit::decode(rec);
-    });
+    let records = walk_log(data, LogKind::Manifest, version_edit);
+    log_round_trip(&records, LogKind::Manifest);
 }
 
 /// One encoded write batch (a WAL record's payload).
@@ -148,7 +196,11 @@ pub fn version_edit(data: &[u8]) {
     }
 }
 
-fn walk_block(contents: Vec<u8>) {
+/// Walks a block's entries every way; for a block whose checksum verified
+/// (`trusted`), also checks that keys strictly increase, that backward
+/// iteration sees the same entries, that a seek finds each key, and that
+/// the entries built into a new block read back the same.
+fn walk_block(contents: Vec<u8>, trusted: bool) {
     let Ok(block) = Block::new(contents) else {
         return;
     };
@@ -158,23 +210,29 @@ fn walk_block(contents: Vec<u8>) {
     it.seek_to_first();
     let mut n = 0;
     let mut probe = Vec::new();
+    let mut forward = Vec::new();
     while it.valid() {
         if n == 1 {
             probe = it.key().to_vec();
         }
-        std::hint::black_box((it.key().len(), it.value().len()));
+        forward.push((it.key().to_vec(), it.value().to_vec()));
         it.next();
         n += 1;
         assert!(n <= limit, "block iterator does not advance (forward)");
     }
-    let _ = it.status();
+    let forward_ok = it.status().is_ok();
     let mut it = BlockIter::new(block.clone(), internal_key::compare);
     it.seek_to_last();
     let mut n = 0;
+    let mut backward = Vec::new();
     while it.valid() {
+        backward.push((it.key().to_vec(), it.value().to_vec()));
         it.prev();
         n += 1;
         assert!(n <= limit, "block iterator does not advance (backward)");
+    }
+    if trusted && forward_ok && it.status().is_ok() {
+        check_ordered_entries(&forward, &backward, &block, "block");
     }
     for target in [&probe[..], b"", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff"] {
         let mut it = BlockIter::new(block.clone(), internal_key::compare);
@@ -197,10 +255,51 @@ fn walk_block(contents: Vec<u8>) {
 pub fn block(data: &[u8]) {
     if let Ok((contents, ctype)) = check_block(data) {
         if let Ok(raw) = decompress(ctype, contents, MAX_BLOCK) {
-            walk_block(raw);
+            walk_block(raw, true);
         }
     }
-    walk_block(data.to_vec());
+    walk_block(data.to_vec(), false);
+}
+
+/// Invariants of a verified block's entries (see [`walk_block`]).
+fn check_ordered_entries(
+    forward: &[(Vec<u8>, Vec<u8>)],
+    backward: &[(Vec<u8>, Vec<u8>)],
+    block: &Arc<Block>,
+    what: &str,
+) {
+    for pair in forward.windows(2) {
+        assert!(
+            internal_key::compare(&pair[0].0, &pair[1].0).is_lt(),
+            "{what}: keys out of order"
+        );
+    }
+    let mut back = backward.to_vec();
+    back.reverse();
+    assert!(back == forward, "{what}: backward iteration differs");
+    for (k, v) in forward {
+        let mut it = BlockIter::new(block.clone(), internal_key::compare);
+        it.seek(k);
+        assert!(
+            it.valid() && it.key() == &k[..] && it.value() == &v[..],
+            "{what}: seek misses a key"
+        );
+    }
+    let mut builder = tern::format::block::BlockBuilder::new(3);
+    for (k, v) in forward {
+        builder.add(k, v);
+    }
+    let rebuilt = Arc::new(Block::new(builder.finish().to_vec()).expect("a built block decodes"));
+    let mut it = BlockIter::new(rebuilt, internal_key::compare);
+    it.seek_to_first();
+    for (k, v) in forward {
+        assert!(
+            it.valid() && it.key() == &k[..] && it.value() == &v[..],
+            "{what}: entries change through a rebuild"
+        );
+        it.next();
+    }
+    assert!(!it.valid(), "{what}: a rebuilt block has extra entries");
 }
 
 /// A table footer, block handles and the properties block.
@@ -250,26 +349,49 @@ pub fn table(data: &[u8]) {
     let Ok(t) = Table::open(&fs, path, 1, None) else {
         return;
     };
-    let _ = t.verify();
+    let verified = t.verify().is_ok();
     let mut it = t.iter();
     it.seek_to_first();
     let mut n = 0;
     let mut probe = Vec::new();
+    let mut keys = Vec::new();
     while it.valid() {
         if n == 0 {
             probe = it.key().to_vec();
         }
+        keys.push(it.key().to_vec());
         it.next();
         n += 1;
         assert!(n <= data.len(), "table iterator does not advance");
     }
-    let _ = it.status();
+    let forward_ok = it.status().is_ok();
     it.seek_to_last();
     let mut n = 0;
+    let mut back = Vec::new();
     while it.valid() {
+        back.push(it.key().to_vec());
         it.prev();
         n += 1;
         assert!(n <= data.len(), "table iterator does not advance backwards");
+    }
+    // A table whose every block verified: keys in order, the same both
+    // ways, and each one found by a point lookup and its filter.
+    if verified && forward_ok && it.status().is_ok() {
+        for pair in keys.windows(2) {
+            assert!(
+                internal_key::compare(&pair[0], &pair[1]).is_lt(),
+                "table keys out of order"
+            );
+        }
+        back.reverse();
+        assert!(back == keys, "table iteration differs backwards");
+        for k in keys.iter().take(64) {
+            let user = internal_key::user_key(k);
+            assert!(
+                t.may_contain(user),
+                "the filter misses a key the table holds"
+            );
+        }
     }
     if !probe.is_empty() {
         let _ = t.get(&probe);
@@ -278,12 +400,27 @@ pub fn table(data: &[u8]) {
     let _ = t.get(&internal_key::seek_key(b"k", internal_key::MAX_SEQ));
 }
 
-/// A bloom filter block, probed with a few keys.
+/// A bloom filter block, probed with a few keys; and a filter built from
+/// keys cut out of the input, which must contain every one of them (a
+/// bloom filter has no false negatives).
 pub fn bloom(data: &[u8]) {
     if let Ok(f) = BloomFilter::new(data) {
         for k in [&b""[..], b"a", b"k00000001", data] {
             std::hint::black_box(f.may_contain(k));
         }
+    }
+    let Some((&bits, rest)) = data.split_first() else {
+        return;
+    };
+    let keys: Vec<&[u8]> = rest.split(|&b| b == b'\n').collect();
+    let mut b = tern::format::bloom::BloomBuilder::new(u32::from(bits % 24) + 1);
+    for k in &keys {
+        b.add_key(k);
+    }
+    let built = b.finish();
+    let f = BloomFilter::new(&built).expect("a built filter decodes");
+    for k in &keys {
+        assert!(f.may_contain(k), "a built filter misses one of its keys");
     }
 }
 
