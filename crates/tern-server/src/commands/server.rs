@@ -405,7 +405,9 @@ pub fn command(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         return Reply::Array(COMMANDS.iter().map(command_info).collect());
     };
     match sub.as_slice() {
+        b"count" if args.len() != 2 => wrong_arity("command|count"),
         b"count" => Reply::Int(COMMANDS.len() as i64),
+        b"help" if args.len() != 2 => wrong_arity("command|help"),
         b"list" => Reply::Array(COMMANDS.iter().map(|c| Reply::text(c.name)).collect()),
         b"info" if args.len() == 2 => Reply::Array(COMMANDS.iter().map(command_info).collect()),
         b"info" => Reply::Array(
