@@ -511,12 +511,9 @@ fn blob_record_of_another_version_of_the_same_key_is_reported_not_returned() {
     }
 }
 
-/// A store whose keys 5..10 sit in a GC output reached through lineage,
-/// closed, with that output's index entry 1 (key 6) naming record 2 (key 7)
-/// and, if `outside`, entry 3 (key 8) a place outside the records. The
-/// index checksum no longer matches. Returns the output's path.
-fn store_with_damaged_gc_output_index(fs: &Arc<MemFs>, outside: bool) -> std::path::PathBuf {
-    let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
+/// Writes keys 0..10 into one blob file, deletes 0..5 and compacts, so the
+/// file is half dead and the next GC rewrites keys 5..10.
+fn half_dead_blob_file(db: &Db) {
     for i in 0..10 {
         db.put(&key(i), &value(i, 0)).unwrap();
     }
@@ -525,6 +522,15 @@ fn store_with_damaged_gc_output_index(fs: &Arc<MemFs>, outside: bool) -> std::pa
         db.delete(&key(i)).unwrap();
     }
     db.compact_range(None, None).unwrap();
+}
+
+/// A store whose keys 5..10 sit in a GC output reached through lineage,
+/// closed, with that output's index entry 1 (key 6) naming record 2 (key 7)
+/// and, if `outside`, entry 3 (key 8) a place outside the records. The
+/// index checksum no longer matches. Returns the output's path.
+fn store_with_damaged_gc_output_index(fs: &Arc<MemFs>, outside: bool) -> std::path::PathBuf {
+    let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
+    half_dead_blob_file(&db);
     assert_eq!(db.collect_garbage().unwrap(), 1);
     db.close().unwrap();
     let newest = blob_files_on_disk(fs).into_iter().max().unwrap();
@@ -578,14 +584,6 @@ fn damaged_blob_index_entry_is_reported_not_followed() {
 struct DamagingGcExecutor(Arc<MemFs>);
 
 impl tern::compaction::Executor for DamagingGcExecutor {
-    fn execute(
-        &self,
-        job: &tern::compaction::CompactionJob,
-        ctx: &tern::compaction::JobContext,
-    ) -> tern::Result<tern::compaction::CompactionOutput> {
-        job.run(ctx)
-    }
-
     fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<tern::gc::GcOutput> {
         let out = job.run(ctx)?;
         let path = job.dir.join(tern::wal::blob_file_name(job.output_number));
@@ -608,14 +606,7 @@ fn gc_output_with_a_damaged_index_is_not_installed() {
         Some(Arc::new(DamagingGcExecutor(fs.clone()))),
     )
     .unwrap();
-    for i in 0..10 {
-        db.put(&key(i), &value(i, 0)).unwrap();
-    }
-    db.flush().unwrap();
-    for i in 0..5 {
-        db.delete(&key(i)).unwrap();
-    }
-    db.compact_range(None, None).unwrap();
+    half_dead_blob_file(&db);
     let before = blob_files_on_disk(&fs);
     assert!(
         matches!(db.collect_garbage(), Err(tern::Error::Corruption { .. })),

@@ -751,14 +751,6 @@ fn persistent_compaction_failure_fails_writes_instead_of_hanging_them() {
 struct FailingGcExecutor;
 
 impl tern::compaction::Executor for FailingGcExecutor {
-    fn execute(
-        &self,
-        job: &tern::compaction::CompactionJob,
-        ctx: &tern::compaction::JobContext,
-    ) -> tern::Result<tern::compaction::CompactionOutput> {
-        job.run(ctx)
-    }
-
     fn execute_gc(
         &self,
         _job: &tern::gc::GcJob,

@@ -8,8 +8,10 @@ use crate::gc::{GcContext, GcJob, GcOutput};
 /// after checking it, so an executor can run a job anywhere that sees the
 /// same files: the calling thread, a pool, or a remote worker.
 pub trait Executor: Send + Sync {
-    /// Runs `job` to completion.
-    fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> Result<CompactionOutput>;
+    /// Runs `job` to completion (by default on the calling thread).
+    fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> Result<CompactionOutput> {
+        job.run(ctx)
+    }
 
     /// Runs a blob GC job to completion (by default on the calling thread).
     fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> Result<GcOutput> {
@@ -21,8 +23,4 @@ pub trait Executor: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LocalExecutor;
 
-impl Executor for LocalExecutor {
-    fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> Result<CompactionOutput> {
-        job.run(ctx)
-    }
-}
+impl Executor for LocalExecutor {}
