@@ -233,6 +233,49 @@ fn check_iter(db: &Db, snap: Option<&Snapshot>, model: &Model, rng: &mut StdRng,
     }
 }
 
+/// A step run under [`Run::maybe_faulty`].
+enum Step {
+    /// A write, after which the model is `after`.
+    Write {
+        after: Model,
+        sync: bool,
+    },
+    SyncWal,
+    Flush,
+    Compact,
+    Gc,
+}
+
+impl Step {
+    fn name(&self) -> &'static str {
+        match self {
+            Step::Write { .. } => "write",
+            Step::SyncWal => "sync_wal",
+            Step::Flush => "flush",
+            Step::Compact => "compact_range",
+            Step::Gc => "gc",
+        }
+    }
+
+    /// Whether success makes everything so far durable: a flush or
+    /// compaction (which flushes first) does, a synced write or WAL sync
+    /// does unless writes skip the WAL, a GC or unsynced write does not.
+    fn durable(&self, no_wal: bool) -> bool {
+        match self {
+            Step::Write { sync, .. } => *sync,
+            Step::SyncWal => !no_wal,
+            Step::Flush | Step::Compact => true,
+            Step::Gc => false,
+        }
+    }
+
+    /// Whether it appends to or syncs the WAL, so that a failure may leave
+    /// a torn record no later write may follow.
+    fn appends_wal(&self) -> bool {
+        matches!(self, Step::Write { .. } | Step::SyncWal)
+    }
+}
+
 /// Faults that install paths meet: table and blob output, manifest appends
 /// and syncs, directory syncs, `CURRENT` renames, WAL switches.
 const INSTALL_FAULTS: [FaultKind; 5] = [
@@ -341,7 +384,7 @@ impl Run {
             470..=479 => {
                 if !self.no_wal {
                     self.log.push("sync_wal".into());
-                    self.maybe_faulty("sync_wal", None, 0.1, |db| db.sync_wal());
+                    self.maybe_faulty(Step::SyncWal, 0.1, |db| db.sync_wal());
                 }
             }
             480..=629 => {
@@ -398,14 +441,14 @@ impl Run {
             }
             820..=859 => {
                 self.log.push("flush".into());
-                self.maybe_faulty("flush", None, 0.1, |db| db.flush());
+                self.maybe_faulty(Step::Flush, 0.1, |db| db.flush());
             }
             860..=889 => {
                 let (a, b) = (key(&mut self.rng), key(&mut self.rng));
                 let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
                 let all = self.rng.gen_bool(0.3);
                 self.log.push(format!("compact_range all={all}"));
-                self.maybe_faulty("compact_range", None, 0.1, move |db| {
+                self.maybe_faulty(Step::Compact, 0.1, move |db| {
                     if all {
                         db.compact_range(None, None)
                     } else {
@@ -415,7 +458,7 @@ impl Run {
             }
             890..=914 => {
                 self.log.push("gc".into());
-                self.maybe_faulty("gc", None, 0.1, |db| {
+                self.maybe_faulty(Step::Gc, 0.1, |db| {
                     let jobs = db.collect_garbage()?;
                     GC_JOBS.fetch_add(jobs as u64, std::sync::atomic::Ordering::Relaxed);
                     Ok(())
@@ -474,36 +517,25 @@ impl Run {
             sync,
             disable_wal: self.no_wal,
         };
-        self.maybe_faulty("write", Some((after, sync)), 0.02, move |db| {
+        self.maybe_faulty(Step::Write { after, sync }, 0.02, move |db| {
             db.write(batch, opts)
         });
     }
 
-    /// Runs `op`: a write whose model and `sync` flag are `write`, or a
-    /// flush, compaction, GC or WAL sync, with one I/O fault armed in a
+    /// Runs `op`, the work of `step`, with one I/O fault armed in a
     /// `chance` of the cases. Failed operations may leave traces (torn
     /// failures are on). If the fault fired and the store failed, the
     /// store is restarted: as the process left the files (every
     /// acknowledged write must be there; a failed write may be) or after a
     /// crash.
-    fn maybe_faulty(
-        &mut self,
-        what: &str,
-        write: Option<(Model, bool)>,
-        chance: f64,
-        op: impl FnOnce(&Db) -> tern::Result<()>,
-    ) {
-        // What success makes durable: a flush or compaction (which flushes
-        // first) everything, a synced write or WAL sync everything unless
-        // writes skip the WAL, a GC or unsynced write nothing new.
-        let durable = match (&write, what) {
-            (Some((_, sync)), _) => *sync,
-            (None, "sync_wal") => !self.no_wal,
-            (None, "gc") => false,
-            (None, _) => true,
+    fn maybe_faulty(&mut self, step: Step, chance: f64, op: impl FnOnce(&Db) -> tern::Result<()>) {
+        let what = step.name();
+        let durable = step.durable(self.no_wal);
+        let appends_wal = step.appends_wal();
+        let after = match step {
+            Step::Write { after, .. } => Some(after),
+            _ => None,
         };
-        let is_write = write.is_some();
-        let after: Option<Model> = write.map(|(after, _)| after);
         if !self.rng.gen_bool(chance) {
             op(self.db()).unwrap_or_else(|e| panic!("{what} failed with no fault injected: {e}"));
             if let Some(after) = after {
@@ -535,8 +567,11 @@ impl Run {
             return;
         }
         FAULTS_FIRED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if !is_write && res.is_ok() && settled.is_ok() && failed.is_none() {
+        if res.is_ok() && settled.is_ok() && failed.is_none() {
             // The fault hit work that is retried (a compaction or GC job).
+            if let Some(after) = after {
+                self.model = after;
+            }
             self.applied(true);
             return;
         }
@@ -556,7 +591,7 @@ impl Run {
             }
         }
         self.log.push(format!("  {what} failed: {res:?}"));
-        if res.is_err() && (is_write || what == "sync_wal") {
+        if res.is_err() && appends_wal {
             // A failed write or WAL sync may have left a torn record; a
             // write accepted after it would follow it in the log and be
             // lost at recovery, so the store must refuse writes now.
