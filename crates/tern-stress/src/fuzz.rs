@@ -232,7 +232,7 @@ fn walk_block(contents: Vec<u8>, trusted: bool) {
         assert!(n <= limit, "block iterator does not advance (backward)");
     }
     if trusted && forward_ok && it.status().is_ok() {
-        check_ordered_entries(&forward, &backward, &block, "block");
+        check_block_entries(&forward, &backward, &block);
     }
     for target in [&probe[..], b"", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff"] {
         let mut it = BlockIter::new(block.clone(), internal_key::compare);
@@ -261,28 +261,36 @@ pub fn block(data: &[u8]) {
     walk_block(data.to_vec(), false);
 }
 
+/// Keys in strictly increasing internal-key order.
+fn assert_ordered<'a>(keys: impl Iterator<Item = &'a [u8]>, what: &str) {
+    let mut prev: Option<&[u8]> = None;
+    for k in keys {
+        if let Some(p) = prev {
+            assert!(
+                internal_key::compare(p, k).is_lt(),
+                "{what} keys out of order"
+            );
+        }
+        prev = Some(k);
+    }
+}
+
 /// Invariants of a verified block's entries (see [`walk_block`]).
-fn check_ordered_entries(
+fn check_block_entries(
     forward: &[(Vec<u8>, Vec<u8>)],
     backward: &[(Vec<u8>, Vec<u8>)],
     block: &Arc<Block>,
-    what: &str,
 ) {
-    for pair in forward.windows(2) {
-        assert!(
-            internal_key::compare(&pair[0].0, &pair[1].0).is_lt(),
-            "{what}: keys out of order"
-        );
-    }
+    assert_ordered(forward.iter().map(|(k, _)| &k[..]), "block");
     let mut back = backward.to_vec();
     back.reverse();
-    assert!(back == forward, "{what}: backward iteration differs");
+    assert!(back == forward, "block: backward iteration differs");
     for (k, v) in forward {
         let mut it = BlockIter::new(block.clone(), internal_key::compare);
         it.seek(k);
         assert!(
             it.valid() && it.key() == &k[..] && it.value() == &v[..],
-            "{what}: seek misses a key"
+            "block: seek misses a key"
         );
     }
     let mut builder = tern::format::block::BlockBuilder::new(3);
@@ -295,11 +303,11 @@ fn check_ordered_entries(
     for (k, v) in forward {
         assert!(
             it.valid() && it.key() == &k[..] && it.value() == &v[..],
-            "{what}: entries change through a rebuild"
+            "block: entries change through a rebuild"
         );
         it.next();
     }
-    assert!(!it.valid(), "{what}: a rebuilt block has extra entries");
+    assert!(!it.valid(), "block: a rebuilt block has extra entries");
 }
 
 /// A table footer, block handles and the properties block.
@@ -377,12 +385,7 @@ pub fn table(data: &[u8]) {
     // A table whose every block verified: keys in order, the same both
     // ways, and each one found by a point lookup and its filter.
     if verified && forward_ok && it.status().is_ok() {
-        for pair in keys.windows(2) {
-            assert!(
-                internal_key::compare(&pair[0], &pair[1]).is_lt(),
-                "table keys out of order"
-            );
-        }
+        assert_ordered(keys.iter().map(|k| &k[..]), "table");
         back.reverse();
         assert!(back == keys, "table iteration differs backwards");
         for k in keys.iter().take(64) {
