@@ -255,9 +255,9 @@ pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_
 ///    last can be torn: a valid record after it → `Corrupt` (that record's
 ///    sync proves this one was complete); else a short record →
 ///    `TornTail`; else (all bytes present, checksum wrong) `TornTail` only
-///    if a stretch of it that ends at a sector boundary reads as zeros
-///    (write-back persisted a later page of the unsynced append before an
-///    earlier one), `Corrupt` otherwise.
+///    if a stretch of the record itself that ends at a sector boundary
+///    reads as zeros ([`lost_sector`]: write-back persisted a later page of
+///    the unsynced append before an earlier one), `Corrupt` otherwise.
 fn damage_or_tail(file: &[u8], pos: usize, kind: LogKind, end: Option<usize>) -> RecordOutcome<'_> {
     let corrupt = |why: &str| RecordOutcome::Corrupt(DecodeError::new(pos, why.to_string()));
     if all_zero(&file[pos..]) {
@@ -273,7 +273,7 @@ fn damage_or_tail(file: &[u8], pos: usize, kind: LogKind, end: Option<usize>) ->
             corrupt("damaged log record followed by a valid one")
         }
         (LogKind::Manifest, None) => RecordOutcome::TornTail,
-        (LogKind::Manifest, Some(_)) if lost_sector(file, pos) => RecordOutcome::TornTail,
+        (LogKind::Manifest, Some(end)) if lost_sector(file, pos, end) => RecordOutcome::TornTail,
         (LogKind::Manifest, Some(_)) => corrupt("log record checksum mismatch"),
     }
 }
@@ -285,25 +285,31 @@ fn all_zero(b: &[u8]) -> bool {
 /// Write-back unit whose loss [`lost_sector`] recognises.
 const SECTOR: usize = 512;
 
-/// Whether some stretch of `file` from `pos` on that ends at a sector
-/// boundary (512 bytes, aligned in the file) and starts at `pos` or at the
-/// boundary before it is all zeros, and at least a record header long: the
-/// signature of an append whose earlier sectors never reached the disk
-/// while a later one did.
-fn lost_sector(file: &[u8], pos: usize) -> bool {
+/// Whether a stretch of the record at `pos..end` reads as zeros up to a
+/// sector boundary (512 bytes, aligned in the file): from `pos` itself, at
+/// least its checksum's width, or a whole sector inside the record. That is
+/// the signature of an append whose earlier sectors never reached the disk
+/// while a later one did. Zeros after the record say nothing about it.
+fn lost_sector(file: &[u8], pos: usize, end: usize) -> bool {
+    let end = end.min(file.len());
     let mut start = pos;
-    while start < file.len() {
-        let end = (start / SECTOR + 1) * SECTOR;
-        if end > file.len() {
+    while start < end {
+        let boundary = (start / SECTOR + 1) * SECTOR;
+        if boundary > file.len() {
             return false;
         }
-        if end - start >= RECORD_HEADER_LEN && all_zero(&file[start..end]) {
+        if boundary - start >= CRC_LEN && all_zero(&file[start..boundary]) {
             return true;
         }
-        start = end;
+        start = boundary;
     }
     false
 }
+
+/// Bytes of a record's checksum, the least a lost sector must have zeroed
+/// for [`lost_sector`] to believe it: fewer zeros at a record's start occur
+/// by chance.
+const CRC_LEN: usize = 4;
 
 /// Most payload bytes [`valid_record_after`] checksums before it gives up.
 const SCAN_BUDGET: usize = 64 << 20;
@@ -440,6 +446,47 @@ mod tests {
             RecordOutcome::Corrupt(e) => assert_eq!(e.offset, FILE_HEADER_LEN as u64),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A manifest whose last record starts `before` bytes ahead of a sector
+    /// boundary, padded by a first record.
+    fn manifest_ending_near_a_boundary(before: usize) -> (Vec<u8>, usize) {
+        let pad = SECTOR - before - FILE_HEADER_LEN - RECORD_HEADER_LEN;
+        let mut f = log(LogKind::Manifest, &[&vec![7u8; pad]]);
+        let start = f.len();
+        assert_eq!(start, SECTOR - before);
+        encode_record(&mut f, &[9u8; 200]);
+        (f, start)
+    }
+
+    /// Regression: a lost sector that held fewer than a record header's
+    /// bytes of the last record (it started just before a boundary) was
+    /// taken for damage, so a plain power loss left a store that would not
+    /// open.
+    #[test]
+    fn lost_sector_holding_only_part_of_a_record_header_is_a_torn_tail() {
+        for before in [4, 6, 8] {
+            let (mut f, start) = manifest_ending_near_a_boundary(before);
+            f[start..SECTOR].fill(0);
+            assert_eq!(
+                decode_record(&f, start, LogKind::Manifest),
+                RecordOutcome::TornTail,
+                "{before} bytes before the boundary"
+            );
+        }
+    }
+
+    /// Regression: a zero sector after a damaged manifest record (outside
+    /// it) made the damage count as a torn tail, dropping a synced edit.
+    #[test]
+    fn zero_sector_after_a_damaged_manifest_record_does_not_make_it_torn() {
+        let (mut f, start) = manifest_ending_near_a_boundary(100);
+        f[start + 20] ^= 1;
+        f.resize(3 * SECTOR, 0);
+        assert!(matches!(
+            decode_record(&f, start, LogKind::Manifest),
+            RecordOutcome::Corrupt(_)
+        ));
     }
 
     #[test]
