@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{fault_fs, key, scan, small_opts, value, DIR};
-use tern::io::{FaultFs, FaultKind, MemFs};
+use tern::io::{FaultFs, FaultKind, FileSystem, MemFs};
 use tern::{Db, Error, Options, ReadOptions, WriteBatch, WriteOptions};
 
 fn put_synced(db: &Db, k: &[u8], v: &[u8]) -> tern::Result<()> {
@@ -855,4 +855,24 @@ fn new_manifest_entry_is_durable_before_current_names_it() {
         broken.len(),
         &broken[..broken.len().min(3)]
     );
+}
+
+/// A directory left by an earlier `mkdir` that was never synced (a crash
+/// before the sync, or a user's `mkdir -p`) was used as it was: open only
+/// synced the parents of directories it created itself, so a power loss
+/// could still take the store.
+#[test]
+fn existing_unsynced_store_directory_is_made_durable_at_open() {
+    let fs = MemFs::new();
+    fs.create_dir_all(std::path::Path::new(DIR)).unwrap();
+    let db = Db::open(DIR, small_opts(fs.clone())).unwrap();
+    put_synced(&db, b"k", b"v").unwrap();
+    let survivor = fs.crashed_copy();
+    drop(db);
+    let opts = Options {
+        create_if_missing: false,
+        ..small_opts(survivor)
+    };
+    let db = Db::open(DIR, opts).expect("the store's directory survives");
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }

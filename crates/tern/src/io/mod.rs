@@ -95,18 +95,22 @@ pub(crate) fn splitmix64(state: &mut u64) -> u64 {
 pub type FsRef = Arc<dyn FileSystem>;
 
 /// Creates `dir` and its missing parents, and syncs the parent of each
-/// directory it created, so a power loss cannot take the new directory
-/// (and whatever is later synced inside it) with it.
+/// directory it created and of `dir` itself (which an earlier `mkdir` may
+/// have left unsynced), so a power loss cannot take the directory (and
+/// whatever is later synced inside it) with it. Costs one directory fsync
+/// when everything exists.
 pub fn create_dir_all_durable(fs: &dyn FileSystem, dir: &Path) -> io::Result<()> {
-    let missing: Vec<&Path> = dir
+    let entries: Vec<&Path> = dir
         .ancestors()
-        .take_while(|d| !d.as_os_str().is_empty() && !fs.exists(d))
+        .enumerate()
+        .take_while(|(i, d)| !d.as_os_str().is_empty() && (*i == 0 || !fs.exists(d)))
+        .map(|(_, d)| d)
         .collect();
     fs.create_dir_all(dir)?;
-    for created in missing {
+    for d in entries {
         // A relative path's top directory has the empty path as parent,
         // which stands for the working directory.
-        fs.sync_dir(created.parent().unwrap_or(Path::new("")))?;
+        fs.sync_dir(d.parent().unwrap_or(Path::new("")))?;
     }
     Ok(())
 }
