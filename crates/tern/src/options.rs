@@ -230,6 +230,11 @@ impl Options {
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");
         }
+        if self.open_files_memory == 0 {
+            // Every table would be read uncached: each get reopens its
+            // files and reads their index and filter again.
+            return bad("open_files_memory must be positive (the default is 256 MiB)");
+        }
         Ok(())
     }
 }

@@ -372,20 +372,28 @@ fn zero_block_size_and_zero_max_key_size_are_rejected() {
 #[test]
 fn rejected_options_create_no_files() {
     let fs = MemFs::new();
-    let opts = Options {
-        fs: fs.clone(),
-        write_buffer_size: 1,
-        ..Options::default()
-    };
-    assert_invalid(Db::open(DIR, opts).map(|_| ()));
-    assert!(fs.file_names().is_empty(), "{:?}", fs.file_names());
-    let opts = Options {
-        fs: fs.clone(),
-        max_open_files: 0,
-        ..Options::default()
-    };
-    assert_invalid(Db::open(DIR, opts).map(|_| ()));
-    assert!(fs.file_names().is_empty(), "{:?}", fs.file_names());
+    let bad = [
+        Options {
+            write_buffer_size: 1,
+            ..Options::default()
+        },
+        Options {
+            max_open_files: 0,
+            ..Options::default()
+        },
+        Options {
+            open_files_memory: 0,
+            ..Options::default()
+        },
+    ];
+    for opts in bad {
+        let opts = Options {
+            fs: fs.clone(),
+            ..opts
+        };
+        assert_invalid(Db::open(DIR, opts).map(|_| ()));
+        assert!(fs.file_names().is_empty(), "{:?}", fs.file_names());
+    }
 }
 
 #[test]
