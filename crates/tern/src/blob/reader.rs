@@ -39,7 +39,7 @@ impl ExpectedRecord<'_> {
     }
 
     /// Checks a decoded record against the expectation.
-    fn check(&self, rec: BlobRecord<'_>, path: &Path, offset: u64) -> Result<Vec<u8>> {
+    fn check(&self, rec: &BlobRecord<'_>, path: &Path, offset: u64) -> Result<()> {
         if rec.key != self.key {
             return Err(Error::corruption(
                 path,
@@ -57,7 +57,7 @@ impl ExpectedRecord<'_> {
                 ),
             ));
         }
-        Ok(rec.value.to_vec())
+        Ok(())
     }
 }
 
@@ -241,7 +241,11 @@ impl BlobReader {
         let mut rec = vec![0u8; len as usize];
         self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
         let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
-        want.check(r, &self.path, offset)
+        want.check(&r, &self.path, offset)?;
+        // The value is the record's tail: keep the buffer, drop the rest.
+        let value_start = rec.len() - r.value.len();
+        rec.drain(..value_start);
+        Ok(rec)
     }
 
     /// Reads up to `len` raw bytes of records starting at `offset` (clipped
@@ -277,7 +281,9 @@ impl BlobReader {
         }
         let rec = &buf[start as usize..(start + len) as usize];
         Some(match blob::decode_record(rec) {
-            Ok(r) => want.check(r, &self.path, offset),
+            Ok(r) => want
+                .check(&r, &self.path, offset)
+                .map(|()| r.value.to_vec()),
             Err(e) => Err(e.in_file(&self.path, offset)),
         })
     }
