@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memmap2::MmapMut;
 
 /// File magic, the first 8 bytes.
-const MAGIC: [u8; 8] = *b"TERNEXP1";
+/// (v2 added the batch records after the slots.)
+const MAGIC: [u8; 8] = *b"TERNEXP2";
 /// Bytes before the first slot (magic, slot count, padding).
 const HEADER_LEN: usize = 64;
 /// Set in a pending slot that holds a state.

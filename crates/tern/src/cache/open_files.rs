@@ -106,7 +106,10 @@ impl OpenFiles {
             let ring = self.ring.read();
             if let Some(&i) = ring.index.get(&number) {
                 let slot = &ring.slots[i];
-                slot.referenced.store(true, Ordering::Relaxed);
+                // Load first: a hit on a hot file then writes no shared line.
+                if !slot.referenced.load(Ordering::Relaxed) {
+                    slot.referenced.store(true, Ordering::Relaxed);
+                }
                 return downcast(number, slot.reader.clone());
             }
         }
