@@ -45,29 +45,24 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use roaring::RoaringBitmap;
 
 use crate::blob::BlobReader;
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{BlobRef, LineageEntry};
 use crate::format::internal_key::{self, ValueKind};
 use crate::format::log_record::RECORD_HEADER_LEN;
-use crate::format::version_edit::{FileMeta, VersionEdit};
+use crate::format::version_edit::FileMeta;
 use crate::format::write_batch::WriteBatch;
 use crate::io::FsRef;
-use crate::options::NUM_LEVELS;
 use crate::sst::Table;
-use crate::version::{resolve, BlobFileState, BlobFiles, Relocation, Relocations};
+use crate::version::{
+    replay_manifest, resolve, BlobFileState, BlobFiles, OnProblem, Relocation, Relocations,
+    Replayed, Version,
+};
 use crate::wal::{
     blob_file_name, manifest_file_name, parse_current, parse_file_name, table_file_name, FileType,
     LogKind, LogReader, CURRENT_FILE_NAME,
 };
-
-/// Longest lineage chain followed before it is called endless (as
-/// [`resolve`] does).
-const MAX_LINEAGE_HOPS: usize = 64;
 
 /// One thing found wrong: a damaged or inconsistent unit of a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,21 +158,6 @@ impl CheckReport {
     }
 }
 
-/// What replaying the manifest produced.
-#[derive(Default)]
-struct Replay {
-    /// Tables per level, keyed by file number.
-    levels: Vec<BTreeMap<u64, FileMeta>>,
-    log_number: u64,
-    next_file_number: Option<u64>,
-    /// Live blob files with their dead ordinals.
-    blob_files: BlobFiles,
-    /// Lineage of blob files retired by GC.
-    relocations: Relocations,
-    /// Offset in the manifest of the edit that added each lineage entry.
-    relocation_offsets: BTreeMap<u64, u64>,
-}
-
 /// Checks the store in `dir` through `fs`, reading only.
 ///
 /// Returns `Err` only when `dir` cannot be listed or holds no store at all;
@@ -209,7 +189,7 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
     let manifest_number = choose_manifest(dir, &fs, has_current, &manifests, &mut report);
     report.manifest_number = manifest_number;
     let replay = match manifest_number {
-        Some(n) => replay_manifest(dir, &fs, n, &mut report),
+        Some(n) => check_manifest(dir, &fs, n, &mut report),
         None => None,
     };
     let Some(replay) = replay else {
@@ -219,8 +199,7 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
         return Ok(report);
     };
 
-    check_shape(dir, &replay, &mut report);
-    let blobs = check_blob_files(dir, &fs, &replay, &mut report);
+    let blobs = check_blob_files(dir, &fs, &replay.version, &mut report);
     // The WALs recovery replays, oldest first: damage in one is a torn tail
     // only if no later one shows writes (point-in-time recovery).
     let mut recovered_wals: Vec<u64> = files
@@ -232,8 +211,8 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
         .collect();
     recovered_wals.sort_unstable();
     let mut live = HashSet::new();
-    for (level, files) in replay.levels.iter().enumerate() {
-        for meta in files.values() {
+    for (level, files) in replay.version.levels.iter().enumerate() {
+        for meta in files {
             live.insert(meta.number);
             check_table(dir, &fs, level, meta, &blobs, &mut report);
         }
@@ -270,13 +249,13 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
                 "{}: leftover temporary file (removed at next open)",
                 path.display()
             )),
-            Some((FileType::Blob, n)) if replay.relocations.contains_key(n) => {
+            Some((FileType::Blob, n)) if replay.version.relocations.contains_key(n) => {
                 report.warnings.push(format!(
                     "{}: blob file retired by GC (removed at next open)",
                     path.display()
                 ))
             }
-            Some((FileType::Blob, n)) if !replay.blob_files.contains_key(n) => {
+            Some((FileType::Blob, n)) if !replay.version.blob_files.contains_key(n) => {
                 report.warnings.push(format!(
                     "{}: blob file not referenced by the manifest (removed at next open)",
                     path.display()
@@ -350,14 +329,14 @@ fn choose_manifest(
     }
 }
 
-/// Replays manifest `number`, reporting every bad record. Returns `None`
-/// when not even its header could be read.
-fn replay_manifest(
+/// Replays manifest `number` as recovery does, reporting every problem.
+/// Returns `None` when not even its header could be read.
+fn check_manifest(
     dir: &Path,
     fs: &FsRef,
     number: u64,
     report: &mut CheckReport,
-) -> Option<Replay> {
+) -> Option<Replayed> {
     let path = dir.join(manifest_file_name(number));
     let data = match fs.read_all(&path) {
         Ok(d) => d,
@@ -367,261 +346,24 @@ fn replay_manifest(
         }
     };
     report.bytes_checked += data.len() as u64;
-    let mut reader = match LogReader::new(data, path.clone(), LogKind::Manifest) {
+    let mut replay = match replay_manifest(&path, data, OnProblem::Collect) {
         Ok(r) => r,
         Err(e) => {
             report.error(&path, e);
             return None;
         }
     };
-    let mut replay = Replay {
-        levels: vec![BTreeMap::new(); NUM_LEVELS],
-        ..Replay::default()
-    };
-    loop {
-        let rec = match reader.next_record() {
-            Ok(Some(rec)) => rec,
-            Ok(None) => break,
-            Err(e) => {
-                // The framing is lost past this point.
-                report.error(&path, e);
-                break;
-            }
-        };
-        report.manifest_records_checked += 1;
-        let edit = VersionEdit::decode(rec);
-        let offset = reader.last_record_offset();
-        match edit {
-            Ok(edit) => apply_edit(&path, offset, &edit, &mut replay, report),
-            Err(e) => report.error(&path, e.in_file(&path, offset + RECORD_HEADER_LEN as u64)),
-        }
+    report.manifest_records_checked += replay.records;
+    for e in std::mem::take(&mut replay.problems) {
+        report.error(&path, e);
     }
-    if let Some(at) = reader.torn_tail() {
+    if let Some(at) = replay.torn_tail {
         report.warnings.push(format!(
             "{}: torn tail at offset {at} (an interrupted write; the incomplete edit is dropped)",
             path.display()
         ));
     }
-    if replay.next_file_number.is_none() {
-        report.problem(&path, 0, "manifest has no next-file-number");
-    }
-    check_lineage(&path, &replay, report);
     Some(replay)
-}
-
-/// Checks that every lineage chain ends in a live blob file.
-fn check_lineage(path: &Path, replay: &Replay, report: &mut CheckReport) {
-    for (old, r) in &replay.relocations {
-        let offset = replay.relocation_offsets.get(old).copied().unwrap_or(0);
-        let mut file = r.new_file;
-        let mut hops = 0;
-        let end = loop {
-            if replay.blob_files.contains_key(&file) {
-                break None;
-            }
-            let Some(next) = replay.relocations.get(&file) else {
-                break Some(format!(
-                    "leads to blob file {file}, which is neither live nor retired"
-                ));
-            };
-            hops += 1;
-            if hops >= MAX_LINEAGE_HOPS {
-                break Some(format!("does not end within {MAX_LINEAGE_HOPS} files"));
-            }
-            file = next.new_file;
-        };
-        if let Some(why) = end {
-            report.problem(
-                path,
-                offset,
-                format!("lineage of blob file {old} (moved to {}) {why}", r.new_file),
-            );
-        }
-    }
-}
-
-/// Applies one edit as recovery would, reporting what does not apply.
-fn apply_edit(
-    path: &Path,
-    offset: u64,
-    edit: &VersionEdit,
-    replay: &mut Replay,
-    report: &mut CheckReport,
-) {
-    if let Some(n) = edit.log_number {
-        replay.log_number = n;
-    }
-    if let Some(n) = edit.next_file_number {
-        replay.next_file_number = Some(n);
-    }
-    for &(level, number) in &edit.deleted_files {
-        let removed = replay
-            .levels
-            .get_mut(level as usize)
-            .and_then(|files| files.remove(&number));
-        if removed.is_none() {
-            report.problem(
-                path,
-                offset,
-                format!("edit deletes table {number} that is not in level {level}"),
-            );
-        }
-    }
-    for (level, meta) in &edit.new_files {
-        match replay.levels.get_mut(*level as usize) {
-            Some(files) => {
-                files.insert(meta.number, meta.clone());
-            }
-            None => report.problem(
-                path,
-                offset,
-                format!(
-                    "edit adds table {} to level {level}, beyond the last level {}",
-                    meta.number,
-                    NUM_LEVELS - 1
-                ),
-            ),
-        }
-    }
-    apply_blob_edit(path, offset, edit, replay, report);
-}
-
-/// Applies the blob fields of one edit in the order recovery does (files
-/// added, files retired by GC, dead ordinals, files deleted, lineage
-/// dropped), reporting what does not apply and carrying on.
-fn apply_blob_edit(
-    path: &Path,
-    offset: u64,
-    edit: &VersionEdit,
-    replay: &mut Replay,
-    report: &mut CheckReport,
-) {
-    for b in &edit.blob_files_added {
-        let state = BlobFileState {
-            meta: b.clone(),
-            dead: RoaringBitmap::new(),
-            dead_bytes: 0,
-        };
-        if replay
-            .blob_files
-            .insert(b.number, Arc::new(state))
-            .is_some()
-        {
-            report.problem(
-                path,
-                offset,
-                format!("edit adds blob file {} that is already live", b.number),
-            );
-        }
-    }
-    for (new_file, entry) in &edit.relocations {
-        // The old file is live when GC retires it; a manifest snapshot
-        // lists lineage of files that are long gone.
-        replay.blob_files.remove(&entry.old_file);
-        let r = Relocation {
-            new_file: *new_file,
-            entry: entry.clone(),
-        };
-        if replay
-            .relocations
-            .insert(entry.old_file, Arc::new(r))
-            .is_some()
-        {
-            report.problem(
-                path,
-                offset,
-                format!("edit retires blob file {} a second time", entry.old_file),
-            );
-        }
-        replay.relocation_offsets.insert(entry.old_file, offset);
-    }
-    for d in &edit.dead_ordinals {
-        let Some(state) = replay.blob_files.get_mut(&d.file) else {
-            report.problem(
-                path,
-                offset,
-                format!(
-                    "edit marks ordinals dead in blob file {}, which is not live",
-                    d.file
-                ),
-            );
-            continue;
-        };
-        let state = Arc::make_mut(state);
-        state.dead |= &d.ordinals;
-        state.dead_bytes += d.bytes;
-        if let Some(max) = d.ordinals.max() {
-            if u64::from(max) >= state.meta.record_count {
-                report.problem(
-                    path,
-                    offset,
-                    format!(
-                        "edit marks ordinal {max} of blob file {} dead, which has {} records",
-                        d.file, state.meta.record_count
-                    ),
-                );
-            }
-        }
-    }
-    for n in &edit.blob_files_deleted {
-        if replay.blob_files.remove(n).is_none() {
-            report.problem(
-                path,
-                offset,
-                format!("edit deletes blob file {n}, which is not live"),
-            );
-        }
-    }
-    for n in &edit.relocations_dropped {
-        if replay.relocations.remove(n).is_none() {
-            report.problem(
-                path,
-                offset,
-                format!("edit drops the lineage of blob file {n}, which has none"),
-            );
-        }
-        replay.relocation_offsets.remove(n);
-    }
-}
-
-/// Checks the version's invariants: no table in two levels, no overlap in
-/// levels 1 and deeper, no table number at or above the next file number.
-fn check_shape(dir: &Path, replay: &Replay, report: &mut CheckReport) {
-    let mut seen = HashSet::new();
-    for (level, files) in replay.levels.iter().enumerate() {
-        for meta in files.values() {
-            let path = dir.join(table_file_name(meta.number));
-            if !seen.insert(meta.number) {
-                report.problem(&path, 0, "table appears in two levels of the manifest");
-            }
-            if let Some(next) = replay.next_file_number {
-                if meta.number >= next {
-                    report.problem(
-                        &path,
-                        0,
-                        format!("table number is not below the manifest's next file number {next}"),
-                    );
-                }
-            }
-        }
-        if level == 0 {
-            continue;
-        }
-        let mut sorted: Vec<&FileMeta> = files.values().collect();
-        sorted.sort_by(|a, b| internal_key::compare(&a.smallest, &b.smallest));
-        for w in sorted.windows(2) {
-            if internal_key::user_key(&w[0].largest) >= internal_key::user_key(&w[1].smallest) {
-                report.problem(
-                    dir.join(table_file_name(w[1].number)),
-                    0,
-                    format!(
-                        "key range overlaps {} in level {level}",
-                        table_file_name(w[0].number)
-                    ),
-                );
-            }
-        }
-    }
 }
 
 /// What a blob reference is checked against: one record of a blob file.
@@ -670,30 +412,13 @@ fn reason_of(e: Error) -> String {
 fn check_blob_files<'a>(
     dir: &'a Path,
     fs: &FsRef,
-    replay: &'a Replay,
+    version: &'a Version,
     report: &mut CheckReport,
 ) -> BlobContext<'a> {
-    let tables: HashSet<u64> = replay
-        .levels
-        .iter()
-        .flat_map(|files| files.keys().copied())
-        .collect();
     let mut files = BTreeMap::new();
-    for (&number, state) in &replay.blob_files {
+    for (&number, state) in &version.blob_files {
         let path = dir.join(blob_file_name(number));
-        if tables.contains(&number) {
-            report.problem(&path, 0, "blob file number is also a table's number");
-        }
-        if let Some(next) = replay.next_file_number {
-            if number >= next {
-                report.problem(
-                    &path,
-                    0,
-                    format!("blob file number is not below the manifest's next file number {next}"),
-                );
-            }
-        }
-        let lineage: Vec<&Relocation> = replay
+        let lineage: Vec<&Relocation> = version
             .relocations
             .values()
             .filter(|r| r.new_file == number)
@@ -704,8 +429,8 @@ fn check_blob_files<'a>(
     }
     BlobContext {
         dir,
-        live: &replay.blob_files,
-        relocations: &replay.relocations,
+        live: &version.blob_files,
+        relocations: &version.relocations,
         files,
     }
 }
@@ -1352,6 +1077,7 @@ mod tests {
         );
     }
     use crate::format::log_record::FILE_HEADER_LEN;
+    use crate::format::version_edit::VersionEdit;
     use crate::io::{FileSystem, MemFs};
     use crate::{Db, Options, WriteOptions};
 
@@ -1411,15 +1137,15 @@ mod tests {
     fn first_table(fs: &Arc<MemFs>, deep: bool) -> (PathBuf, u64) {
         let number = check(fs).manifest_number.unwrap();
         let fsr: FsRef = fs.clone();
-        let replay = replay_manifest(&dir(), &fsr, number, &mut CheckReport::default()).unwrap();
+        let replay = check_manifest(&dir(), &fsr, number, &mut CheckReport::default()).unwrap();
         let level = if deep {
-            (1..NUM_LEVELS)
-                .find(|&l| !replay.levels[l].is_empty())
+            (1..crate::options::NUM_LEVELS)
+                .find(|&l| !replay.version.levels[l].is_empty())
                 .unwrap()
         } else {
             0
         };
-        let meta = replay.levels[level].values().next().unwrap();
+        let meta = &replay.version.levels[level][0];
         (dir().join(table_file_name(meta.number)), meta.number)
     }
 
@@ -1431,6 +1157,120 @@ mod tests {
             .collect();
         wals.sort();
         wals.pop().unwrap()
+    }
+
+    /// Rewrites the live manifest with `extra` appended as one more record;
+    /// returns the manifest's path and the new record's offset.
+    fn append_manifest_edit(fs: &Arc<MemFs>, extra: &VersionEdit) -> (PathBuf, u64) {
+        let number = check(fs).manifest_number.unwrap();
+        let path = dir().join(manifest_file_name(number));
+        let mut reader =
+            LogReader::new(fs.read_all(&path).unwrap(), path.clone(), LogKind::Manifest).unwrap();
+        let mut records = Vec::new();
+        while let Some(rec) = reader.next_record().unwrap() {
+            records.push(rec.to_vec());
+        }
+        let mut writer =
+            crate::wal::LogWriter::new(fs.create(&path).unwrap(), LogKind::Manifest).unwrap();
+        for rec in &records {
+            writer.add_record(rec).unwrap();
+        }
+        let offset = writer.len();
+        writer.add_record(&extra.encode()).unwrap();
+        writer.sync().unwrap();
+        (path, offset)
+    }
+
+    /// Recovery and check replay a manifest with one function, so a
+    /// manifest one rejects the other rejects with the same error: same
+    /// file, same offset, same reason.
+    #[test]
+    fn open_and_check_reject_a_bad_manifest_with_the_same_error() {
+        let table_in_l1 = |fs: &Arc<MemFs>| {
+            let number = check(fs).manifest_number.unwrap();
+            let fsr: FsRef = fs.clone();
+            let v = check_manifest(&dir(), &fsr, number, &mut CheckReport::default())
+                .unwrap()
+                .version;
+            let level = (1..crate::options::NUM_LEVELS)
+                .find(|&l| !v.levels[l].is_empty())
+                .unwrap();
+            (level as u32, (*v.levels[level][0]).clone())
+        };
+        type MakeEdit = fn(u32, FileMeta) -> VersionEdit;
+        let cases: [(&str, MakeEdit, bool); 5] = [
+            (
+                "edit deletes table 999999 that is not in level 1",
+                |_, _| VersionEdit {
+                    deleted_files: vec![(1, 999_999)],
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                "beyond the last level",
+                |_, mut meta| {
+                    meta.number = 999_998;
+                    VersionEdit {
+                        new_files: vec![(9, meta)],
+                        ..Default::default()
+                    }
+                },
+                true,
+            ),
+            (
+                "which is not live",
+                |_, _| VersionEdit {
+                    blob_files_deleted: vec![424_242],
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                "appears in two levels",
+                |_, meta| VersionEdit {
+                    new_files: vec![(0, meta)],
+                    ..Default::default()
+                },
+                false,
+            ),
+            (
+                "overlap in level",
+                |level, mut meta| {
+                    meta.number = 999_997;
+                    VersionEdit {
+                        new_files: vec![(level, meta)],
+                        ..Default::default()
+                    }
+                },
+                false,
+            ),
+        ];
+        for (needle, make, at_record) in cases {
+            let (fs, db) = build_store();
+            db.close().unwrap();
+            let (level, meta) = table_in_l1(&fs);
+            let (path, offset) = append_manifest_edit(&fs, &make(level, meta));
+            let report = check(&fs);
+            let opts = Options {
+                fs: fs.clone(),
+                ..Options::default()
+            };
+            let err = match Db::open(dir(), opts) {
+                Ok(_) => panic!("{needle}: open accepted the manifest"),
+                Err(e) => e,
+            };
+            let from_open = Problem::from_error(&path, err);
+            assert_eq!(report.problems.first(), Some(&from_open), "{needle}");
+            assert_eq!(from_open.file, path, "{needle}");
+            let expected_offset = if at_record { offset } else { 0 };
+            let named = report
+                .problems
+                .iter()
+                .find(|p| p.reason.contains(needle))
+                .unwrap_or_else(|| panic!("{needle}: {:?}", report.problems));
+            assert_eq!((&named.file, named.offset), (&path, expected_offset));
+        }
     }
 
     #[test]
@@ -1610,10 +1450,12 @@ mod tests {
         fs
     }
 
-    fn blob_replay(fs: &Arc<MemFs>) -> Replay {
+    fn blob_replay(fs: &Arc<MemFs>) -> Version {
         let number = check(fs).manifest_number.unwrap();
         let fsr: FsRef = fs.clone();
-        replay_manifest(&dir(), &fsr, number, &mut CheckReport::default()).unwrap()
+        check_manifest(&dir(), &fsr, number, &mut CheckReport::default())
+            .unwrap()
+            .version
     }
 
     /// The live blob file a GC pass wrote (a target of lineage).

@@ -125,7 +125,7 @@ pub fn resolve(
     let mut moved = false;
     // Chains are short (compaction rewrites refs); the bound only guards
     // against a corrupt manifest.
-    for _ in 0..64 {
+    for _ in 0..super::MAX_LINEAGE_HOPS {
         if live.is_live(file) {
             return Ok((file, ordinal, moved));
         }

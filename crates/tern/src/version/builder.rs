@@ -1,18 +1,160 @@
 //! Applies version edits to a version.
+//!
+//! Recovery, `tern check` and every install go through [`VersionBuilder`]:
+//! an edit that does not apply, or a version that breaks the invariants of
+//! [`Version`], is reported the same way wherever it is found.
 
 use std::collections::{BTreeMap, HashSet};
+use std::fmt;
 use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
 use super::{BlobFileState, BlobFiles, FileRef, Relocation, Relocations, Version};
-use crate::error::{Error, Result};
 use crate::format::internal_key;
 use crate::format::version_edit::VersionEdit;
 use crate::options::NUM_LEVELS;
+use crate::wal::{blob_file_name, table_file_name};
+
+/// Longest lineage chain followed before it is called endless.
+pub(crate) const MAX_LINEAGE_HOPS: usize = 64;
+
+/// Why one version edit does not apply to the version before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EditError {
+    /// Deletes a table that is not in the level.
+    TableNotInLevel { level: u32, number: u64 },
+    /// Adds a table to a level past the last.
+    LevelOutOfRange { level: u32, number: u64 },
+    /// Adds a blob file that is already live.
+    BlobFileAlreadyLive(u64),
+    /// Retires a blob file that already has lineage.
+    RetiredTwice(u64),
+    /// Marks ordinals dead in a blob file that is not live.
+    DeadInFileNotLive(u64),
+    /// Marks an ordinal dead past the file's records.
+    DeadBeyondRecords {
+        file: u64,
+        ordinal: u32,
+        records: u64,
+    },
+    /// Deletes a blob file that is not live.
+    BlobFileNotLive(u64),
+    /// Drops lineage a blob file does not have.
+    NoLineage(u64),
+}
+
+impl fmt::Display for EditError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EditError::TableNotInLevel { level, number } => {
+                write!(
+                    f,
+                    "edit deletes table {number} that is not in level {level}"
+                )
+            }
+            EditError::LevelOutOfRange { level, number } => write!(
+                f,
+                "edit adds table {number} to level {level}, beyond the last level {}",
+                NUM_LEVELS - 1
+            ),
+            EditError::BlobFileAlreadyLive(n) => {
+                write!(f, "edit adds blob file {n} that is already live")
+            }
+            EditError::RetiredTwice(n) => write!(f, "edit retires blob file {n} a second time"),
+            EditError::DeadInFileNotLive(n) => {
+                write!(
+                    f,
+                    "edit marks ordinals dead in blob file {n}, which is not live"
+                )
+            }
+            EditError::DeadBeyondRecords {
+                file,
+                ordinal,
+                records,
+            } => write!(
+                f,
+                "edit marks ordinal {ordinal} of blob file {file} dead, which has {records} records"
+            ),
+            EditError::BlobFileNotLive(n) => {
+                write!(f, "edit deletes blob file {n}, which is not live")
+            }
+            EditError::NoLineage(n) => {
+                write!(f, "edit drops the lineage of blob file {n}, which has none")
+            }
+        }
+    }
+}
+
+/// A broken invariant of a built version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ShapeError {
+    /// A table is listed in two levels.
+    TableInTwoLevels(u64),
+    /// Two tables of a sorted level overlap (`second` starts before `first` ends).
+    Overlap {
+        level: usize,
+        first: u64,
+        second: u64,
+    },
+    /// A file number is at or above the next file number.
+    NumberNotBelowNext { blob: bool, number: u64, next: u64 },
+    /// A blob file has a table's number.
+    BlobNumberIsTable(u64),
+    /// A lineage chain from blob file `old` does not end in a live file.
+    Lineage {
+        old: u64,
+        new_file: u64,
+        why: String,
+    },
+}
+
+impl ShapeError {
+    /// The blob file whose lineage is broken, if that is the problem.
+    pub(crate) fn lineage_of(&self) -> Option<u64> {
+        match self {
+            ShapeError::Lineage { old, .. } => Some(*old),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShapeError::TableInTwoLevels(n) => {
+                write!(f, "table {} appears in two levels", table_file_name(*n))
+            }
+            ShapeError::Overlap {
+                level,
+                first,
+                second,
+            } => write!(
+                f,
+                "tables {} and {} overlap in level {level}",
+                table_file_name(*first),
+                table_file_name(*second)
+            ),
+            ShapeError::NumberNotBelowNext { blob, number, next } => {
+                let name = if *blob {
+                    blob_file_name(*number)
+                } else {
+                    table_file_name(*number)
+                };
+                write!(f, "{name} is not below the next file number {next}")
+            }
+            ShapeError::BlobNumberIsTable(n) => {
+                write!(f, "blob file {} has a table's number", blob_file_name(*n))
+            }
+            ShapeError::Lineage { old, new_file, why } => {
+                write!(f, "lineage of blob file {old} (moved to {new_file}) {why}")
+            }
+        }
+    }
+}
 
 /// Accumulates edits on top of a base version.
-pub struct VersionBuilder {
+pub(crate) struct VersionBuilder {
     levels: Vec<BTreeMap<u64, FileRef>>,
     blob_files: BlobFiles,
     relocations: Relocations,
@@ -20,7 +162,7 @@ pub struct VersionBuilder {
 
 impl VersionBuilder {
     /// Starts from `base`.
-    pub fn new(base: &Version) -> Self {
+    pub(crate) fn new(base: &Version) -> Self {
         let levels = base
             .levels
             .iter()
@@ -33,25 +175,37 @@ impl VersionBuilder {
         }
     }
 
-    /// Applies one edit: deletions first, then additions.
-    pub fn apply(&mut self, edit: &VersionEdit) -> Result<()> {
+    /// Applies one edit as far as it applies: table deletions, table
+    /// additions, then the blob fields (files added, files retired by GC,
+    /// dead ordinals, files deleted, lineage dropped). Every part that does
+    /// not apply is skipped and returned.
+    pub(crate) fn apply(&mut self, edit: &VersionEdit) -> Vec<EditError> {
+        let mut errors = Vec::new();
         for &(level, number) in &edit.deleted_files {
-            let files = self.level_mut(level)?;
-            if files.remove(&number).is_none() {
-                return Err(Error::InvalidArgument(format!(
-                    "version edit deletes file {number} that is not in level {level}"
-                )));
+            let removed = self
+                .levels
+                .get_mut(level as usize)
+                .and_then(|files| files.remove(&number));
+            if removed.is_none() {
+                errors.push(EditError::TableNotInLevel { level, number });
             }
         }
         for (level, meta) in &edit.new_files {
-            let files = self.level_mut(*level)?;
-            files.insert(meta.number, Arc::new(meta.clone()));
+            match self.levels.get_mut(*level as usize) {
+                Some(files) => {
+                    files.insert(meta.number, Arc::new(meta.clone()));
+                }
+                None => errors.push(EditError::LevelOutOfRange {
+                    level: *level,
+                    number: meta.number,
+                }),
+            }
         }
-        self.apply_blobs(edit)
+        self.apply_blobs(edit, &mut errors);
+        errors
     }
 
-    fn apply_blobs(&mut self, edit: &VersionEdit) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidArgument(m));
+    fn apply_blobs(&mut self, edit: &VersionEdit, errors: &mut Vec<EditError>) {
         for b in &edit.blob_files_added {
             let state = BlobFileState {
                 meta: b.clone(),
@@ -59,7 +213,7 @@ impl VersionBuilder {
                 dead_bytes: 0,
             };
             if self.blob_files.insert(b.number, Arc::new(state)).is_some() {
-                return bad(format!("blob file {} added twice", b.number));
+                errors.push(EditError::BlobFileAlreadyLive(b.number));
             }
         }
         for (new_file, entry) in &edit.relocations {
@@ -75,63 +229,45 @@ impl VersionBuilder {
                 .insert(entry.old_file, Arc::new(r))
                 .is_some()
             {
-                return bad(format!("blob file {} retired twice", entry.old_file));
+                errors.push(EditError::RetiredTwice(entry.old_file));
             }
         }
         for d in &edit.dead_ordinals {
             let Some(state) = self.blob_files.get_mut(&d.file) else {
-                return bad(format!(
-                    "dead ordinals for blob file {} that is not live",
-                    d.file
-                ));
+                errors.push(EditError::DeadInFileNotLive(d.file));
+                continue;
             };
             let state = Arc::make_mut(state);
             state.dead |= &d.ordinals;
             state.dead_bytes += d.bytes;
-            if state
-                .dead
-                .max()
-                .is_some_and(|m| u64::from(m) >= state.meta.record_count)
-            {
-                return bad(format!(
-                    "dead ordinal beyond the records of blob file {}",
-                    d.file
-                ));
+            if let Some(max) = d.ordinals.max() {
+                if u64::from(max) >= state.meta.record_count {
+                    errors.push(EditError::DeadBeyondRecords {
+                        file: d.file,
+                        ordinal: max,
+                        records: state.meta.record_count,
+                    });
+                }
             }
         }
         for n in &edit.blob_files_deleted {
             if self.blob_files.remove(n).is_none() {
-                return bad(format!("deletes blob file {n} that is not live"));
+                errors.push(EditError::BlobFileNotLive(*n));
             }
         }
         for n in &edit.relocations_dropped {
             if self.relocations.remove(n).is_none() {
-                return bad(format!("drops lineage of blob file {n} that has none"));
+                errors.push(EditError::NoLineage(*n));
             }
         }
-        Ok(())
     }
 
-    fn level_mut(&mut self, level: u32) -> Result<&mut BTreeMap<u64, FileRef>> {
-        self.levels
-            .get_mut(level as usize)
-            .ok_or_else(|| Error::InvalidArgument(format!("level {level} out of range")))
-    }
-
-    /// Produces the version, checking the level invariants.
-    pub fn build(self) -> Result<Version> {
+    /// Produces the version without checking its invariants (see
+    /// [`Version::check_invariants`]).
+    pub(crate) fn build(self) -> Version {
         let mut v = Version::default();
-        let mut seen = HashSet::new();
         for (level, files) in self.levels.into_iter().enumerate() {
             let mut list: Vec<FileRef> = files.into_values().collect();
-            for f in &list {
-                if !seen.insert(f.number) {
-                    return Err(Error::InvalidArgument(format!(
-                        "file {} appears in two levels",
-                        f.number
-                    )));
-                }
-            }
             if level == 0 {
                 list.sort_by(|a, b| {
                     b.largest_seq
@@ -140,32 +276,80 @@ impl VersionBuilder {
                 });
             } else {
                 list.sort_by(|a, b| internal_key::compare(&a.smallest, &b.smallest));
-                for w in list.windows(2) {
-                    if internal_key::user_key(&w[0].largest)
-                        >= internal_key::user_key(&w[1].smallest)
-                    {
-                        return Err(Error::InvalidArgument(format!(
-                            "files {} and {} overlap in level {level}",
-                            w[0].number, w[1].number
-                        )));
-                    }
-                }
             }
             v.levels[level] = list;
         }
-        debug_assert_eq!(v.levels.len(), NUM_LEVELS);
-        for (old, r) in &self.relocations {
-            if !self.blob_files.contains_key(&r.new_file)
-                && !self.relocations.contains_key(&r.new_file)
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "lineage of blob file {old} leads to unknown file {}",
-                    r.new_file
-                )));
-            }
-        }
         v.blob_files = self.blob_files;
         v.relocations = self.relocations;
-        Ok(v)
+        v
+    }
+}
+
+impl Version {
+    /// Every broken invariant: a table in two levels, overlapping tables in
+    /// levels 1 and deeper, a blob file with a table's number, a lineage
+    /// chain that does not end in a live blob file, and (given the
+    /// manifest's next file number) a file numbered at or above it.
+    pub(crate) fn check_invariants(&self, next_file_number: Option<u64>) -> Vec<ShapeError> {
+        let mut errors = Vec::new();
+        let below_next = |blob: bool, number: u64, errors: &mut Vec<ShapeError>| {
+            if let Some(next) = next_file_number.filter(|&next| number >= next) {
+                errors.push(ShapeError::NumberNotBelowNext { blob, number, next });
+            }
+        };
+        let mut tables = HashSet::new();
+        for (level, files) in self.levels.iter().enumerate() {
+            for f in files {
+                if !tables.insert(f.number) {
+                    errors.push(ShapeError::TableInTwoLevels(f.number));
+                }
+                below_next(false, f.number, &mut errors);
+            }
+            if level == 0 {
+                continue;
+            }
+            for w in files.windows(2) {
+                if internal_key::user_key(&w[0].largest) >= internal_key::user_key(&w[1].smallest) {
+                    errors.push(ShapeError::Overlap {
+                        level,
+                        first: w[0].number,
+                        second: w[1].number,
+                    });
+                }
+            }
+        }
+        for &number in self.blob_files.keys() {
+            if tables.contains(&number) {
+                errors.push(ShapeError::BlobNumberIsTable(number));
+            }
+            below_next(true, number, &mut errors);
+        }
+        for (&old, r) in &self.relocations {
+            if let Some(why) = self.lineage_break(r.new_file) {
+                errors.push(ShapeError::Lineage {
+                    old,
+                    new_file: r.new_file,
+                    why,
+                });
+            }
+        }
+        errors
+    }
+
+    /// Why the lineage chain starting at `file` does not end in a live blob
+    /// file, or `None` when it does.
+    fn lineage_break(&self, mut file: u64) -> Option<String> {
+        for _ in 0..MAX_LINEAGE_HOPS {
+            if self.blob_files.contains_key(&file) {
+                return None;
+            }
+            let Some(next) = self.relocations.get(&file) else {
+                return Some(format!(
+                    "leads to blob file {file}, which is neither live nor retired"
+                ));
+            };
+            file = next.new_file;
+        }
+        Some(format!("does not end within {MAX_LINEAGE_HOPS} files"))
     }
 }

@@ -14,14 +14,16 @@
 mod blobs;
 mod builder;
 mod level_targets;
+mod replay;
 mod set;
 
 use std::cmp::Ordering;
 use std::sync::Arc;
 
 pub use blobs::{resolve, BlobFileState, BlobFiles, BlobMeta, LiveBlobs, Relocation, Relocations};
-pub use builder::VersionBuilder;
+pub(crate) use builder::MAX_LINEAGE_HOPS;
 pub use level_targets::LevelTargets;
+pub(crate) use replay::{replay_manifest, OnProblem, Replayed};
 pub use set::{RecoveredState, VersionSet};
 
 use crate::format::internal_key::{self, user_key};

@@ -11,12 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use super::{Version, VersionBuilder};
+use super::builder::VersionBuilder;
+use super::replay::{replay_manifest, OnProblem};
+use super::Version;
 use crate::error::{Error, IoContext, Result};
 use crate::format::version_edit::VersionEdit;
 use crate::io::FsRef;
 use crate::options::NUM_LEVELS;
-use crate::wal::{manifest_file_name, read_current, set_current, LogKind, LogReader, LogWriter};
+use crate::wal::{manifest_file_name, read_current, set_current, LogKind, LogWriter};
 
 /// An edit retiring every blob file and lineage entry of `version` that no
 /// table can reach (through lineage) any more.
@@ -36,13 +38,32 @@ fn unreachable_blobs(version: &Version) -> VersionEdit {
     }
 }
 
+/// `base` with `edit` applied, or an error when the edit does not apply or
+/// the result breaks an invariant (a bug in whoever made the edit: nothing
+/// is logged).
+fn apply_checked(base: &Version, edit: &VersionEdit) -> Result<Version> {
+    let mut builder = VersionBuilder::new(base);
+    if let Some(e) = builder.apply(edit).into_iter().next() {
+        return Err(Error::InvalidArgument(format!(
+            "version edit does not apply: {e}"
+        )));
+    }
+    let version = builder.build();
+    if let Some(e) = version.check_invariants(None).into_iter().next() {
+        return Err(Error::InvalidArgument(format!(
+            "version edit breaks the version: {e}"
+        )));
+    }
+    Ok(version)
+}
+
 /// What recovery found in the manifest.
 #[derive(Debug, Clone, Copy)]
 pub struct RecoveredState {
     /// Manifest that was replayed.
     pub manifest_number: u64,
     /// Edits replayed.
-    pub edits: usize,
+    pub edits: u64,
 }
 
 /// The current version plus the counters persisted with it.
@@ -99,57 +120,31 @@ impl VersionSet {
                 dir.display()
             ))
         })?;
-        let name = manifest_file_name(manifest_number);
-        let path = dir.join(name);
+        let path = dir.join(manifest_file_name(manifest_number));
         let data = fs.read_all(&path).ctx(&path)?;
-        let mut reader = LogReader::new(data, path.clone(), LogKind::Manifest)?;
-        let mut set = VersionSet::new(fs, dir, max_manifest_size);
-        let mut builder = VersionBuilder::new(&set.current);
-        let mut edits = 0;
-        let mut next_file = None;
-        while let Some(rec) = reader.next_record()? {
-            let edit = VersionEdit::decode(rec);
-            let offset = reader.last_record_offset();
-            let edit = edit.map_err(|e| e.in_file(&path, offset))?;
-            builder.apply(&edit).map_err(|e| {
-                Error::corruption(&path, offset, format!("edit does not apply: {e}"))
-            })?;
-            if let Some(n) = edit.log_number {
-                set.log_number = n;
-            }
-            if let Some(n) = edit.next_file_number {
-                next_file = Some(n);
-            }
-            if let Some(n) = edit.last_sequence {
-                set.last_sequence = n;
-            }
-            for (level, key) in &edit.compact_pointers {
-                if let Some(p) = set.compact_pointers.get_mut(*level as usize) {
-                    p.clone_from(key);
-                }
-            }
-            edits += 1;
-        }
-        if let Some(at) = reader.torn_tail() {
+        let replayed = replay_manifest(&path, data, OnProblem::Fail)?;
+        if let Some(at) = replayed.torn_tail {
             tracing::warn!(
                 "tern: dropped the incomplete last record of {} at offset {at} (an interrupted write)",
                 path.display()
             );
         }
-        let next_file = next_file
+        let next_file = replayed
+            .next_file_number
             .ok_or_else(|| Error::corruption(&path, 0, "manifest has no next-file-number"))?;
-        let version = builder
-            .build()
-            .map_err(|e| Error::corruption(&path, 0, format!("inconsistent version: {e}")))?;
+        let mut set = VersionSet::new(fs, dir, max_manifest_size);
+        set.log_number = replayed.log_number;
+        set.last_sequence = replayed.last_sequence;
+        set.compact_pointers = replayed.compact_pointers;
         set.next_file_number
             .store(next_file.max(manifest_number + 1), Ordering::SeqCst);
-        set.current = Arc::new(version);
+        set.current = Arc::new(replayed.version);
         set.manifest_number = manifest_number;
         Ok((
             set,
             RecoveredState {
                 manifest_number,
-                edits,
+                edits: replayed.records,
             },
         ))
     }
@@ -202,14 +197,10 @@ impl VersionSet {
         if edit.last_sequence.is_none() {
             edit.last_sequence = Some(self.last_sequence);
         }
-        let mut builder = VersionBuilder::new(&self.current);
-        builder.apply(edit)?;
-        let mut version = builder.build()?;
+        let mut version = apply_checked(&self.current, edit)?;
         let cleanup = unreachable_blobs(&version);
         if !cleanup.is_empty() {
-            let mut builder = VersionBuilder::new(&version);
-            builder.apply(&cleanup)?;
-            version = builder.build()?;
+            version = apply_checked(&version, &cleanup)?;
             edit.blob_files_deleted.extend(cleanup.blob_files_deleted);
             edit.relocations_dropped.extend(cleanup.relocations_dropped);
         }
