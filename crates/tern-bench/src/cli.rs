@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use crate::binding::{self, Binding};
+use crate::binding;
+use crate::compare::{self, CompareArgs};
+use crate::phases::{phase, run_and_print, ycsb_phases};
 use crate::props::Properties;
-use crate::report::{html, text, Report};
-use crate::runner::{run_phase, PhaseSpec, Workload};
+use crate::report::{html, OutputArgs, Report};
 use crate::workload::dbbench::{DbBench, DbBenchConfig, DbBenchState};
 use crate::workload::mixgraph::MixgraphParams;
 use crate::workload::trace::{Trace, TraceFormat, TraceReplay};
 use crate::workload::tracegen;
-use crate::workload::ycsb::{Ycsb, YcsbConfig};
 use crate::{Error, Result};
 
 /// `tern bench`: benchmark Tern and its peers with the field's workloads.
@@ -59,20 +59,6 @@ pub enum BenchCommand {
     /// Run YCSB load and workloads against several bindings, each on a fresh
     /// directory, and print a table of ratios against the first.
     Compare(CompareArgs),
-}
-
-/// Output options shared by every benchmark.
-#[derive(Debug, Args, Clone)]
-pub struct OutputArgs {
-    /// Write the results as JSON (schema in docs/bench.md).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write a self-contained HTML report with charts.
-    #[arg(long, value_name = "FILE")]
-    pub report: Option<PathBuf>,
-    /// Seconds between status lines when stdout is not a terminal (0: none).
-    #[arg(long, default_value_t = 10)]
-    pub status_interval: u64,
 }
 
 /// `tern bench ycsb`.
@@ -322,41 +308,6 @@ pub struct GenTraceArgs {
     pub output: PathBuf,
 }
 
-/// `tern bench compare`.
-#[derive(Debug, Args)]
-pub struct CompareArgs {
-    /// Bindings, first one is the baseline of the ratios.
-    #[arg(long, value_delimiter = ',', default_value = "tern")]
-    pub bindings: Vec<String>,
-    /// Steps per binding, in order: `load`, then workload letters (a–f) or
-    /// property-file paths.
-    #[arg(
-        short = 'w',
-        long,
-        value_delimiter = ',',
-        default_value = "load,a,b,c,f,e"
-    )]
-    pub workloads: Vec<String>,
-    /// Directory with the workload files.
-    #[arg(long, default_value = "workloads")]
-    pub workload_dir: PathBuf,
-    /// Property override for every step (recordcount, operationcount, threadcount, …).
-    #[arg(short = 'p', value_name = "NAME=VALUE")]
-    pub props: Vec<String>,
-    /// Parent of the per-binding data directories (each created fresh).
-    #[arg(long, default_value = "tern-bench-compare")]
-    pub dir: PathBuf,
-    /// Repeat the whole comparison, rotating the binding order each round.
-    #[arg(long, default_value_t = 1)]
-    pub rounds: usize,
-    /// Keep the data directories afterwards.
-    #[arg(long)]
-    pub keep: bool,
-    /// Output options (JSON holds one report per binding and round).
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
-
 /// Runs a `tern bench` command, printing results to stdout.
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.command {
@@ -364,7 +315,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Db(a) => run_db(*a).map(|_| ()),
         BenchCommand::Trace(a) => run_trace(a).map(|_| ()),
         BenchCommand::GenTrace(a) => gen_trace(a),
-        BenchCommand::Compare(a) => crate::compare::run(a),
+        BenchCommand::Compare(a) => compare::run(a),
     }
 }
 
@@ -389,68 +340,12 @@ fn prepare_dir(dir: &Path, wipe: bool) -> Result<()> {
     Ok(())
 }
 
-fn phase(name: &str, threads: usize, ops: u64, out: &OutputArgs, quiet: bool) -> PhaseSpec {
-    PhaseSpec {
-        name: name.to_string(),
-        threads,
-        expected_ops: ops,
-        max_duration: None,
-        status_interval: out.status_interval,
-        quiet,
-    }
-}
-
-/// Runs a phase, prints its closing lines and metrics, adds it to `report`.
-pub fn run_and_print(
-    db: &Arc<dyn Binding>,
-    w: Arc<dyn Workload>,
-    spec: &PhaseSpec,
-    report: &mut Report,
-    print: bool,
-) -> Result<()> {
-    let r = run_phase(db, &w, spec);
-    if print {
-        println!("{}", text::closing_lines(&r));
-        print!("{}", text::metrics_lines(&r));
-        println!();
-    }
-    report.phases.push(r);
-    Ok(())
-}
-
 fn finish(report: &Report, out: &OutputArgs) -> Result<()> {
     if let Some(p) = &out.json {
         report.write_json(p)?;
     }
     if let Some(p) = &out.report {
         html::write(std::slice::from_ref(report), p)?;
-    }
-    Ok(())
-}
-
-/// Runs the load and/or run phase of a YCSB workload on an open binding.
-pub fn ycsb_phases(
-    db: &Arc<dyn Binding>,
-    props: &Properties,
-    load: bool,
-    run: bool,
-    out: &OutputArgs,
-    report: &mut Report,
-    print: bool,
-) -> Result<()> {
-    let cfg = YcsbConfig::from_props(props)?;
-    let threads = cfg.thread_count;
-    if load {
-        let y = Arc::new(Ycsb::new(cfg.clone(), false)?);
-        let spec = phase("Load", threads, y.phase_ops(), out, !print);
-        run_and_print(db, Arc::new(y), &spec, report, print)?;
-        db.settle()?;
-    }
-    if run {
-        let y = Arc::new(Ycsb::new(cfg, true)?);
-        y.assume_loaded();
-        let spec = phase("Run", threads, y.phase_ops(), out, !print);
-        run_and_print(db, Arc::new(y), &spec, report, print)?;
     }
     Ok(())
 }
@@ -477,7 +372,15 @@ pub fn run_ycsb(a: YcsbArgs) -> Result<Report> {
         .and_then(|p| p.file_name())
         .map_or("ycsb".to_string(), |f| f.to_string_lossy().to_string());
     let mut report = Report::new(&name, db.name(), props_map(&props));
-    ycsb_phases(&db, &props, a.load, a.run, &a.out, &mut report, true)?;
+    ycsb_phases(
+        &db,
+        &props,
+        a.load,
+        a.run,
+        a.out.status_interval,
+        &mut report,
+        true,
+    )?;
     db.close()?;
     finish(&report, &a.out)?;
     Ok(report)
@@ -516,7 +419,7 @@ pub fn run_db(a: DbArgs) -> Result<Report> {
         .filter(|s| !s.is_empty())
     {
         let b = Arc::new(DbBench::new(st.clone(), name)?);
-        let mut spec = phase(name, b.threads(), b.ops(), &a.out, false);
+        let mut spec = phase(name, b.threads(), b.ops(), a.out.status_interval, false);
         if a.duration > 0 {
             spec.max_duration = Some(Duration::from_secs(a.duration));
         }
@@ -549,10 +452,22 @@ pub fn run_trace(a: TraceArgs) -> Result<Report> {
     let db = binding::open(&a.db, &a.dir, &props)?;
     let mut report = Report::new(&a.format, db.name(), props_map(&props));
     let load = Arc::new(TraceReplay::new(trace.clone(), true));
-    let spec = phase("Load", a.threads, load.len() as u64, &a.out, false);
+    let spec = phase(
+        "Load",
+        a.threads,
+        load.len() as u64,
+        a.out.status_interval,
+        false,
+    );
     run_and_print(&db, Arc::new(load), &spec, &mut report, true)?;
     let run = Arc::new(TraceReplay::new(trace, false));
-    let spec = phase("Run", a.threads, run.len() as u64, &a.out, false);
+    let spec = phase(
+        "Run",
+        a.threads,
+        run.len() as u64,
+        a.out.status_interval,
+        false,
+    );
     run_and_print(&db, Arc::new(run), &spec, &mut report, true)?;
     db.close()?;
     finish(&report, &a.out)?;

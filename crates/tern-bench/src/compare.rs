@@ -7,13 +7,50 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use clap::Args;
+
 use crate::binding;
-use crate::cli::{ycsb_phases, CompareArgs};
+use crate::measure::phase::PhaseResult;
+use crate::phases::ycsb_phases;
 use crate::props::Properties;
 use crate::report::text::bytes;
-use crate::report::{html, Report};
-use crate::runner::PhaseResult;
+use crate::report::{html, OutputArgs, Report};
 use crate::{Error, Result};
+
+/// `tern bench compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Bindings, first one is the baseline of the ratios.
+    #[arg(long, value_delimiter = ',', default_value = "tern")]
+    pub bindings: Vec<String>,
+    /// Steps per binding, in order: `load`, then workload letters (a–f) or
+    /// property-file paths.
+    #[arg(
+        short = 'w',
+        long,
+        value_delimiter = ',',
+        default_value = "load,a,b,c,f,e"
+    )]
+    pub workloads: Vec<String>,
+    /// Directory with the workload files.
+    #[arg(long, default_value = "workloads")]
+    pub workload_dir: PathBuf,
+    /// Property override for every step (recordcount, operationcount, threadcount, …).
+    #[arg(short = 'p', value_name = "NAME=VALUE")]
+    pub props: Vec<String>,
+    /// Parent of the per-binding data directories (each created fresh).
+    #[arg(long, default_value = "tern-bench-compare")]
+    pub dir: PathBuf,
+    /// Repeat the whole comparison, rotating the binding order each round.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Keep the data directories afterwards.
+    #[arg(long)]
+    pub keep: bool,
+    /// Output options (JSON holds one report per binding and round).
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
 
 /// The main operation of a phase, for the latency columns: the most
 /// frequent one.
@@ -66,7 +103,15 @@ pub fn run(a: CompareArgs) -> Result<()> {
                     p.set_pair(pair)?;
                 }
                 let before = report.phases.len();
-                ycsb_phases(&db, &p, load, !load, &a.out, &mut report, false)?;
+                ycsb_phases(
+                    &db,
+                    &p,
+                    load,
+                    !load,
+                    a.out.status_interval,
+                    &mut report,
+                    false,
+                )?;
                 if let Some(r) = report.phases.get_mut(before) {
                     r.phase = step.clone();
                     eprintln!(

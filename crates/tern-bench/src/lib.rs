@@ -16,6 +16,7 @@ pub mod compare;
 pub mod error;
 pub mod generator;
 pub mod measure;
+pub mod phases;
 pub mod props;
 pub mod report;
 pub mod runner;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tern_bench::binding;
-use tern_bench::cli::{ycsb_phases, OutputArgs};
+use tern_bench::phases::ycsb_phases;
 use tern_bench::props::Properties;
 use tern_bench::report::{text, Report};
 
@@ -42,13 +42,8 @@ fn smoke(binding_name: &str) {
         p.set_pair(kv).unwrap();
     }
     let db = binding::open(binding_name, dir.path(), &p).unwrap();
-    let out = OutputArgs {
-        json: None,
-        report: None,
-        status_interval: 0,
-    };
     let mut report = Report::new("workloada", db.name(), Default::default());
-    ycsb_phases(&db, &p, true, true, &out, &mut report, false).unwrap();
+    ycsb_phases(&db, &p, true, true, 0, &mut report, false).unwrap();
     db.close().unwrap();
     assert_eq!(report.phases.len(), 2);
 

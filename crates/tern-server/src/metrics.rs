@@ -4,8 +4,6 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use crate::commands::table::COMMANDS;
-
 /// Upper bounds of the latency histogram buckets, microseconds.
 pub const BUCKETS_US: [u64; 15] = [
     10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
@@ -15,6 +13,8 @@ pub const BUCKETS_US: [u64; 15] = [
 /// Counters of one command.
 #[derive(Debug, Default)]
 pub struct CommandMetrics {
+    /// The command's name, lower case.
+    pub name: &'static str,
     /// Calls.
     pub calls: AtomicU64,
     /// Calls answered with an error.
@@ -28,7 +28,7 @@ pub struct CommandMetrics {
 /// Server-wide counters.
 #[derive(Debug)]
 pub struct Metrics {
-    /// Per command, indexed like [`COMMANDS`].
+    /// Per command, indexed like the names given to [`Metrics::new`].
     pub commands: Vec<CommandMetrics>,
     /// Connections accepted.
     pub connections_total: AtomicU64,
@@ -44,11 +44,17 @@ pub struct Metrics {
     pub unknown_commands: AtomicU64,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
+impl Metrics {
+    /// Counters for the commands named in `commands`; a call is recorded
+    /// by its index there.
+    pub fn new(commands: impl IntoIterator<Item = &'static str>) -> Self {
         Metrics {
-            commands: (0..COMMANDS.len())
-                .map(|_| CommandMetrics::default())
+            commands: commands
+                .into_iter()
+                .map(|name| CommandMetrics {
+                    name,
+                    ..CommandMetrics::default()
+                })
                 .collect(),
             connections_total: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
@@ -58,9 +64,7 @@ impl Default for Metrics {
             unknown_commands: AtomicU64::new(0),
         }
     }
-}
 
-impl Metrics {
     /// Records one call of command `idx`.
     pub fn record(&self, idx: usize, took: Duration, error: bool) {
         let Some(m) = self.commands.get(idx) else {
@@ -145,25 +149,25 @@ impl Metrics {
         let _ = writeln!(s, "# HELP tern_uptime_seconds Seconds since the server started.\n# TYPE tern_uptime_seconds gauge\ntern_uptime_seconds {}", uptime.as_secs());
 
         let _ = writeln!(s, "# HELP tern_commands_total Commands processed, by command.\n# TYPE tern_commands_total counter");
-        for (spec, m) in COMMANDS.iter().zip(&self.commands) {
+        for m in &self.commands {
             let _ = writeln!(
                 s,
                 "tern_commands_total{{cmd=\"{}\"}} {}",
-                spec.name,
+                m.name,
                 m.calls.load(Relaxed)
             );
         }
         let _ = writeln!(s, "# HELP tern_command_errors_total Commands answered with an error, by command.\n# TYPE tern_command_errors_total counter");
-        for (spec, m) in COMMANDS.iter().zip(&self.commands) {
+        for m in &self.commands {
             let _ = writeln!(
                 s,
                 "tern_command_errors_total{{cmd=\"{}\"}} {}",
-                spec.name,
+                m.name,
                 m.errors.load(Relaxed)
             );
         }
         let _ = writeln!(s, "# HELP tern_command_duration_seconds Time to execute a command, by command.\n# TYPE tern_command_duration_seconds histogram");
-        for (spec, m) in COMMANDS.iter().zip(&self.commands) {
+        for m in &self.commands {
             let calls = m.calls.load(Relaxed);
             if calls == 0 {
                 continue;
@@ -174,7 +178,7 @@ impl Metrics {
                 let _ = writeln!(
                     s,
                     "tern_command_duration_seconds_bucket{{cmd=\"{}\",le=\"{}\"}} {cum}",
-                    spec.name,
+                    m.name,
                     *ub as f64 / 1e6
                 );
             }
@@ -182,18 +186,18 @@ impl Metrics {
             let _ = writeln!(
                 s,
                 "tern_command_duration_seconds_bucket{{cmd=\"{}\",le=\"+Inf\"}} {cum}",
-                spec.name
+                m.name
             );
             let _ = writeln!(
                 s,
                 "tern_command_duration_seconds_sum{{cmd=\"{}\"}} {}",
-                spec.name,
+                m.name,
                 m.usec.load(Relaxed) as f64 / 1e6
             );
             let _ = writeln!(
                 s,
                 "tern_command_duration_seconds_count{{cmd=\"{}\"}} {cum}",
-                spec.name
+                m.name
             );
         }
 

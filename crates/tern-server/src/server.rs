@@ -168,9 +168,12 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
     let store = Store::new(db, config.appendfsync);
+    let counters =
+        crate::metrics::Metrics::new(crate::commands::table::COMMANDS.iter().map(|c| c.name));
     let state = Arc::new(State::new(
         store,
         config,
+        counters,
         addr.port(),
         opts.config_file.clone(),
     ));

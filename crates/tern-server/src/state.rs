@@ -72,13 +72,19 @@ pub struct State {
 }
 
 impl State {
-    /// New state around `store`.
-    pub fn new(store: Store, config: Config, port: u16, config_file: String) -> Self {
+    /// New state around `store`, counting commands in `metrics`.
+    pub fn new(
+        store: Store,
+        config: Config,
+        metrics: Metrics,
+        port: u16,
+        config_file: String,
+    ) -> Self {
         State {
             store,
             max_key_len: config.engine_options().max_key_size.saturating_sub(1),
             config,
-            metrics: Metrics::default(),
+            metrics,
             clients: Mutex::new(BTreeMap::new()),
             started: Instant::now(),
             port,

@@ -23,8 +23,8 @@ pub mod sst;
 pub mod version;
 pub mod wal;
 
-pub use db::{Db, Snapshot, Stats};
+pub use db::{Db, ReadOptions, Snapshot, Stats};
 pub use error::{Error, Result};
 pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
-pub use options::{Compression, Options, ReadOptions, WriteOptions};
+pub use options::{Compression, Options, WriteOptions};

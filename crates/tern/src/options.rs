@@ -273,14 +273,3 @@ impl WriteOptions {
         }
     }
 }
-
-/// Options for reads and iterators.
-#[derive(Debug, Clone, Default)]
-pub struct ReadOptions<'a> {
-    /// Read as of this snapshot; default: the latest state.
-    pub snapshot: Option<&'a crate::db::Snapshot>,
-    /// Iterators start at keys `>= lower_bound`.
-    pub lower_bound: Option<Vec<u8>>,
-    /// Iterators stop before keys `>= upper_bound`.
-    pub upper_bound: Option<Vec<u8>>,
-}

@@ -2,6 +2,7 @@
 //! reported in microseconds like YCSB-cpp) and their summaries.
 
 pub mod clock;
+pub mod phase;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::runner::PhaseResult;
+use crate::measure::phase::PhaseResult;
 use crate::Result;
 
 /// Everything one invocation measured.

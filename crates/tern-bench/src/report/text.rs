@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::measure::clock::now_string;
+use crate::measure::phase::PhaseResult;
 use crate::measure::OpSummary;
-use crate::runner::PhaseResult;
 
 /// One YCSB-cpp status line:
 /// `<date time> <secs> sec: <N> operations; [READ: Count=.. Max=.. …] …`.

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::strings::tri;
-use super::table::{CommandSpec, COMMANDS};
 use super::{int_arg, store_error, syntax_error, wrong_arity, Ctx};
 use crate::glob::glob_match;
 use crate::metrics::{engine_counters, engine_gauges};
@@ -229,11 +228,11 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }
 }
 
-fn help(lines: &[&str]) -> Reply {
+pub(super) fn help(lines: &[&str]) -> Reply {
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }
 
-fn unknown_subcommand(sub: &[u8], cmd: &str) -> Reply {
+pub(super) fn unknown_subcommand(sub: &[u8], cmd: &str) -> Reply {
     Reply::err(format!(
         "unknown subcommand '{}'. Try {cmd} HELP.",
         String::from_utf8_lossy(sub)
@@ -336,115 +335,6 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             "    Print this help.",
         ]),
         _ => unknown_subcommand(&args[1], "CLIENT"),
-    }
-}
-
-fn acl_categories(spec: &CommandSpec) -> Vec<Reply> {
-    let mut cats = Vec::new();
-    let f = |n: &str| spec.flags.contains(&n);
-    if f("write") {
-        cats.push("@write");
-    }
-    if f("readonly") {
-        cats.push("@read");
-    }
-    match spec.group {
-        "string" => cats.push("@string"),
-        "generic" => cats.push("@keyspace"),
-        "connection" => cats.push("@connection"),
-        _ => {}
-    }
-    if f("fast") {
-        cats.push("@fast");
-    } else {
-        cats.push("@slow");
-    }
-    if spec.group == "server" && spec.first_key == 0 && f("write") {
-        cats.push("@dangerous");
-    }
-    cats.into_iter().map(|c| Reply::Simple(c.into())).collect()
-}
-
-fn command_info(spec: &CommandSpec) -> Reply {
-    Reply::Array(vec![
-        Reply::text(spec.name),
-        Reply::Int(spec.arity),
-        Reply::Set(
-            spec.flags
-                .iter()
-                .map(|f| Reply::Simple((*f).into()))
-                .collect(),
-        ),
-        Reply::Int(spec.first_key),
-        Reply::Int(spec.last_key),
-        Reply::Int(spec.step),
-        Reply::Set(acl_categories(spec)),
-        Reply::Array(Vec::new()),
-        Reply::Array(Vec::new()),
-        Reply::Array(Vec::new()),
-    ])
-}
-
-fn command_docs(spec: &CommandSpec) -> Reply {
-    Reply::Map(vec![
-        (Reply::text("summary"), Reply::text(spec.summary)),
-        (Reply::text("since"), Reply::text(spec.since)),
-        (Reply::text("group"), Reply::text(spec.group)),
-        (Reply::text("complexity"), Reply::text("O(1)")),
-        (Reply::text("arguments"), Reply::Array(Vec::new())),
-    ])
-}
-
-fn find(name: &[u8]) -> Option<&'static CommandSpec> {
-    super::table::lookup(name).map(|i| &COMMANDS[i])
-}
-
-/// COMMAND [COUNT | INFO [name ...] | DOCS [name ...] | LIST | HELP]
-pub fn command(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let Some(sub) = args.get(1).map(|s| s.to_ascii_lowercase()) else {
-        return Reply::Array(COMMANDS.iter().map(command_info).collect());
-    };
-    match sub.as_slice() {
-        b"count" if args.len() != 2 => wrong_arity("command|count"),
-        b"count" => Reply::Int(COMMANDS.len() as i64),
-        b"help" if args.len() != 2 => wrong_arity("command|help"),
-        b"list" => Reply::Array(COMMANDS.iter().map(|c| Reply::text(c.name)).collect()),
-        b"info" if args.len() == 2 => Reply::Array(COMMANDS.iter().map(command_info).collect()),
-        b"info" => Reply::Array(
-            args[2..]
-                .iter()
-                .map(|n| find(n).map_or(Reply::Nil, command_info))
-                .collect(),
-        ),
-        b"docs" => {
-            let specs: Vec<&CommandSpec> = if args.len() == 2 {
-                COMMANDS.iter().collect()
-            } else {
-                args[2..].iter().filter_map(|n| find(n)).collect()
-            };
-            Reply::Map(
-                specs
-                    .into_iter()
-                    .map(|s| (Reply::text(s.name), command_docs(s)))
-                    .collect(),
-            )
-        }
-        b"help" => help(&[
-            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            "(no subcommand)",
-            "    Return details about all Redis commands.",
-            "COUNT",
-            "    Return the total number of commands in this Redis server.",
-            "LIST",
-            "    Return a list of all commands in this Redis server.",
-            "INFO [<command-name> ...]",
-            "    Return details about multiple Redis commands.",
-            "DOCS [<command-name> ...]",
-            "    Return documentation details about multiple Redis commands.",
-            "HELP",
-            "    Print this help.",
-        ]),
-        _ => unknown_subcommand(&args[1], "COMMAND"),
     }
 }
 

@@ -1,7 +1,9 @@
-//! The command table: names, arities, flags and key positions (as `COMMAND`
-//! reports them), and the function that runs each command.
+//! The command table: names, arities, flags and key positions, and the
+//! function that runs each command; and `COMMAND`, which reports the table.
 
-use super::{keys, server, strings, Handler};
+use super::server::{help, unknown_subcommand};
+use super::{keys, server, strings, wrong_arity, Ctx, Handler};
+use crate::resp::Reply;
 
 /// One command.
 #[derive(Debug)]
@@ -112,7 +114,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("info", -1, &["loading", "stale"], 0, 0, 0, "server", "1.0.0", "Returns information and statistics about the server.", server::info),
     cmd!("config", -2, &[], 0, 0, 0, "server", "2.0.0", "A container for server configuration commands.", server::config),
     cmd!("client", -2, &[], 0, 0, 0, "connection", "2.4.0", "A container for client connection commands.", server::client),
-    cmd!("command", -1, &["loading", "stale"], 0, 0, 0, "server", "2.8.13", "Returns detailed information about all commands.", server::command),
+    cmd!("command", -1, &["loading", "stale"], 0, 0, 0, "server", "2.8.13", "Returns detailed information about all commands.", command),
     cmd!("quit", -1, NOAUTH, 0, 0, 0, "connection", "1.0.0", "Closes the connection.", server::quit),
     cmd!("shutdown", -1, &["admin", "noscript", "loading", "stale", "no_async_loading"], 0, 0, 0, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server.", server::shutdown),
 ];
@@ -131,5 +133,114 @@ pub fn arity_ok(arity: i64, argc: usize) -> bool {
         argc == arity
     } else {
         argc >= -arity
+    }
+}
+
+fn acl_categories(spec: &CommandSpec) -> Vec<Reply> {
+    let mut cats = Vec::new();
+    let f = |n: &str| spec.flags.contains(&n);
+    if f("write") {
+        cats.push("@write");
+    }
+    if f("readonly") {
+        cats.push("@read");
+    }
+    match spec.group {
+        "string" => cats.push("@string"),
+        "generic" => cats.push("@keyspace"),
+        "connection" => cats.push("@connection"),
+        _ => {}
+    }
+    if f("fast") {
+        cats.push("@fast");
+    } else {
+        cats.push("@slow");
+    }
+    if spec.group == "server" && spec.first_key == 0 && f("write") {
+        cats.push("@dangerous");
+    }
+    cats.into_iter().map(|c| Reply::Simple(c.into())).collect()
+}
+
+fn command_info(spec: &CommandSpec) -> Reply {
+    Reply::Array(vec![
+        Reply::text(spec.name),
+        Reply::Int(spec.arity),
+        Reply::Set(
+            spec.flags
+                .iter()
+                .map(|f| Reply::Simple((*f).into()))
+                .collect(),
+        ),
+        Reply::Int(spec.first_key),
+        Reply::Int(spec.last_key),
+        Reply::Int(spec.step),
+        Reply::Set(acl_categories(spec)),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+fn command_docs(spec: &CommandSpec) -> Reply {
+    Reply::Map(vec![
+        (Reply::text("summary"), Reply::text(spec.summary)),
+        (Reply::text("since"), Reply::text(spec.since)),
+        (Reply::text("group"), Reply::text(spec.group)),
+        (Reply::text("complexity"), Reply::text("O(1)")),
+        (Reply::text("arguments"), Reply::Array(Vec::new())),
+    ])
+}
+
+fn find(name: &[u8]) -> Option<&'static CommandSpec> {
+    lookup(name).map(|i| &COMMANDS[i])
+}
+
+/// COMMAND [COUNT | INFO [name ...] | DOCS [name ...] | LIST | HELP]
+pub fn command(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let Some(sub) = args.get(1).map(|s| s.to_ascii_lowercase()) else {
+        return Reply::Array(COMMANDS.iter().map(command_info).collect());
+    };
+    match sub.as_slice() {
+        b"count" if args.len() != 2 => wrong_arity("command|count"),
+        b"count" => Reply::Int(COMMANDS.len() as i64),
+        b"help" if args.len() != 2 => wrong_arity("command|help"),
+        b"list" => Reply::Array(COMMANDS.iter().map(|c| Reply::text(c.name)).collect()),
+        b"info" if args.len() == 2 => Reply::Array(COMMANDS.iter().map(command_info).collect()),
+        b"info" => Reply::Array(
+            args[2..]
+                .iter()
+                .map(|n| find(n).map_or(Reply::Nil, command_info))
+                .collect(),
+        ),
+        b"docs" => {
+            let specs: Vec<&CommandSpec> = if args.len() == 2 {
+                COMMANDS.iter().collect()
+            } else {
+                args[2..].iter().filter_map(|n| find(n)).collect()
+            };
+            Reply::Map(
+                specs
+                    .into_iter()
+                    .map(|s| (Reply::text(s.name), command_docs(s)))
+                    .collect(),
+            )
+        }
+        b"help" => help(&[
+            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "(no subcommand)",
+            "    Return details about all Redis commands.",
+            "COUNT",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple Redis commands.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "HELP",
+            "    Print this help.",
+        ]),
+        _ => unknown_subcommand(&args[1], "COMMAND"),
     }
 }

@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::commit_queue::CommitQueue;
 use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
-use super::write::Writer;
 use crate::blob::BlobCache;
 use crate::cache::{BlockCache, OpenFiles};
 use crate::compaction::Executor;
@@ -82,7 +82,7 @@ pub struct Shared {
     pub current: Mutex<Arc<SuperVersion>>,
     /// Highest sequence number visible to readers.
     pub visible_seq: AtomicU64,
-    pub queue: Mutex<VecDeque<Arc<Writer>>>,
+    pub queue: CommitQueue,
     /// The active WAL (number, writer); used only by the group leader.
     pub wal: Mutex<Option<(u64, LogWriter)>>,
     pub tables: Arc<TableCache>,

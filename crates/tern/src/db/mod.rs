@@ -4,6 +4,7 @@
 //! are grouped into commits (see [`write`]); readers never block writers.
 
 mod background;
+mod commit_queue;
 mod compact;
 mod core;
 mod flush;
@@ -23,7 +24,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use self::core::{Shared, SuperVersion};
-pub use self::snapshot::{Snapshot, SnapshotList};
+pub use self::snapshot::{ReadOptions, Snapshot, SnapshotList};
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::BlobResolver;
 use crate::compaction::Executor;
@@ -31,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::format::internal_key::{self, seek_key, SeqNo, ValueKind};
 use crate::format::write_batch::WriteBatch;
 use crate::iter::{BoxedIter, DbIterator, LevelIterator, MergingIterator};
-use crate::options::{Options, ReadOptions, WriteOptions, NUM_LEVELS};
+use crate::options::{Options, WriteOptions, NUM_LEVELS};
 
 /// An open Tern store.
 pub struct Db {

@@ -84,3 +84,14 @@ impl std::fmt::Debug for Snapshot {
         f.debug_struct("Snapshot").field("seq", &self.seq).finish()
     }
 }
+
+/// Options for reads and iterators.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions<'a> {
+    /// Read as of this snapshot; default: the latest state.
+    pub snapshot: Option<&'a Snapshot>,
+    /// Iterators start at keys `>= lower_bound`.
+    pub lower_bound: Option<Vec<u8>>,
+    /// Iterators stop before keys `>= upper_bound`.
+    pub upper_bound: Option<Vec<u8>>,
+}

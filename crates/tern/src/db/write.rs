@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::MutexGuard;
 
+use super::commit_queue::Writer;
 use super::core::{Immutable, Shared, State};
 use super::stats::Counters;
 use crate::error::{Error, IoContext, Result};
@@ -20,32 +21,6 @@ use crate::wal::{wal_file_name, LogKind, LogWriter};
 /// Per-entry memtable overhead assumed when reserving room (node header,
 /// links, trailer).
 const ENTRY_OVERHEAD: usize = 96;
-
-/// A pending write in the commit queue.
-pub struct Writer {
-    /// Taken by the group leader.
-    batch: Mutex<Option<WriteBatch>>,
-    /// Encoded size of the batch, so grouping needs no lock per writer.
-    size: usize,
-    opts: WriteOptions,
-    /// Switch the memtable even if it is not full (used by `flush`).
-    force_switch: bool,
-    result: Mutex<Option<Result<()>>>,
-    cv: Condvar,
-}
-
-impl Writer {
-    fn new(batch: Option<WriteBatch>, opts: WriteOptions, force_switch: bool) -> Arc<Self> {
-        Arc::new(Writer {
-            size: batch.as_ref().map_or(0, WriteBatch::approximate_size),
-            batch: Mutex::new(batch),
-            opts,
-            force_switch,
-            result: Mutex::new(None),
-            cv: Condvar::new(),
-        })
-    }
-}
 
 /// Memtable bytes needed for `batch`.
 fn reserve_for(batch: &WriteBatch) -> usize {

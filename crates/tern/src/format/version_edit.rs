@@ -12,7 +12,19 @@ use roaring::RoaringBitmap;
 
 use crate::format::blob::{put_bitmap, read_bitmap, LineageEntry};
 use crate::format::internal_key::MAX_SEQ;
-pub use crate::version::BlobMeta;
+
+/// Metadata of a blob file, as recorded in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BlobMeta {
+    /// File number (`NNNNNN.blob`).
+    pub number: u64,
+    /// Size of the file in bytes.
+    pub file_size: u64,
+    /// Records in the file.
+    pub record_count: u64,
+    /// Bytes of all records (headers, keys, values).
+    pub data_bytes: u64,
+}
 
 /// Levels are numbered `0..MAX_LEVELS`; an edit naming a higher level does
 /// not decode.

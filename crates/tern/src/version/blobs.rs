@@ -6,22 +6,9 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
-use super::Version;
+use super::{BlobMeta, Version};
 use crate::error::{Error, Result};
 use crate::format::blob::LineageEntry;
-
-/// Metadata of a blob file, as recorded in the manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct BlobMeta {
-    /// File number (`NNNNNN.blob`).
-    pub number: u64,
-    /// Size of the file in bytes.
-    pub file_size: u64,
-    /// Records in the file.
-    pub record_count: u64,
-    /// Bytes of all records (headers, keys, values).
-    pub data_bytes: u64,
-}
 
 /// A live blob file and the records compaction has found dead in it.
 #[derive(Debug, Clone, PartialEq)]
