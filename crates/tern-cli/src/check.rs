@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use tern::check::check_store;
 use tern::io::{FsRef, PosixFs};
+use tern::tools::check::check_store;
 
 use crate::{show, Failure};
 

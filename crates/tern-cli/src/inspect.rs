@@ -298,8 +298,8 @@ fn sst(
     writeln!(
         out,
         "key range      {} .. {}",
-        tern::check::describe_key(&p.smallest_key),
-        tern::check::describe_key(&p.largest_key)
+        tern::tools::describe_key(&p.smallest_key),
+        tern::tools::describe_key(&p.largest_key)
     )?;
     if !p.blob_files.is_empty() {
         writeln!(out, "blob files     {:?}", p.blob_files)?;
@@ -540,7 +540,7 @@ fn print_edit(offset: u64, edit: &VersionEdit, out: &mut dyn Write) -> std::io::
         writeln!(
             out,
             "  compact pointer L{level} {}",
-            tern::check::describe_key(key)
+            tern::tools::describe_key(key)
         )?;
     }
     for (level, number) in &edit.deleted_files {
@@ -556,8 +556,8 @@ fn print_edit(offset: u64, edit: &VersionEdit, out: &mut dyn Write) -> std::io::
             f.num_deletions,
             f.smallest_seq,
             f.largest_seq,
-            tern::check::describe_key(&f.smallest),
-            tern::check::describe_key(&f.largest)
+            tern::tools::describe_key(&f.smallest),
+            tern::tools::describe_key(&f.largest)
         )?;
         if !f.blob_files.is_empty() {
             writeln!(out, "         blob files {:?}", f.blob_files)?;

@@ -1,6 +1,6 @@
 //! Formatting of keys, values and sizes for people.
 
-use tern::check::escape_bytes;
+use tern::tools::escape_bytes;
 
 /// Longest escaped key printed in full; longer ones are cut with `...`.
 const MAX_KEY_CHARS: usize = 64;

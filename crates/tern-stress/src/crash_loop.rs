@@ -1,6 +1,6 @@
 //! The kill -9 crash loop: start `tern stress` on a directory, kill it
 //! (SIGKILL) at a random moment, check the dead store's files with
-//! [`tern::check::check_store`], restart (the new run verifies the whole store
+//! [`tern::tools::check::check_store`], restart (the new run verifies the whole store
 //! against the expected state before it writes), repeat; at the end one
 //! `--verify-only` run must pass.
 //!

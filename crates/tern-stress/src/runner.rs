@@ -109,11 +109,12 @@ pub struct RunReport {
     pub gc_runs: u64,
 }
 
-/// Runs [`tern::check::check_store`] on the closed store at `dir` and fails
+/// Runs [`tern::tools::check::check_store`] on the closed store at `dir` and fails
 /// on any problem it reports (blob files and every blob reference included).
 pub fn check_dir(dir: &std::path::Path) -> Result<(), String> {
     let fs: tern::io::FsRef = Arc::new(tern::io::PosixFs);
-    let report = tern::check::check_store(dir, fs).map_err(|e| format!("tern check: {e}"))?;
+    let report =
+        tern::tools::check::check_store(dir, fs).map_err(|e| format!("tern check: {e}"))?;
     if report.is_ok() {
         Ok(())
     } else {

@@ -12,7 +12,7 @@
 //! write made durable (a `sync` write, a `flush`, a clean `close`), plus
 //! possibly the one write that failed last (its outcome is unknown). A batch
 //! is one log entry, so a torn batch matches no prefix. Before reopening,
-//! [`tern::check::check_store`] must find no problem in the crashed files.
+//! [`tern::tools::check::check_store`] must find no problem in the crashed files.
 
 use std::io::Write;
 use std::path::Path;
@@ -269,7 +269,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         let fs: FsRef = fault.clone();
         // Check the files a crash left before the store touches them.
         if cycle > 0 {
-            let rep = tern::check::check_store(Path::new(DIR), mem.clone())
+            let rep = tern::tools::check::check_store(Path::new(DIR), mem.clone())
                 .map_err(|e| format!("cycle {cycle}: check failed to run: {e}\n{repeat}"))?;
             if !rep.is_ok() {
                 let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
@@ -451,7 +451,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         }
     }
     // A last reopen checks the final crash too.
-    let rep = tern::check::check_store(Path::new(DIR), mem.clone())
+    let rep = tern::tools::check::check_store(Path::new(DIR), mem.clone())
         .map_err(|e| format!("final check failed to run: {e}\n{repeat}"))?;
     if !rep.is_ok() {
         let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
@@ -469,7 +469,7 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         .count_lost(lost, no_wal, last_crash, cfg.knobs.sync)
         .map_err(|e| format!("final: {e}\n{repeat}"))?;
     db.close().map_err(|e| format!("final close: {e}"))?;
-    let rep = tern::check::check_store(Path::new(DIR), mem.clone())
+    let rep = tern::tools::check::check_store(Path::new(DIR), mem.clone())
         .map_err(|e| format!("check after the final close failed to run: {e}\n{repeat}"))?;
     if !rep.is_ok() {
         let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();

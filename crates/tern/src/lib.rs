@@ -9,7 +9,6 @@
 
 pub mod blob;
 pub mod cache;
-pub mod check;
 pub mod compaction;
 pub mod db;
 pub mod error;
@@ -20,6 +19,7 @@ pub mod iter;
 pub mod memtable;
 pub mod options;
 pub mod sst;
+pub mod tools;
 pub mod version;
 pub mod wal;
 

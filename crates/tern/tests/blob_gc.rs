@@ -112,7 +112,7 @@ fn values_relocated_three_times_resolve_through_lineage_after_restart() {
         0,
         "lineage no table needs is dropped"
     );
-    let report = tern::check::check_store(Path::new(DIR), fs.clone()).unwrap();
+    let report = tern::tools::check::check_store(Path::new(DIR), fs.clone()).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
 }
 

@@ -425,7 +425,7 @@ fn manifest_record_torn_by_out_of_order_page_writeback_is_dropped_not_corruption
     })
     .unwrap();
 
-    let report = tern::check::check_store(Path::new(DIR), fs.clone()).unwrap();
+    let report = tern::tools::check::check_store(Path::new(DIR), fs.clone()).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert!(
         report

@@ -427,7 +427,7 @@ mod tests {
     /// reports a problem at the same place.
     #[track_caller]
     fn assert_corruption_at(mem: &Arc<MemFs>, opts: Options, file: &Path, offset: u64) {
-        let report = crate::check::check_store(Path::new("/db"), mem.clone()).unwrap();
+        let report = crate::tools::check::check_store(Path::new("/db"), mem.clone()).unwrap();
         assert!(
             report
                 .problems
