@@ -8,7 +8,9 @@ use std::sync::Arc;
 use tern::io::{FsRef, PosixFs};
 use tern::tools::check::check_store;
 
-use crate::{show, Failure};
+use tern::tools::show;
+
+use crate::Failure;
 
 /// Exit status when the store has problems.
 const EXIT_PROBLEMS: u8 = 1;

@@ -13,7 +13,7 @@ mod bench;
 mod check;
 mod inspect;
 mod serve;
-mod show;
+
 mod stress;
 
 /// Exit status for a failure of the tool itself (bad input, unreadable

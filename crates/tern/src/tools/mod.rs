@@ -3,6 +3,8 @@
 //! the files hold. Both read only; neither opens the store.
 
 pub mod check;
+pub mod dump;
+pub mod show;
 
 use crate::format::internal_key::{self};
 

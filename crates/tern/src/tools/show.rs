@@ -1,6 +1,6 @@
 //! Formatting of keys, values and sizes for people.
 
-use tern::tools::escape_bytes;
+use super::escape_bytes;
 
 /// Longest escaped key printed in full; longer ones are cut with `...`.
 const MAX_KEY_CHARS: usize = 64;
