@@ -28,7 +28,7 @@ pub fn table(
     limit: u64,
     out: &mut dyn Write,
 ) -> Result<(), DumpError> {
-    let table = Table::open(fs, path, number, None).map_err(|e| e)?;
+    let table = Table::open(fs, path, number, None)?;
     let p = table.properties();
     writeln!(out, "table          {}", path.display())?;
     writeln!(out, "file size      {}", table.file_size())?;
@@ -82,7 +82,7 @@ pub fn table(
         shown += 1;
         it.next();
     }
-    it.status().map_err(|e| e)?;
+    it.status()?;
     if it.valid() {
         writeln!(out, "... more entries past the limit")?;
     }
@@ -98,9 +98,9 @@ pub fn blob_file(
     limit: u64,
     out: &mut dyn Write,
 ) -> Result<(), DumpError> {
-    let reader = BlobReader::open(fs, path, number).map_err(|e| e)?;
+    let reader = BlobReader::open(fs, path, number)?;
     let footer = read_blob_footer(fs, path)?;
-    let lineage = reader.lineage().map_err(|e| e)?;
+    let lineage = reader.lineage()?;
     writeln!(out, "blob file      {}", path.display())?;
     writeln!(
         out,
@@ -120,7 +120,7 @@ pub fn blob_file(
         }
         let ordinal = u32::try_from(ordinal)
             .map_err(|_| Error::corruption(path, 0, "more records than a blob file can hold"))?;
-        let offset = reader.offset_of(ordinal).map_err(|e| e)?;
+        let offset = reader.offset_of(ordinal)?;
         match reader.read_ordinal(ordinal) {
             Ok(rec) => writeln!(
                 out,
@@ -175,7 +175,7 @@ fn kind_name(kind: ValueKind) -> &'static str {
 /// Up to `limit` records of the WAL at `path`, each with the keys it writes.
 pub fn wal(fs: &FsRef, path: &Path, limit: u64, out: &mut dyn Write) -> Result<(), DumpError> {
     let data = fs.read_all(path).ctx(path)?;
-    let mut reader = LogReader::new(data, path.to_path_buf(), LogKind::Wal).map_err(|e| e)?;
+    let mut reader = LogReader::new(data, path.to_path_buf(), LogKind::Wal)?;
     writeln!(out, "wal {}", path.display())?;
     let mut shown = 0u64;
     loop {
@@ -183,7 +183,7 @@ pub fn wal(fs: &FsRef, path: &Path, limit: u64, out: &mut dyn Write) -> Result<(
             writeln!(out, "... more records past the limit")?;
             return Ok(());
         }
-        let Some(rec) = reader.next_record().map_err(|e| e)? else {
+        let Some(rec) = reader.next_record()? else {
             break;
         };
         // The payload borrows the reader; copy it to ask for the offset.
