@@ -120,9 +120,10 @@ fn inspect_wal_escapes_keys() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A WAL that was never flushed: write it with the log writer directly.
-    let path = d.join(tern::wal::wal_file_name(7));
+    let path = d.join(tern::internals::wal::wal_file_name(7));
     let file = tern::io::FileSystem::create(&tern::io::PosixFs, &path).unwrap();
-    let mut w = tern::wal::LogWriter::new(file, tern::wal::LogKind::Wal).unwrap();
+    let mut w =
+        tern::internals::wal::LogWriter::new(file, tern::internals::wal::LogKind::Wal).unwrap();
     let mut b = WriteBatch::new();
     b.put(b"bin\x01key", b"v").delete(b"old");
     w.add_record(b.as_bytes()).unwrap();

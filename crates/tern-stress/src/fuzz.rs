@@ -17,26 +17,26 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tern::blob::{BlobReader, ExpectedRecord};
-use tern::format::blob::{
+use tern::internals::blob::{BlobReader, ExpectedRecord};
+use tern::internals::format::blob::{
     decode_header, decode_index, decode_lineage, decode_record, encode_index, encode_lineage,
     encode_record, BlobFooter, BlobRef, BLOB_FOOTER_LEN, BLOB_HEADER_LEN, BLOB_MAGIC,
     RECORD_HEADER_LEN,
 };
-use tern::format::block::{Block, BlockIter};
-use tern::format::bloom::BloomFilter;
-use tern::format::checksum;
-use tern::format::internal_key::{self, ValueKind};
-use tern::format::log_record::LogKind;
-use tern::format::table::{
+use tern::internals::format::block::{Block, BlockIter};
+use tern::internals::format::bloom::BloomFilter;
+use tern::internals::format::checksum;
+use tern::internals::format::internal_key::{self, ValueKind};
+use tern::internals::format::log_record::LogKind;
+use tern::internals::format::table::{
     check_block, decompress, BlockHandle, Footer, TableProperties, FOOTER_LEN,
 };
-use tern::format::version_edit::VersionEdit;
-use tern::format::write_batch::WriteBatch;
+use tern::internals::format::version_edit::VersionEdit;
+use tern::internals::format::write_batch::WriteBatch;
+use tern::internals::iter::InternalIterator;
+use tern::internals::sst::Table;
+use tern::internals::wal::LogReader;
 use tern::io::{FileSystem, FsRef, MemFs};
-use tern::iter::InternalIterator;
-use tern::sst::Table;
-use tern::wal::LogReader;
 
 /// A decoder harness: runs one input.
 pub type Harness = fn(&[u8]);
@@ -113,7 +113,7 @@ fn log_round_trip(records: &[Vec<u8>], kind: LogKind) {
     let bytes = mem
         .create(path)
         .and_then(|f| {
-            let mut w = tern::wal::LogWriter::new(f, kind)?;
+            let mut w = tern::internals::wal::LogWriter::new(f, kind)?;
             for r in records {
                 w.add_record(r)?;
             }
@@ -288,7 +288,7 @@ fn check_block_entries(
             "block: seek misses a key"
         );
     }
-    let mut builder = tern::format::block::BlockBuilder::new(3);
+    let mut builder = tern::internals::format::block::BlockBuilder::new(3);
     for (k, v) in forward {
         builder.add(k, v);
     }
@@ -411,7 +411,7 @@ pub fn bloom(data: &[u8]) {
         return;
     };
     let keys: Vec<&[u8]> = rest.split(|&b| b == b'\n').collect();
-    let mut b = tern::format::bloom::BloomBuilder::new(u32::from(bits % 24) + 1);
+    let mut b = tern::internals::format::bloom::BloomBuilder::new(u32::from(bits % 24) + 1);
     for k in &keys {
         b.add_key(k);
     }

@@ -5,9 +5,9 @@
 //! fails. Each must return a corruption error instead.
 #![allow(clippy::unwrap_used)]
 
-use tern::blob::{BlobReader, ExpectedRecord};
-use tern::format::blob::{BlobFooter, BLOB_MAGIC};
-use tern::format::checksum;
+use tern::internals::blob::{BlobReader, ExpectedRecord};
+use tern::internals::format::blob::{BlobFooter, BLOB_MAGIC};
+use tern::internals::format::checksum;
 use tern::io::{FsRef, MemFs};
 use tern::{Db, Options};
 
@@ -53,7 +53,7 @@ fn blob_footer_decode_overflows_on_index_offset_near_u64_max() {
 #[test]
 
 fn blob_lineage_with_empty_roaring_container_panics_when_encoded() {
-    use tern::format::blob::{decode_lineage, encode_lineage};
+    use tern::internals::format::blob::{decode_lineage, encode_lineage};
     // The lineage body libFuzzer found (blob_lineage target); its checksum
     // is appended, as a crafted manifest or blob file would carry it.
     let body = [

@@ -10,16 +10,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tern::format::blob::{
+use tern::internals::format::blob::{
     decode_index, decode_lineage, decode_record, BlobFooter, BlobRef, BLOB_FOOTER_LEN,
 };
-use tern::format::block::BlockBuilder;
-use tern::format::bloom::BloomBuilder;
-use tern::format::internal_key::{make_internal_key, ValueKind};
-use tern::format::log_record::LogKind;
-use tern::format::table::{block_trailer, BlockHandle, Footer, FOOTER_LEN};
-use tern::format::version_edit::VersionEdit;
-use tern::wal::LogReader;
+use tern::internals::format::block::BlockBuilder;
+use tern::internals::format::bloom::BloomBuilder;
+use tern::internals::format::internal_key::{make_internal_key, ValueKind};
+use tern::internals::format::log_record::LogKind;
+use tern::internals::format::table::{block_trailer, BlockHandle, Footer, FOOTER_LEN};
+use tern::internals::format::version_edit::VersionEdit;
+use tern::internals::wal::LogReader;
 use tern::{Compression, Db, Options, WriteBatch, WriteOptions};
 use tern_stress::fuzz::{replay_dir, TARGETS};
 
@@ -37,7 +37,7 @@ fn block_bytes(entries: &[(Vec<u8>, Vec<u8>)], ctype: Compression, restart: usiz
         Compression::None => raw,
         _ => {
             let mut out = Vec::new();
-            let mut c = tern::format::table::BlockCompressor::new(ctype);
+            let mut c = tern::internals::format::table::BlockCompressor::new(ctype);
             let used = c.compress(&raw, &mut out);
             if used != ctype {
                 return block_bytes(entries, Compression::None, restart);

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tern::format::block::{Block, BlockBuilder, BlockIter};
-use tern::format::internal_key::{compare, make_internal_key, seek_key, ValueKind, MAX_SEQ};
+use tern::internals::format::block::{Block, BlockBuilder, BlockIter};
+use tern::internals::format::internal_key::{
+    compare, make_internal_key, seek_key, ValueKind, MAX_SEQ,
+};
 
 /// Entries of about 16-byte user keys and 100-byte values filling ~4 KiB.
 fn entries() -> Vec<(Vec<u8>, Vec<u8>)> {

@@ -13,9 +13,9 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use tern::format::internal_key::ValueKind;
-use tern::iter::InternalIterator;
-use tern::memtable::MemTable;
+use tern::internals::format::internal_key::ValueKind;
+use tern::internals::iter::InternalIterator;
+use tern::internals::memtable::MemTable;
 
 const N: usize = 100_000;
 const VALUE_LEN: usize = 100;

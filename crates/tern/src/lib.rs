@@ -7,24 +7,78 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-pub mod blob;
-pub mod cache;
+mod blob;
+mod cache;
 pub mod compaction;
-pub mod db;
-pub mod error;
-pub mod format;
+mod db;
+mod error;
+mod format;
 pub mod gc;
 pub mod io;
-pub mod iter;
-pub mod memtable;
-pub mod options;
-pub mod sst;
+mod iter;
+mod memtable;
+mod options;
+mod sst;
 pub mod tools;
-pub mod version;
-pub mod wal;
+mod version;
+mod wal;
 
-pub use db::{Db, ReadOptions, Snapshot, Stats};
+#[doc(hidden)]
+pub mod internals {
+    //! The engine's building blocks (file formats, table and blob readers,
+    //! logs, the memtable), reachable for the engine's own fuzz harnesses,
+    //! micro-benchmarks and format tests only. Not part of the API: nothing
+    //! here is stable, and applications must not use it.
+    #![allow(missing_docs)]
+    pub mod blob {
+        pub use crate::blob::*;
+    }
+    pub mod format {
+        pub mod blob {
+            pub use crate::format::blob::*;
+        }
+        pub mod block {
+            pub use crate::format::block::*;
+        }
+        pub mod bloom {
+            pub use crate::format::bloom::*;
+        }
+        pub mod checksum {
+            pub use crate::format::checksum::*;
+        }
+        pub mod internal_key {
+            pub use crate::format::internal_key::*;
+        }
+        pub mod log_record {
+            pub use crate::format::log_record::*;
+        }
+        pub mod table {
+            pub use crate::format::table::*;
+        }
+        pub mod version_edit {
+            pub use crate::format::version_edit::*;
+        }
+        pub mod write_batch {
+            pub use crate::format::write_batch::*;
+        }
+    }
+    pub mod iter {
+        pub use crate::iter::*;
+    }
+    pub mod memtable {
+        pub use crate::memtable::*;
+    }
+    pub mod sst {
+        pub use crate::sst::*;
+    }
+    pub mod wal {
+        pub use crate::wal::*;
+    }
+}
+
+pub use db::{BlobFileStats, Db, LevelStats, ReadOptions, Snapshot, Stats};
 pub use error::{Error, Result};
 pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
+pub use options::NUM_LEVELS;
 pub use options::{Compression, Options, WriteOptions};

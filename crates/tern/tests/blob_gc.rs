@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use roaring::RoaringBitmap;
-use tern::blob::{BlobReader, BlobWriter};
-use tern::format::blob::{BlobFooter, BLOB_FOOTER_LEN};
 use tern::gc::{GcContext, GcInput, GcJob};
+use tern::internals::blob::{BlobReader, BlobWriter};
+use tern::internals::format::blob::{BlobFooter, BLOB_FOOTER_LEN};
 use tern::io::{FaultFs, FaultKind, FileSystem, MemFs};
 use tern::{Db, Options, ReadOptions};
 
@@ -586,7 +586,9 @@ struct DamagingGcExecutor(Arc<MemFs>);
 impl tern::compaction::Executor for DamagingGcExecutor {
     fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<tern::gc::GcOutput> {
         let out = job.run(ctx)?;
-        let path = job.dir.join(tern::wal::blob_file_name(job.output_number));
+        let path = job
+            .dir
+            .join(tern::internals::wal::blob_file_name(job.output_number));
         self.0
             .rewrite(&path, |data| {
                 let at = index_offset(data);

@@ -419,7 +419,7 @@ fn manifest_record_torn_by_out_of_order_page_writeback_is_dropped_not_corruption
     // An unsynced record spanning the next page boundary, whose first page
     // was lost and whose second survived.
     fs.rewrite(&manifest, |data| {
-        tern::format::log_record::encode_record(data, &[7u8; 6000]);
+        tern::internals::format::log_record::encode_record(data, &[7u8; 6000]);
         let page_end = (synced / 4096 + 1) * 4096;
         data[synced..page_end].fill(0);
     })

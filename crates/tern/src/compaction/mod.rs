@@ -1,5 +1,5 @@
 //! Leveled compaction, split into deciding and doing:
-//! [`picker`] chooses what to compact from a version (pure, cheap), a
+//! The picker chooses what to compact from a version (pure, cheap), a
 //! [`CompactionJob`] turns input tables into output tables (pure apart from
 //! file I/O, no access to the store), and an [`Executor`] decides where a job
 //! runs. Installing the result is the store's business: one version edit.
@@ -7,11 +7,10 @@
 mod executor;
 mod filter;
 mod job;
-pub mod picker;
+pub(crate) mod picker;
 mod retention;
 
 pub use executor::{Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision};
 pub use job::{CompactionJob, CompactionOutput, JobContext};
-pub use picker::{CompactionPlan, PickerInput};
 pub use retention::Retention;

@@ -60,6 +60,14 @@ impl Shared {
 
     /// Runs a plan and installs it. The caller holds `compaction_lock`.
     fn run_plan(&self, plan: &CompactionPlan) -> Result<()> {
+        tracing::debug!(
+            level = plan.level,
+            output_level = plan.output_level,
+            inputs = plan.inputs.len() + plan.output_level_inputs.len(),
+            score = plan.score,
+            trivial_move = plan.trivial_move,
+            "tern: compaction"
+        );
         let mut edit = VersionEdit::default();
         for f in &plan.inputs {
             edit.deleted_files.push((plan.level as u32, f.number));

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use self::core::{Shared, SuperVersion};
-pub use self::snapshot::{ReadOptions, Snapshot, SnapshotList};
+pub use self::snapshot::{ReadOptions, Snapshot};
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::BlobResolver;
 use crate::compaction::Executor;

@@ -45,11 +45,6 @@ impl SnapshotList {
     pub fn len(&self) -> usize {
         self.seqs.lock().len()
     }
-
-    /// True when no snapshot is live.
-    pub fn is_empty(&self) -> bool {
-        self.seqs.lock().is_empty()
-    }
 }
 
 /// A consistent read-only view of the store as of one moment. Reads through

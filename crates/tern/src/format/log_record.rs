@@ -208,7 +208,7 @@ pub enum RecordOutcome<'a> {
 /// Decodes the record at `pos` in `file` (the whole log file's contents),
 /// applying the recovery policy. A record that is short (fewer than
 /// [`RECORD_HEADER_LEN`] bytes left, or a length running past the end of
-/// the file) or fails its checksum is judged by [`damage_or_tail`]; a record
+/// the file) or fails its checksum is judged by `damage_or_tail`; a record
 /// with a valid checksum but an unknown type is [`RecordOutcome::Corrupt`].
 ///
 /// Never allocates: a huge length field is compared to the bytes present.

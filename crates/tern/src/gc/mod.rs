@@ -9,6 +9,6 @@
 //! translated through the lineage on read.
 
 mod job;
-pub mod picker;
+pub(crate) mod picker;
 
 pub use job::{GcContext, GcInput, GcJob, GcOutput};

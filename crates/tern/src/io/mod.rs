@@ -14,10 +14,10 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-pub mod fault;
-pub mod mem;
-pub mod posix;
-pub mod rate_limit;
+mod fault;
+mod mem;
+mod posix;
+mod rate_limit;
 
 pub use fault::{FaultFs, FaultKind};
 pub use mem::{CrashMode, MemFs};

@@ -25,7 +25,7 @@ pub type Pin = Arc<dyn std::any::Any + Send + Sync>;
 /// A cursor over the user-visible key-value pairs of one snapshot.
 ///
 /// ```no_run
-/// # fn f(db: &tern::db::Db) -> tern::Result<()> {
+/// # fn f(db: &tern::Db) -> tern::Result<()> {
 /// let mut it = db.iter(Default::default())?;
 /// it.seek_to_first();
 /// while it.valid() {

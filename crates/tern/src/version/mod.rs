@@ -20,11 +20,11 @@ mod set;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-pub use blobs::{resolve, BlobFileState, BlobFiles, LiveBlobs, Relocation, Relocations};
+pub use blobs::{resolve, BlobFileState, BlobFiles, Relocation, Relocations};
 pub(crate) use builder::MAX_LINEAGE_HOPS;
 pub use level_targets::LevelTargets;
 pub(crate) use replay::{replay_manifest, OnProblem, Replayed};
-pub use set::{RecoveredState, VersionSet};
+pub use set::VersionSet;
 
 use crate::format::internal_key::{self, user_key};
 pub use crate::format::version_edit::{BlobMeta, FileMeta};
