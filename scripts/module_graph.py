@@ -63,9 +63,10 @@ def strip_comments(src: str) -> str:
 def strip_test_modules(src: str):
     """Drops `#[cfg(test)] mod x { ... }` blocks; returns the rest and the
     names of `#[cfg(test)] mod x;` declarations (test-only files)."""
-    test_files = set(re.findall(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", src))
+    attrs = r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+"
+    test_files = set(re.findall(attrs + r"(\w+)\s*;", src))
     while True:
-        m = re.search(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", src)
+        m = re.search(attrs + r"\w+\s*\{", src)
         if not m:
             return src, test_files
         depth, i = 1, m.end()
