@@ -9,7 +9,6 @@ use tern::internals::format::blob::{
     RECORD_HEADER_LEN,
 };
 use tern::internals::format::checksum;
-use tern::io::{FileSystem, FsRef, MemFs};
 
 /// One blob record (checksum, lengths, sequence, key, value); with its checksum
 /// recomputed, a record whose lengths fit must decode and encode back to the
@@ -142,17 +141,10 @@ const MAX_BLOB_RECORDS: u32 = 4096;
 /// index), verified, every record read by ordinal and again by offset as a
 /// reference would, its lineage read, and record windows read as scans do.
 pub fn blob_file(data: &[u8]) {
-    let mem = MemFs::new();
     let path = Path::new("/fuzz/000001.blob");
-    let written = mem.create_dir_all(Path::new("/fuzz")).and_then(|()| {
-        let mut f = mem.create(path)?;
-        f.append(data)?;
-        f.sync()
-    });
-    if written.is_err() {
+    let Some(fs) = super::file_in_memory(path, data) else {
         return;
-    }
-    let fs: FsRef = mem;
+    };
     // Reads through the open-file cache open without the index and read
     // index entries one by one.
     let lazy = BlobReader::open_lazy(&fs, path, 1);

@@ -16,6 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
+use tern::io::{FileSystem, FsRef, MemFs};
+
 pub use blobs::{blob_file, blob_footer, blob_index, blob_lineage, blob_record, blob_ref};
 pub use logs::{manifest, version_edit, wal, write_batch};
 pub use tables::{block, bloom, footer, table};
@@ -45,6 +47,18 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("blob_ref", blob_ref),
     ("blob_file", blob_file),
 ];
+
+/// A fresh in-memory file system holding `data` at `path` (under
+/// `/fuzz`), or `None` if it could not be written.
+fn file_in_memory(path: &Path, data: &[u8]) -> Option<FsRef> {
+    let mem = MemFs::new();
+    let mut f = mem
+        .create_dir_all(Path::new("/fuzz"))
+        .and_then(|()| mem.create(path))
+        .ok()?;
+    f.append(data).and_then(|()| f.sync()).ok()?;
+    Some(mem)
+}
 
 /// Runs `target` on every file under `dir` (a corpus), returning how many
 /// inputs it ran. A missing directory runs none.

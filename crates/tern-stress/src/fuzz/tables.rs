@@ -11,7 +11,6 @@ use tern::internals::format::table::{
 };
 use tern::internals::iter::InternalIterator;
 use tern::internals::sst::Table;
-use tern::io::{FileSystem, FsRef, MemFs};
 
 /// The largest block a harness decompresses (bounds its allocation).
 pub(super) const MAX_BLOCK: usize = 4 << 20;
@@ -163,17 +162,10 @@ pub fn footer(data: &[u8]) {
 /// A whole table file: opened (footer, index, filter, properties), verified,
 /// iterated and probed.
 pub fn table(data: &[u8]) {
-    let mem = MemFs::new();
     let path = Path::new("/fuzz/000001.sst");
-    let written = mem.create_dir_all(Path::new("/fuzz")).and_then(|()| {
-        let mut f = mem.create(path)?;
-        f.append(data)?;
-        f.sync()
-    });
-    if written.is_err() {
+    let Some(fs) = super::file_in_memory(path, data) else {
         return;
-    }
-    let fs: FsRef = mem;
+    };
     let Ok(t) = Table::open(&fs, path, 1, None) else {
         return;
     };
