@@ -48,9 +48,34 @@ pub enum Error {
     /// Another process holds the database lock, or a resource is temporarily busy.
     #[error("busy: {0}")]
     Busy(String),
+    /// An invariant of the engine does not hold in memory (not on disk):
+    /// a bug in Tern.
+    #[error("internal error, a bug in Tern (please report it): {0}")]
+    Internal(String),
 }
 
 impl Error {
+    /// An equal error (an `io::Error` is not `Clone`: its kind and message
+    /// are kept), for iterators that report one error on every call.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Io { path, source } => Error::io(
+                path.clone(),
+                std::io::Error::new(source.kind(), source.to_string()),
+            ),
+            Error::Corruption {
+                file,
+                offset,
+                reason,
+            } => Error::corruption(file.clone(), *offset, reason.clone()),
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::Closed => Error::Closed,
+            Error::Poisoned(m) => Error::Poisoned(m.clone()),
+            Error::Busy(m) => Error::Busy(m.clone()),
+            Error::Internal(m) => Error::Internal(m.clone()),
+        }
+    }
+
     /// Builds an [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

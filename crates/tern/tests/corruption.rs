@@ -470,3 +470,74 @@ fn damaged_length_of_a_middle_manifest_record_is_corruption_not_a_torn_tail() {
         Ok(db) => panic!("opened with {} of 80 keys", scan(&db).len()),
     }
 }
+
+/// A blob reference that does not decode is a corruption of the table that
+/// holds it (file and block), for point reads and for iterators, never one
+/// of a placeholder path.
+#[test]
+fn malformed_blob_reference_names_its_table() {
+    use tern::internals::format::internal_key::{self, ValueKind};
+    use tern::internals::iter::InternalIterator;
+    use tern::internals::sst::{Table, TableBuilder, TableOptions};
+
+    let fs = MemFs::new();
+    let opts = Options {
+        blob_threshold: Some(32),
+        compression_per_level: vec![tern::Compression::None],
+        ..opts(fs.clone())
+    };
+    let db = Db::open(DIR, opts.clone()).unwrap();
+    db.put(b"big", &[7u8; 200]).unwrap();
+    db.flush().unwrap();
+    db.close().unwrap();
+    let tables = files_ending(&fs, DIR, ".sst");
+    assert_eq!(tables.len(), 1);
+    let path = tables[0].clone();
+
+    // Rebuild the table with the reference's bytes replaced by bytes of the
+    // same length that do not decode (an unterminated varint).
+    let fsr: tern::io::FsRef = fs.clone();
+    let table = Arc::new(Table::open(&fsr, &path, 0, None).unwrap());
+    let mut entries = Vec::new();
+    let mut it = table.iter();
+    it.seek_to_first();
+    while it.valid() {
+        entries.push((it.key().to_vec(), it.value().to_vec()));
+        it.next();
+    }
+    drop(it);
+    drop(table);
+    let mut b = TableBuilder::new(
+        fs.create(&path).unwrap(),
+        path.clone(),
+        TableOptions {
+            compression: tern::Compression::None,
+            ..TableOptions::default()
+        },
+    );
+    let mut replaced = 0;
+    for (k, v) in &entries {
+        if internal_key::parse(k).unwrap().kind == ValueKind::BlobRef {
+            b.add(k, &vec![0xff; v.len()]).unwrap();
+            replaced += 1;
+        } else {
+            b.add(k, v).unwrap();
+        }
+    }
+    assert_eq!(replaced, 1);
+    b.finish().unwrap();
+
+    let db = Db::open(DIR, opts).unwrap();
+    let names_table = |e: Error| match e {
+        Error::Corruption { file, reason, .. } => {
+            assert_eq!(file, path, "{reason}");
+            assert!(reason.contains("malformed blob reference"), "{reason}");
+        }
+        other => panic!("expected a corruption of {}, got {other}", path.display()),
+    };
+    names_table(db.get(b"big").unwrap_err());
+    let mut it = db.iter(ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    assert!(!it.valid());
+    names_table(it.status().unwrap_err());
+}

@@ -1,5 +1,6 @@
 //! Turns a `BlobRef` found in a table into its value.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use super::{BlobCache, BlobReader, ExpectedRecord};
@@ -23,8 +24,16 @@ impl BlobResolver {
     /// The value `encoded_ref` (stored for `user_key` at sequence `seq`)
     /// points to: follows GC lineage to the record's current file, then
     /// reads it and checks it holds that version.
-    pub fn resolve(&self, user_key: &[u8], seq: u64, encoded_ref: &[u8]) -> Result<Vec<u8>> {
-        let (reader, offset, size) = self.locate(encoded_ref)?;
+    /// `source` names the table (and block offset) the reference was read
+    /// from, for the error when it does not decode.
+    pub fn resolve(
+        &self,
+        source: (&Path, u64),
+        user_key: &[u8],
+        seq: u64,
+        encoded_ref: &[u8],
+    ) -> Result<Vec<u8>> {
+        let (reader, offset, size) = self.locate(source, encoded_ref)?;
         reader.read_value(
             offset,
             ExpectedRecord {
@@ -36,9 +45,13 @@ impl BlobResolver {
     }
 
     /// The reader, offset and value size of the record a ref points to now.
-    fn locate(&self, encoded_ref: &[u8]) -> Result<(Arc<BlobReader>, u64, u32)> {
+    fn locate(
+        &self,
+        (table, block): (&Path, u64),
+        encoded_ref: &[u8],
+    ) -> Result<(Arc<BlobReader>, u64, u32)> {
         let r = BlobRef::decode(encoded_ref).map_err(|e| {
-            Error::corruption("<table entry>", 0, format!("malformed blob reference: {e}"))
+            Error::corruption(table, block, format!("malformed blob reference: {e}"))
         })?;
         let (file, ordinal, moved) = self.version.resolve_blob(r.file, r.ordinal).map_err(|e| {
             Error::corruption(crate::wal::blob_file_name(r.file), r.offset, e.to_string())
@@ -91,8 +104,14 @@ impl ScanResolver {
     }
 
     /// Like [`BlobResolver::resolve`], served from the window when possible.
-    pub fn resolve(&mut self, user_key: &[u8], seq: u64, encoded_ref: &[u8]) -> Result<Vec<u8>> {
-        let (reader, offset, size) = self.inner.locate(encoded_ref)?;
+    pub fn resolve(
+        &mut self,
+        source: (&Path, u64),
+        user_key: &[u8],
+        seq: u64,
+        encoded_ref: &[u8],
+    ) -> Result<Vec<u8>> {
+        let (reader, offset, size) = self.inner.locate(source, encoded_ref)?;
         let want = ExpectedRecord {
             key: user_key,
             seq,

@@ -199,7 +199,12 @@ impl CompactionJob {
                 ValueKind::BlobRef => {
                     let r = self.decode_ref(iter.value())?;
                     let (file, ordinal, moved) =
-                        resolve(&self.live_blobs, &self.lineage, r.file, r.ordinal)?;
+                        resolve(&self.live_blobs, &self.lineage, r.file, r.ordinal).map_err(
+                            |why| match iter.source() {
+                                Some((table, block)) => Error::corruption(table, block, why),
+                                None => Error::Internal(format!("{why} (in a memtable)")),
+                            },
+                        )?;
                     if moved {
                         // Point the ref at the record's current home so
                         // lineage chains stay short.

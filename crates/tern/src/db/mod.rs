@@ -146,11 +146,9 @@ impl Db {
                     ValueKind::Delete => Ok(None),
                     ValueKind::Value => Ok(Some(value.to_vec())),
                     // Writes and WAL replay admit only puts and deletes.
-                    ValueKind::BlobRef => Err(Error::corruption(
-                        "<memtable>",
-                        0,
-                        "blob reference in a memtable",
-                    )),
+                    ValueKind::BlobRef => {
+                        Err(Error::Internal("blob reference in a memtable".to_string()))
+                    }
                 };
             }
         }
@@ -164,7 +162,7 @@ impl Db {
                     ValueKind::Value => Ok(Some(value)),
                     ValueKind::BlobRef => {
                         BlobResolver::new(sv.version.clone(), self.shared.blobs.clone())
-                            .resolve(key, parsed.seq, &value)
+                            .resolve((table.path(), 0), key, parsed.seq, &value)
                             .map(Some)
                     }
                 };

@@ -89,7 +89,7 @@ impl Shared {
             if !Arc::ptr_eq(w, &me) {
                 *w.result.lock() = Some(match &result {
                     Ok(()) => Ok(()),
-                    Err(e) => Err(crate::iter::clone_error(e)),
+                    Err(e) => Err(e.duplicate()),
                 });
                 w.cv.notify_one();
             }

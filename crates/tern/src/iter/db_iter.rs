@@ -84,22 +84,37 @@ impl DbIterator {
         self
     }
 
+    /// A damaged entry at the inner cursor: a corruption of the file and
+    /// block it came from, or a bug when it came from a memtable.
+    fn damaged(&self, reason: String) -> Error {
+        match self.inner.source() {
+            Some((file, block)) => Error::corruption(file, block, reason),
+            None => Error::Internal(format!("malformed key in a memtable: {reason}")),
+        }
+    }
+
     /// The value at the inner cursor, resolving a blob reference.
     fn load_value(&mut self, kind: ValueKind) -> Result<()> {
         self.blob_value = None;
         if kind == ValueKind::BlobRef {
             let forward = self.direction == Direction::Forward;
+            let Some((source, block)) = self.inner.source() else {
+                return Err(Error::Internal("blob reference in a memtable".to_string()));
+            };
             let Some(r) = self.resolver.as_mut() else {
-                return Err(Error::corruption(
-                    "<iterator>",
-                    0,
-                    "blob reference without a resolver",
+                return Err(Error::Internal(
+                    "blob reference read without a resolver".to_string(),
                 ));
             };
             r.set_forward(forward);
             let ikey = self.inner.key();
             let seq = internal_key::trailer(ikey) >> 8;
-            let v = r.resolve(internal_key::user_key(ikey), seq, self.inner.value())?;
+            let v = r.resolve(
+                (source, block),
+                internal_key::user_key(ikey),
+                seq,
+                self.inner.value(),
+            )?;
             self.blob_value = Some(v);
         }
         Ok(())
@@ -133,7 +148,7 @@ impl DbIterator {
     /// error is not valid and reports it here.
     pub fn status(&self) -> Result<()> {
         if let Some(e) = &self.error {
-            return Err(clone_error(e));
+            return Err(e.duplicate());
         }
         self.inner.status()
     }
@@ -246,7 +261,10 @@ impl DbIterator {
         while self.inner.valid() {
             let parsed = match internal_key::parse(self.inner.key()) {
                 Ok(p) => p,
-                Err(e) => return self.fail(Error::corruption("<iterator>", 0, e.to_string())),
+                Err(e) => {
+                    let e = self.damaged(e.to_string());
+                    return self.fail(e);
+                }
             };
             if self.upper.as_deref().is_some_and(|u| parsed.user_key >= u) {
                 break;
@@ -282,7 +300,10 @@ impl DbIterator {
         while self.inner.valid() {
             let parsed = match internal_key::parse(self.inner.key()) {
                 Ok(p) => p,
-                Err(e) => return self.fail(Error::corruption("<iterator>", 0, e.to_string())),
+                Err(e) => {
+                    let e = self.damaged(e.to_string());
+                    return self.fail(e);
+                }
             };
             if parsed.seq <= self.seq {
                 if kind != ValueKind::Delete && parsed.user_key < self.saved_key.as_slice() {
@@ -320,25 +341,6 @@ impl DbIterator {
         } else {
             self.valid = true;
         }
-    }
-}
-
-/// Errors hold an `io::Error`, which is not `Clone`; keep kind and message.
-pub(crate) fn clone_error(e: &Error) -> Error {
-    match e {
-        Error::Io { path, source } => Error::io(
-            path.clone(),
-            std::io::Error::new(source.kind(), source.to_string()),
-        ),
-        Error::Corruption {
-            file,
-            offset,
-            reason,
-        } => Error::corruption(file.clone(), *offset, reason.clone()),
-        Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
-        Error::Closed => Error::Closed,
-        Error::Poisoned(m) => Error::Poisoned(m.clone()),
-        Error::Busy(m) => Error::Busy(m.clone()),
     }
 }
 

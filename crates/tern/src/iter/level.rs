@@ -2,6 +2,7 @@
 //! only when the cursor reaches it.
 
 use std::cmp::Ordering;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::InternalIterator;
@@ -156,8 +157,12 @@ impl InternalIterator for LevelIterator {
 
     fn status(&self) -> Result<()> {
         if let Some(e) = &self.error {
-            return Err(super::db_iter::clone_error(e));
+            return Err(e.duplicate());
         }
         self.current.as_ref().map_or(Ok(()), |c| c.status())
+    }
+
+    fn source(&self) -> Option<(&Path, u64)> {
+        self.current.as_ref().and_then(|c| c.source())
     }
 }

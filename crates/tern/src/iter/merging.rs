@@ -5,6 +5,7 @@
 //! heap would cost more than it saves.
 
 use std::cmp::Ordering;
+use std::path::Path;
 
 use super::{BoxedIter, InternalIterator};
 use crate::error::Result;
@@ -158,5 +159,9 @@ impl InternalIterator for MergingIterator {
             c.status()?;
         }
         Ok(())
+    }
+
+    fn source(&self) -> Option<(&Path, u64)> {
+        self.current.and_then(|i| self.children[i].source())
     }
 }

@@ -6,6 +6,8 @@
 
 use crate::error::Result;
 
+use std::path::Path;
+
 /// A cursor over internal entries (`user_key ‖ trailer` → value) in internal
 /// key order. Positioning methods never fail: an I/O or corruption error makes
 /// the iterator invalid and is reported by [`InternalIterator::status`].
@@ -30,6 +32,12 @@ pub trait InternalIterator: Send {
     fn value(&self) -> &[u8];
     /// The first error met, if any.
     fn status(&self) -> Result<()>;
+    /// The file the entry at the cursor comes from and the offset of its
+    /// block, to name them when the entry turns out damaged; `None` for
+    /// entries in memory. Requires `valid()`.
+    fn source(&self) -> Option<(&Path, u64)> {
+        None
+    }
 }
 
 /// Boxed iterator, as merged by the engine.
@@ -41,7 +49,6 @@ mod merging;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub(crate) use db_iter::clone_error;
 pub use db_iter::DbIterator;
 pub use level::LevelIterator;
 pub use merging::MergingIterator;

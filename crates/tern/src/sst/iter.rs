@@ -2,6 +2,7 @@
 //! block iterator walks entries inside one.
 
 use std::cmp::Ordering;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::Table;
@@ -229,28 +230,11 @@ impl InternalIterator for TableIter {
     fn status(&self) -> Result<()> {
         match &self.err {
             None => Ok(()),
-            Some(e) => Err(clone_error(e)),
+            Some(e) => Err(e.duplicate()),
         }
     }
-}
 
-/// `Error` is not `Clone` (it may hold an `io::Error`); rebuild an equivalent.
-fn clone_error(e: &Error) -> Error {
-    match e {
-        Error::Io { path, source } => Error::io(
-            path.clone(),
-            std::io::Error::new(source.kind(), source.to_string()),
-        ),
-        Error::Corruption {
-            file,
-            offset,
-            reason,
-        } => Error::corruption(file.clone(), *offset, reason.clone()),
-        Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
-        Error::Closed => Error::Closed,
-        Error::Poisoned(s) => Error::Poisoned(s.clone()),
-        Error::Busy(s) => Error::Busy(s.clone()),
-        #[allow(unreachable_patterns)]
-        other => Error::InvalidArgument(other.to_string()),
+    fn source(&self) -> Option<(&Path, u64)> {
+        Some((self.table.path(), self.data_offset))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use roaring::RoaringBitmap;
 
 use super::{BlobMeta, Version};
-use crate::error::{Error, Result};
+
 use crate::format::blob::LineageEntry;
 
 /// A live blob file and the records compaction has found dead in it.
@@ -45,7 +45,11 @@ pub struct Relocation {
 impl Version {
     /// Follows lineage from `(file, ordinal)` to the live file holding the
     /// record. Returns the live file, the ordinal there, and whether it moved.
-    pub fn resolve_blob(&self, file: u64, ordinal: u32) -> Result<(u64, u32, bool)> {
+    pub fn resolve_blob(
+        &self,
+        file: u64,
+        ordinal: u32,
+    ) -> std::result::Result<(u64, u32, bool), String> {
         resolve(&self.blob_files, &self.relocations, file, ordinal)
     }
 
@@ -102,13 +106,15 @@ impl LiveBlobs for BTreeSet<u64> {
 }
 
 /// Follows lineage from `(file, ordinal)` to the live file holding the
-/// record: the live file, the ordinal there, and whether it moved.
+/// record: the live file, the ordinal there, and whether it moved. The
+/// error says why the reference leads nowhere; the caller names the file
+/// that holds it.
 pub fn resolve(
     live: &impl LiveBlobs,
     lineage: &Relocations,
     mut file: u64,
     mut ordinal: u32,
-) -> Result<(u64, u32, bool)> {
+) -> std::result::Result<(u64, u32, bool), String> {
     let mut moved = false;
     // Chains are short (compaction rewrites refs); the bound only guards
     // against a corrupt manifest.
@@ -116,21 +122,19 @@ pub fn resolve(
         if live.is_live(file) {
             return Ok((file, ordinal, moved));
         }
-        let r = lineage.get(&file).ok_or_else(|| {
-            Error::InvalidArgument(format!("blob reference to unknown blob file {file}"))
-        })?;
+        let r = lineage
+            .get(&file)
+            .ok_or_else(|| format!("blob reference to unknown blob file {file}"))?;
         if r.entry.dead.contains(ordinal) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(format!(
                 "blob reference to record {ordinal} of file {file}, which GC dropped as dead"
-            )));
+            ));
         }
         ordinal = r.entry.translate(ordinal);
         file = r.new_file;
         moved = true;
     }
-    Err(Error::InvalidArgument(format!(
-        "blob lineage of file {file} does not end"
-    )))
+    Err(format!("blob lineage of file {file} does not end"))
 }
 
 /// Per-file blob state carried by a version.

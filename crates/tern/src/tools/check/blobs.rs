@@ -293,9 +293,7 @@ impl BlobContext<'_> {
             Err(e) => {
                 return problem(format!(
                     "record {} of blob file {} does not resolve: {}",
-                    r.ordinal,
-                    r.file,
-                    reason_of(e)
+                    r.ordinal, r.file, e
                 ))
             }
         };
