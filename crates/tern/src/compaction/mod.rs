@@ -4,6 +4,8 @@
 //! file I/O, no access to the store), and an [`Executor`] decides where a job
 //! runs. Installing the result is the store's business: one version edit.
 
+#[cfg(test)]
+mod datadriven_tests;
 mod executor;
 mod filter;
 mod job;

@@ -13,8 +13,12 @@
 
 mod blobs;
 mod builder;
+#[cfg(test)]
+mod datadriven_tests;
 mod level_targets;
 mod replay;
+#[cfg(test)]
+pub(crate) mod script;
 mod set;
 
 use std::cmp::Ordering;
