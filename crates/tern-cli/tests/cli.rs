@@ -25,9 +25,12 @@ fn text(o: &Output) -> String {
 /// non-printable byte.
 fn make_store(dir: &Path) {
     let opts = Options {
-        write_buffer_size: 32 << 10,
-        target_file_size: 16 << 10,
-        max_bytes_for_level_base: 64 << 10,
+        settings: tern::Settings {
+            write_buffer_size: 32 << 10,
+            target_file_size: 16 << 10,
+            max_bytes_for_level_base: 64 << 10,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     };
     let db = Db::open(dir, opts).unwrap();
@@ -201,9 +204,12 @@ fn failures_exit_2_with_a_message() {
 /// behind it (so lineage exists).
 fn make_blob_store(dir: &Path) {
     let opts = Options {
-        blob_threshold: Some(0),
-        enable_gc: false,
-        write_buffer_size: 1 << 20,
+        settings: tern::Settings {
+            blob_threshold: Some(0),
+            enable_gc: false,
+            write_buffer_size: 1 << 20,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     };
     let db = Db::open(dir, opts).unwrap();

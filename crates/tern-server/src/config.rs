@@ -50,44 +50,6 @@ impl AppendFsync {
     }
 }
 
-/// Engine tuning passed to [`tern::Options`].
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-pub struct EngineConfig {
-    /// Memtable size, bytes.
-    pub write_buffer_size: usize,
-    /// Memtables kept before writes stop.
-    pub max_write_buffer_number: usize,
-    /// Block cache capacity, bytes.
-    pub block_cache_capacity: usize,
-    /// Table and blob files kept open (default: half of `ulimit -n`).
-    pub max_open_files: usize,
-    /// Memory for the open tables' indexes and filters, bytes.
-    pub open_files_memory: usize,
-    /// Bloom filter bits per key (0 disables).
-    pub bloom_bits_per_key: u32,
-    /// SST output file size, bytes.
-    pub target_file_size: u64,
-    /// L0 files that trigger a compaction.
-    pub level0_file_num_compaction_trigger: usize,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        let o = tern::Options::default();
-        EngineConfig {
-            write_buffer_size: o.write_buffer_size,
-            max_write_buffer_number: o.max_write_buffer_number,
-            block_cache_capacity: o.block_cache_capacity,
-            max_open_files: o.max_open_files,
-            open_files_memory: o.open_files_memory,
-            bloom_bits_per_key: o.bloom_bits_per_key,
-            target_file_size: o.target_file_size,
-            level0_file_num_compaction_trigger: o.level0_file_num_compaction_trigger,
-        }
-    }
-}
-
 /// Everything `tern serve` can be told.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
@@ -123,8 +85,9 @@ pub struct Config {
     pub metrics_bind: String,
     /// Worker threads; 0: one per core.
     pub threads: usize,
-    /// Engine tuning.
-    pub engine: EngineConfig,
+    /// Engine settings (the `[engine]` table, names as in
+    /// [`tern::Settings`]). `max_value_size` follows `proto-max-bulk-len`.
+    pub engine: tern::Settings,
 }
 
 impl Default for Config {
@@ -144,7 +107,7 @@ impl Default for Config {
             maxmemory_clients: 4 << 30,
             metrics_bind: String::new(),
             threads: 0,
-            engine: EngineConfig::default(),
+            engine: tern::Settings::default(),
         }
     }
 }
@@ -201,24 +164,17 @@ impl Config {
         if self.dir.as_os_str().is_empty() {
             return bad("dir must name a data directory");
         }
-        Ok(())
+        self.engine
+            .validate()
+            .map_err(|e| ConfigError(format!("[engine]: {e}")))
     }
 
     /// The engine options for this configuration.
     pub fn engine_options(&self) -> tern::Options {
-        let e = &self.engine;
-        tern::Options {
-            write_buffer_size: e.write_buffer_size,
-            max_write_buffer_number: e.max_write_buffer_number,
-            block_cache_capacity: e.block_cache_capacity,
-            max_open_files: e.max_open_files,
-            open_files_memory: e.open_files_memory,
-            bloom_bits_per_key: e.bloom_bits_per_key,
-            target_file_size: e.target_file_size,
-            level0_file_num_compaction_trigger: e.level0_file_num_compaction_trigger,
+        tern::Options::new(tern::Settings {
             max_value_size: self.proto_max_bulk_len + 64,
-            ..tern::Options::default()
-        }
+            ..self.engine.clone()
+        })
     }
 }
 
@@ -229,12 +185,14 @@ mod tests {
     #[test]
     fn parses_a_file_and_rejects_unknown_keys() {
         let c = Config::from_toml(
-            "port = 7000\nappendfsync = \"always\"\nrequirepass = \"pw\"\n[engine]\nwrite-buffer-size = 1048576\n",
+            "port = 7000\nappendfsync = \"always\"\nrequirepass = \"pw\"\n[engine]\nwrite_buffer_size = 1048576\nblob_threshold = \"off\"\n",
         )
         .unwrap();
         assert_eq!(c.port, Some(7000));
         assert_eq!(c.appendfsync, AppendFsync::Always);
         assert_eq!(c.engine.write_buffer_size, 1 << 20);
+        assert_eq!(c.engine.blob_threshold, None);
+        assert_eq!(c.engine_options().write_buffer_size, 1 << 20);
         let e = Config::from_toml("prot = 1\n").unwrap_err();
         assert!(e.0.contains("prot"), "{e}");
         assert!(Config::from_toml("maxclients = 0\n").is_err());

@@ -281,23 +281,26 @@ impl EngineKnobs {
     /// Engine options with these knobs (on the local file system).
     pub fn options(&self) -> Options {
         Options {
-            write_buffer_size: self.write_buffer_size,
-            max_write_buffer_number: self.max_write_buffer_number,
-            level0_file_num_compaction_trigger: self.l0_trigger,
-            level0_slowdown_writes_trigger: self.l0_trigger.max(8) * 2,
-            level0_stop_writes_trigger: self.l0_trigger.max(8) * 3,
-            max_bytes_for_level_base: self.level_base,
-            target_file_size: self.target_file_size,
-            block_size: self.block_size,
-            bloom_bits_per_key: self.bloom_bits,
-            compression_per_level: self.compression.clone(),
-            block_cache_capacity: self.block_cache,
-            max_manifest_file_size: self.manifest_size,
-            blob_threshold: self.blob_threshold,
-            blob_file_size: self.blob_file_size,
-            gc_garbage_ratio: self.gc_ratio,
-            enable_gc: self.gc,
-            max_open_files: self.max_open_files,
+            settings: tern::Settings {
+                write_buffer_size: self.write_buffer_size,
+                max_write_buffer_number: self.max_write_buffer_number,
+                level0_file_num_compaction_trigger: self.l0_trigger,
+                level0_slowdown_writes_trigger: self.l0_trigger.max(8) * 2,
+                level0_stop_writes_trigger: self.l0_trigger.max(8) * 3,
+                max_bytes_for_level_base: self.level_base,
+                target_file_size: self.target_file_size,
+                block_size: self.block_size,
+                bloom_bits_per_key: self.bloom_bits,
+                compression_per_level: self.compression.clone(),
+                block_cache_capacity: self.block_cache,
+                max_manifest_file_size: self.manifest_size,
+                blob_threshold: self.blob_threshold,
+                blob_file_size: self.blob_file_size,
+                gc_garbage_ratio: self.gc_ratio,
+                enable_gc: self.gc,
+                max_open_files: self.max_open_files,
+                ..tern::Settings::default()
+            },
             ..Options::default()
         }
     }

@@ -109,17 +109,19 @@ struct Sim {
 }
 
 fn options_for(cfg: &StressConfig, fs: FsRef) -> Options {
+    let k = &cfg.knobs;
     Options {
         fs,
-        // Small memtables and files so flushes and compactions happen within
-        // a few thousand operations.
-        write_buffer_size: cfg.knobs.write_buffer_size.min(64 << 10),
-        target_file_size: cfg.knobs.target_file_size.min(32 << 10),
-        max_bytes_for_level_base: cfg.knobs.level_base.min(256 << 10),
-        max_manifest_file_size: cfg.knobs.manifest_size.min(64 << 10),
-        // Small blob files, so GC has many to pick from.
-        blob_file_size: cfg.knobs.blob_file_size.min(16 << 10),
-        ..cfg.knobs.options()
+        ..k.options().tune(|s| {
+            // Small memtables and files so flushes and compactions happen
+            // within a few thousand operations.
+            s.write_buffer_size = k.write_buffer_size.min(64 << 10);
+            s.target_file_size = k.target_file_size.min(32 << 10);
+            s.max_bytes_for_level_base = k.level_base.min(256 << 10);
+            s.max_manifest_file_size = k.manifest_size.min(64 << 10);
+            // Small blob files, so GC has many to pick from.
+            s.blob_file_size = k.blob_file_size.min(16 << 10);
+        })
     }
 }
 

@@ -80,8 +80,11 @@ fn real_blob_file() -> (FsRef, std::path::PathBuf, u64) {
     let db = Db::open(
         "/db",
         Options {
+            settings: tern::Settings {
+                blob_threshold: Some(0),
+                ..tern::Settings::default()
+            },
             fs: fs.clone(),
-            blob_threshold: Some(0),
             ..Options::default()
         },
     )

@@ -63,9 +63,12 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
         let db = Db::open(
             &dir,
             Options {
-                write_buffer_size: 8 << 10,
-                block_size: 512,
-                compression_per_level: vec![comp],
+                settings: tern::Settings {
+                    write_buffer_size: 8 << 10,
+                    block_size: 512,
+                    compression_per_level: vec![comp],
+                    ..tern::Settings::default()
+                },
                 ..Options::default()
             },
         )
@@ -212,10 +215,13 @@ fn blob_seeds(out: &mut BTreeMap<&'static str, Vec<(String, Vec<u8>)>>) {
     let db = Db::open(
         &dir,
         Options {
-            write_buffer_size: 8 << 10,
-            blob_threshold: Some(0),
-            blob_file_size: 4096,
-            gc_garbage_ratio: 0.1,
+            settings: tern::Settings {
+                write_buffer_size: 8 << 10,
+                blob_threshold: Some(0),
+                blob_file_size: 4096,
+                gc_garbage_ratio: 0.1,
+                ..tern::Settings::default()
+            },
             ..Options::default()
         },
     )

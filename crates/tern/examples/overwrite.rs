@@ -62,28 +62,17 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(400_000);
     let keys = n / 4;
-    let base = tern::Options {
+    let base = tern::Options::new(tern::Settings {
         write_buffer_size: 16 << 20,
         blob_file_size: 16 << 20,
         ..Default::default()
-    };
+    });
     run("gc-on", base.clone(), n, keys);
     run(
         "gc-off",
-        tern::Options {
-            enable_gc: false,
-            ..base.clone()
-        },
+        base.clone().tune(|s| s.enable_gc = false),
         n,
         keys,
     );
-    run(
-        "inline",
-        tern::Options {
-            blob_threshold: None,
-            ..base
-        },
-        n,
-        keys,
-    );
+    run("inline", base.tune(|s| s.blob_threshold = None), n, keys);
 }

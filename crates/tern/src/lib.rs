@@ -81,4 +81,4 @@ pub use error::{Error, Result};
 pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
 pub use options::NUM_LEVELS;
-pub use options::{Compression, Options, WriteOptions};
+pub use options::{Compression, Options, SettingValue, Settings, WriteOptions};

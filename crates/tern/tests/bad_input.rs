@@ -11,10 +11,13 @@ use tern::{Db, Error, Options, ReadOptions, WriteBatch, WriteOptions};
 
 fn mem_opts() -> Options {
     Options {
+        settings: tern::Settings {
+            write_buffer_size: 64 << 10,
+            max_key_size: 100,
+            max_value_size: 1000,
+            ..tern::Settings::default()
+        },
         fs: MemFs::new(),
-        write_buffer_size: 64 << 10,
-        max_key_size: 100,
-        max_value_size: 1000,
         ..Options::default()
     }
 }
@@ -263,7 +266,10 @@ fn second_open_of_a_locked_store_is_busy_on_memfs() {
 fn open_without_create_if_missing_fails_on_an_empty_dir() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
-        create_if_missing: false,
+        settings: tern::Settings {
+            create_if_missing: false,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     };
     let err = Db::open(dir.path(), opts.clone()).expect_err("opened an empty directory");
@@ -278,7 +284,10 @@ fn open_without_create_if_missing_fails_on_a_missing_dir() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nope");
     let opts = Options {
-        create_if_missing: false,
+        settings: tern::Settings {
+            create_if_missing: false,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     };
     let err = Db::open(&path, opts).expect_err("opened a missing directory");
@@ -293,10 +302,9 @@ fn open_with_error_if_exists_fails_on_an_existing_store() {
     db.put(b"a", b"1").unwrap();
     db.close().unwrap();
     drop(db);
-    let strict = Options {
-        error_if_exists: true,
-        ..opts.clone()
-    };
+    let strict = opts.clone().tune(|s| {
+        s.error_if_exists = true;
+    });
     Db::open(DIR, strict).expect_err("error_if_exists accepted an existing store");
     // The refused open left the store intact.
     let db = Db::open(DIR, opts).unwrap();
@@ -305,10 +313,9 @@ fn open_with_error_if_exists_fails_on_an_existing_store() {
 
 #[test]
 fn open_with_error_if_exists_creates_a_new_store() {
-    let opts = Options {
-        error_if_exists: true,
-        ..mem_opts()
-    };
+    let opts = mem_opts().tune(|s| {
+        s.error_if_exists = true;
+    });
     let db = Db::open(DIR, opts).unwrap();
     db.put(b"a", b"1").unwrap();
 }
@@ -324,7 +331,10 @@ fn assert_rejected(opts: Options) {
 #[test]
 fn tiny_write_buffer_is_rejected() {
     assert_rejected(Options {
-        write_buffer_size: 100,
+        settings: tern::Settings {
+            write_buffer_size: 100,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     });
 }
@@ -332,19 +342,28 @@ fn tiny_write_buffer_is_rejected() {
 #[test]
 fn level0_triggers_out_of_order_are_rejected() {
     assert_rejected(Options {
-        level0_file_num_compaction_trigger: 10,
-        level0_slowdown_writes_trigger: 5,
-        level0_stop_writes_trigger: 20,
+        settings: tern::Settings {
+            level0_file_num_compaction_trigger: 10,
+            level0_slowdown_writes_trigger: 5,
+            level0_stop_writes_trigger: 20,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     });
     assert_rejected(Options {
-        level0_file_num_compaction_trigger: 4,
-        level0_slowdown_writes_trigger: 20,
-        level0_stop_writes_trigger: 10,
+        settings: tern::Settings {
+            level0_file_num_compaction_trigger: 4,
+            level0_slowdown_writes_trigger: 20,
+            level0_stop_writes_trigger: 10,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     });
     assert_rejected(Options {
-        level0_file_num_compaction_trigger: 0,
+        settings: tern::Settings {
+            level0_file_num_compaction_trigger: 0,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     });
 }
@@ -352,7 +371,10 @@ fn level0_triggers_out_of_order_are_rejected() {
 #[test]
 fn single_write_buffer_is_rejected() {
     assert_rejected(Options {
-        max_write_buffer_number: 1,
+        settings: tern::Settings {
+            max_write_buffer_number: 1,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     });
 }
@@ -360,11 +382,17 @@ fn single_write_buffer_is_rejected() {
 #[test]
 fn zero_block_size_and_zero_max_key_size_are_rejected() {
     assert_rejected(Options {
-        block_size: 0,
+        settings: tern::Settings {
+            block_size: 0,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     });
     assert_rejected(Options {
-        max_key_size: 0,
+        settings: tern::Settings {
+            max_key_size: 0,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     });
 }
@@ -374,15 +402,24 @@ fn rejected_options_create_no_files() {
     let fs = MemFs::new();
     let bad = [
         Options {
-            write_buffer_size: 1,
+            settings: tern::Settings {
+                write_buffer_size: 1,
+                ..tern::Settings::default()
+            },
             ..Options::default()
         },
         Options {
-            max_open_files: 0,
+            settings: tern::Settings {
+                max_open_files: 0,
+                ..tern::Settings::default()
+            },
             ..Options::default()
         },
         Options {
-            open_files_memory: 0,
+            settings: tern::Settings {
+                open_files_memory: 0,
+                ..tern::Settings::default()
+            },
             ..Options::default()
         },
     ];
@@ -409,10 +446,9 @@ fn default_max_open_files_is_half_the_descriptor_limit() {
 
 #[test]
 fn batch_larger_than_the_write_buffer_is_applied_whole() {
-    let opts = Options {
-        max_value_size: 1 << 20,
-        ..mem_opts()
-    };
+    let opts = mem_opts().tune(|s| {
+        s.max_value_size = 1 << 20;
+    });
     let v = vec![b'x'; 300];
     {
         let db = Db::open(DIR, opts.clone()).unwrap();

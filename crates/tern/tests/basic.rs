@@ -5,9 +5,12 @@ use tern::{Db, Options, ReadOptions, WriteBatch, WriteOptions};
 
 fn small_opts() -> Options {
     Options {
-        write_buffer_size: 64 << 10,
-        target_file_size: 32 << 10,
-        max_bytes_for_level_base: 256 << 10,
+        settings: tern::Settings {
+            write_buffer_size: 64 << 10,
+            target_file_size: 32 << 10,
+            max_bytes_for_level_base: 256 << 10,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     }
 }
@@ -105,9 +108,10 @@ fn compaction_filter_removes_values_without_resurrecting_older_versions() {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         compaction_filter: Some(std::sync::Arc::new(DropExpired)),
-        // Static levels: L0 compacts into L1 while the old version sits in L6.
-        dynamic_level_bytes: false,
-        ..small_opts()
+        ..small_opts().tune(|s| {
+            // Static levels: L0 compacts into L1 while the old version sits in L6.
+            s.dynamic_level_bytes = false;
+        })
     };
     let db = Db::open(dir.path(), opts).unwrap();
     db.put(b"a", b"old").unwrap();

@@ -27,16 +27,19 @@ fn value(i: u32, round: u32) -> Vec<u8> {
 /// small tables so a range compaction touches only some of them.
 fn manual_opts(fs: Arc<dyn FileSystem>) -> Options {
     Options {
+        settings: tern::Settings {
+            blob_threshold: Some(0),
+            enable_gc: false,
+            gc_garbage_ratio: 0.2,
+            level0_file_num_compaction_trigger: 100,
+            level0_slowdown_writes_trigger: 200,
+            level0_stop_writes_trigger: 300,
+            target_file_size: 256,
+            block_size: 64,
+            write_buffer_size: 1 << 20,
+            ..tern::Settings::default()
+        },
         fs,
-        blob_threshold: Some(0),
-        enable_gc: false,
-        gc_garbage_ratio: 0.2,
-        level0_file_num_compaction_trigger: 100,
-        level0_slowdown_writes_trigger: 200,
-        level0_stop_writes_trigger: 300,
-        target_file_size: 256,
-        block_size: 64,
-        write_buffer_size: 1 << 20,
         ..Options::default()
     }
 }
@@ -182,12 +185,15 @@ fn overwrite_heavy_workload_keeps_blob_space_amplification_under_the_gc_bound() 
     let dir = tempfile::tempdir().unwrap();
     let ratio = 0.5;
     let opts = Options {
-        blob_threshold: Some(256),
-        gc_garbage_ratio: ratio,
-        write_buffer_size: 256 << 10,
-        blob_file_size: 256 << 10,
-        target_file_size: 64 << 10,
-        max_bytes_for_level_base: 1 << 20,
+        settings: tern::Settings {
+            blob_threshold: Some(256),
+            gc_garbage_ratio: ratio,
+            write_buffer_size: 256 << 10,
+            blob_file_size: 256 << 10,
+            target_file_size: 64 << 10,
+            max_bytes_for_level_base: 1 << 20,
+            ..tern::Settings::default()
+        },
         ..Options::default()
     };
     let db = Db::open(dir.path(), opts).unwrap();

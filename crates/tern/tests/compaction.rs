@@ -5,7 +5,7 @@ mod common;
 
 use common::{key, small_opts, value, DIR};
 use tern::io::MemFs;
-use tern::{Db, Options};
+use tern::Db;
 
 /// Regression: `compact_range` sent L0 straight to the dynamic base level
 /// even while a shallower level still held older data, so a tombstone was
@@ -13,11 +13,10 @@ use tern::{Db, Options};
 #[test]
 fn compact_range_never_pushes_l0_below_a_shallower_non_empty_level() {
     let fs = MemFs::new();
-    let fixed = Options {
-        dynamic_level_bytes: false,
-        level0_file_num_compaction_trigger: 1,
-        ..small_opts(fs.clone())
-    };
+    let fixed = small_opts(fs.clone()).tune(|s| {
+        s.dynamic_level_bytes = false;
+        s.level0_file_num_compaction_trigger = 1;
+    });
     // With fixed level sizes L0 compacts into L1.
     let db = Db::open(DIR, fixed.clone()).unwrap();
     for i in 0..100 {
@@ -35,13 +34,12 @@ fn compact_range_never_pushes_l0_below_a_shallower_non_empty_level() {
 
     // With dynamic sizes the base level of this small store is the last
     // level, while L1 still holds the older data.
-    let dynamic = Options {
-        dynamic_level_bytes: true,
+    let dynamic = fixed.tune(|s| {
+        s.dynamic_level_bytes = true;
         // Nothing drains L1 in the background: only the manual compaction
         // below shapes the tree.
-        disable_auto_compactions: true,
-        ..fixed
-    };
+        s.disable_auto_compactions = true;
+    });
     let db = Db::open(DIR, dynamic.clone()).unwrap();
     db.delete(&key(7)).unwrap();
     db.put(&key(8), b"newer").unwrap();
@@ -65,13 +63,12 @@ fn compact_range_never_pushes_l0_below_a_shallower_non_empty_level() {
 /// the L0 triggers do not stall writes when automatic compaction is off.
 #[test]
 fn disabled_auto_compaction_never_stalls_writes_on_l0() {
-    let opts = Options {
-        disable_auto_compactions: true,
-        level0_file_num_compaction_trigger: 1,
-        level0_slowdown_writes_trigger: 2,
-        level0_stop_writes_trigger: 3,
-        ..small_opts(MemFs::new())
-    };
+    let opts = small_opts(MemFs::new()).tune(|s| {
+        s.disable_auto_compactions = true;
+        s.level0_file_num_compaction_trigger = 1;
+        s.level0_slowdown_writes_trigger = 2;
+        s.level0_stop_writes_trigger = 3;
+    });
     let db = std::sync::Arc::new(Db::open(DIR, opts).unwrap());
     let worker = {
         let db = db.clone();

@@ -57,10 +57,9 @@ fn round_of(key: &[u8], value: &[u8]) -> u32 {
 }
 
 fn mem_db() -> Db {
-    let opts = Options {
-        level0_file_num_compaction_trigger: 2,
-        ..small_opts(MemFs::new())
-    };
+    let opts = small_opts(MemFs::new()).tune(|s| {
+        s.level0_file_num_compaction_trigger = 2;
+    });
     Db::open(DIR, opts).unwrap()
 }
 

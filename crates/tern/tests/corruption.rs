@@ -16,12 +16,11 @@ use tern::{Db, Error, Options, ReadOptions, WriteBatch, WriteOptions};
 const KEYS: u32 = 300;
 
 fn opts(fs: Arc<MemFs>) -> Options {
-    Options {
-        level0_file_num_compaction_trigger: 16,
-        level0_slowdown_writes_trigger: 32,
-        level0_stop_writes_trigger: 64,
-        ..small_opts(fs)
-    }
+    small_opts(fs).tune(|s| {
+        s.level0_file_num_compaction_trigger = 16;
+        s.level0_slowdown_writes_trigger = 32;
+        s.level0_stop_writes_trigger = 64;
+    })
 }
 
 fn put_synced(db: &Db, k: &[u8], v: &[u8]) {
@@ -481,11 +480,10 @@ fn malformed_blob_reference_names_its_table() {
     use tern::internals::sst::{Table, TableBuilder, TableOptions};
 
     let fs = MemFs::new();
-    let opts = Options {
-        blob_threshold: Some(32),
-        compression_per_level: vec![tern::Compression::None],
-        ..opts(fs.clone())
-    };
+    let opts = opts(fs.clone()).tune(|s| {
+        s.blob_threshold = Some(32);
+        s.compression_per_level = vec![tern::Compression::None];
+    });
     let db = Db::open(DIR, opts.clone()).unwrap();
     db.put(b"big", &[7u8; 200]).unwrap();
     db.flush().unwrap();

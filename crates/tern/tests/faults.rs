@@ -35,12 +35,11 @@ fn assert_poisoned(r: tern::Result<impl std::fmt::Debug>, what: &str) {
 /// Options that never compact on their own (the L0 triggers are far away),
 /// so a test decides when compaction runs.
 fn no_auto_compaction(fs: tern::io::FsRef) -> Options {
-    Options {
-        level0_file_num_compaction_trigger: 16,
-        level0_slowdown_writes_trigger: 32,
-        level0_stop_writes_trigger: 64,
-        ..small_opts(fs)
-    }
+    small_opts(fs).tune(|s| {
+        s.level0_file_num_compaction_trigger = 16;
+        s.level0_slowdown_writes_trigger = 32;
+        s.level0_stop_writes_trigger = 64;
+    })
 }
 
 fn assert_contents(db: &Db, expected: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
@@ -283,10 +282,9 @@ fn store_accepts_writes_and_compacts_again_after_a_failed_compaction() {
 // --------------------------------------------------------------------- reads
 
 fn store_with_one_table(fault: &Arc<FaultFs>) -> Options {
-    let opts = Options {
-        block_cache_capacity: 0,
-        ..no_auto_compaction(fault.clone())
-    };
+    let opts = no_auto_compaction(fault.clone()).tune(|s| {
+        s.block_cache_capacity = 0;
+    });
     let db = Db::open(DIR, opts.clone()).unwrap();
     for i in 0..500 {
         db.put(&key(i), &value(i, 0)).unwrap();
@@ -458,11 +456,10 @@ fn any_single_failing_operation_during_open_loses_no_data() {
 fn random_faults_never_lose_acknowledged_synced_writes() {
     for seed in 0..24u64 {
         let (mem, fault) = fault_fs();
-        let opts = Options {
-            write_buffer_size: 16 << 10,
-            level0_file_num_compaction_trigger: 2,
-            ..small_opts(fault.clone())
-        };
+        let opts = small_opts(fault.clone()).tune(|s| {
+            s.write_buffer_size = 16 << 10;
+            s.level0_file_num_compaction_trigger = 2;
+        });
         let db = Db::open(DIR, opts).unwrap();
         fault.set_random(seed, 0.0007, &[]);
         let mut acked = 0;
@@ -575,15 +572,14 @@ fn separated_rounds(fault: &Arc<FaultFs>, roll_manifest: bool) -> (Db, BTreeMap<
 }
 
 fn separated_opts(fault: &Arc<FaultFs>, roll_manifest: bool) -> Options {
-    Options {
-        blob_threshold: Some(0),
-        gc_garbage_ratio: 0.1,
-        enable_gc: false,
+    no_auto_compaction(fault.clone()).tune(|s| {
+        s.blob_threshold = Some(0);
+        s.gc_garbage_ratio = 0.1;
+        s.enable_gc = false;
         // A tiny manifest limit writes a new manifest (and renames CURRENT)
         // on every install.
-        max_manifest_file_size: if roll_manifest { 1 } else { 1 << 20 },
-        ..no_auto_compaction(fault.clone())
-    }
+        s.max_manifest_file_size = if roll_manifest { 1 } else { 1 << 20 };
+    })
 }
 
 /// Fails the n-th operation of each kind (no path filter) while `op` runs,
@@ -702,12 +698,11 @@ impl tern::compaction::Executor for FailingExecutor {
 #[test]
 fn persistent_compaction_failure_fails_writes_instead_of_hanging_them() {
     let (_mem, fault) = fault_fs();
-    let opts = Options {
-        level0_file_num_compaction_trigger: 2,
-        level0_slowdown_writes_trigger: 3,
-        level0_stop_writes_trigger: 4,
-        ..small_opts(fault.clone())
-    };
+    let opts = small_opts(fault.clone()).tune(|s| {
+        s.level0_file_num_compaction_trigger = 2;
+        s.level0_slowdown_writes_trigger = 3;
+        s.level0_stop_writes_trigger = 4;
+    });
     let db = Arc::new(Db::open_with_executor(DIR, opts, Some(Arc::new(FailingExecutor))).unwrap());
     let writer = {
         let db = db.clone();
@@ -771,11 +766,10 @@ impl tern::compaction::Executor for FailingGcExecutor {
 #[test]
 fn persistent_gc_failure_never_fails_writes() {
     let (_mem, fault) = fault_fs();
-    let opts = Options {
-        blob_threshold: Some(0),
-        gc_garbage_ratio: 0.1,
-        ..small_opts(fault.clone())
-    };
+    let opts = small_opts(fault.clone()).tune(|s| {
+        s.blob_threshold = Some(0);
+        s.gc_garbage_ratio = 0.1;
+    });
     let db = Db::open_with_executor(DIR, opts, Some(Arc::new(FailingGcExecutor))).unwrap();
     // Overwriting half the keys leaves half of the first blob file dead:
     // over the GC ratio, but still reachable, so only GC can reclaim it.
@@ -812,10 +806,9 @@ fn new_store_directory_survives_power_loss() {
     put_synced(&db, b"k", b"v").unwrap();
     let survivor = fs.crashed_copy();
     drop(db);
-    let opts = Options {
-        create_if_missing: false,
-        ..small_opts(survivor)
-    };
+    let opts = small_opts(survivor).tune(|s| {
+        s.create_if_missing = false;
+    });
     let db = Db::open(dir, opts).expect("the store's directory survives");
     assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }
@@ -830,11 +823,10 @@ fn new_manifest_entry_is_durable_before_current_names_it() {
     let mut broken = Vec::new();
     for skip in 0..8 {
         let (mem, fault) = fault_fs();
-        let opts = Options {
+        let opts = no_auto_compaction(fault.clone()).tune(|s| {
             // Every manifest write rolls to a new manifest.
-            max_manifest_file_size: 1,
-            ..no_auto_compaction(fault.clone())
-        };
+            s.max_manifest_file_size = 1;
+        });
         let db = Db::open(DIR, opts.clone()).unwrap();
         put_synced(&db, b"a", b"1").unwrap();
         fault.inject(FaultKind::SyncDir, skip, true);
@@ -869,10 +861,9 @@ fn existing_unsynced_store_directory_is_made_durable_at_open() {
     put_synced(&db, b"k", b"v").unwrap();
     let survivor = fs.crashed_copy();
     drop(db);
-    let opts = Options {
-        create_if_missing: false,
-        ..small_opts(survivor)
-    };
+    let opts = small_opts(survivor).tune(|s| {
+        s.create_if_missing = false;
+    });
     let db = Db::open(DIR, opts).expect("the store's directory survives");
     assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }

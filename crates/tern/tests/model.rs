@@ -67,33 +67,36 @@ fn random_options(rng: &mut StdRng, fs: tern::io::FsRef) -> Options {
         _ => Compression::Zstd,
     };
     Options {
-        fs,
-        write_buffer_size: rng.gen_range(4096..32768),
-        max_write_buffer_number: rng.gen_range(2..4),
-        level0_file_num_compaction_trigger: rng.gen_range(1..4),
-        level0_slowdown_writes_trigger: 8,
-        level0_stop_writes_trigger: 12,
-        max_bytes_for_level_base: rng.gen_range(16..64) << 10,
-        max_bytes_for_level_multiplier: rng.gen_range(2..5),
-        dynamic_level_bytes: rng.gen_bool(0.7),
-        target_file_size: rng.gen_range(2..16) << 10,
-        block_size: rng.gen_range(128..4096),
-        block_restart_interval: rng.gen_range(1..17),
-        bloom_bits_per_key: if rng.gen_bool(0.7) { 10 } else { 0 },
-        compression_per_level: (0..3).map(|_| comp(rng)).collect(),
-        block_cache_capacity: [0, 16 << 10, 1 << 20][rng.gen_range(0..3)],
-        max_manifest_file_size: rng.gen_range(1..64) << 10,
-        blob_threshold: match rng.gen_range(0..4) {
-            0 => None,
-            1 => Some(0),
-            2 => Some(32),
-            _ => Some(512),
+        settings: tern::Settings {
+            write_buffer_size: rng.gen_range(4096..32768),
+            max_write_buffer_number: rng.gen_range(2..4),
+            level0_file_num_compaction_trigger: rng.gen_range(1..4),
+            level0_slowdown_writes_trigger: 8,
+            level0_stop_writes_trigger: 12,
+            max_bytes_for_level_base: rng.gen_range(16..64) << 10,
+            max_bytes_for_level_multiplier: rng.gen_range(2..5),
+            dynamic_level_bytes: rng.gen_bool(0.7),
+            target_file_size: rng.gen_range(2..16) << 10,
+            block_size: rng.gen_range(128..4096),
+            block_restart_interval: rng.gen_range(1..17),
+            bloom_bits_per_key: if rng.gen_bool(0.7) { 10 } else { 0 },
+            compression_per_level: (0..3).map(|_| comp(rng)).collect(),
+            block_cache_capacity: [0, 16 << 10, 1 << 20][rng.gen_range(0..3)],
+            max_manifest_file_size: rng.gen_range(1..64) << 10,
+            blob_threshold: match rng.gen_range(0..4) {
+                0 => None,
+                1 => Some(0),
+                2 => Some(32),
+                _ => Some(512),
+            },
+            blob_file_size: rng.gen_range(4096..32768),
+            gc_garbage_ratio: rng.gen_range(0.05..0.9),
+            gc_max_batch_files: rng.gen_range(1..4),
+            // Few open files: reads reopen files the cache closed under them.
+            max_open_files: [2, 8, 1000][rng.gen_range(0..3)],
+            ..tern::Settings::default()
         },
-        blob_file_size: rng.gen_range(4096..32768),
-        gc_garbage_ratio: rng.gen_range(0.05..0.9),
-        gc_max_batch_files: rng.gen_range(1..4),
-        // Few open files: reads reopen files the cache closed under them.
-        max_open_files: [2, 8, 1000][rng.gen_range(0..3)],
+        fs,
         ..Options::default()
     }
 }

@@ -17,15 +17,18 @@ const KEYS: u32 = 3000;
 /// of every key touches far more files than may stay open.
 fn many_files_opts(fs: Arc<MemFs>, max_open_files: usize) -> Options {
     Options {
+        settings: tern::Settings {
+            write_buffer_size: 16 << 10,
+            target_file_size: 8 << 10,
+            block_size: 512,
+            blob_threshold: Some(64),
+            blob_file_size: 8 << 10,
+            enable_gc: false,
+            disable_auto_compactions: true,
+            max_open_files,
+            ..tern::Settings::default()
+        },
         fs,
-        write_buffer_size: 16 << 10,
-        target_file_size: 8 << 10,
-        block_size: 512,
-        blob_threshold: Some(64),
-        blob_file_size: 8 << 10,
-        enable_gc: false,
-        disable_auto_compactions: true,
-        max_open_files,
         ..Options::default()
     }
 }
@@ -120,10 +123,9 @@ fn index_and_filter_memory_is_held_to_open_files_memory() {
     // A quarter of that: tables are closed to stay within it, blob files
     // (no resident index) are bounded by count alone, reads stay right.
     let budget = all.open_file_bytes / 4;
-    let tight = Options {
-        open_files_memory: budget as usize,
-        ..roomy
-    };
+    let tight = roomy.tune(|s| {
+        s.open_files_memory = budget as usize;
+    });
     let db = Db::open(DIR, tight).unwrap();
     read_all(&db);
     let st = read_all(&db);

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tern::{Compression, Db, Options, ReadOptions, WriteOptions};
+use tern::{Db, Options, ReadOptions, SettingValue, Settings, WriteOptions};
 
-use super::{parse_size, Binding, EngineStats, ReadResult};
+use super::{Binding, EngineStats, ReadResult};
 use crate::props::Properties;
 use crate::{Error, Result};
 
@@ -17,84 +17,46 @@ pub struct TernBinding {
     write_opts: WriteOptions,
 }
 
-fn size<T: TryFrom<u64>>(name: &str, v: &str) -> Result<T> {
-    parse_size(v)
-        .and_then(|n| T::try_from(n).ok())
-        .ok_or_else(|| Error(format!("tern.{name}: {v:?} is not a size")))
+/// Older names `-p tern.` accepts, and the settings they mean.
+const ALIASES: &[(&str, &str)] = &[
+    ("cache_size", "block_cache_capacity"),
+    ("min_blob_size", "blob_threshold"),
+    ("gc", "enable_gc"),
+    // One compression for every level.
+    ("compression", "compression_per_level"),
+];
+
+fn flag(name: &str, v: &str) -> Result<bool> {
+    <bool as SettingValue>::parse_setting(v)
+        .map_err(|why| Error(format!("tern.{name}: {v:?} {why}")))
 }
 
-fn compression(v: &str) -> Result<Compression> {
-    match v.to_ascii_lowercase().as_str() {
-        "none" | "no" => Ok(Compression::None),
-        "lz4" => Ok(Compression::Lz4),
-        "zstd" => Ok(Compression::Zstd),
-        _ => Err(Error(format!(
-            "unknown compression {v:?} (none, lz4, zstd)"
-        ))),
-    }
-}
-
-/// Applies `tern.*` properties to engine options and write options.
+/// Applies `tern.*` properties: every [`tern::Settings`] field by its name
+/// (`-p tern.write_buffer_size=64M`), plus `sync` and `disable_wal` for the
+/// writes.
 pub fn apply_options(props: &Properties) -> Result<(Options, WriteOptions)> {
-    let mut o = Options::default();
+    let mut settings = Settings::default();
     let mut w = WriteOptions::default();
     for (name, v) in props.with_prefix("tern.") {
         let v = v.as_str();
         match name.as_str() {
-            "write_buffer_size" => o.write_buffer_size = size(&name, v)?,
-            "max_write_buffer_number" => o.max_write_buffer_number = size(&name, v)?,
-            "level0_file_num_compaction_trigger" => {
-                o.level0_file_num_compaction_trigger = size(&name, v)?
-            }
-            "level0_slowdown_writes_trigger" => o.level0_slowdown_writes_trigger = size(&name, v)?,
-            "level0_stop_writes_trigger" => o.level0_stop_writes_trigger = size(&name, v)?,
-            "max_bytes_for_level_base" => o.max_bytes_for_level_base = size(&name, v)?,
-            "max_bytes_for_level_multiplier" => o.max_bytes_for_level_multiplier = size(&name, v)?,
-            "dynamic_level_bytes" => o.dynamic_level_bytes = v == "true" || v == "1",
-            "target_file_size" => o.target_file_size = size(&name, v)?,
-            "block_size" => o.block_size = size(&name, v)?,
-            "block_restart_interval" => o.block_restart_interval = size(&name, v)?,
-            "bloom_bits_per_key" => o.bloom_bits_per_key = size(&name, v)?,
-            "block_cache_capacity" | "cache_size" => o.block_cache_capacity = size(&name, v)?,
-            "max_open_files" => o.max_open_files = size(&name, v)?,
-            "open_files_memory" => o.open_files_memory = size(&name, v)?,
-            "max_write_group_bytes" => o.max_write_group_bytes = size(&name, v)?,
-            "compression" => {
-                let c = compression(v)?;
-                o.compression_per_level = vec![c];
-            }
-            "compression_per_level" => {
-                o.compression_per_level =
-                    v.split(',').map(compression).collect::<Result<Vec<_>>>()?;
-            }
-            "blob_threshold" | "min_blob_size" => {
-                o.blob_threshold = if v == "off" || v == "none" {
-                    None
-                } else {
-                    Some(size(&name, v)?)
-                }
-            }
-            "blob_file_size" => o.blob_file_size = size(&name, v)?,
-            "enable_gc" | "gc" => o.enable_gc = v == "true" || v == "1" || v == "on",
-            "gc_garbage_ratio" => {
-                o.gc_garbage_ratio = v
-                    .parse()
-                    .map_err(|_| Error(format!("tern.{name}: {v:?} is not a ratio in (0, 1]")))?
-            }
-            "gc_max_batch_bytes" => o.gc_max_batch_bytes = size(&name, v)?,
-            "gc_max_batch_files" => o.gc_max_batch_files = size(&name, v)?,
-            "background_rate_limit" => o.background_rate_limit = Some(size(&name, v)?),
-            "sync" => w.sync = v == "true" || v == "1",
-            "disable_wal" => w.disable_wal = v == "true" || v == "1",
+            "sync" => w.sync = flag(&name, v)?,
+            "disable_wal" => w.disable_wal = flag(&name, v)?,
             other => {
-                return Err(Error(format!(
-                    "unknown Tern option tern.{other} (see `tern bench --help` for the list)"
-                )))
+                let setting = ALIASES
+                    .iter()
+                    .find(|(alias, _)| *alias == other)
+                    .map_or(other, |(_, s)| s);
+                settings.set(setting, v).map_err(|e| {
+                    Error(format!(
+                        "-p tern.{other}={v}: {e} (see `tern bench --help` and docs/bench.md)"
+                    ))
+                })?;
             }
         }
     }
-    o.validate()?;
-    Ok((o, w))
+    settings.validate()?;
+    Ok((Options::new(settings), w))
 }
 
 impl TernBinding {

@@ -76,10 +76,13 @@ fn compaction_picker() {
                         Err(e) => return format!("parse error: {e}\n"),
                     };
                     opts = Options {
-                        max_bytes_for_level_base: num("base", 10_000),
-                        max_bytes_for_level_multiplier: num("multiplier", 10),
-                        level0_file_num_compaction_trigger: num("l0_trigger", 4) as usize,
-                        dynamic_level_bytes: arg(case, "dynamic") != Some("false"),
+                        settings: crate::Settings {
+                            max_bytes_for_level_base: num("base", 10_000),
+                            max_bytes_for_level_multiplier: num("multiplier", 10),
+                            level0_file_num_compaction_trigger: num("l0_trigger", 4) as usize,
+                            dynamic_level_bytes: arg(case, "dynamic") != Some("false"),
+                            ..crate::Settings::default()
+                        },
                         ..Options::default()
                     };
                     let t = LevelTargets::compute(&v, &opts);

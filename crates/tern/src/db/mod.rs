@@ -426,8 +426,11 @@ mod tests {
 
     fn store() -> Arc<Db> {
         let opts = Options {
+            settings: crate::Settings {
+                blob_threshold: None,
+                ..crate::Settings::default()
+            },
             fs: MemFs::new(),
-            blob_threshold: None,
             ..Options::default()
         };
         let db = Arc::new(Db::open("/db", opts).unwrap());

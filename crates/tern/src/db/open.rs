@@ -340,8 +340,11 @@ mod tests {
     fn hole_in_the_newest_wal_recovers_the_prefix_before_it() {
         let mem = MemFs::new();
         let opts = Options {
+            settings: crate::Settings {
+                write_buffer_size: 8 << 20,
+                ..crate::Settings::default()
+            },
             fs: mem.clone(),
-            write_buffer_size: 8 << 20,
             ..Options::default()
         };
         let db = Db::open("/db", opts.clone()).unwrap();

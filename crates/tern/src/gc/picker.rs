@@ -56,13 +56,19 @@ mod tests {
             v.blob_files.insert(n, Arc::new(state));
         }
         let opts = Options {
-            gc_max_batch_files: 2,
+            settings: crate::Settings {
+                gc_max_batch_files: 2,
+                ..crate::Settings::default()
+            },
             ..Options::default()
         };
         let got: Vec<u64> = pick(&v, &opts).iter().map(|b| b.meta.number).collect();
         assert_eq!(got, vec![2, 4]);
         let opts = Options {
-            gc_garbage_ratio: 0.95,
+            settings: crate::Settings {
+                gc_garbage_ratio: 0.95,
+                ..crate::Settings::default()
+            },
             ..Options::default()
         };
         assert!(pick(&v, &opts).is_empty());

@@ -14,12 +14,15 @@ pub const DIR: &str = "/db";
 /// few hundred kilobytes of writes.
 pub fn small_opts(fs: FsRef) -> Options {
     Options {
+        settings: tern::Settings {
+            write_buffer_size: 64 << 10,
+            target_file_size: 32 << 10,
+            max_bytes_for_level_base: 256 << 10,
+            block_size: 1 << 10,
+            block_cache_capacity: 1 << 20,
+            ..tern::Settings::default()
+        },
         fs,
-        write_buffer_size: 64 << 10,
-        target_file_size: 32 << 10,
-        max_bytes_for_level_base: 256 << 10,
-        block_size: 1 << 10,
-        block_cache_capacity: 1 << 20,
         ..Options::default()
     }
 }

@@ -46,13 +46,16 @@ fn dir() -> PathBuf {
 fn build_store() -> (Arc<MemFs>, Db) {
     let fs = MemFs::new();
     let opts = Options {
+        settings: crate::Settings {
+            write_buffer_size: 32 << 10,
+            target_file_size: 16 << 10,
+            max_bytes_for_level_base: 64 << 10,
+            level0_file_num_compaction_trigger: 20,
+            level0_slowdown_writes_trigger: 30,
+            level0_stop_writes_trigger: 40,
+            ..crate::Settings::default()
+        },
         fs: fs.clone(),
-        write_buffer_size: 32 << 10,
-        target_file_size: 16 << 10,
-        max_bytes_for_level_base: 64 << 10,
-        level0_file_num_compaction_trigger: 20,
-        level0_slowdown_writes_trigger: 30,
-        level0_stop_writes_trigger: 40,
         ..Options::default()
     };
     let db = Db::open(dir(), opts).unwrap();
@@ -370,14 +373,17 @@ fn bad_current_and_empty_dir() {
 fn build_blob_store() -> Arc<MemFs> {
     let fs = MemFs::new();
     let opts = Options {
+        settings: crate::Settings {
+            blob_threshold: Some(0),
+            enable_gc: false,
+            write_buffer_size: 1 << 20,
+            target_file_size: 16 << 10,
+            level0_file_num_compaction_trigger: 20,
+            level0_slowdown_writes_trigger: 30,
+            level0_stop_writes_trigger: 40,
+            ..crate::Settings::default()
+        },
         fs: fs.clone(),
-        blob_threshold: Some(0),
-        enable_gc: false,
-        write_buffer_size: 1 << 20,
-        target_file_size: 16 << 10,
-        level0_file_num_compaction_trigger: 20,
-        level0_slowdown_writes_trigger: 30,
-        level0_stop_writes_trigger: 40,
         ..Options::default()
     };
     let db = Db::open(dir(), opts).unwrap();
@@ -443,9 +449,12 @@ fn blob_store_with_lineage_checks_ok() {
 fn blob_record_of_another_version_of_the_key_is_reported() {
     let fs = MemFs::new();
     let opts = Options {
+        settings: crate::Settings {
+            blob_threshold: Some(0),
+            enable_gc: false,
+            ..crate::Settings::default()
+        },
         fs: fs.clone(),
-        blob_threshold: Some(0),
-        enable_gc: false,
         ..Options::default()
     };
     let db = Db::open(dir(), opts).unwrap();
@@ -563,13 +572,16 @@ fn busy_blob_store_checks_ok() {
     for round in 0..4u32 {
         let fs = MemFs::new();
         let opts = Options {
+            settings: crate::Settings {
+                blob_threshold: Some(if round % 2 == 0 { 0 } else { 30 }),
+                write_buffer_size: 16 << 10,
+                target_file_size: 8 << 10,
+                max_bytes_for_level_base: 32 << 10,
+                blob_file_size: 8 << 10,
+                gc_garbage_ratio: 0.2,
+                ..crate::Settings::default()
+            },
             fs: fs.clone(),
-            blob_threshold: Some(if round % 2 == 0 { 0 } else { 30 }),
-            write_buffer_size: 16 << 10,
-            target_file_size: 8 << 10,
-            max_bytes_for_level_base: 32 << 10,
-            blob_file_size: 8 << 10,
-            gc_garbage_ratio: 0.2,
             ..Options::default()
         };
         let db = Db::open(dir(), opts.clone()).unwrap();

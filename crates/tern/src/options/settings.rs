@@ -1,0 +1,377 @@
+//! [`Settings`]: every tuning knob of a store as plain data, the one type
+//! the server's config, the benchmark's `-p tern.<name>=` and the test
+//! harnesses embed. Serde (de)serializes it, so it loads from TOML; every
+//! field names its default and unit.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{default_max_open_files, Compression};
+use crate::error::{Error, Result};
+
+/// A value a setting can hold, parsed from text: sizes take `K`, `M`, `G`
+/// suffixes (powers of 1024), flags `true`/`false`/`on`/`off`/`1`/`0`,
+/// optional values `off` or `none` for none, lists are comma-separated.
+pub trait SettingValue: Sized {
+    /// Parses `text`, or says what was expected.
+    fn parse_setting(text: &str) -> std::result::Result<Self, String>;
+    /// The text form [`SettingValue::parse_setting`] reads back.
+    fn show_setting(&self) -> String;
+}
+
+fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        Some((i, 'T' | 't')) => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| "is not a number (sizes may end in K, M, G or T)".to_string())?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| "is too large".to_string())
+}
+
+macro_rules! size_setting {
+    ($($t:ty),*) => {$(
+        impl SettingValue for $t {
+            fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+                <$t>::try_from(parse_size(text)?).map_err(|_| "is too large".to_string())
+            }
+            fn show_setting(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+size_setting!(usize, u64, u32);
+
+impl SettingValue for bool {
+    fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "on" | "yes" | "1" => Ok(true),
+            "false" | "off" | "no" | "0" => Ok(false),
+            _ => Err("is not true or false".to_string()),
+        }
+    }
+    fn show_setting(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl SettingValue for f64 {
+    fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+        text.trim()
+            .parse()
+            .map_err(|_| "is not a number".to_string())
+    }
+    fn show_setting(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl<T: SettingValue> SettingValue for Option<T> {
+    fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" | "none" => Ok(None),
+            _ => T::parse_setting(text).map(Some),
+        }
+    }
+    fn show_setting(&self) -> String {
+        self.as_ref().map_or("off".to_string(), T::show_setting)
+    }
+}
+
+impl SettingValue for Compression {
+    fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "none" | "no" => Ok(Compression::None),
+            "lz4" => Ok(Compression::Lz4),
+            "zstd" => Ok(Compression::Zstd),
+            _ => Err("is not a compression (none, lz4, zstd)".to_string()),
+        }
+    }
+    fn show_setting(&self) -> String {
+        self.name().to_string()
+    }
+}
+
+impl SettingValue for Vec<Compression> {
+    fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+        let list = text
+            .split(',')
+            .map(Compression::parse_setting)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        if list.is_empty() {
+            return Err("is empty".to_string());
+        }
+        Ok(list)
+    }
+    fn show_setting(&self) -> String {
+        self.iter().map(|c| c.name()).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// Serde for optional settings: `"off"` (TOML has no null) or the value.
+mod off_or {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OffOr<T> {
+        Value(T),
+        Text(String),
+    }
+
+    pub fn serialize<S: Serializer, T: Serialize>(
+        v: &Option<T>,
+        s: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => v.serialize(s),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> std::result::Result<Option<T>, D::Error> {
+        match OffOr::<T>::deserialize(d)? {
+            OffOr::Value(v) => Ok(Some(v)),
+            OffOr::Text(t) if t == "off" || t == "none" => Ok(None),
+            OffOr::Text(t) => Err(serde::de::Error::custom(format!(
+                "expected a value or \"off\", got {t:?}"
+            ))),
+        }
+    }
+}
+
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])*
+        $(#[serde($($serde:tt)*)])?
+        $name:ident: $ty:ty = $default:expr,
+    )*) => {
+        /// How a store is tuned: plain data, separate from the components a
+        /// store is given ([`Options`](super::Options) holds both).
+        ///
+        /// Loads from TOML (or any serde format); missing fields take their
+        /// defaults, unknown ones are an error. "Behaviour" settings change
+        /// what the store does (`create_if_missing`, `error_if_exists`,
+        /// `max_key_size`, `max_value_size`); all others change only speed,
+        /// memory and space.
+        ///
+        /// ```
+        /// let s: tern::Settings = toml::from_str(
+        ///     "write_buffer_size = 16777216\nblob_threshold = \"off\"",
+        /// ).unwrap();
+        /// assert_eq!(s.write_buffer_size, 16 << 20);
+        /// assert_eq!(s.blob_threshold, None);
+        /// ```
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct Settings {
+            $(
+                $(#[doc = $doc])*
+                $(#[serde($($serde)*)])?
+                pub $name: $ty,
+            )*
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Settings { $($name: $default,)* }
+            }
+        }
+
+        impl Settings {
+            /// The name of every setting.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+
+            /// Sets `name` from text (see [`SettingValue`] for the forms).
+            pub fn set(&mut self, name: &str, text: &str) -> Result<()> {
+                match name {
+                    $(stringify!($name) => {
+                        self.$name = SettingValue::parse_setting(text).map_err(|why| {
+                            Error::InvalidArgument(format!("setting {name}: {text:?} {why}"))
+                        })?;
+                    })*
+                    _ => return Err(Error::InvalidArgument(format!(
+                        "unknown setting {name:?} (settings: {})",
+                        Self::NAMES.join(", ")
+                    ))),
+                }
+                Ok(())
+            }
+
+            /// The text form of setting `name`, or `None` if there is none.
+            pub fn get(&self, name: &str) -> Option<String> {
+                match name {
+                    $(stringify!($name) => Some(self.$name.show_setting()),)*
+                    _ => None,
+                }
+            }
+
+            /// The first line of each setting's documentation, by name.
+            pub fn help() -> Vec<(&'static str, &'static str)> {
+                vec![$((stringify!($name), first_doc_line(&[$($doc),*])),)*]
+            }
+        }
+    };
+}
+
+fn first_doc_line(lines: &[&'static str]) -> &'static str {
+    lines.first().map_or("", |l| l.trim())
+}
+
+settings! {
+    /// Create the directory and an empty store if none exists. Default: true.
+    create_if_missing: bool = true,
+    /// Fail if a store already exists. Default: false.
+    error_if_exists: bool = false,
+    /// Largest accepted key, bytes. Default: 64 KiB.
+    max_key_size: usize = 64 << 10,
+    /// Largest accepted value, bytes. Default: 256 MiB.
+    max_value_size: usize = 256 << 20,
+    /// Memtable size that triggers a switch and flush, bytes. Default: 64 MiB.
+    write_buffer_size: usize = 64 << 20,
+    /// Memtables (active + immutable) kept before writes stop. Default: 3.
+    max_write_buffer_number: usize = 3,
+    /// L0 files that trigger a compaction. Default: 4.
+    level0_file_num_compaction_trigger: usize = 4,
+    /// L0 files at which each write is delayed by 1 ms. Default: 20.
+    level0_slowdown_writes_trigger: usize = 20,
+    /// L0 files at which writes wait for compaction. Default: 36.
+    level0_stop_writes_trigger: usize = 36,
+    /// Target size of the base level, bytes. Default: 256 MiB.
+    max_bytes_for_level_base: u64 = 256 << 20,
+    /// Size ratio between adjacent levels. Default: 10.
+    max_bytes_for_level_multiplier: u64 = 10,
+    /// Size targets derived from the last level (RocksDB's
+    /// `level_compaction_dynamic_level_bytes`). Default: true.
+    dynamic_level_bytes: bool = true,
+    /// Size at which compaction output files are cut, bytes. Default: 64 MiB.
+    target_file_size: u64 = 64 << 20,
+    /// Uncompressed data block size, bytes. Default: 4 KiB.
+    block_size: usize = 4 << 10,
+    /// Keys between restart points in a block. Default: 16.
+    block_restart_interval: usize = 16,
+    /// Bloom filter bits per key; 0 disables filters. Default: 10.
+    bloom_bits_per_key: u32 = 10,
+    /// Compression per level (the last entry applies to deeper levels).
+    /// Default: none for L0–L1, LZ4 below.
+    compression_per_level: Vec<Compression> =
+        vec![Compression::None, Compression::None, Compression::Lz4],
+    /// Block cache capacity (data blocks), bytes; 0 disables it.
+    /// Default: 64 MiB.
+    block_cache_capacity: usize = 64 << 20,
+    /// Table and blob files kept open for reads, each holding a descriptor;
+    /// the least recently used one is closed when another must open.
+    /// Readers in use by a read or an iterator stay open until it finishes.
+    /// Compaction and GC open their inputs on their own. Default: half the
+    /// process's soft descriptor limit (`ulimit -n`), at least 16.
+    max_open_files: usize = default_max_open_files(),
+    /// Memory for the index and filter blocks of open tables, bytes (blob
+    /// files keep no index in memory). Past it the least recently used
+    /// table is closed; if `Stats::file_opens` keeps climbing, raise it.
+    /// Together with `block_cache_capacity` and the memtables it bounds the
+    /// engine's memory. Default: 256 MiB (about 100 million keys).
+    open_files_memory: usize = 256 << 20,
+    /// Manifest size that triggers a rewrite as one snapshot, bytes. Default: 64 MiB.
+    max_manifest_file_size: u64 = 64 << 20,
+    /// Largest WAL group-commit record, bytes. Default: 1 MiB.
+    max_write_group_bytes: usize = 1 << 20,
+    /// Values of at least this many bytes are separated into blob files at
+    /// flush (0 separates every value); `off` keeps all values inline.
+    /// Default: 512.
+    #[serde(with = "off_or")]
+    blob_threshold: Option<usize> = Some(512),
+    /// Size at which blob files are cut, bytes. Default: 64 MiB.
+    blob_file_size: u64 = 64 << 20,
+    /// Run blob garbage collection. Default: true.
+    enable_gc: bool = true,
+    /// Never pick compactions on size or file-count triggers; only
+    /// `Db::compact_range` compacts. The L0 slowdown and stop triggers then
+    /// do not stall writes (nothing would lower L0), so L0 and read cost
+    /// grow until the user compacts (RocksDB's option of the same name).
+    /// Default: false.
+    disable_auto_compactions: bool = false,
+    /// A blob file is collected once this fraction of its bytes is garbage;
+    /// space amplification of the blob files stays below 1/(1−ratio).
+    /// Default: 0.5.
+    gc_garbage_ratio: f64 = 0.5,
+    /// Most input bytes one GC job reads. Default: 256 MiB.
+    gc_max_batch_bytes: u64 = 256 << 20,
+    /// Most input files one GC job merges. Default: 8.
+    gc_max_batch_files: usize = 8,
+    /// Background write rate shared by compaction and GC, bytes per second;
+    /// `off` for unlimited. Default: off.
+    #[serde(with = "off_or")]
+    background_rate_limit: Option<u64> = None,
+}
+
+impl Settings {
+    /// Compression for SSTs written to `level`.
+    pub fn compression_for(&self, level: usize) -> Compression {
+        self.compression_per_level
+            .get(level)
+            .or(self.compression_per_level.last())
+            .copied()
+            .unwrap_or(Compression::None)
+    }
+
+    /// Checks the settings for values the engine cannot work with.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::InvalidArgument(m.to_string()));
+        if self.write_buffer_size < 4096 {
+            return bad("write_buffer_size must be at least 4096 bytes");
+        }
+        if self.max_write_buffer_number < 2 {
+            return bad("max_write_buffer_number must be at least 2");
+        }
+        if self.level0_file_num_compaction_trigger == 0
+            || self.level0_slowdown_writes_trigger < self.level0_file_num_compaction_trigger
+            || self.level0_stop_writes_trigger < self.level0_slowdown_writes_trigger
+        {
+            return bad("need 0 < level0 compaction trigger <= slowdown trigger <= stop trigger");
+        }
+        if self.max_bytes_for_level_multiplier < 2 {
+            return bad("max_bytes_for_level_multiplier must be at least 2");
+        }
+        if self.block_size == 0 || self.block_restart_interval == 0 {
+            return bad("block_size and block_restart_interval must be positive");
+        }
+        if self.max_key_size == 0 || self.max_key_size > (1 << 24) {
+            return bad("max_key_size must be between 1 byte and 16 MiB");
+        }
+        if !(self.gc_garbage_ratio > 0.0 && self.gc_garbage_ratio <= 1.0) {
+            return bad("gc_garbage_ratio must be in (0, 1]");
+        }
+        if self.blob_file_size < 4096 || self.gc_max_batch_files == 0 {
+            return bad("blob_file_size must be at least 4096 and gc_max_batch_files at least 1");
+        }
+        if self.background_rate_limit == Some(0) {
+            return bad("background_rate_limit must be positive (off for unlimited)");
+        }
+        if self.max_value_size > (1 << 30) {
+            return bad("max_value_size must be at most 1 GiB");
+        }
+        if self.max_open_files == 0 {
+            return bad("max_open_files must be at least 1");
+        }
+        if self.open_files_memory == 0 {
+            // Every table would be read uncached: each get reopens its
+            // files and reads their index and filter again.
+            return bad("open_files_memory must be positive (the default is 256 MiB)");
+        }
+        Ok(())
+    }
+}
