@@ -144,3 +144,46 @@ impl Binding for TernBinding {
         Ok(self.db.close()?)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[&str]) -> Properties {
+        let mut p = Properties::new();
+        for pair in pairs {
+            p.set_pair(pair).unwrap();
+        }
+        p
+    }
+
+    #[test]
+    fn every_setting_by_name_plus_aliases_and_write_options() {
+        let (o, w) = apply_options(&props(&[
+            "tern.write_buffer_size=32M",
+            "tern.background_rate_limit=100M",
+            "tern.disable_auto_compactions=true",
+            "tern.compression=zstd",
+            "tern.min_blob_size=off",
+            "tern.gc=off",
+            "tern.sync=true",
+        ]))
+        .unwrap();
+        assert_eq!(o.write_buffer_size, 32 << 20);
+        assert_eq!(o.background_rate_limit, Some(100 << 20));
+        assert!(o.disable_auto_compactions);
+        assert_eq!(o.compression_per_level, vec![tern::Compression::Zstd]);
+        assert_eq!(o.blob_threshold, None);
+        assert!(!o.enable_gc);
+        assert!(w.sync && !w.disable_wal);
+    }
+
+    #[test]
+    fn unknown_and_invalid_settings_are_errors() {
+        let e = apply_options(&props(&["tern.write_bufer_size=1M"])).unwrap_err();
+        assert!(e.to_string().contains("unknown setting"), "{e}");
+        let e = apply_options(&props(&["tern.max_write_buffer_number=1"])).unwrap_err();
+        assert!(e.to_string().contains("max_write_buffer_number"), "{e}");
+    }
+}

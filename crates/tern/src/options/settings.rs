@@ -375,3 +375,83 @@ impl Settings {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Every setting reads back what `get` shows, and TOML round-trips the
+    /// whole struct (including `off` for optional values).
+    #[test]
+    fn every_setting_round_trips_through_text_and_toml() {
+        let mut s = Settings {
+            blob_threshold: None,
+            background_rate_limit: Some(1 << 20),
+            ..Settings::default()
+        };
+        for name in Settings::NAMES {
+            let text = s.get(name).unwrap();
+            let before = s.clone();
+            s.set(name, &text).unwrap();
+            assert_eq!(s, before, "{name} = {text}");
+        }
+        let toml = toml::to_string(&s).unwrap();
+        let back: Settings = toml::from_str(&toml).unwrap();
+        assert_eq!(back, s, "{toml}");
+        assert_eq!(Settings::help().len(), Settings::NAMES.len());
+        assert!(Settings::help().iter().all(|(_, doc)| !doc.is_empty()));
+    }
+
+    #[test]
+    fn text_forms() {
+        let mut s = Settings::default();
+        s.set("write_buffer_size", "16M").unwrap();
+        assert_eq!(s.write_buffer_size, 16 << 20);
+        s.set("target_file_size", "2KiB").unwrap();
+        assert_eq!(s.target_file_size, 2048);
+        s.set("blob_threshold", "off").unwrap();
+        assert_eq!(s.blob_threshold, None);
+        s.set("blob_threshold", "0").unwrap();
+        assert_eq!(s.blob_threshold, Some(0));
+        s.set("enable_gc", "off").unwrap();
+        assert!(!s.enable_gc);
+        s.set("compression_per_level", "none,zstd").unwrap();
+        assert_eq!(
+            s.compression_per_level,
+            vec![Compression::None, Compression::Zstd]
+        );
+        s.set("gc_garbage_ratio", "0.25").unwrap();
+        assert_eq!(s.gc_garbage_ratio, 0.25);
+    }
+
+    #[test]
+    fn bad_names_and_values_say_what_is_wrong() {
+        let mut s = Settings::default();
+        let e = s.set("write_bufer_size", "1").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown setting") && e.contains("write_buffer_size"),
+            "{e}"
+        );
+        let e = s.set("write_buffer_size", "lots").unwrap_err().to_string();
+        assert!(
+            e.contains("write_buffer_size") && e.contains("not a number"),
+            "{e}"
+        );
+        let e = s.set("bloom_bits_per_key", "8G").unwrap_err().to_string();
+        assert!(e.contains("too large"), "{e}");
+        let e = s
+            .set("compression_per_level", "lz5")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("none, lz4, zstd"), "{e}");
+        let e = toml::from_str::<Settings>("write_bufer_size = 1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("write_bufer_size"), "{e}");
+        let e = toml::from_str::<Settings>("blob_threshold = \"sometimes\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("off"), "{e}");
+    }
+}
