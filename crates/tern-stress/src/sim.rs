@@ -66,6 +66,37 @@ pub struct SimReport {
 }
 
 impl SimReport {
+    /// The progress line after `done` of `total` cycles.
+    fn progress_line(&self, done: u64, total: u64) -> String {
+        format!(
+            "stress: [cycle {done}/{total}] {} crashes, {} clean closes, {} ops, {} injected faults, {} un-synced writes lost, {} gc calls, {} gc jobs",
+            self.crashes,
+            self.clean_closes,
+            self.ops,
+            self.faults,
+            self.lost_unsynced,
+            self.gc_calls,
+            self.gc_runs
+        )
+    }
+
+    /// The closing line of a run.
+    fn done_line(&self) -> String {
+        format!(
+            "stress: simulation done: {} crashes ({:?} per mode {:?}), {} clean closes, {} epochs without WAL, {} ops, {} injected faults, {} gc calls, {} gc jobs, {} blob files at the end",
+            self.crashes,
+            self.crashes_by_mode,
+            CrashMode::ALL,
+            self.clean_closes,
+            self.no_wal_epochs,
+            self.ops,
+            self.faults,
+            self.gc_calls,
+            self.gc_runs,
+            self.blob_files
+        )
+    }
+
     /// Counts the `lost` writes a recovery found missing, after an epoch
     /// that skipped the WAL (`no_wal`: allowed whatever the sync mode) or
     /// one that ended in the crash `last_crash` (none: a clean close). With
@@ -243,6 +274,175 @@ impl Sim {
 }
 
 /// Runs the in-process simulation, printing progress to `log`.
+/// The store one epoch runs against, and how its writes are made.
+struct Epoch<'a> {
+    db: &'a Db,
+    fault: &'a FaultFs,
+    /// Every write is synced (`--sync`).
+    sync_all: bool,
+    /// Writes skip the WAL this epoch.
+    no_wal: bool,
+}
+
+impl Sim {
+    fn new(keys: usize) -> Self {
+        Sim {
+            keys,
+            base: vec![KeyState::ABSENT; keys],
+            log: Vec::new(),
+            durable: 0,
+            unknown: None,
+            live: vec![KeyState::ABSENT; keys],
+            version: vec![0; keys],
+        }
+    }
+
+    /// Runs up to `ops` random operations. Returns `Ok(false)` once one
+    /// failed (the store may be poisoned: the epoch ends), `Err` when a read
+    /// saw wrong data or failed with no fault injected.
+    fn run_ops(
+        &mut self,
+        e: &Epoch<'_>,
+        rng: &mut StdRng,
+        ops: u64,
+        report: &mut SimReport,
+    ) -> Result<bool, String> {
+        for _ in 0..ops {
+            report.ops += 1;
+            let p = rng.gen_range(0..100);
+            let sync = (e.sync_all || rng.gen_bool(0.02)) && !e.no_wal;
+            let ok = if p < 70 {
+                self.write(e, rng, p, sync)
+            } else if p < 92 {
+                self.check_get(e, rng)?;
+                true
+            } else if p < 97 {
+                self.check_scan(e)?;
+                true
+            } else if p < 98 {
+                self.made_durable_by(e.db.flush())
+            } else if rng.gen_bool(0.5) {
+                // Garbage collection makes nothing durable by itself.
+                report.gc_calls += 1;
+                e.db.collect_garbage().is_ok()
+            } else {
+                let a = rng.gen_range(0..self.keys);
+                let b = rng.gen_range(a..self.keys);
+                let r =
+                    e.db.compact_range(Some(&keys::plain_key(a)), Some(&keys::plain_key(b)));
+                self.made_durable_by(r)
+            };
+            if !ok {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// After a flush or compaction: everything acknowledged is durable.
+    fn made_durable_by(&mut self, r: tern::Result<()>) -> bool {
+        let ok = r.is_ok();
+        if ok {
+            self.durable = self.log.len();
+        }
+        ok
+    }
+
+    /// One write of a single key (`p < 55`) or a batch of several; false if
+    /// it failed (its outcome is then unknown).
+    fn write(&mut self, e: &Epoch<'_>, rng: &mut StdRng, p: i32, sync: bool) -> bool {
+        let n = if p < 55 { 1 } else { rng.gen_range(2..8) };
+        let mut states = Vec::new();
+        let mut batch = WriteBatch::new();
+        for _ in 0..n {
+            let k = rng.gen_range(0..self.keys);
+            if states.iter().any(|&(s, _)| s == k) {
+                continue;
+            }
+            let st = self.next_state(k, rng.gen_bool(0.8));
+            if st.exists() {
+                batch.put(&keys::plain_key(k), &keys::value(k, st.version()));
+            } else {
+                batch.delete(&keys::plain_key(k));
+            }
+            states.push((k, st));
+        }
+        let entry = LoggedWrite { states };
+        let opts = WriteOptions {
+            sync,
+            disable_wal: e.no_wal,
+        };
+        if e.db.write(batch, opts).is_err() {
+            self.unknown = Some(entry);
+            return false;
+        }
+        for &(s, st) in &entry.states {
+            self.live[s] = st;
+        }
+        self.log.push(entry);
+        if sync {
+            self.durable = self.log.len();
+        }
+        true
+    }
+
+    /// A point read of a random key, compared with the live state. An
+    /// injected read error is reported, never wrong data; any other read
+    /// error is a bug.
+    fn check_get(&self, e: &Epoch<'_>, rng: &mut StdRng) -> Result<(), String> {
+        let k = rng.gen_range(0..self.keys);
+        let injected = e.fault.injected();
+        match e.db.get(&keys::plain_key(k)) {
+            Ok(v) if !keys::matches(k, self.live[k], v.as_deref()) => Err(format!(
+                "k{k:08} reads {}, expected {}",
+                keys::describe(v.as_deref()),
+                keys::describe_state(self.live[k])
+            )),
+            Err(err) if e.fault.injected() == injected => {
+                Err(format!("get k{k:08} failed with no fault injected: {err}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A full scan, compared with the live state.
+    fn check_scan(&self, e: &Epoch<'_>) -> Result<(), String> {
+        let injected = e.fault.injected();
+        match read_all(e.db, self.keys) {
+            Ok(got) => {
+                match (0..self.keys).find(|&k| !keys::matches(k, self.live[k], got[k].as_deref())) {
+                    Some(k) => Err(format!(
+                        "scan reads k{k:08} as {}, expected {}",
+                        keys::describe(got[k].as_deref()),
+                        keys::describe_state(self.live[k])
+                    )),
+                    None => Ok(()),
+                }
+            }
+            Err(err) if e.fault.injected() == injected => {
+                Err(format!("scan failed with no fault injected: {err}"))
+            }
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// `tern check` on the files in `mem`: an error naming `when` unless it
+/// finds no problem.
+fn check_files(mem: &std::sync::Arc<MemFs>, when: &str) -> Result<(), String> {
+    let rep = tern::tools::check::check_store(Path::new(DIR), mem.clone())
+        .map_err(|e| format!("{when}: check failed to run: {e}"))?;
+    if rep.is_ok() {
+        return Ok(());
+    }
+    let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
+    Err(format!(
+        "{when}: tern check found problems: {}",
+        p.join("; ")
+    ))
+}
+
+/// Runs the simulation `cfg` describes, logging progress to `log`.
 pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String> {
     let a = &cfg.args;
     let keys_n = a.keys.min(20_000);
@@ -254,41 +454,24 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
     w(format!("stress: {}", cfg.command_line()));
     let repeat = format!("repeat with: {}", cfg.command_line());
     let mut mem = MemFs::new();
-    let mut sim = Sim {
-        keys: keys_n,
-        base: vec![KeyState::ABSENT; keys_n],
-        log: Vec::new(),
-        durable: 0,
-        unknown: None,
-        live: vec![KeyState::ABSENT; keys_n],
-        version: vec![0; keys_n],
-    };
+    let mut sim = Sim::new(keys_n);
     let mut report = SimReport::default();
     let mut last_crash: Option<CrashMode> = None;
     let mut no_wal = false;
     for cycle in 0..a.crashes {
+        let at = |e: String| format!("cycle {cycle}: {e}\n{repeat}");
         let fault = FaultFs::new(mem.clone());
         let fs: FsRef = fault.clone();
         // Check the files a crash left before the store touches them.
         if cycle > 0 {
-            let rep = tern::tools::check::check_store(Path::new(DIR), mem.clone())
-                .map_err(|e| format!("cycle {cycle}: check failed to run: {e}\n{repeat}"))?;
-            if !rep.is_ok() {
-                let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
-                return Err(format!(
-                    "cycle {cycle}: tern check found problems after a crash: {}\n{repeat}",
-                    p.join("; ")
-                ));
-            }
+            check_files(&mem, "after a crash").map_err(at)?;
         }
-        let db = Db::open(DIR, options_for(cfg, fs))
-            .map_err(|e| format!("cycle {cycle}: reopen failed: {e}\n{repeat}"))?;
-        let lost = sim
-            .recover(&db)
-            .map_err(|e| format!("cycle {cycle}: {e}\n{repeat}"))?;
+        let db =
+            Db::open(DIR, options_for(cfg, fs)).map_err(|e| at(format!("reopen failed: {e}")))?;
+        let lost = sim.recover(&db).map_err(at)?;
         report
             .count_lost(lost, no_wal, last_crash, cfg.knobs.sync)
-            .map_err(|e| format!("cycle {cycle}: {e}\n{repeat}"))?;
+            .map_err(at)?;
         // Some epochs run without faults, so flushes, compactions and clean
         // closes get done too.
         if rng.gen_bool(0.7) {
@@ -301,122 +484,15 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         // still a prefix of the history.
         no_wal = rng.gen_bool(0.1);
         report.no_wal_epochs += u64::from(no_wal);
-        let mut failed = false;
-        for _ in 0..a.ops_per_crash {
-            report.ops += 1;
-            let p = rng.gen_range(0..100);
-            let sync = (cfg.knobs.sync || rng.gen_bool(0.02)) && !no_wal;
-            if p < 70 {
-                let n = if p < 55 { 1 } else { rng.gen_range(2..8) };
-                let mut states = Vec::new();
-                let mut batch = WriteBatch::new();
-                for _ in 0..n {
-                    let k = rng.gen_range(0..keys_n);
-                    if states.iter().any(|&(s, _)| s == k) {
-                        continue;
-                    }
-                    let st = sim.next_state(k, rng.gen_bool(0.8));
-                    if st.exists() {
-                        batch.put(&keys::plain_key(k), &keys::value(k, st.version()));
-                    } else {
-                        batch.delete(&keys::plain_key(k));
-                    }
-                    states.push((k, st));
-                }
-                let entry = LoggedWrite { states };
-                match db.write(
-                    batch,
-                    WriteOptions {
-                        sync,
-                        disable_wal: no_wal,
-                    },
-                ) {
-                    Ok(()) => {
-                        for &(s, st) in &entry.states {
-                            sim.live[s] = st;
-                        }
-                        sim.log.push(entry);
-                        if sync {
-                            sim.durable = sim.log.len();
-                        }
-                    }
-                    Err(_) => {
-                        sim.unknown = Some(entry);
-                        failed = true;
-                        break;
-                    }
-                }
-            } else if p < 92 {
-                let k = rng.gen_range(0..keys_n);
-                let injected = fault.injected();
-                match db.get(&keys::plain_key(k)) {
-                    Ok(v) => {
-                        if !keys::matches(k, sim.live[k], v.as_deref()) {
-                            return Err(format!(
-                                "cycle {cycle}: k{k:08} reads {}, expected {}\n{repeat}",
-                                keys::describe(v.as_deref()),
-                                keys::describe_state(sim.live[k])
-                            ));
-                        }
-                    }
-                    // An injected read error is reported, never wrong
-                    // data; any other read error is a bug.
-                    Err(e) if fault.injected() == injected => {
-                        return Err(format!(
-                            "cycle {cycle}: get k{k:08} failed with no fault injected: {e}\n{repeat}"
-                        ));
-                    }
-                    Err(_) => {}
-                }
-            } else if p < 97 {
-                // A full scan, compared with the live state.
-                let injected = fault.injected();
-                match read_all(&db, keys_n) {
-                    Ok(got) => {
-                        if let Some(k) =
-                            (0..keys_n).find(|&k| !keys::matches(k, sim.live[k], got[k].as_deref()))
-                        {
-                            return Err(format!(
-                                "cycle {cycle}: scan reads k{k:08} as {}, expected {}\n{repeat}",
-                                keys::describe(got[k].as_deref()),
-                                keys::describe_state(sim.live[k])
-                            ));
-                        }
-                    }
-                    Err(e) if fault.injected() == injected => {
-                        return Err(format!(
-                            "cycle {cycle}: scan failed with no fault injected: {e}\n{repeat}"
-                        ));
-                    }
-                    Err(_) => {}
-                }
-            } else if p < 98 {
-                match db.flush() {
-                    Ok(()) => sim.durable = sim.log.len(),
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            } else if rng.gen_bool(0.5) {
-                // Garbage collection makes nothing durable by itself.
-                report.gc_calls += 1;
-                if db.collect_garbage().is_err() {
-                    failed = true;
-                    break;
-                }
-            } else {
-                let a = rng.gen_range(0..keys_n);
-                let b = rng.gen_range(a..keys_n);
-                match db.compact_range(Some(&keys::plain_key(a)), Some(&keys::plain_key(b))) {
-                    Ok(()) => sim.durable = sim.log.len(),
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-        }
+        let epoch = Epoch {
+            db: &db,
+            fault: &fault,
+            sync_all: cfg.knobs.sync,
+            no_wal,
+        };
+        let failed = !sim
+            .run_ops(&epoch, &mut rng, a.ops_per_crash, &mut report)
+            .map_err(at)?;
         report.gc_runs += db.stats().gc_runs;
         if !failed && rng.gen_bool(0.2) {
             fault.clear();
@@ -438,65 +514,25 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
         }
         report.faults += fault.injected();
         if (cycle + 1) % 10 == 0 || cycle + 1 == a.crashes {
-            w(format!(
-                "stress: [cycle {}/{}] {} crashes, {} clean closes, {} ops, {} injected faults, {} un-synced writes lost, {} gc calls, {} gc jobs",
-                cycle + 1,
-                a.crashes,
-                report.crashes,
-                report.clean_closes,
-                report.ops,
-                report.faults,
-                report.lost_unsynced,
-                report.gc_calls,
-                report.gc_runs
-            ));
+            w(report.progress_line(cycle + 1, a.crashes));
         }
     }
+    let fin = |e: String| format!("{e}\n{repeat}");
     // A last reopen checks the final crash too.
-    let rep = tern::tools::check::check_store(Path::new(DIR), mem.clone())
-        .map_err(|e| format!("final check failed to run: {e}\n{repeat}"))?;
-    if !rep.is_ok() {
-        let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
-        return Err(format!(
-            "final check found problems: {}\n{repeat}",
-            p.join("; ")
-        ));
-    }
+    check_files(&mem, "final check").map_err(fin)?;
     let db = Db::open(DIR, options_for(cfg, mem.clone()))
-        .map_err(|e| format!("final reopen failed: {e}\n{repeat}"))?;
-    let lost = sim
-        .recover(&db)
-        .map_err(|e| format!("final: {e}\n{repeat}"))?;
+        .map_err(|e| fin(format!("final reopen failed: {e}")))?;
+    let lost = sim.recover(&db).map_err(|e| fin(format!("final: {e}")))?;
     report
         .count_lost(lost, no_wal, last_crash, cfg.knobs.sync)
-        .map_err(|e| format!("final: {e}\n{repeat}"))?;
+        .map_err(|e| fin(format!("final: {e}")))?;
     db.close().map_err(|e| format!("final close: {e}"))?;
-    let rep = tern::tools::check::check_store(Path::new(DIR), mem.clone())
-        .map_err(|e| format!("check after the final close failed to run: {e}\n{repeat}"))?;
-    if !rep.is_ok() {
-        let p: Vec<String> = rep.problems.iter().map(|p| p.to_string()).collect();
-        return Err(format!(
-            "check after the final close found problems: {}\n{repeat}",
-            p.join("; ")
-        ));
-    }
+    check_files(&mem, "after the final close").map_err(fin)?;
     report.blob_files = mem
         .file_names()
         .iter()
         .filter(|p| p.extension().is_some_and(|e| e == "blob"))
         .count() as u64;
-    w(format!(
-        "stress: simulation done: {} crashes ({:?} per mode {:?}), {} clean closes, {} epochs without WAL, {} ops, {} injected faults, {} gc calls, {} gc jobs, {} blob files at the end",
-        report.crashes,
-        report.crashes_by_mode,
-        CrashMode::ALL,
-        report.clean_closes,
-        report.no_wal_epochs,
-        report.ops,
-        report.faults,
-        report.gc_calls,
-        report.gc_runs,
-        report.blob_files
-    ));
+    w(report.done_line());
     Ok(report)
 }
