@@ -122,15 +122,20 @@ fn inspect_shows_summary_table_wal_and_manifest() {
 fn inspect_wal_escapes_keys() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    // A WAL that was never flushed: write it with the log writer directly.
-    let path = d.join(tern::internals::wal::wal_file_name(7));
-    let file = tern::io::FileSystem::create(&tern::io::PosixFs, &path).unwrap();
-    let mut w =
-        tern::internals::wal::LogWriter::new(file, tern::internals::wal::LogKind::Wal).unwrap();
+    // A WAL that was never flushed: copy the live one while the store is
+    // open (the batch is synced, so the copy holds it).
+    let store = d.join("store");
+    let db = Db::open(&store, Options::default()).unwrap();
     let mut b = WriteBatch::new();
     b.put(b"bin\x01key", b"v").delete(b"old");
-    w.add_record(b.as_bytes()).unwrap();
-    w.sync().unwrap();
+    db.write(b, WriteOptions::synced()).unwrap();
+    let wal = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "log"))
+        .unwrap();
+    std::fs::copy(&wal, d.join("000007.log")).unwrap();
+    drop(db);
     let o = tern(&["inspect", d.to_str().unwrap(), "--wal", "7"]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
