@@ -13,7 +13,6 @@ mod bench;
 mod check;
 mod inspect;
 mod serve;
-
 mod stress;
 
 /// Exit status for a failure of the tool itself (bad input, unreadable

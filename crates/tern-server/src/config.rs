@@ -139,9 +139,19 @@ impl Config {
 
     /// Parses a TOML configuration.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| {
+        let see = |e: &dyn std::fmt::Display| {
             ConfigError(format!("{e}(see docs/server.md for the accepted settings)"))
-        })?;
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| see(&e))?;
+        // Engine settings are named as in `tern::Settings`; the kebab-case
+        // spelling of the rest of this file is accepted too.
+        if let Some(toml::Value::Table(engine)) = table.get_mut("engine") {
+            *engine = std::mem::take(engine)
+                .into_iter()
+                .map(|(k, v)| (k.replace('-', "_"), v))
+                .collect();
+        }
+        let c = Config::deserialize(table).map_err(|e| see(&e))?;
         c.validate()?;
         Ok(c)
     }
@@ -164,7 +174,7 @@ impl Config {
         if self.dir.as_os_str().is_empty() {
             return bad("dir must name a data directory");
         }
-        self.engine
+        self.engine_options()
             .validate()
             .map_err(|e| ConfigError(format!("[engine]: {e}")))
     }
@@ -193,6 +203,12 @@ mod tests {
         assert_eq!(c.engine.write_buffer_size, 1 << 20);
         assert_eq!(c.engine.blob_threshold, None);
         assert_eq!(c.engine_options().write_buffer_size, 1 << 20);
+        // The kebab-case spelling of the other settings works for the
+        // engine's too; unknown engine settings are errors.
+        let c = Config::from_toml("[engine]\nmax-open-files = 64\n").unwrap();
+        assert_eq!(c.engine.max_open_files, 64);
+        let e = Config::from_toml("[engine]\nwrite-bufer-size = 1\n").unwrap_err();
+        assert!(e.0.contains("write_bufer_size"), "{e}");
         let e = Config::from_toml("prot = 1\n").unwrap_err();
         assert!(e.0.contains("prot"), "{e}");
         assert!(Config::from_toml("maxclients = 0\n").is_err());

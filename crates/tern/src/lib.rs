@@ -71,6 +71,9 @@ pub mod internals {
     pub mod sst {
         pub use crate::sst::*;
     }
+    pub mod version {
+        pub use crate::version::{replay_manifest, OnProblem, Replayed};
+    }
     pub mod wal {
         pub use crate::wal::*;
     }

@@ -629,3 +629,61 @@ fn gc_output_with_a_damaged_index_is_not_installed() {
         assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
     }
 }
+
+/// Hands back GC output under a table's number (the file renamed to match),
+/// as a buggy remote worker could: an output the version cannot take.
+struct MisnumberingGcExecutor(Arc<MemFs>);
+
+impl tern::compaction::Executor for MisnumberingGcExecutor {
+    fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<tern::gc::GcOutput> {
+        let mut out = job.run(ctx)?;
+        let table: u64 = self
+            .0
+            .file_names()
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str()?.strip_suffix(".sst")?.parse().ok())
+            // The newest table: the one the compaction wrote, which is live.
+            .max()
+            .unwrap();
+        let name = tern::internals::wal::blob_file_name;
+        self.0
+            .rename(
+                &job.dir.join(name(job.output_number)),
+                &job.dir.join(name(table)),
+            )
+            .unwrap();
+        out.meta.number = table;
+        Ok(out)
+    }
+}
+
+/// An install the version refuses changes nothing and writes nothing, so
+/// it must not stop the store: writes go on, and the data stays readable.
+#[test]
+fn gc_output_the_version_refuses_is_not_installed_and_writes_go_on() {
+    let fs = MemFs::new();
+    let db = Db::open_with_executor(
+        DIR,
+        manual_opts(fs.clone()),
+        Some(Arc::new(MisnumberingGcExecutor(fs.clone()))),
+    )
+    .unwrap();
+    half_dead_blob_file(&db);
+    match db.collect_garbage() {
+        Err(tern::Error::Internal(m)) => assert!(m.contains("has a table's number"), "{m}"),
+        other => panic!("expected the install to be refused, got {other:?}"),
+    }
+    db.put(b"after", b"refused install").unwrap();
+    assert_eq!(
+        db.get(b"after").unwrap().as_deref(),
+        Some(&b"refused install"[..])
+    );
+    for i in 5..10 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    db.close().unwrap();
+    let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
+    for i in 5..10 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+}

@@ -7,6 +7,7 @@ use tern::internals::format::internal_key::ValueKind;
 use tern::internals::format::log_record::LogKind;
 use tern::internals::format::version_edit::VersionEdit;
 use tern::internals::format::write_batch::WriteBatch;
+use tern::internals::version::{replay_manifest, OnProblem};
 use tern::internals::wal::LogReader;
 use tern::io::{FileSystem, MemFs};
 
@@ -86,6 +87,24 @@ pub fn wal(data: &[u8]) {
 pub fn manifest(data: &[u8]) {
     let records = walk_log(data, LogKind::Manifest, version_edit);
     log_round_trip(&records, LogKind::Manifest);
+    // Recovery and `tern check` replay with one function: recovery's error
+    // is check's first problem, and a manifest recovery accepts check finds
+    // sound.
+    let path = Path::new("/fuzz/MANIFEST-000001");
+    let strict = replay_manifest(path, data.to_vec(), OnProblem::Fail);
+    let lenient = replay_manifest(path, data.to_vec(), OnProblem::Collect);
+    match (strict, lenient) {
+        (Ok(s), Ok(l)) => {
+            assert!(l.problems.is_empty(), "check finds {:?}", l.problems);
+            assert_eq!(s.records, l.records);
+        }
+        (Err(s), Ok(l)) => {
+            let first = l.problems.first().map(ToString::to_string);
+            assert_eq!(first, Some(s.to_string()), "check and recovery disagree");
+        }
+        (Err(s), Err(l)) => assert_eq!(s.to_string(), l.to_string()),
+        (Ok(_), Err(l)) => panic!("check failed where recovery did not: {l}"),
+    }
 }
 
 /// One encoded write batch (a WAL record's payload).

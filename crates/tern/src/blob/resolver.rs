@@ -53,9 +53,10 @@ impl BlobResolver {
         let r = BlobRef::decode(encoded_ref).map_err(|e| {
             Error::corruption(table, block, format!("malformed blob reference: {e}"))
         })?;
-        let (file, ordinal, moved) = self.version.resolve_blob(r.file, r.ordinal).map_err(|e| {
-            Error::corruption(crate::wal::blob_file_name(r.file), r.offset, e.to_string())
-        })?;
+        let (file, ordinal, moved) = self
+            .version
+            .resolve_blob(r.file, r.ordinal)
+            .map_err(|why| Error::corruption(table, block, why))?;
         let reader = self.blobs.get(file)?;
         let offset = if moved {
             reader.offset_of(ordinal)?

@@ -147,8 +147,10 @@ impl Shared {
     /// Logs `edit` (one manifest record, which also retires blob files and
     /// lineage no table can reach) and makes it current. Refuses once the
     /// store is poisoned, so a record whose write failed is never followed
-    /// by another; a failure poisons the store. On error the caller must not
-    /// delete any file the edit names: the record may be durable.
+    /// by another; a failed write poisons the store, an edit the version
+    /// refuses ([`Error::Internal`], nothing written) does not. On error the
+    /// caller must not delete any file the edit names: the record may be
+    /// durable.
     pub fn log_and_apply(
         &self,
         state: &mut State,
@@ -158,7 +160,10 @@ impl Shared {
             return Err(Error::Poisoned(e.clone()));
         }
         if let Err(e) = state.versions.log_and_apply(edit) {
-            self.set_bg_error(state, &e);
+            // A refused edit was never written: the store is unchanged.
+            if !matches!(e, Error::Internal(_)) {
+                self.set_bg_error(state, &e);
+            }
             return Err(e);
         }
         // Blob files leave the version when deleted or retired by GC.

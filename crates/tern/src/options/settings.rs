@@ -106,14 +106,7 @@ impl SettingValue for Compression {
 
 impl SettingValue for Vec<Compression> {
     fn parse_setting(text: &str) -> std::result::Result<Self, String> {
-        let list = text
-            .split(',')
-            .map(Compression::parse_setting)
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        if list.is_empty() {
-            return Err("is empty".to_string());
-        }
-        Ok(list)
+        text.split(',').map(Compression::parse_setting).collect()
     }
     fn show_setting(&self) -> String {
         self.iter().map(|c| c.name()).collect::<Vec<_>>().join(",")

@@ -116,9 +116,9 @@ pub fn resolve(
     mut ordinal: u32,
 ) -> std::result::Result<(u64, u32, bool), String> {
     let mut moved = false;
-    // Chains are short (compaction rewrites refs); the bound only guards
-    // against a corrupt manifest.
-    for _ in 0..super::MAX_LINEAGE_HOPS {
+    // Chains are usually short (compaction rewrites refs); a chain longer
+    // than the lineage has a cycle, which recovery and installs reject.
+    for _ in 0..=lineage.len() {
         if live.is_live(file) {
             return Ok((file, ordinal, moved));
         }
@@ -134,7 +134,7 @@ pub fn resolve(
         file = r.new_file;
         moved = true;
     }
-    Err(format!("blob lineage of file {file} does not end"))
+    Err(format!("blob lineage of file {file} has a cycle"))
 }
 
 /// Per-file blob state carried by a version.

@@ -16,9 +16,6 @@ use crate::format::version_edit::VersionEdit;
 use crate::options::NUM_LEVELS;
 use crate::wal::{blob_file_name, table_file_name};
 
-/// Longest lineage chain followed before it is called endless.
-pub(crate) const MAX_LINEAGE_HOPS: usize = 64;
-
 /// Why one version edit does not apply to the version before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EditError {
@@ -239,7 +236,8 @@ impl VersionBuilder {
             };
             let state = Arc::make_mut(state);
             state.dead |= &d.ordinals;
-            state.dead_bytes += d.bytes;
+            // Saturating: a damaged manifest must not overflow it.
+            state.dead_bytes = state.dead_bytes.saturating_add(d.bytes);
             if let Some(max) = d.ordinals.max() {
                 if u64::from(max) >= state.meta.record_count {
                     errors.push(EditError::DeadBeyondRecords {
@@ -337,9 +335,11 @@ impl Version {
     }
 
     /// Why the lineage chain starting at `file` does not end in a live blob
-    /// file, or `None` when it does.
+    /// file, or `None` when it does. Chains have no length limit (GC adds a
+    /// hop per round for references compaction has not rewritten); a chain
+    /// longer than the lineage itself has a cycle.
     fn lineage_break(&self, mut file: u64) -> Option<String> {
-        for _ in 0..MAX_LINEAGE_HOPS {
+        for _ in 0..=self.relocations.len() {
             if self.blob_files.contains_key(&file) {
                 return None;
             }
@@ -350,6 +350,6 @@ impl Version {
             };
             file = next.new_file;
         }
-        Some(format!("does not end within {MAX_LINEAGE_HOPS} files"))
+        Some("comes back to a file it passed (a cycle)".to_string())
     }
 }

@@ -57,3 +57,33 @@ fn version_building() {
         })
     });
 }
+
+/// GC adds one hop of lineage per round for a table compaction never
+/// rewrites, so a chain can grow past any fixed bound: a long chain that
+/// ends in a live file must still install, open and resolve.
+#[test]
+fn long_lineage_chain_is_valid_and_resolves() {
+    let mut text = String::from("add L6 5 a..b\nblob add 1000 records=10 bytes=1000\n");
+    let mut v = Version::default();
+    let mut builder = VersionBuilder::new(&v);
+    assert!(builder.apply(&script::edit(&text).unwrap()).is_empty());
+    v = builder.build();
+    for i in 0..100u64 {
+        text = format!(
+            "blob add {} records=10 bytes=1000\nblob retire {} -> {} base=0\n",
+            1001 + i,
+            1000 + i,
+            1001 + i
+        );
+        let mut builder = VersionBuilder::new(&v);
+        assert!(builder.apply(&script::edit(&text).unwrap()).is_empty());
+        v = builder.build();
+        assert_eq!(
+            v.check_invariants(Some(5000)),
+            vec![],
+            "after {} hops",
+            i + 1
+        );
+    }
+    assert_eq!(v.resolve_blob(1000, 3), Ok((1100, 3, true)));
+}

@@ -25,9 +25,8 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 pub use blobs::{resolve, BlobFileState, BlobFiles, Relocation, Relocations};
-pub(crate) use builder::MAX_LINEAGE_HOPS;
 pub use level_targets::LevelTargets;
-pub(crate) use replay::{replay_manifest, OnProblem, Replayed};
+pub use replay::{replay_manifest, OnProblem, Replayed};
 pub use set::VersionSet;
 
 use crate::format::internal_key::{self, user_key};

@@ -15,7 +15,7 @@ use crate::wal::{LogKind, LogReader};
 
 /// What to do with a record that is damaged or does not apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OnProblem {
+pub enum OnProblem {
     /// Stop at the first one and return it (recovery).
     Fail,
     /// Skip what does not apply, collect every problem and go on (check).
@@ -24,7 +24,7 @@ pub(crate) enum OnProblem {
 
 /// The state a manifest describes.
 #[derive(Debug)]
-pub(crate) struct Replayed {
+pub struct Replayed {
     /// The version the edits build.
     pub version: Version,
     /// WALs numbered below this hold only flushed data.
@@ -55,7 +55,7 @@ pub(crate) struct Replayed {
 /// [`OnProblem::Collect`] they are gathered in [`Replayed::problems`] in the
 /// same order, so the first problem check reports is the error recovery
 /// returns. Either way an unreadable file header is an error.
-pub(crate) fn replay_manifest(path: &Path, data: Vec<u8>, on: OnProblem) -> Result<Replayed> {
+pub fn replay_manifest(path: &Path, data: Vec<u8>, on: OnProblem) -> Result<Replayed> {
     let mut reader = LogReader::new(data, path.to_path_buf(), LogKind::Manifest)?;
     let mut builder = VersionBuilder::new(&Version::default());
     let mut out = Replayed {

@@ -38,19 +38,22 @@ fn unreachable_blobs(version: &Version) -> VersionEdit {
     }
 }
 
-/// `base` with `edit` applied, or an error when the edit does not apply or
-/// the result breaks an invariant (a bug in whoever made the edit: nothing
-/// is logged).
-fn apply_checked(base: &Version, edit: &VersionEdit) -> Result<Version> {
+/// `base` with `edit` applied, or [`Error::Internal`] when the edit does
+/// not apply or the result breaks an invariant recovery checks (with
+/// `next_file_number`, the one the edit records): a bug in whoever made the
+/// edit, caught before anything is logged.
+fn apply_checked(base: &Version, edit: &VersionEdit, next_file_number: u64) -> Result<Version> {
     let mut builder = VersionBuilder::new(base);
     if let Some(e) = builder.apply(edit).into_iter().next() {
-        return Err(Error::InvalidArgument(format!(
-            "version edit does not apply: {e}"
-        )));
+        return Err(Error::Internal(format!("version edit does not apply: {e}")));
     }
     let version = builder.build();
-    if let Some(e) = version.check_invariants(None).into_iter().next() {
-        return Err(Error::InvalidArgument(format!(
+    if let Some(e) = version
+        .check_invariants(Some(next_file_number))
+        .into_iter()
+        .next()
+    {
+        return Err(Error::Internal(format!(
             "version edit breaks the version: {e}"
         )));
     }
@@ -182,7 +185,8 @@ impl VersionSet {
     /// more once `edit` applies are retired in the same record, so an
     /// install is never split across two writes.
     ///
-    /// An error from building the version changes nothing. An I/O error
+    /// An edit that does not apply, or that breaks an invariant, is
+    /// [`Error::Internal`] and changes nothing. An I/O error
     /// means the outcome is unknown: the record may or may not be durable.
     /// Nothing changes in memory, every later call fails, and the caller must
     /// not delete any file the edit names (the next open decides which files
@@ -193,14 +197,15 @@ impl VersionSet {
                 "an earlier manifest write failed ({e}); reopen the store"
             )));
         }
-        edit.next_file_number = Some(self.next_file_number.load(Ordering::SeqCst));
+        let next_file_number = self.next_file_number.load(Ordering::SeqCst);
+        edit.next_file_number = Some(next_file_number);
         if edit.last_sequence.is_none() {
             edit.last_sequence = Some(self.last_sequence);
         }
-        let mut version = apply_checked(&self.current, edit)?;
+        let mut version = apply_checked(&self.current, edit, next_file_number)?;
         let cleanup = unreachable_blobs(&version);
         if !cleanup.is_empty() {
-            version = apply_checked(&version, &cleanup)?;
+            version = apply_checked(&version, &cleanup, next_file_number)?;
             edit.blob_files_deleted.extend(cleanup.blob_files_deleted);
             edit.relocations_dropped.extend(cleanup.relocations_dropped);
         }

@@ -107,7 +107,8 @@ pub fn locate(dir: &Path, spec: &str, kind: FileKind) -> Result<(PathBuf, u64)> 
 
 /// The store in `dir`: its manifest, the LSM shape level by level, blob
 /// files with their garbage, lineage, and the WALs recovery would replay.
-/// Replays the manifest as open does, so a store this prints opens.
+/// Replays the manifest with the code open uses, so a manifest this
+/// prints is one open accepts (open also replays the WALs).
 pub fn summary(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), DumpError> {
     let (set, state) = VersionSet::recover(fs.clone(), dir, u64::MAX)?;
     let version = set.current();
