@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tern::{Compression, Options};
+use tern::{Compression, Options, Settings};
 
 /// Command-line options of `tern stress`. Every engine option left out is
 /// drawn from the seed; the resolved values are printed as a `tern stress`
@@ -124,6 +124,11 @@ pub struct StressArgs {
     /// files evicted under them).
     #[arg(long)]
     pub max_open_files: Option<usize>,
+    /// Any engine setting by its `tern::Settings` name, applied after the
+    /// drawn ones and the flags above (repeatable), e.g.
+    /// `--set background_rate_limit=8M`.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub settings: Vec<String>,
 }
 
 /// A `--blob-threshold` value: a byte count, or separation off.
@@ -163,36 +168,9 @@ fn on_off(b: bool) -> &'static str {
 pub struct EngineKnobs {
     /// Fsync each write.
     pub sync: bool,
-    /// See [`Options::write_buffer_size`].
-    pub write_buffer_size: usize,
-    /// See [`Options::max_write_buffer_number`].
-    pub max_write_buffer_number: usize,
-    /// See [`Options::level0_file_num_compaction_trigger`].
-    pub l0_trigger: usize,
-    /// See [`Options::max_bytes_for_level_base`].
-    pub level_base: u64,
-    /// See [`Options::target_file_size`].
-    pub target_file_size: u64,
-    /// See [`Options::block_size`].
-    pub block_size: usize,
-    /// See [`Options::bloom_bits_per_key`].
-    pub bloom_bits: u32,
-    /// See [`Options::compression_per_level`].
-    pub compression: Vec<Compression>,
-    /// See [`Options::block_cache_capacity`].
-    pub block_cache: usize,
-    /// See [`Options::max_manifest_file_size`].
-    pub manifest_size: u64,
-    /// See [`Options::blob_threshold`].
-    pub blob_threshold: Option<usize>,
-    /// See [`Options::blob_file_size`].
-    pub blob_file_size: u64,
-    /// See [`Options::gc_garbage_ratio`].
-    pub gc_ratio: f64,
-    /// See [`Options::enable_gc`].
-    pub gc: bool,
-    /// See [`Options::max_open_files`].
-    pub max_open_files: usize,
+    /// The engine settings: drawn from the seed, then the flags, then
+    /// `--set`.
+    pub settings: Settings,
 }
 
 /// Parses a compression list such as `none,lz4,zstd`.
@@ -207,14 +185,6 @@ pub fn parse_compression(s: &str) -> Result<Vec<Compression>, String> {
         .collect()
 }
 
-fn compression_name(c: Compression) -> &'static str {
-    match c {
-        Compression::None => "none",
-        Compression::Lz4 => "lz4",
-        Compression::Zstd => "zstd",
-    }
-}
-
 impl EngineKnobs {
     /// Fills what `args` leave open from `rng`.
     pub fn resolve(args: &StressArgs, rng: &mut StdRng) -> Result<EngineKnobs, String> {
@@ -223,20 +193,21 @@ impl EngineKnobs {
             1 => Compression::Lz4,
             _ => Compression::Zstd,
         };
-        // Draw everything first so that fixing one option on the command
-        // line does not change the others drawn from the same seed.
-        let drawn = EngineKnobs {
-            sync: rng.gen_bool(0.5),
+        // Draw everything first, in a fixed order, so that fixing one
+        // option on the command line does not change the others drawn from
+        // the same seed.
+        let sync = rng.gen_bool(0.5);
+        let mut d = Settings {
             write_buffer_size: rng.gen_range(16..1024) << 10,
             max_write_buffer_number: rng.gen_range(2..5),
-            l0_trigger: rng.gen_range(2..6),
-            level_base: rng.gen_range(1..16) << 20,
+            level0_file_num_compaction_trigger: rng.gen_range(2..6),
+            max_bytes_for_level_base: rng.gen_range(1..16) << 20,
             target_file_size: rng.gen_range(64..2048) << 10,
             block_size: [512, 1024, 4096, 16384][rng.gen_range(0..4)],
-            bloom_bits: [0, 5, 10, 10][rng.gen_range(0..4)],
-            compression: (0..3).map(|_| comp(rng)).collect(),
-            block_cache: [0, 1 << 20, 8 << 20][rng.gen_range(0..3)],
-            manifest_size: rng.gen_range(16..4096) << 10,
+            bloom_bits_per_key: [0, 5, 10, 10][rng.gen_range(0..4)],
+            compression_per_level: (0..3).map(|_| comp(rng)).collect(),
+            block_cache_capacity: [0, 1 << 20, 8 << 20][rng.gen_range(0..3)],
+            max_manifest_file_size: rng.gen_range(16..4096) << 10,
             // Drawn after the older knobs so those stay what a seed gave
             // before separation existed. Separation is on in most runs; blob
             // files are small so that GC has many to choose from.
@@ -248,93 +219,94 @@ impl EngineKnobs {
                 _ => Some(2048),
             },
             blob_file_size: rng.gen_range(64..=4096) << 10,
-            gc_ratio: f64::from(rng.gen_range(10..=80u32)) / 100.0,
-            gc: rng.gen_bool(0.85),
+            gc_garbage_ratio: f64::from(rng.gen_range(10..=80u32)) / 100.0,
+            enable_gc: rng.gen_bool(0.85),
             // Last, so the knobs above stay what a seed gave before.
             max_open_files: [4, 16, 64, 1 << 16][rng.gen_range(0..4)],
+            ..Settings::default()
         };
+        fn set<T>(v: &mut T, o: Option<T>) {
+            if let Some(o) = o {
+                *v = o;
+            }
+        }
+        set(&mut d.write_buffer_size, args.write_buffer_size);
+        set(&mut d.max_write_buffer_number, args.max_write_buffer_number);
+        set(&mut d.level0_file_num_compaction_trigger, args.l0_trigger);
+        set(&mut d.max_bytes_for_level_base, args.level_base);
+        set(&mut d.target_file_size, args.target_file_size);
+        set(&mut d.block_size, args.block_size);
+        set(&mut d.bloom_bits_per_key, args.bloom_bits);
+        set(&mut d.block_cache_capacity, args.block_cache);
+        set(&mut d.max_manifest_file_size, args.manifest_size);
+        set(&mut d.blob_file_size, args.blob_file_size);
+        set(&mut d.max_open_files, args.max_open_files);
+        if let Some(c) = &args.compression {
+            d.compression_per_level = parse_compression(c)?;
+        }
+        if let Some(t) = args.blob_threshold {
+            d.blob_threshold = t.0;
+        }
+        if let Some(r) = args.gc_ratio {
+            d.gc_garbage_ratio = r;
+        }
+        if let Some(g) = args.gc {
+            d.enable_gc = g;
+        }
+        // Stalls far above the compaction trigger: the harness measures
+        // correctness, not stall behaviour.
+        let l0 = d.level0_file_num_compaction_trigger;
+        d.level0_slowdown_writes_trigger = l0.max(8) * 2;
+        d.level0_stop_writes_trigger = l0.max(8) * 3;
+        for pair in &args.settings {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("--set {pair:?}: expected NAME=VALUE"))?;
+            d.set(name.trim(), value.trim())
+                .map_err(|e| format!("--set {pair}: {e}"))?;
+        }
         Ok(EngineKnobs {
-            sync: args.sync.unwrap_or(drawn.sync),
-            write_buffer_size: args.write_buffer_size.unwrap_or(drawn.write_buffer_size),
-            max_write_buffer_number: args
-                .max_write_buffer_number
-                .unwrap_or(drawn.max_write_buffer_number),
-            l0_trigger: args.l0_trigger.unwrap_or(drawn.l0_trigger),
-            level_base: args.level_base.unwrap_or(drawn.level_base),
-            target_file_size: args.target_file_size.unwrap_or(drawn.target_file_size),
-            block_size: args.block_size.unwrap_or(drawn.block_size),
-            bloom_bits: args.bloom_bits.unwrap_or(drawn.bloom_bits),
-            compression: match &args.compression {
-                Some(s) => parse_compression(s)?,
-                None => drawn.compression,
-            },
-            block_cache: args.block_cache.unwrap_or(drawn.block_cache),
-            manifest_size: args.manifest_size.unwrap_or(drawn.manifest_size),
-            blob_threshold: args.blob_threshold.map_or(drawn.blob_threshold, |t| t.0),
-            blob_file_size: args.blob_file_size.unwrap_or(drawn.blob_file_size),
-            gc_ratio: args.gc_ratio.unwrap_or(drawn.gc_ratio),
-            gc: args.gc.unwrap_or(drawn.gc),
-            max_open_files: args.max_open_files.unwrap_or(drawn.max_open_files),
+            sync: args.sync.unwrap_or(sync),
+            settings: d,
         })
     }
 
-    /// Engine options with these knobs (on the local file system).
+    /// Engine options with these settings (on the local file system).
     pub fn options(&self) -> Options {
-        Options {
-            settings: tern::Settings {
-                write_buffer_size: self.write_buffer_size,
-                max_write_buffer_number: self.max_write_buffer_number,
-                level0_file_num_compaction_trigger: self.l0_trigger,
-                level0_slowdown_writes_trigger: self.l0_trigger.max(8) * 2,
-                level0_stop_writes_trigger: self.l0_trigger.max(8) * 3,
-                max_bytes_for_level_base: self.level_base,
-                target_file_size: self.target_file_size,
-                block_size: self.block_size,
-                bloom_bits_per_key: self.bloom_bits,
-                compression_per_level: self.compression.clone(),
-                block_cache_capacity: self.block_cache,
-                max_manifest_file_size: self.manifest_size,
-                blob_threshold: self.blob_threshold,
-                blob_file_size: self.blob_file_size,
-                gc_garbage_ratio: self.gc_ratio,
-                enable_gc: self.gc,
-                max_open_files: self.max_open_files,
-                ..tern::Settings::default()
-            },
-            ..Options::default()
-        }
+        Options::new(self.settings.clone())
     }
 
-    /// The knobs as command-line flags.
-    pub fn flags(&self) -> String {
-        let comp: Vec<&str> = self
-            .compression
-            .iter()
-            .map(|&c| compression_name(c))
-            .collect();
-        format!(
+    /// The knobs as command-line flags; `--set` flags follow, as given.
+    pub fn flags(&self, set: &[String]) -> String {
+        let s = &self.settings;
+        let comp: Vec<&str> = s.compression_per_level.iter().map(|c| c.name()).collect();
+        let mut line = format!(
             "--sync {} --write-buffer-size {} --max-write-buffer-number {} --l0-trigger {} \
              --level-base {} --target-file-size {} --block-size {} --bloom-bits {} \
              --compression {} --block-cache {} --manifest-size {} --blob-threshold {} \
              --blob-file-size {} --gc-ratio {} --gc {} --max-open-files {}",
             self.sync,
-            self.write_buffer_size,
-            self.max_write_buffer_number,
-            self.l0_trigger,
-            self.level_base,
-            self.target_file_size,
-            self.block_size,
-            self.bloom_bits,
+            s.write_buffer_size,
+            s.max_write_buffer_number,
+            s.level0_file_num_compaction_trigger,
+            s.max_bytes_for_level_base,
+            s.target_file_size,
+            s.block_size,
+            s.bloom_bits_per_key,
             comp.join(","),
-            self.block_cache,
-            self.manifest_size,
-            self.blob_threshold
+            s.block_cache_capacity,
+            s.max_manifest_file_size,
+            s.blob_threshold
                 .map_or_else(|| "off".to_string(), |t| t.to_string()),
-            self.blob_file_size,
-            self.gc_ratio,
-            on_off(self.gc),
-            self.max_open_files
-        )
+            s.blob_file_size,
+            s.gc_garbage_ratio,
+            on_off(s.enable_gc),
+            s.max_open_files
+        );
+        for pair in set {
+            line += &format!(" --set {pair}");
+        }
+        line
     }
 }
 
@@ -421,7 +393,7 @@ impl StressConfig {
         if a.verify_only {
             s += " --verify-only";
         }
-        s + " " + &self.knobs.flags()
+        s + " " + &self.knobs.flags(&a.settings)
     }
 }
 
@@ -446,7 +418,7 @@ mod tests {
             ..args
         })
         .unwrap();
-        assert_eq!(c.knobs.write_buffer_size, a.knobs.write_buffer_size);
+        assert_eq!(c.knobs.settings, a.knobs.settings);
         assert_ne!(c.knobs.sync, a.knobs.sync);
         assert!(a.command_line().starts_with("tern stress --seed 42 "));
     }
@@ -468,15 +440,15 @@ mod tests {
                 ..Default::default()
             })
             .unwrap();
-            let k = &cfg.knobs;
+            let k = &cfg.knobs.settings;
             assert!((64 << 10..=4 << 20).contains(&k.blob_file_size));
-            assert!((0.1..=0.8).contains(&k.gc_ratio));
+            assert!((0.1..=0.8).contains(&k.gc_garbage_ratio));
             on += usize::from(k.blob_threshold.is_some());
             let line = cfg.command_line();
             let t = k.blob_threshold.map_or("off".into(), |t| t.to_string());
             assert!(line.contains(&format!(" --blob-threshold {t} ")), "{line}");
             assert!(
-                line.contains(&format!(" --gc-ratio {} ", k.gc_ratio)),
+                line.contains(&format!(" --gc-ratio {} ", k.gc_garbage_ratio)),
                 "{line}"
             );
         }
@@ -491,9 +463,48 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        assert_eq!(fixed.knobs.blob_threshold, None);
-        assert!(!fixed.knobs.gc);
+        assert_eq!(fixed.knobs.settings.blob_threshold, None);
+        assert!(!fixed.knobs.settings.enable_gc);
         assert!(fixed.command_line().contains(" --gc off "));
         assert!(fixed.command_line().contains(" --max-open-files "));
     }
+
+    /// Any engine setting can be set with `--set`, after the drawn ones and
+    /// the dedicated flags, and the printed command line repeats the run.
+    #[test]
+    fn set_flags_apply_last_and_repeat() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: StressArgs,
+        }
+        let args = StressArgs {
+            dir: Some("/tmp/x".into()),
+            seed: Some(7),
+            keys: 10,
+            threads: 1,
+            settings: vec![
+                "background_rate_limit=8M".into(),
+                "level0_slowdown_writes_trigger=100".into(),
+                "level0_stop_writes_trigger=200".into(),
+            ],
+            ..Default::default()
+        };
+        let cfg = StressConfig::resolve(args.clone()).unwrap();
+        let s = &cfg.knobs.settings;
+        assert_eq!(s.background_rate_limit, Some(8 << 20));
+        assert_eq!(s.level0_slowdown_writes_trigger, 100);
+        let line = cfg.command_line();
+        assert!(line.contains(" --set background_rate_limit=8M"), "{line}");
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        let again = StressConfig::resolve(Cli::try_parse_from(words).unwrap().args).unwrap();
+        assert_eq!(again.knobs, cfg.knobs);
+        let bad = StressConfig::resolve(StressArgs {
+            settings: vec!["write_bufer_size=1M".into()],
+            ..args
+        });
+        assert!(bad.unwrap_err().contains("unknown setting"));
+    }
+
 }

@@ -140,16 +140,16 @@ struct Sim {
 }
 
 fn options_for(cfg: &StressConfig, fs: FsRef) -> Options {
-    let k = &cfg.knobs;
+    let k = &cfg.knobs.settings;
     Options {
         fs,
-        ..k.options().tune(|s| {
+        ..cfg.knobs.options().tune(|s| {
             // Small memtables and files so flushes and compactions happen
             // within a few thousand operations.
             s.write_buffer_size = k.write_buffer_size.min(64 << 10);
             s.target_file_size = k.target_file_size.min(32 << 10);
-            s.max_bytes_for_level_base = k.level_base.min(256 << 10);
-            s.max_manifest_file_size = k.manifest_size.min(64 << 10);
+            s.max_bytes_for_level_base = k.max_bytes_for_level_base.min(256 << 10);
+            s.max_manifest_file_size = k.max_manifest_file_size.min(64 << 10);
             // Small blob files, so GC has many to pick from.
             s.blob_file_size = k.blob_file_size.min(16 << 10);
         })
