@@ -506,5 +506,4 @@ mod tests {
         });
         assert!(bad.unwrap_err().contains("unknown setting"));
     }
-
 }
