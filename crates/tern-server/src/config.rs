@@ -213,4 +213,18 @@ mod tests {
         assert!(e.0.contains("prot"), "{e}");
         assert!(Config::from_toml("maxclients = 0\n").is_err());
     }
+
+    /// The sample configuration in docs/server.md parses and validates.
+    #[test]
+    fn documented_sample_parses() {
+        let doc = include_str!("../../../docs/server.md");
+        let start = doc
+            .find("```toml\n")
+            .expect("docs/server.md has a TOML sample")
+            + 8;
+        let len = doc[start..].find("```").expect("the sample ends");
+        let c = Config::from_toml(&doc[start..start + len]).unwrap();
+        assert_eq!(c.engine.blob_threshold, Some(512));
+        assert_eq!(c.engine.background_rate_limit, None);
+    }
 }
