@@ -16,6 +16,7 @@ mod builder;
 #[cfg(test)]
 mod datadriven_tests;
 mod level_targets;
+mod manifest_reader;
 mod replay;
 #[cfg(test)]
 pub(crate) mod script;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 
 pub use blobs::{resolve, BlobFileState, BlobFiles, Relocation, Relocations};
 pub use level_targets::LevelTargets;
+pub(crate) use manifest_reader::{read_current_manifest, ManifestReader};
 pub use replay::{replay_manifest, OnProblem, Replayed};
 pub use set::VersionSet;
 

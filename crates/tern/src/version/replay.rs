@@ -6,12 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::builder::VersionBuilder;
+use super::manifest_reader::ManifestReader;
 use super::Version;
 use crate::error::{Error, Result};
-use crate::format::log_record::RECORD_HEADER_LEN;
-use crate::format::version_edit::VersionEdit;
 use crate::options::NUM_LEVELS;
-use crate::wal::{LogKind, LogReader};
 
 /// What to do with a record that is damaged or does not apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +54,7 @@ pub struct Replayed {
 /// same order, so the first problem check reports is the error recovery
 /// returns. Either way an unreadable file header is an error.
 pub fn replay_manifest(path: &Path, data: Vec<u8>, on: OnProblem) -> Result<Replayed> {
-    let mut reader = LogReader::new(data, path.to_path_buf(), LogKind::Manifest)?;
+    let mut manifest = ManifestReader::new(path, data)?;
     let mut builder = VersionBuilder::new(&Version::default());
     let mut out = Replayed {
         version: Version::default(),
@@ -78,22 +76,10 @@ pub fn replay_manifest(path: &Path, data: Vec<u8>, on: OnProblem) -> Result<Repl
             Ok(())
         }
     };
-    loop {
-        let rec = match reader.next_record() {
-            Ok(Some(rec)) => rec,
-            Ok(None) => break,
+    while let Some(next) = manifest.next_edit() {
+        let (offset, edit) = match next {
+            Ok(next) => next,
             Err(e) => {
-                problem(e, &mut out.problems)?;
-                break;
-            }
-        };
-        out.records += 1;
-        let decoded = VersionEdit::decode(rec);
-        let offset = reader.last_record_offset();
-        let edit = match decoded {
-            Ok(edit) => edit,
-            Err(e) => {
-                let e = e.in_file(path, offset + RECORD_HEADER_LEN as u64);
                 problem(e, &mut out.problems)?;
                 continue;
             }
@@ -125,7 +111,8 @@ pub fn replay_manifest(path: &Path, data: Vec<u8>, on: OnProblem) -> Result<Repl
             }
         }
     }
-    out.torn_tail = reader.torn_tail();
+    out.records = manifest.records();
+    out.torn_tail = manifest.torn_tail();
     if out.next_file_number.is_none() {
         problem(
             Error::corruption(path, 0, "manifest has no next-file-number"),

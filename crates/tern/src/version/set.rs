@@ -12,13 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use super::builder::VersionBuilder;
+use super::manifest_reader::read_current_manifest;
 use super::replay::{replay_manifest, OnProblem};
 use super::Version;
 use crate::error::{Error, IoContext, Result};
 use crate::format::version_edit::VersionEdit;
 use crate::io::FsRef;
 use crate::options::NUM_LEVELS;
-use crate::wal::{manifest_file_name, read_current, set_current, LogKind, LogWriter};
+use crate::wal::{manifest_file_name, set_current, LogKind, LogWriter};
 
 /// An edit retiring every blob file and lineage entry of `version` that no
 /// table can reach (through lineage) any more.
@@ -117,14 +118,7 @@ impl VersionSet {
         dir: &Path,
         max_manifest_size: u64,
     ) -> Result<(Self, RecoveredState)> {
-        let manifest_number = read_current(fs.as_ref(), dir)?.ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} holds no Tern store (no CURRENT file)",
-                dir.display()
-            ))
-        })?;
-        let path = dir.join(manifest_file_name(manifest_number));
-        let data = fs.read_all(&path).ctx(&path)?;
+        let (manifest_number, path, data) = read_current_manifest(fs.as_ref(), dir)?;
         let replayed = replay_manifest(&path, data, OnProblem::Fail)?;
         if let Some(at) = replayed.torn_tail {
             tracing::warn!(

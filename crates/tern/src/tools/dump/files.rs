@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::DumpError;
+use super::{torn_tail, DumpError};
 use crate::blob::BlobReader;
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{BlobFooter, LineageEntry, BLOB_FOOTER_LEN};
@@ -215,11 +215,5 @@ pub fn wal(fs: &FsRef, path: &Path, limit: u64, out: &mut dyn Write) -> Result<(
         }
         shown += 1;
     }
-    if let Some(at) = reader.torn_tail() {
-        writeln!(
-            out,
-            "torn tail at offset {at} (an interrupted write; recovery drops it)"
-        )?;
-    }
-    Ok(())
+    torn_tail(reader.torn_tail(), out)
 }

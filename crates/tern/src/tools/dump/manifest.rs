@@ -4,42 +4,23 @@ use std::fmt;
 use std::io::Write;
 use std::path::Path;
 
-use super::DumpError;
-use crate::error::{Error, IoContext};
-use crate::format::log_record::RECORD_HEADER_LEN;
+use super::{torn_tail, DumpError};
 use crate::format::version_edit::VersionEdit;
 use crate::io::FsRef;
 use crate::tools::describe_key;
-use crate::wal::{
-    blob_file_name, manifest_file_name, read_current, table_file_name, LogKind, LogReader,
-};
+use crate::version::{read_current_manifest, ManifestReader};
+use crate::wal::{blob_file_name, table_file_name};
 
 /// Every edit of the manifest `CURRENT` names, with its offset.
 pub fn manifest(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), DumpError> {
-    let number = read_current(fs.as_ref(), dir)?.ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "{} holds no Tern store (no CURRENT)",
-            dir.display()
-        ))
-    })?;
-    let path = dir.join(manifest_file_name(number));
-    let data = fs.read_all(&path).ctx(&path)?;
-    let mut reader = LogReader::new(data, path.clone(), LogKind::Manifest)?;
+    let (_, path, data) = read_current_manifest(fs.as_ref(), dir)?;
+    let mut manifest = ManifestReader::new(&path, data)?;
     writeln!(out, "manifest {}", path.display())?;
-    while let Some(rec) = reader.next_record()? {
-        let rec = rec.to_vec();
-        let offset = reader.last_record_offset();
-        let edit = VersionEdit::decode(&rec)
-            .map_err(|e| e.in_file(&path, offset + RECORD_HEADER_LEN as u64))?;
+    while let Some(next) = manifest.next_edit() {
+        let (offset, edit) = next?;
         write!(out, "edit at offset {offset}:\n{edit}")?;
     }
-    if let Some(at) = reader.torn_tail() {
-        writeln!(
-            out,
-            "torn tail at offset {at} (an interrupted write; recovery drops it)"
-        )?;
-    }
-    Ok(())
+    torn_tail(manifest.torn_tail(), out)
 }
 
 /// One line per change, each indented by two spaces.

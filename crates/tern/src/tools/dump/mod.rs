@@ -55,6 +55,17 @@ impl fmt::Display for DumpError {
 
 impl std::error::Error for DumpError {}
 
+/// The line for a log's torn tail (an incomplete last record), if any.
+fn torn_tail(at: Option<u64>, out: &mut dyn Write) -> Result<(), DumpError> {
+    if let Some(at) = at {
+        writeln!(
+            out,
+            "torn tail at offset {at} (an interrupted write; recovery drops it)"
+        )?;
+    }
+    Ok(())
+}
+
 /// The kinds of file a store holds that can be dumped one at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
