@@ -322,34 +322,49 @@ impl Version {
             }
             below_next(true, number, &mut errors);
         }
+        // Retired files whose chain is known to end in a live file, so
+        // each hop is walked once however many chains share it (this runs
+        // at every install, under the state lock).
+        let mut ends = HashSet::new();
         for (&old, r) in &self.relocations {
-            if let Some(why) = self.lineage_break(r.new_file) {
-                errors.push(ShapeError::Lineage {
+            match self.lineage_break(r.new_file, &ends) {
+                Ok(passed) => {
+                    ends.insert(old);
+                    ends.extend(passed);
+                }
+                Err(why) => errors.push(ShapeError::Lineage {
                     old,
                     new_file: r.new_file,
                     why,
-                });
+                }),
             }
         }
         errors
     }
 
-    /// Why the lineage chain starting at `file` does not end in a live blob
-    /// file, or `None` when it does. Chains have no length limit (GC adds a
+    /// Follows the lineage chain starting at `file` to a live blob file or
+    /// to a retired one in `ends`; returns the retired files it passed, or
+    /// why the chain does not end. Chains have no length limit (GC adds a
     /// hop per round for references compaction has not rewritten); a chain
     /// longer than the lineage itself has a cycle.
-    fn lineage_break(&self, mut file: u64) -> Option<String> {
-        for _ in 0..=self.relocations.len() {
-            if self.blob_files.contains_key(&file) {
-                return None;
+    fn lineage_break(
+        &self,
+        mut file: u64,
+        ends: &HashSet<u64>,
+    ) -> std::result::Result<Vec<u64>, String> {
+        let mut passed = Vec::new();
+        while passed.len() <= self.relocations.len() {
+            if self.blob_files.contains_key(&file) || ends.contains(&file) {
+                return Ok(passed);
             }
             let Some(next) = self.relocations.get(&file) else {
-                return Some(format!(
+                return Err(format!(
                     "leads to blob file {file}, which is neither live nor retired"
                 ));
             };
+            passed.push(file);
             file = next.new_file;
         }
-        Some("comes back to a file it passed (a cycle)".to_string())
+        Err("comes back to a file it passed (a cycle)".to_string())
     }
 }
