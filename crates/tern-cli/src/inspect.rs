@@ -70,35 +70,33 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
 
 /// A failure reading one file, with a hint of what to do.
 fn file_failure(what: &str, path: &Path, e: DumpError) -> Failure {
-    let e = match e {
-        DumpError::Read(e) => e,
-        DumpError::Write(e) => return e.into(),
-    };
-    let f = Failure::new(format!("cannot read {what} {}: {e}", path.display()));
-    if e.is_corruption() {
-        f.hint(format!(
-            "the file is damaged; `tern check {}` lists every problem",
-            path.parent()
-                .map_or_else(|| ".".into(), |p| p.display().to_string())
-        ))
-    } else {
-        f.hint("check the path and that you may read it")
-    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let what = format!("{what} {}", path.display());
+    failure(&what, dir, "check the path and that you may read it", e)
 }
 
 /// A failure reading the store in `dir`, with a hint of what to do.
 fn store_failure(dir: &Path, e: DumpError) -> Failure {
+    let what = format!("the store in {}", dir.display());
+    let otherwise = "pass the directory of a Tern store (the one holding CURRENT)";
+    failure(&what, dir, otherwise, e)
+}
+
+/// "cannot read `what`": damage points at `tern check dir`, any other
+/// error gets the hint `otherwise`; a failed write of the output is
+/// reported as such.
+fn failure(what: &str, dir: &Path, otherwise: &str, e: DumpError) -> Failure {
     let e = match e {
         DumpError::Read(e) => e,
         DumpError::Write(e) => return e.into(),
     };
-    let f = Failure::new(format!("cannot read the store in {}: {e}", dir.display()));
+    let f = Failure::new(format!("cannot read {what}: {e}"));
     if e.is_corruption() {
         f.hint(format!(
-            "run `tern check {}` for a full report",
+            "the store is damaged; `tern check {}` lists every problem",
             dir.display()
         ))
     } else {
-        f.hint("pass the directory of a Tern store (the one holding CURRENT)")
+        f.hint(otherwise)
     }
 }
