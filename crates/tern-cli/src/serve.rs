@@ -10,6 +10,21 @@ use tern_server::{AppendFsync, Config, StartOptions};
 
 use crate::Failure;
 
+/// `--help`'s list of engine settings: what the `[engine]` table of the
+/// configuration file takes, with each setting's default.
+fn engine_settings_help() -> String {
+    let defaults = tern::Settings::default();
+    let mut s = String::from(
+        "Engine settings, the [engine] table of --config (sizes in bytes or as \"64M\", \
+         optional values \"off\"; see docs/server.md), with their defaults:\n",
+    );
+    for (name, doc) in tern::Settings::help() {
+        let value = defaults.get(name).unwrap_or_default();
+        s += &format!("  {name} = {value}\n      {doc}\n");
+    }
+    s
+}
+
 /// Flags of `tern serve`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
@@ -17,7 +32,8 @@ use crate::Failure;
     tern serve --port 7000 --dir /var/lib/tern --appendfsync always\n  \
     tern serve --config tern.toml\n\n\
     With no flags the server listens on 127.0.0.1:6379 (or a free port if \
-    6379 is taken) with its data in ./tern-server-data; connect with redis-cli.")]
+    6379 is taken) with its data in ./tern-server-data; connect with redis-cli.",
+    after_long_help = engine_settings_help())]
 pub struct Args {
     /// TOML configuration file (see docs/server.md); flags override it.
     #[arg(long, short = 'c')]

@@ -82,7 +82,9 @@ impl<T: SettingValue> SettingValue for Option<T> {
     fn parse_setting(text: &str) -> std::result::Result<Self, String> {
         match text.trim().to_ascii_lowercase().as_str() {
             "off" | "none" => Ok(None),
-            _ => T::parse_setting(text).map(Some),
+            _ => T::parse_setting(text)
+                .map(Some)
+                .map_err(|why| format!("{why}, or off")),
         }
     }
     fn show_setting(&self) -> String {
@@ -113,37 +115,39 @@ impl SettingValue for Vec<Compression> {
     }
 }
 
-/// Serde for optional settings: `"off"` (TOML has no null) or the value.
-mod off_or {
+/// Serde for every setting: its own form, or the text [`Settings::set`]
+/// takes (`"64M"`, `"off"`, `"none,lz4"`), so a TOML file and a command
+/// line say the same things the same way.
+mod text_or_value {
     use super::*;
 
     #[derive(Deserialize)]
     #[serde(untagged)]
-    enum OffOr<T> {
+    enum ValueOrText<T> {
         Value(T),
         Text(String),
     }
 
-    pub fn serialize<S: Serializer, T: Serialize>(
-        v: &Option<T>,
-        s: S,
-    ) -> std::result::Result<S::Ok, S::Error> {
-        match v {
-            Some(v) => v.serialize(s),
-            None => s.serialize_str("off"),
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de> + SettingValue>(
+        d: D,
+    ) -> std::result::Result<T, D::Error> {
+        match ValueOrText::<T>::deserialize(d)? {
+            ValueOrText::Value(v) => Ok(v),
+            ValueOrText::Text(t) => {
+                T::parse_setting(&t).map_err(|why| serde::de::Error::custom(format!("{t:?} {why}")))
+            }
         }
     }
+}
 
-    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-        d: D,
-    ) -> std::result::Result<Option<T>, D::Error> {
-        match OffOr::<T>::deserialize(d)? {
-            OffOr::Value(v) => Ok(Some(v)),
-            OffOr::Text(t) if t == "off" || t == "none" => Ok(None),
-            OffOr::Text(t) => Err(serde::de::Error::custom(format!(
-                "expected a value or \"off\", got {t:?}"
-            ))),
-        }
+/// Optional settings serialize `None` as `"off"` (TOML has no null).
+fn off_when_none<S: Serializer, T: Serialize>(
+    v: &Option<T>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => v.serialize(s),
+        None => s.serialize_str("off"),
     }
 }
 
@@ -157,23 +161,26 @@ macro_rules! settings {
         /// store is given ([`Options`](super::Options) holds both).
         ///
         /// Loads from TOML (or any serde format); missing fields take their
-        /// defaults, unknown ones are an error. "Behaviour" settings change
+        /// defaults, unknown ones are an error. Each value may also be
+        /// written as the text [`Settings::set`] takes (`"64M"`, `"off"`). "Behaviour" settings change
         /// what the store does (`create_if_missing`, `error_if_exists`,
         /// `max_key_size`, `max_value_size`); all others change only speed,
         /// memory and space.
         ///
         /// ```
         /// let s: tern::Settings = toml::from_str(
-        ///     "write_buffer_size = 16777216\nblob_threshold = \"off\"",
+        ///     "write_buffer_size = 16777216\nblob_threshold = \"off\"\ntarget_file_size = \"8M\"",
         /// ).unwrap();
         /// assert_eq!(s.write_buffer_size, 16 << 20);
         /// assert_eq!(s.blob_threshold, None);
+        /// assert_eq!(s.target_file_size, 8 << 20);
         /// ```
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(default, deny_unknown_fields)]
         pub struct Settings {
             $(
                 $(#[doc = $doc])*
+                #[serde(deserialize_with = "text_or_value::deserialize")]
                 $(#[serde($($serde)*)])?
                 pub $name: $ty,
             )*
@@ -213,16 +220,16 @@ macro_rules! settings {
                 }
             }
 
-            /// The first line of each setting's documentation, by name.
-            pub fn help() -> Vec<(&'static str, &'static str)> {
-                vec![$((stringify!($name), first_doc_line(&[$($doc),*])),)*]
+            /// Each setting's documentation as one paragraph, by name.
+            pub fn help() -> Vec<(&'static str, String)> {
+                vec![$((stringify!($name), doc_paragraph(&[$($doc),*])),)*]
             }
         }
     };
 }
 
-fn first_doc_line(lines: &[&'static str]) -> &'static str {
-    lines.first().map_or("", |l| l.trim())
+fn doc_paragraph(lines: &[&str]) -> String {
+    lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ")
 }
 
 settings! {
@@ -285,7 +292,7 @@ settings! {
     /// Values of at least this many bytes are separated into blob files at
     /// flush (0 separates every value); `off` keeps all values inline.
     /// Default: 512.
-    #[serde(with = "off_or")]
+    #[serde(serialize_with = "off_when_none")]
     blob_threshold: Option<usize> = Some(512),
     /// Size at which blob files are cut, bytes. Default: 64 MiB.
     blob_file_size: u64 = 64 << 20,
@@ -307,7 +314,7 @@ settings! {
     gc_max_batch_files: usize = 8,
     /// Background write rate shared by compaction and GC, bytes per second;
     /// `off` for unlimited. Default: off.
-    #[serde(with = "off_or")]
+    #[serde(serialize_with = "off_when_none")]
     background_rate_limit: Option<u64> = None,
 }
 
@@ -416,6 +423,15 @@ mod tests {
         );
         s.set("gc_garbage_ratio", "0.25").unwrap();
         assert_eq!(s.gc_garbage_ratio, 0.25);
+        // TOML takes the same text forms as `set`.
+        let t: Settings = toml::from_str(
+            "write_buffer_size = \"16M\"\nenable_gc = \"off\"\ncompression_per_level = \"none,zstd\"\nblob_threshold = \"OFF\"",
+        )
+        .unwrap();
+        assert_eq!(t.write_buffer_size, 16 << 20);
+        assert!(!t.enable_gc);
+        assert_eq!(t.compression_per_level, s.compression_per_level);
+        assert_eq!(t.blob_threshold, None);
     }
 
     #[test]
