@@ -40,25 +40,32 @@ fn dir() -> PathBuf {
     PathBuf::from("/store")
 }
 
+/// Opens a store on `fs` with `settings` and L0 triggers high enough that
+/// only the test's flushes and compactions shape the tree.
+fn open_quiet_l0(fs: &Arc<MemFs>, settings: crate::Settings) -> Db {
+    let settings = crate::Settings {
+        level0_file_num_compaction_trigger: 20,
+        level0_slowdown_writes_trigger: 30,
+        level0_stop_writes_trigger: 40,
+        ..settings
+    };
+    Db::open(dir(), Options::new(settings).with_fs(fs.clone())).unwrap()
+}
+
 /// A store with tables in L0 and a deeper level, plus a WAL holding
 /// synced records that were never flushed. The Db stays open (and
 /// idle) so the WAL keeps its records.
 fn build_store() -> (Arc<MemFs>, Db) {
     let fs = MemFs::new();
-    let opts = Options {
-        settings: crate::Settings {
+    let db = open_quiet_l0(
+        &fs,
+        crate::Settings {
             write_buffer_size: 32 << 10,
             target_file_size: 16 << 10,
             max_bytes_for_level_base: 64 << 10,
-            level0_file_num_compaction_trigger: 20,
-            level0_slowdown_writes_trigger: 30,
-            level0_stop_writes_trigger: 40,
             ..crate::Settings::default()
         },
-        fs: fs.clone(),
-        ..Options::default()
-    };
-    let db = Db::open(dir(), opts).unwrap();
+    );
     for i in 0..3000u32 {
         db.put(format!("key{i:06}").as_bytes(), &[b'v'; 40])
             .unwrap();
@@ -372,21 +379,16 @@ fn bad_current_and_empty_dir() {
 /// to a retired blob file that resolve through lineage.
 fn build_blob_store() -> Arc<MemFs> {
     let fs = MemFs::new();
-    let opts = Options {
-        settings: crate::Settings {
+    let db = open_quiet_l0(
+        &fs,
+        crate::Settings {
             blob_threshold: Some(0),
             enable_gc: false,
             write_buffer_size: 1 << 20,
             target_file_size: 16 << 10,
-            level0_file_num_compaction_trigger: 20,
-            level0_slowdown_writes_trigger: 30,
-            level0_stop_writes_trigger: 40,
             ..crate::Settings::default()
         },
-        fs: fs.clone(),
-        ..Options::default()
-    };
-    let db = Db::open(dir(), opts).unwrap();
+    );
     for i in 0..1000u32 {
         db.put(format!("key{i:06}").as_bytes(), &[b'a'; 60])
             .unwrap();
