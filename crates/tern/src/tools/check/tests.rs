@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use crate::blob::BlobReader;
 use crate::format::internal_key::ValueKind;
 use crate::format::log_record::RECORD_HEADER_LEN;
-use crate::format::version_edit::FileMeta;
 use crate::format::write_batch::WriteBatch;
 use crate::io::FsRef;
 use crate::sst::Table;
@@ -162,52 +161,33 @@ fn open_and_check_reject_a_bad_manifest_with_the_same_error() {
             .unwrap();
         (level as u32, (*v.levels[level][0]).clone())
     };
-    type MakeEdit = fn(u32, FileMeta) -> VersionEdit;
+    // Each bad edit in the language of `version::script`, given a table of
+    // a deeper level: its level, number and key range.
+    type MakeEdit = fn(u32, u64, &str) -> String;
     let cases: [(&str, MakeEdit, bool); 5] = [
         (
             "edit deletes table 999999 that is not in level 1",
-            |_, _| VersionEdit {
-                deleted_files: vec![(1, 999_999)],
-                ..Default::default()
-            },
+            |_, _, _| "delete L1 999999".into(),
             true,
         ),
         (
             "beyond the last level",
-            |_, mut meta| {
-                meta.number = 999_998;
-                VersionEdit {
-                    new_files: vec![(9, meta)],
-                    ..Default::default()
-                }
-            },
+            |_, _, range| format!("add L9 999998 {range}"),
             true,
         ),
         (
             "which is not live",
-            |_, _| VersionEdit {
-                blob_files_deleted: vec![424_242],
-                ..Default::default()
-            },
+            |_, _, _| "blob delete 424242".into(),
             true,
         ),
         (
             "appears in two levels",
-            |_, meta| VersionEdit {
-                new_files: vec![(0, meta)],
-                ..Default::default()
-            },
+            |_, n, range| format!("add L0 {n} {range}"),
             false,
         ),
         (
             "overlap in level",
-            |level, mut meta| {
-                meta.number = 999_997;
-                VersionEdit {
-                    new_files: vec![(level, meta)],
-                    ..Default::default()
-                }
-            },
+            |level, _, range| format!("add L{level} 999997 {range}"),
             false,
         ),
     ];
@@ -215,7 +195,12 @@ fn open_and_check_reject_a_bad_manifest_with_the_same_error() {
         let (fs, db) = build_store();
         db.close().unwrap();
         let (level, meta) = table_in_l1(&fs);
-        let (path, offset) = append_manifest_edit(&fs, &make(level, meta));
+        let key = |k: &[u8]| {
+            String::from_utf8(crate::format::internal_key::user_key(k).to_vec()).unwrap()
+        };
+        let range = format!("{}..{}", key(&meta.smallest), key(&meta.largest));
+        let edit = crate::version::script::edit(&make(level, meta.number, &range)).unwrap();
+        let (path, offset) = append_manifest_edit(&fs, &edit);
         let report = check(&fs);
         let opts = Options {
             fs: fs.clone(),
