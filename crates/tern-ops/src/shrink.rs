@@ -1,0 +1,160 @@
+//! Cutting a failing history down to the operations that matter.
+
+use crate::op::Op;
+
+/// What [`shrink`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShrinkReport {
+    /// Operations before.
+    pub from: usize,
+    /// Operations after.
+    pub to: usize,
+    /// Candidate histories executed.
+    pub runs: usize,
+    /// True when the budget ran out before no smaller candidate failed.
+    pub out_of_budget: bool,
+}
+
+/// Shrinks `ops`, a history for which `fails` returns true, to a shorter or
+/// simpler one for which it still does, executing at most `max_runs`
+/// candidates.
+///
+/// First whole chunks are removed, halving the chunk size down to one
+/// operation (delta debugging); then each remaining operation is replaced
+/// by its [`Op::simpler`] forms (fewer batch entries, no sync, a full
+/// scan, a restart instead of a crash). Executors must accept any
+/// subsequence: snapshot indices are taken modulo the snapshots held, and
+/// keys are always in range.
+pub fn shrink(
+    mut ops: Vec<Op>,
+    max_runs: usize,
+    mut fails: impl FnMut(&[Op]) -> bool,
+) -> (Vec<Op>, ShrinkReport) {
+    let from = ops.len();
+    let mut runs = 0;
+    let mut try_it = |candidate: &[Op], runs: &mut usize| -> Option<bool> {
+        if *runs >= max_runs {
+            return None;
+        }
+        *runs += 1;
+        Some(fails(candidate))
+    };
+    let mut out_of_budget = false;
+    'outer: loop {
+        let before = ops.len();
+        let mut chunk = ops.len().div_ceil(2).max(1);
+        loop {
+            let mut i = 0;
+            while i < ops.len() && ops.len() > 1 {
+                let end = (i + chunk).min(ops.len());
+                let mut candidate = ops[..i].to_vec();
+                candidate.extend_from_slice(&ops[end..]);
+                match try_it(&candidate, &mut runs) {
+                    None => {
+                        out_of_budget = true;
+                        break 'outer;
+                    }
+                    Some(true) => ops = candidate,
+                    Some(false) => i += chunk,
+                }
+            }
+            if chunk == 1 {
+                break;
+            }
+            chunk = chunk.div_ceil(2);
+        }
+        if ops.len() == before {
+            break;
+        }
+    }
+    if !out_of_budget {
+        'simplify: for i in 0..ops.len() {
+            let mut progress = true;
+            while progress {
+                progress = false;
+                for simpler in ops[i].simpler() {
+                    let mut candidate = ops.clone();
+                    candidate[i] = simpler;
+                    match try_it(&candidate, &mut runs) {
+                        None => {
+                            out_of_budget = true;
+                            break 'simplify;
+                        }
+                        Some(true) => {
+                            ops = candidate;
+                            progress = true;
+                            break;
+                        }
+                        Some(false) => {}
+                    }
+                }
+            }
+        }
+    }
+    let to = ops.len();
+    (
+        ops,
+        ShrinkReport {
+            from,
+            to,
+            runs,
+            out_of_budget,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{Entry, Target};
+    use crate::{Generator, Profile};
+
+    fn writes_key(op: &Op, key: u32) -> bool {
+        matches!(op, Op::Write { entries, .. }
+            if entries.iter().any(|e| e.target == Target::Key(key) && e.put))
+    }
+
+    #[test]
+    fn shrinks_to_the_operations_that_make_it_fail() {
+        // "Fails" when key 3 is written and later a flush and then a read
+        // of key 3 follow: three operations among thousands.
+        let fails = |ops: &[Op]| {
+            let w = ops.iter().position(|o| writes_key(o, 3));
+            let f = w.and_then(|w| ops[w..].iter().position(|o| *o == Op::Flush).map(|f| w + f));
+            f.is_some_and(|f| ops[f..].iter().any(|o| *o == Op::Get { key: 3 }))
+        };
+        let mut p = Profile::model(5, 5);
+        p.keys = 10;
+        let ops = Generator::new(p, 9).take(3000);
+        assert!(fails(&ops));
+        let (small, report) = shrink(ops, 10_000, fails);
+        assert!(fails(&small));
+        assert!(!report.out_of_budget);
+        assert_eq!(small.len(), 3, "{small:?}");
+        assert_eq!(
+            small[0],
+            Op::Write {
+                entries: vec![Entry {
+                    target: Target::Key(3),
+                    put: true
+                }],
+                sync: false
+            },
+            "the batch is cut to its one entry that matters, unsynced"
+        );
+        assert_eq!(&small[1..], &[Op::Flush, Op::Get { key: 3 }]);
+        assert_eq!(report.from, 3000.max(report.from));
+    }
+
+    #[test]
+    fn the_budget_bounds_the_runs() {
+        let ops = Generator::new(Profile::model(5, 5), 1).take(1000);
+        let mut runs = 0;
+        let (small, report) = shrink(ops.clone(), 25, |c| {
+            runs += 1;
+            c.len() > 10
+        });
+        assert_eq!(runs, 25);
+        assert!(report.out_of_budget && small.len() > 10 && small.len() < ops.len());
+    }
+}
