@@ -207,15 +207,11 @@ impl Op {
                 lower,
                 upper,
                 reverse,
-            } => {
-                if lower.is_some() || upper.is_some() {
-                    out.push(Op::Scan {
-                        lower: None,
-                        upper: None,
-                        reverse: *reverse,
-                    });
-                }
-            }
+            } if lower.is_some() || upper.is_some() => out.push(Op::Scan {
+                lower: None,
+                upper: None,
+                reverse: *reverse,
+            }),
             Op::Compact { range: Some(_) } => out.push(Op::Compact { range: None }),
             Op::Fault {
                 kind,

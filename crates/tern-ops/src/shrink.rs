@@ -121,7 +121,7 @@ mod tests {
         let fails = |ops: &[Op]| {
             let w = ops.iter().position(|o| writes_key(o, 3));
             let f = w.and_then(|w| ops[w..].iter().position(|o| *o == Op::Flush).map(|f| w + f));
-            f.is_some_and(|f| ops[f..].iter().any(|o| *o == Op::Get { key: 3 }))
+            f.is_some_and(|f| ops[f..].contains(&Op::Get { key: 3 }))
         };
         let mut p = Profile::model(5, 5);
         p.keys = 10;
