@@ -17,7 +17,8 @@ const EXIT_PROBLEMS: u8 = 1;
 #[command(after_help = "Examples:\n  \
     tern stress --dir /tmp/stress --duration 60\n  \
     tern stress --dir /tmp/stress --crash-loop 200 --sync true\n  \
-    tern stress --sim --crashes 100 --seed 7\n\n\
+    tern stress --sim --crashes 100 --seed 7\n  \
+    tern stress --sim --replay /tmp/tern-sim-7.shrunk.history\n\n\
     Every option left out is drawn from the seed; the first line printed is a \
     command that repeats the run. The expected state lives in <dir>.expected: \
     keep it with the store, and remove both to start over.\n\n\
@@ -59,7 +60,11 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             )
         })
     } else if cfg.args.sim {
-        tern_stress::sim::run(&cfg, &mut log).map(|r| {
+        match &cfg.args.replay {
+            Some(file) => tern_stress::sim::replay(file, &mut log),
+            None => tern_stress::sim::run(&cfg, &mut log),
+        }
+        .map(|r| {
             format!(
                 "simulation passed: {} power failures, {} clean closes, {} operations, {} injected I/O errors, {} un-synced writes lost",
                 r.crashes, r.clean_closes, r.ops, r.faults, r.lost_unsynced

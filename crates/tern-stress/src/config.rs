@@ -73,6 +73,24 @@ pub struct StressArgs {
     /// `--sim`: probability that an I/O operation fails.
     #[arg(long, default_value_t = 0.0005)]
     pub fault_probability: f64,
+    /// `--sim`: run the operation history in FILE instead of drawing one
+    /// (a failed run writes its history, and a shrunk one, for this).
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+    /// `--sim`: where a failed run writes its history. Default: the
+    /// system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub history_dir: Option<PathBuf>,
+    /// `--sim`: runs spent shrinking a failed history (0: do not shrink).
+    #[arg(long, default_value_t = 200)]
+    pub shrink_runs: usize,
+    /// Operation weights over the defaults, as NAME=N pairs separated by
+    /// commas, e.g. `put=500,gc=50`. Names: put, delete, batch,
+    /// group_write, get, scan, snapshot, snapshot_read, group_check,
+    /// sync_wal, flush, compact, compact_all_gc, gc, reopen, crash (each
+    /// mode runs those it supports).
+    #[arg(long, value_name = "NAME=N,...")]
+    pub weights: Option<String>,
 
     /// Fsync every write (`true`) or hand it to the OS only (`false`).
     #[arg(long)]
@@ -338,6 +356,11 @@ impl StressConfig {
         if args.threads == 0 {
             return Err("--threads must be at least 1".into());
         }
+        if let Some(w) = &args.weights {
+            tern_ops::Weights::default()
+                .apply(w)
+                .map_err(|e| format!("--weights: {e}"))?;
+        }
         if !args.sim && args.dir.is_none() {
             return Err("--dir is required (or --sim for an in-process run)".into());
         }
@@ -392,6 +415,9 @@ impl StressConfig {
         }
         if a.verify_only {
             s += " --verify-only";
+        }
+        if let Some(w) = &a.weights {
+            s += &format!(" --weights {w}");
         }
         s + " " + &self.knobs.flags(&a.settings)
     }

@@ -120,3 +120,40 @@ fn power_failures_and_io_errors_with_every_value_in_blob_files_and_gc() {
     tern_stress::ci_summary("sim_gc_jobs_separated", gc_runs);
     assert!(gc_runs > 0, "no blob GC job ran");
 }
+
+/// A run is a history: written as text, read back and run again, it makes
+/// the same power failures and clean closes (which operations fail with
+/// random faults can differ with background timing).
+#[test]
+fn a_sim_history_replays_from_its_file() {
+    let args = StressArgs {
+        sim: true,
+        seed: Some(5),
+        keys: 500,
+        threads: 1,
+        crashes: 6,
+        ops_per_crash: 300,
+        fault_probability: 0.0,
+        ..Default::default()
+    };
+    let cfg = StressConfig::resolve(args).unwrap();
+    let h = tern_stress::sim::history_for(&cfg);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.history");
+    h.write(&path, "a test run").unwrap();
+    let mut out = Vec::new();
+    let first = tern_stress::sim::execute(&h, &mut out, 0).unwrap();
+    let again = tern_stress::sim::replay(&path, &mut out).unwrap();
+    assert_eq!(
+        (first.crashes, first.clean_closes, first.ops),
+        (again.crashes, again.clean_closes, again.ops)
+    );
+    assert_eq!(first.crashes + first.clean_closes, 6);
+    assert!(first.ops >= 6 * 300, "{first:?}");
+    let model = tern_ops::History {
+        harness: "model".into(),
+        ..h
+    };
+    let err = tern_stress::sim::execute(&model, &mut out, 0).unwrap_err();
+    assert!(err.contains("runs `sim` histories"), "{err}");
+}
