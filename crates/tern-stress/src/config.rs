@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tern::{Compression, Options, Settings};
+use tern_ops::{random_settings, Scale};
 
 /// Command-line options of `tern stress`. Every engine option left out is
 /// drawn from the seed; the resolved values are printed as a `tern stress`
@@ -206,43 +207,13 @@ pub fn parse_compression(s: &str) -> Result<Vec<Compression>, String> {
 impl EngineKnobs {
     /// Fills what `args` leave open from `rng`.
     pub fn resolve(args: &StressArgs, rng: &mut StdRng) -> Result<EngineKnobs, String> {
-        let comp = |rng: &mut StdRng| match rng.gen_range(0..3) {
-            0 => Compression::None,
-            1 => Compression::Lz4,
-            _ => Compression::Zstd,
-        };
-        // Draw everything first, in a fixed order, so that fixing one
-        // option on the command line does not change the others drawn from
-        // the same seed.
+        // The shared draw (`tern_ops::random_settings`), then the flags.
         let sync = rng.gen_bool(0.5);
-        let mut d = Settings {
-            write_buffer_size: rng.gen_range(16..1024) << 10,
-            max_write_buffer_number: rng.gen_range(2..5),
-            level0_file_num_compaction_trigger: rng.gen_range(2..6),
-            max_bytes_for_level_base: rng.gen_range(1..16) << 20,
-            target_file_size: rng.gen_range(64..2048) << 10,
-            block_size: [512, 1024, 4096, 16384][rng.gen_range(0..4)],
-            bloom_bits_per_key: [0, 5, 10, 10][rng.gen_range(0..4)],
-            compression_per_level: (0..3).map(|_| comp(rng)).collect(),
-            block_cache_capacity: [0, 1 << 20, 8 << 20][rng.gen_range(0..3)],
-            max_manifest_file_size: rng.gen_range(16..4096) << 10,
-            // Drawn after the older knobs so those stay what a seed gave
-            // before separation existed. Separation is on in most runs; blob
-            // files are small so that GC has many to choose from.
-            blob_threshold: match rng.gen_range(0..100) {
-                0..=14 => None,
-                15..=34 => Some(0),
-                35..=59 => Some(64),
-                60..=84 => Some(512),
-                _ => Some(2048),
-            },
-            blob_file_size: rng.gen_range(64..=4096) << 10,
-            gc_garbage_ratio: f64::from(rng.gen_range(10..=80u32)) / 100.0,
-            enable_gc: rng.gen_bool(0.85),
-            // Last, so the knobs above stay what a seed gave before.
-            max_open_files: [4, 16, 64, 1 << 16][rng.gen_range(0..4)],
-            ..Settings::default()
-        };
+        let mut d = Settings::default();
+        for (name, value) in random_settings(rng, Scale::Small) {
+            d.set(name, &value)
+                .map_err(|e| format!("drawn setting {name} = {value}: {e}"))?;
+        }
         fn set<T>(v: &mut T, o: Option<T>) {
             if let Some(o) = o {
                 *v = o;
@@ -426,6 +397,20 @@ impl StressConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_drawn_setting_is_one_the_engine_takes() {
+        for seed in 0..200 {
+            for scale in [Scale::Tiny, Scale::Small] {
+                let mut s = Settings::default();
+                for (name, value) in random_settings(&mut StdRng::seed_from_u64(seed), scale) {
+                    s.set(name, &value)
+                        .unwrap_or_else(|e| panic!("seed {seed} {scale:?}: {name} = {value}: {e}"));
+                    assert!(s.get(name).is_some(), "{name}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn same_seed_same_options_and_overrides_keep_the_rest() {

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
 use tern::{Db, WriteOptions};
+use tern_ops::{Generator, Profile};
 
 use crate::config::StressConfig;
 use crate::expected::ExpectedState;
@@ -189,15 +188,38 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     let deadline = (a.duration > 0.0).then(|| start + Duration::from_secs_f64(a.duration));
     let max_ops = a.ops;
     let mut handles = Vec::new();
+    let mut profile = Profile::stress(a.keys as u32, a.groups as u32);
+    if let Some(w) = &a.weights {
+        profile
+            .weights
+            .apply(w)
+            .map_err(|e| format!("--weights: {e}"))?;
+    }
+    let ws = &profile.weights;
+    if ws.snapshot + ws.reopen + ws.crash > 0 {
+        return Err(
+            "--weights: snapshot, reopen and crash are --sim's (threads share one store here)"
+                .into(),
+        );
+    }
+    if profile.weights.total() == 0 {
+        return Err("--weights: every operation weight is zero".into());
+    }
     for t in 0..a.threads {
         let s = s.clone();
+        let profile = profile.clone();
         let seed = cfg.seed.wrapping_mul(1000).wrapping_add(t as u64 + 1);
         handles.push(std::thread::spawn(move || {
-            let mut rng = StdRng::seed_from_u64(seed);
-            while !s.stopped() {
-                if let Err(e) = s.one_op(t, &mut rng) {
-                    s.fail(e);
-                    break;
+            let mut gen = Generator::new(profile, seed);
+            let mut ops = Vec::new();
+            'run: while !s.stopped() {
+                ops.clear();
+                gen.next_into(&mut ops);
+                for op in &ops {
+                    if let Err(e) = s.one_op(t, op) {
+                        s.fail(e);
+                        break 'run;
+                    }
                 }
                 if max_ops.is_some_and(|m| s.counters.ops() >= m) {
                     s.stop.store(true, Ordering::SeqCst);

@@ -5,9 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use rand::rngs::StdRng;
-use rand::Rng;
 use tern::{Db, ReadOptions, Snapshot, WriteBatch, WriteOptions};
+use tern_ops::{Op, Target};
 
 use super::{Counters, RANGE};
 use crate::expected::{ExpectedState, KeyState};
@@ -273,137 +272,165 @@ impl Stress {
         Ok(())
     }
 
-    pub(super) fn one_op(&self, writer: usize, rng: &mut StdRng) -> Result<(), String> {
+    /// Runs one operation drawn by the shared generator. Group operations
+    /// need `--groups`; restarts, crashes and armed faults are `--sim`'s.
+    pub(super) fn one_op(&self, writer: usize, op: &Op) -> Result<(), String> {
         let keys = self.keys;
-        let p = rng.gen_range(0..1000);
+        let slot = |k: u32| k as usize % keys.max(1);
+        let group = |g: u32| keys + g as usize % self.groups.max(1);
         let c = &self.counters;
-        match p {
-            0..=449 => {
-                let exists = p < 350;
-                let k = rng.gen_range(0..keys);
-                let _g = self.lock_all(&[k]);
-                let st = self.exp.next_state(k, exists);
-                self.write(writer, &[(k, st)])?;
-                if exists { &c.puts } else { &c.deletes }.fetch_add(1, Ordering::Relaxed);
-            }
-            450..=549 => {
-                let n = rng.gen_range(2..9);
-                let mut slots: Vec<usize> = (0..n).map(|_| rng.gen_range(0..keys)).collect();
-                if self.groups > 0 && rng.gen_bool(0.3) {
-                    slots.push(keys + rng.gen_range(0..self.groups));
+        match op {
+            Op::Write { entries, .. } => {
+                let mut slots: Vec<(usize, bool)> = entries
+                    .iter()
+                    .filter(|e| self.groups > 0 || matches!(e.target, Target::Key(_)))
+                    .map(|e| match e.target {
+                        Target::Key(k) => (slot(k), e.put),
+                        Target::Group(g) => (group(g), e.put),
+                    })
+                    .collect();
+                // One state per slot: the last entry for it wins.
+                slots.reverse();
+                slots.sort_by_key(|&(s, _)| s);
+                slots.dedup_by_key(|&mut (s, _)| s);
+                if slots.is_empty() {
+                    return Ok(());
                 }
-                slots.sort_unstable();
-                slots.dedup();
-                let _g = self.lock_all(&slots);
+                let locked: Vec<usize> = slots.iter().map(|&(s, _)| s).collect();
+                let _g = self.lock_all(&locked);
                 let states: Vec<(usize, KeyState)> = slots
                     .iter()
-                    .map(|&s| (s, self.exp.next_state(s, rng.gen_bool(0.8))))
+                    .map(|&(s, put)| (s, self.exp.next_state(s, put)))
                     .collect();
                 self.write(writer, &states)?;
-                c.batches.fetch_add(1, Ordering::Relaxed);
-            }
-            550..=629 if self.groups > 0 => {
-                let slot = keys + rng.gen_range(0..self.groups);
-                let _g = self.lock_all(&[slot]);
-                let st = self.exp.next_state(slot, rng.gen_bool(0.85));
-                self.write(writer, &[(slot, st)])?;
-                c.group_writes.fetch_add(1, Ordering::Relaxed);
-            }
-            630..=799 => {
-                let slot = if self.groups > 0 && rng.gen_bool(0.1) {
-                    keys + rng.gen_range(0..self.groups)
-                } else {
-                    rng.gen_range(0..keys)
+                let counter = match (entries.len(), entries.first()) {
+                    (1, Some(e)) if matches!(e.target, Target::Group(_)) => &c.group_writes,
+                    (1, Some(e)) if e.put => &c.puts,
+                    (1, Some(_)) => &c.deletes,
+                    _ => &c.batches,
                 };
-                let _g = self.lock_all(&[slot]);
-                let got = self.read_slot(slot, None)?;
-                self.check(slot, got.as_deref(), self.exp.committed(slot), "point read")?;
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Op::Get { key } => {
+                let s = slot(*key);
+                let _g = self.lock_all(&[s]);
+                let got = self.read_slot(s, None)?;
+                self.check(s, got.as_deref(), self.exp.committed(s), "point read")?;
                 c.reads.fetch_add(1, Ordering::Relaxed);
             }
-            800..=859 if self.groups > 0 => {
-                // One snapshot, every member of a group, read two ways.
-                let g = rng.gen_range(0..self.groups);
-                let snap = self.db.snapshot().map_err(|e| format!("snapshot: {e}"))?;
-                let point = self.read_slot(keys + g, Some(&snap))?;
-                let mut prefix_end = keys::group_prefix(g);
-                if let Some(last) = prefix_end.last_mut() {
-                    *last += 1;
-                }
-                let mut it = self
-                    .db
-                    .iter(ReadOptions {
-                        snapshot: Some(&snap),
-                        lower_bound: Some(keys::group_prefix(g)),
-                        upper_bound: Some(prefix_end),
-                    })
-                    .map_err(|e| format!("iterator: {e}"))?;
-                it.seek_to_first();
-                let mut n = 0;
-                while it.valid() {
-                    if Some(it.value()) != point.as_deref() {
-                        return Err(format!(
-                            "group {g} is torn at one snapshot: scan reads {} for {}, point reads {}",
-                            keys::describe(Some(it.value())),
-                            String::from_utf8_lossy(it.key()),
-                            keys::describe(point.as_deref())
-                        ));
-                    }
-                    n += 1;
-                    it.next();
-                }
-                it.status().map_err(|e| format!("iterator: {e}"))?;
-                let want = if point.is_some() { GROUP_WIDTH } else { 0 };
-                if n != want {
-                    return Err(format!(
-                        "group {g} is torn at one snapshot: scan finds {n} members, point reads {}",
-                        keys::describe(point.as_deref())
-                    ));
-                }
+            Op::GroupCheck { group: g } if self.groups > 0 => {
+                self.check_group(*g as usize % self.groups)?;
                 c.group_checks.fetch_add(1, Ordering::Relaxed);
             }
-            860..=929 => {
-                let r = rng.gen_range(0..ranges(keys));
+            Op::Scan { lower, reverse, .. } => {
+                let r = slot(lower.unwrap_or(0)) / RANGE % ranges(keys);
                 let _g = self.lock_all(&[r * RANGE]);
                 let want = self.range_states(r);
-                self.scan_range(r, &want, None, rng.gen_bool(0.3), "scan")?;
+                self.scan_range(r, &want, None, *reverse, "scan")?;
                 c.scans.fetch_add(1, Ordering::Relaxed);
             }
-            930..=995 => {
-                let r = rng.gen_range(0..ranges(keys));
+            Op::SnapshotRead {
+                key,
+                lower,
+                reverse,
+                ..
+            } => {
+                let r = slot(lower.unwrap_or(*key)) / RANGE % ranges(keys);
                 let (snap, want) = {
                     let _g = self.lock_all(&[r * RANGE]);
                     let snap = self.db.snapshot().map_err(|e| format!("snapshot: {e}"))?;
                     (snap, self.range_states(r))
                 };
                 // Let other threads move on before reading the old view.
-                std::thread::sleep(Duration::from_micros(rng.gen_range(0..2000)));
-                self.scan_range(r, &want, Some(&snap), rng.gen_bool(0.3), "snapshot scan")?;
+                std::thread::sleep(Duration::from_micros(u64::from(*key) % 2000));
+                self.scan_range(r, &want, Some(&snap), *reverse, "snapshot scan")?;
                 let lo = r * RANGE;
-                for _ in 0..4 {
-                    let i = rng.gen_range(0..want.len());
+                for j in 0..4u32 {
+                    let i = (key.wrapping_mul(31).wrapping_add(j * 7)) as usize % want.len();
                     let got = self.read_slot(lo + i, Some(&snap))?;
                     self.check(lo + i, got.as_deref(), want[i], "snapshot read")?;
                 }
                 c.snapshot_checks.fetch_add(1, Ordering::Relaxed);
             }
-            _ => {
-                let m = rng.gen_range(0..100);
-                if m < 55 {
-                    self.db.flush().map_err(|e| format!("flush: {e}"))?;
-                } else if m < 75 {
-                    self.db
-                        .collect_garbage()
-                        .map_err(|e| format!("collect_garbage: {e}"))?;
-                    c.gc_calls.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    let a = rng.gen_range(0..keys);
-                    let b = (a + rng.gen_range(1..keys.max(2))).min(keys - 1);
-                    self.db
-                        .compact_range(Some(&keys::plain_key(a)), Some(&keys::plain_key(b)))
-                        .map_err(|e| format!("compact_range: {e}"))?;
-                }
+            Op::SyncWal => {
+                self.db.sync_wal().map_err(|e| format!("sync_wal: {e}"))?;
                 c.maintenance.fetch_add(1, Ordering::Relaxed);
             }
+            Op::Flush => {
+                self.db.flush().map_err(|e| format!("flush: {e}"))?;
+                c.maintenance.fetch_add(1, Ordering::Relaxed);
+            }
+            Op::Gc => {
+                self.db
+                    .collect_garbage()
+                    .map_err(|e| format!("collect_garbage: {e}"))?;
+                c.gc_calls.fetch_add(1, Ordering::Relaxed);
+                c.maintenance.fetch_add(1, Ordering::Relaxed);
+            }
+            Op::Compact { range } => {
+                let r = match range {
+                    None => self.db.compact_range(None, None),
+                    Some((a, b)) => {
+                        let (a, b) = (slot(*a), slot(*b));
+                        self.db.compact_range(
+                            Some(&keys::plain_key(a.min(b))),
+                            Some(&keys::plain_key(a.max(b))),
+                        )
+                    }
+                };
+                r.map_err(|e| format!("compact_range: {e}"))?;
+                c.maintenance.fetch_add(1, Ordering::Relaxed);
+            }
+            other => {
+                return Err(format!(
+                    "`{other}`: tern stress shares one store between threads and runs no {} \
+                     operations (--sim runs restarts, crashes and faults; group operations need --groups)",
+                    other.name()
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// One snapshot, every member of group `g`, read two ways: a point
+    /// read and a prefix scan must agree, all members or none.
+    fn check_group(&self, g: usize) -> Result<(), String> {
+        let keys = self.keys;
+        let snap = self.db.snapshot().map_err(|e| format!("snapshot: {e}"))?;
+        let point = self.read_slot(keys + g, Some(&snap))?;
+        let mut prefix_end = keys::group_prefix(g);
+        if let Some(last) = prefix_end.last_mut() {
+            *last += 1;
+        }
+        let mut it = self
+            .db
+            .iter(ReadOptions {
+                snapshot: Some(&snap),
+                lower_bound: Some(keys::group_prefix(g)),
+                upper_bound: Some(prefix_end),
+            })
+            .map_err(|e| format!("iterator: {e}"))?;
+        it.seek_to_first();
+        let mut n = 0;
+        while it.valid() {
+            if Some(it.value()) != point.as_deref() {
+                return Err(format!(
+                    "group {g} is torn at one snapshot: scan reads {} for {}, point reads {}",
+                    keys::describe(Some(it.value())),
+                    String::from_utf8_lossy(it.key()),
+                    keys::describe(point.as_deref())
+                ));
+            }
+            n += 1;
+            it.next();
+        }
+        it.status().map_err(|e| format!("iterator: {e}"))?;
+        let want = if point.is_some() { GROUP_WIDTH } else { 0 };
+        if n != want {
+            return Err(format!(
+                "group {g} is torn at one snapshot: scan finds {n} members, point reads {}",
+                keys::describe(point.as_deref())
+            ));
         }
         Ok(())
     }
