@@ -46,6 +46,8 @@ pub struct Profile {
     /// Chance that an epoch runs with random I/O faults, and their rate
     /// per million calls ([`Op::Faults`]).
     pub random_faults: (f64, u32),
+    /// Chance that random faults leave part of their effect (torn).
+    pub torn: f64,
 }
 
 impl Profile {
@@ -70,6 +72,7 @@ impl Profile {
             flip_dynamic: 0.3,
             compact_all: 0.3,
             random_faults: (0.0, 0),
+            torn: 0.0,
         }
     }
 
@@ -93,6 +96,7 @@ impl Profile {
             flip_dynamic: 0.0,
             compact_all: 0.0,
             random_faults: (0.7, per_million),
+            torn: 1.0,
         }
     }
 
@@ -116,6 +120,7 @@ impl Profile {
             flip_dynamic: 0.0,
             compact_all: 0.0,
             random_faults: (0.0, 0),
+            torn: 0.0,
         }
     }
 }
@@ -361,10 +366,11 @@ impl Generator {
         if per_million == 0 || !self.chance(chance) {
             return None;
         }
+        let seed = self.rng.gen();
         Some(Op::Faults {
-            seed: self.rng.gen(),
+            seed,
             per_million,
-            torn: self.rng.gen(),
+            torn: self.chance(self.profile.torn),
         })
     }
 

@@ -28,5 +28,5 @@ pub use generate::{Generator, Profile};
 pub use history::History;
 pub use op::{Entry, Op, Recovery, Target};
 pub use settings::{random_settings, Scale};
-pub use shrink::{shrink, ShrinkReport};
+pub use shrink::{failure_signature, shrink, ShrinkReport};
 pub use weights::Weights;

@@ -475,6 +475,19 @@ impl FromStr for Op {
             },
             other => return Err(format!("unknown operation {other:?}")),
         };
+        // Refuse words the operation does not use (`flush now`, `get key=3
+        // x=1`): a history means exactly what it says.
+        let canon = op.to_string();
+        let mut want: Vec<&str> = canon.split_whitespace().collect();
+        let mut got: Vec<&str> = line.split_whitespace().collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        if want != got {
+            let extra: Vec<&&str> = got.iter().filter(|w| !want.contains(w)).collect();
+            return Err(format!(
+                "unexpected {extra:?} in {line:?} (the operation reads as `{canon}`)"
+            ));
+        }
         Ok(op)
     }
 }
@@ -574,6 +587,10 @@ mod tests {
                 "expected restart or crash",
             ),
             ("crash mode=300 seed=1 no_wal=0", "not a number in range"),
+            ("flush now", "unexpected [\"now\"]"),
+            ("get key=3 x=1", "unexpected [\"x=1\"]"),
+            ("compact all from=1 to=2", "unexpected"),
+            ("get key=03", "reads as `get key=3`"),
         ] {
             let err = line.parse::<Op>().expect_err(line);
             assert!(err.contains(want), "{line:?}: {err}");

@@ -2,6 +2,25 @@
 
 use crate::op::Op;
 
+/// What kind of failure `message` reports, without the numbers and
+/// parenthesized context (steps, seeds, operations) that change as a
+/// history shrinks: a shrink keeps a candidate only if it fails the same
+/// way, so it cannot drift to a different bug.
+pub fn failure_signature(message: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0u32;
+    for c in message.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ if depth > 0 || c.is_ascii_digit() => {}
+            _ => out.push(c),
+        }
+    }
+    let words: Vec<&str> = out.split_whitespace().collect();
+    words.join(" ").chars().take(120).collect()
+}
+
 /// What [`shrink`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShrinkReport {
@@ -144,6 +163,19 @@ mod tests {
         );
         assert_eq!(&small[1..], &[Op::Flush, Op::Get { key: 3 }]);
         assert_eq!(report.from, 3000.max(report.from));
+    }
+
+    #[test]
+    fn failure_signatures_ignore_steps_and_operations() {
+        let a = failure_signature(
+            "step 12 (crash mode=3 seed=99 no_wal=0): state after crash matches none of the 3 states (vs latest: missing [[1]], extra [])",
+        );
+        let b = failure_signature(
+            "step 2 (crash mode=0 seed=7 no_wal=0): state after crash matches none of the 1 states (vs latest: missing [], extra [[2]])",
+        );
+        assert_eq!(a, b);
+        assert_eq!(a, "step : state after crash matches none of the states");
+        assert_ne!(a, failure_signature("step 2 (get key=1): get"));
     }
 
     #[test]

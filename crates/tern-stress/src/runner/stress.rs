@@ -319,11 +319,23 @@ impl Stress {
                 c.reads.fetch_add(1, Ordering::Relaxed);
             }
             Op::GroupCheck { group: g } if self.groups > 0 => {
-                self.check_group(*g as usize % self.groups)?;
+                let g = *g as usize % self.groups;
+                let _g = self.lock_all(&[keys + g]);
+                let got = self.read_slot(keys + g, None)?;
+                self.check(keys + g, got.as_deref(), self.exp.committed(keys + g), "group read")?;
+                self.check_group(g)?;
                 c.group_checks.fetch_add(1, Ordering::Relaxed);
             }
-            Op::Scan { lower, reverse, .. } => {
-                let r = slot(lower.unwrap_or(0)) / RANGE % ranges(keys);
+            Op::Scan {
+                lower,
+                upper,
+                reverse,
+            } => {
+                // Unbounded scans spread over the ranges too.
+                let at = lower.or(*upper).unwrap_or_else(|| {
+                    (c.scans.load(Ordering::Relaxed) as u32 ^ writer as u32).wrapping_mul(2_654_435_761)
+                });
+                let r = slot(at) / RANGE % ranges(keys);
                 let _g = self.lock_all(&[r * RANGE]);
                 let want = self.range_states(r);
                 self.scan_range(r, &want, None, *reverse, "scan")?;

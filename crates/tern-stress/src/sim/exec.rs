@@ -71,6 +71,11 @@ impl Exec {
         let fault = FaultFs::new(mem.clone());
         let opts = options_from(h, fault.clone())?;
         let db = Db::open(DIR, opts.clone()).map_err(|e| format!("open failed: {e}"))?;
+        let no_wal = h.param_num("no_wal", 0u8)? == 1;
+        let report = SimReport {
+            no_wal_epochs: u64::from(no_wal),
+            ..SimReport::default()
+        };
         Ok(Exec {
             sim: Sim::new(h.keys as usize),
             mem,
@@ -78,11 +83,11 @@ impl Exec {
             db: Some(db),
             opts,
             sync_all: h.param_num("sync_all", 0u8)? == 1,
-            no_wal: h.param_num("no_wal", 0u8)? == 1,
+            no_wal,
             failed: false,
             last_crash: None,
             epochs: 0,
-            report: SimReport::default(),
+            report,
         })
     }
 
@@ -131,10 +136,22 @@ impl Exec {
                 upper,
                 reverse,
             } => {
-                let lower = lower.map(|k| self.slot(k));
-                let upper = upper.map(|k| self.slot(k));
+                let mut lower = lower.map(|k| self.slot(k));
+                let mut upper = upper.map(|k| self.slot(k));
+                if let (Some(l), Some(u)) = (lower, upper) {
+                    (lower, upper) = (Some(l.min(u)), Some(l.max(u)));
+                }
                 self.check_scan(lower, upper, *reverse)?;
                 true
+            }
+            Op::SyncWal => {
+                let r = self.db()?.sync_wal();
+                if self.no_wal {
+                    // Writes that skip the WAL are not made durable by it.
+                    r.is_ok()
+                } else {
+                    self.made_durable_by(r)
+                }
             }
             Op::Flush => {
                 let r = self.db()?.flush();
@@ -176,7 +193,8 @@ impl Exec {
         let sync = (self.sync_all || sync) && !self.no_wal;
         let mut states = Vec::new();
         let mut batch = WriteBatch::new();
-        for e in entries {
+        // A later entry for the same key wins, as in every executor.
+        for e in entries.iter().rev() {
             let Target::Key(k) = e.target else {
                 return Err("--sim does not write groups".into());
             };
@@ -240,9 +258,15 @@ impl Exec {
         match read_range(self.db()?, n, lower, upper, reverse) {
             Ok(got) => {
                 let (lo, hi) = (lower.unwrap_or(0), upper.unwrap_or(n));
-                match (lo..hi.max(lo))
-                    .find(|&k| !keys::matches(k, self.sim.live[k], got[k].as_deref()))
-                {
+                // Outside the bounds the iterator must return nothing.
+                let wrong = |k: usize| {
+                    if (lo..hi).contains(&k) {
+                        !keys::matches(k, self.sim.live[k], got[k].as_deref())
+                    } else {
+                        got[k].is_some()
+                    }
+                };
+                match (0..n).find(|&k| wrong(k)) {
                     Some(k) => Err(format!(
                         "scan reads k{k:08} as {}, expected {}",
                         keys::describe(got[k].as_deref()),
@@ -267,10 +291,16 @@ impl Exec {
         self.fault.clear();
         match crash {
             None => {
-                if db.close().is_ok() {
+                let closed = db.close().is_ok();
+                if closed || !self.no_wal {
+                    // A clean close makes everything durable; after a
+                    // failed one (the store was poisoned) every
+                    // acknowledged write is still in the WAL files as the
+                    // process left them, and only the failed write's
+                    // outcome is unknown.
                     self.sim.durable = self.sim.log.len();
-                    self.report.clean_closes += 1;
                 }
+                self.report.clean_closes += u64::from(closed);
                 self.last_crash = None;
             }
             Some((mode, seed)) => {

@@ -24,7 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tern::io::CrashMode;
 use tern::Settings;
-use tern_ops::{shrink, Generator, History, Profile};
+use tern_ops::{failure_signature, shrink, Generator, History, Profile};
 
 use crate::config::StressConfig;
 use exec::Exec;
@@ -142,11 +142,13 @@ pub fn history_for(cfg: &StressConfig) -> History {
     let per_million = (a.fault_probability * 1e6).round() as u32;
     let mut profile = Profile::sim(keys, per_million, CrashMode::ALL.len() as u8);
     if let Some(w) = &a.weights {
-        // Checked when the configuration was resolved.
+        // Checked by `check_weights` before the run.
         let _ = profile.weights.apply(w);
     }
     let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5157_0000);
     let mut gen = Generator::new(profile, rng.gen());
+    // The first epoch skips the WAL as often as later ones.
+    let no_wal = gen.below(10) == 0;
     let mut ops = Vec::new();
     ops.extend(gen.epoch_start());
     for _ in 0..a.crashes {
@@ -164,7 +166,10 @@ pub fn history_for(cfg: &StressConfig) -> History {
             .iter()
             .filter_map(|n| settings.get(n).map(|v| (n.to_string(), v)))
             .collect(),
-        params: vec![("sync_all".into(), u8::from(cfg.knobs.sync).to_string())],
+        params: vec![
+            ("sync_all".into(), u8::from(cfg.knobs.sync).to_string()),
+            ("no_wal".into(), u8::from(no_wal).to_string()),
+        ],
         ops,
     }
 }
@@ -199,6 +204,7 @@ pub fn execute(h: &History, log: &mut dyn Write, progress_every: u64) -> Result<
 /// `--shrink-runs` runs) and the shrunk one written beside it.
 pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String> {
     let _ = writeln!(log, "stress: {}", cfg.command_line());
+    check_weights(cfg)?;
     let h = history_for(cfg);
     match execute(&h, log, 10) {
         Ok(report) => {
@@ -210,6 +216,19 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
             Err(format!("{e}\nrepeat with: {}\n{saved}", cfg.command_line()))
         }
     }
+}
+
+/// Refuses `--weights` for operations `--sim` does not run.
+fn check_weights(cfg: &StressConfig) -> Result<(), String> {
+    let Some(spec) = &cfg.args.weights else {
+        return Ok(());
+    };
+    let mut w = tern_ops::Weights::default();
+    w.apply(spec).map_err(|e| format!("--weights: {e}"))?;
+    if w.snapshot + w.snapshot_read + w.group_write + w.group_check > 0 {
+        return Err("--weights: --sim runs no snapshot, snapshot_read, group_write or group_check operations".into());
+    }
+    Ok(())
 }
 
 /// Runs the history in `path` (`tern stress --sim --replay FILE`).
@@ -250,12 +269,15 @@ fn save_and_shrink(cfg: &StressConfig, h: &History, error: &str, log: &mut dyn W
         "stress: shrinking the failed history ({} operations)",
         h.ops.len()
     );
+    // Only candidates that fail the same way count, so the shrink cannot
+    // drift to a different failure.
+    let want = failure_signature(error);
     let (ops, report) = shrink(h.ops.clone(), cfg.args.shrink_runs, |ops| {
         let candidate = History {
             ops: ops.to_vec(),
             ..h.clone()
         };
-        execute(&candidate, &mut std::io::sink(), 0).is_err()
+        execute(&candidate, &mut std::io::sink(), 0).is_err_and(|e| failure_signature(&e) == want)
     });
     let shrunk = History { ops, ..h.clone() };
     let spath = dir.join(format!("tern-sim-{}.shrunk.history", cfg.seed));

@@ -259,7 +259,10 @@ impl Run {
             }
             Op::GroupCheck { group } => self.check_group(*group, &ctx),
             Op::SyncWal => {
-                if !self.no_wal {
+                if self.no_wal {
+                    // Nothing to sync; the armed fault goes with the op.
+                    self.armed = None;
+                } else {
                     self.maybe_faulty(Step::SyncWal, |db| db.sync_wal());
                 }
             }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use tern_ops::{shrink, History};
+use tern_ops::{failure_signature, shrink, History};
 
 use crate::env_num;
 use crate::executor::execute;
@@ -32,9 +32,25 @@ fn replay_line(path: &std::path::Path) -> String {
     )
 }
 
-/// Saves `h`, which just failed, shrinks it (at most `TERN_SHRINK_RUNS`
-/// runs, default 400, and about three minutes) and saves the result.
-pub fn save_and_shrink(h: &History, name: &str) {
+/// The text of a panic.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// Saves `h`, which just failed with `message`, shrinks it to a history
+/// that fails the same way (at most `TERN_SHRINK_RUNS` runs, default 400,
+/// and about three minutes) and saves the result.
+///
+/// Candidates panic by design, so the panic hook is silenced while they
+/// run; that also silences other tests of this binary failing meanwhile
+/// (their failure still counts, only the message is lost).
+pub fn save_and_shrink(h: &History, name: &str, message: &str) {
     let dir = histories_dir();
     let path = dir.join(format!("{}.history", slug(name)));
     match h.write(&path, &format!("failed: {name}\n{}", replay_line(&path))) {
@@ -53,11 +69,14 @@ pub fn save_and_shrink(h: &History, name: &str) {
         return;
     }
     let deadline = Instant::now() + Duration::from_secs(180);
+    let want = failure_signature(message);
+    let mut timed_out = false;
     // Candidates panic by design; keep their messages off the output.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let (ops, report) = shrink(h.ops.clone(), max_runs, |ops| {
         if Instant::now() > deadline {
+            timed_out = true;
             return false;
         }
         let candidate = History {
@@ -65,10 +84,12 @@ pub fn save_and_shrink(h: &History, name: &str) {
             ..h.clone()
         };
         let mut log = Vec::new();
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             execute(&candidate, &mut log)
-        }))
-        .is_err()
+        })) {
+            Ok(()) => false,
+            Err(e) => failure_signature(&panic_message(e.as_ref())) == want,
+        }
     });
     std::panic::set_hook(hook);
     let shrunk = History { ops, ..h.clone() };
@@ -79,7 +100,7 @@ pub fn save_and_shrink(h: &History, name: &str) {
         report.from,
         report.to,
         report.runs,
-        if report.out_of_budget { " (budget spent: may shrink further)" } else { "" },
+        if report.out_of_budget || timed_out { " (budget spent: may shrink further)" } else { "" },
         replay_line(&out)
     );
     match shrunk.write(&out, &note) {

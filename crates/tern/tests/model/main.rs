@@ -123,7 +123,7 @@ fn run_history(h: &History, name: &str) {
             "model test failed: {name}\nlast operations:\n  {}",
             tail.join("\n  ")
         );
-        failure::save_and_shrink(h, name);
+        failure::save_and_shrink(h, name, &failure::panic_message(e.as_ref()));
         std::panic::resume_unwind(e);
     }
 }
