@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tern::{Compression, Options, Settings};
+use tern::{Options, Settings};
 use tern_ops::{random_settings, Scale};
 
 /// Command-line options of `tern stress`. Every engine option left out is
@@ -192,28 +192,14 @@ pub struct EngineKnobs {
     pub settings: Settings,
 }
 
-/// Parses a compression list such as `none,lz4,zstd`.
-pub fn parse_compression(s: &str) -> Result<Vec<Compression>, String> {
-    s.split(',')
-        .map(|c| match c.trim() {
-            "none" => Ok(Compression::None),
-            "lz4" => Ok(Compression::Lz4),
-            "zstd" => Ok(Compression::Zstd),
-            other => Err(format!("unknown compression {other:?} (none, lz4, zstd)")),
-        })
-        .collect()
-}
-
 impl EngineKnobs {
     /// Fills what `args` leave open from `rng`.
     pub fn resolve(args: &StressArgs, rng: &mut StdRng) -> Result<EngineKnobs, String> {
         // The shared draw (`tern_ops::random_settings`), then the flags.
         let sync = rng.gen_bool(0.5);
         let mut d = Settings::default();
-        for (name, value) in random_settings(rng, Scale::Small) {
-            d.set(name, &value)
-                .map_err(|e| format!("drawn setting {name} = {value}: {e}"))?;
-        }
+        d.set_all(random_settings(rng, Scale::Small))
+            .map_err(|e| format!("drawn settings: {e}"))?;
         fn set<T>(v: &mut T, o: Option<T>) {
             if let Some(o) = o {
                 *v = o;
@@ -231,7 +217,8 @@ impl EngineKnobs {
         set(&mut d.blob_file_size, args.blob_file_size);
         set(&mut d.max_open_files, args.max_open_files);
         if let Some(c) = &args.compression {
-            d.compression_per_level = parse_compression(c)?;
+            d.set("compression_per_level", c)
+                .map_err(|e| format!("--compression: {e}"))?;
         }
         if let Some(t) = args.blob_threshold {
             d.blob_threshold = t.0;

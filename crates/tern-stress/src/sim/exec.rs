@@ -19,10 +19,8 @@ const DIR: &str = "/stress";
 /// Engine options from a history's settings, on `fs`.
 pub(super) fn options_from(h: &History, fs: FsRef) -> Result<Options, String> {
     let mut s = Settings::default();
-    for (name, value) in &h.settings {
-        s.set(name, value)
-            .map_err(|e| format!("history setting {name} = {value}: {e}"))?;
-    }
+    s.set_all(h.settings.iter().map(|(n, v)| (n, v)))
+        .map_err(|e| format!("history settings: {e}"))?;
     Ok(Options {
         fs,
         ..Options::new(s)

@@ -319,6 +319,19 @@ settings! {
 }
 
 impl Settings {
+    /// Applies `(name, text)` pairs in order, each as [`Settings::set`]
+    /// does (a settings list from a file, a command line or a test
+    /// history); the first bad pair is the error.
+    pub fn set_all<N: AsRef<str>, V: AsRef<str>>(
+        &mut self,
+        pairs: impl IntoIterator<Item = (N, V)>,
+    ) -> Result<()> {
+        for (name, text) in pairs {
+            self.set(name.as_ref(), text.as_ref())?;
+        }
+        Ok(())
+    }
+
     /// Compression for SSTs written to `level`.
     pub fn compression_for(&self, level: usize) -> Compression {
         self.compression_per_level
@@ -401,6 +414,30 @@ mod tests {
         assert_eq!(back, s, "{toml}");
         assert_eq!(Settings::help().len(), Settings::NAMES.len());
         assert!(Settings::help().iter().all(|(_, doc)| !doc.is_empty()));
+    }
+
+    #[test]
+    fn set_all_applies_pairs_in_order_and_stops_at_a_bad_one() {
+        let mut s = Settings::default();
+        s.set_all([
+            ("block_size", "8K"),
+            ("block_size", "16K"),
+            ("blob_threshold", "off"),
+        ])
+        .unwrap();
+        assert_eq!((s.block_size, s.blob_threshold), (16 << 10, None));
+        let err = s
+            .set_all(vec![
+                ("bloom_bits_per_key".to_string(), "5".to_string()),
+                ("bloom_bits_per_key".to_string(), "many".to_string()),
+            ])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("bloom_bits_per_key") && err.contains("many"),
+            "{err}"
+        );
+        assert_eq!(s.bloom_bits_per_key, 5);
     }
 
     #[test]

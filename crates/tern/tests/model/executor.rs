@@ -52,10 +52,8 @@ pub static COUNTERS: Counters = Counters {
 /// Engine options from a history's settings, on `fs`.
 pub fn options_from(settings: &[(String, String)], fs: tern::io::FsRef) -> Options {
     let mut s = Settings::default();
-    for (name, value) in settings {
-        s.set(name, value)
-            .unwrap_or_else(|e| panic!("history setting {name} = {value}: {e}"));
-    }
+    s.set_all(settings.iter().map(|(n, v)| (n, v)))
+        .unwrap_or_else(|e| panic!("history settings: {e}"));
     Options {
         fs,
         ..Options::new(s)
