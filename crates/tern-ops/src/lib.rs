@@ -1,4 +1,5 @@
-//! Random operation streams for Tern's test harnesses.
+//! Random operation streams for Tern's test harnesses, and what the
+//! harnesses share around them.
 //!
 //! The model test (`crates/tern/tests/model`), `tern stress` and
 //! `tern stress --sim` all execute the same [`Op`]s, drawn by one
@@ -13,20 +14,26 @@
 //! into the executor's own lists. That keeps it usable from the engine's
 //! own tests, which cannot depend on a crate that depends on the engine.
 //!
-//! The history format is specified in `docs/format/history.md`.
+//! A failed history goes through [`save_and_shrink`]; every harness adds
+//! its counts to the CI run summary with [`ci_summary`]. The history
+//! format is specified in `docs/format/history.md`.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod failure;
 mod generate;
 mod history;
 mod op;
 mod settings;
 mod shrink;
+mod summary;
 mod weights;
 
+pub use failure::{save_and_shrink, SaveTo};
 pub use generate::{Generator, Profile};
 pub use history::History;
 pub use op::{Entry, Op, Recovery, Target};
 pub use settings::{random_settings, Scale};
-pub use shrink::{failure_signature, shrink, ShrinkReport};
+pub use shrink::{failure_signature, shrink, Budget, ShrinkReport};
+pub use summary::ci_summary;
 pub use weights::Weights;

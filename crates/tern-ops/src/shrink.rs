@@ -1,6 +1,17 @@
 //! Cutting a failing history down to the operations that matter.
 
+use std::time::{Duration, Instant};
+
 use crate::op::Op;
+
+/// How much [`shrink`] may spend: candidate runs, and optionally time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Candidates executed at most.
+    pub runs: usize,
+    /// Wall-clock time at most (a candidate already running finishes).
+    pub time: Option<Duration>,
+}
 
 /// What kind of failure `message` reports, without the numbers and
 /// parenthesized context (steps, seeds, operations) that change as a
@@ -30,13 +41,14 @@ pub struct ShrinkReport {
     pub to: usize,
     /// Candidate histories executed.
     pub runs: usize,
-    /// True when the budget ran out before no smaller candidate failed.
+    /// True when the budget (runs or time) ran out before no smaller
+    /// candidate failed.
     pub out_of_budget: bool,
 }
 
 /// Shrinks `ops`, a history for which `fails` returns true, to a shorter or
 /// simpler one for which it still does, executing at most `max_runs`
-/// candidates.
+/// candidates and spending at most `budget.time`.
 ///
 /// First whole chunks are removed, halving the chunk size down to one
 /// operation (delta debugging); then each remaining operation is replaced
@@ -46,13 +58,14 @@ pub struct ShrinkReport {
 /// keys are always in range.
 pub fn shrink(
     mut ops: Vec<Op>,
-    max_runs: usize,
+    budget: Budget,
     mut fails: impl FnMut(&[Op]) -> bool,
 ) -> (Vec<Op>, ShrinkReport) {
     let from = ops.len();
     let mut runs = 0;
+    let deadline = budget.time.map(|t| Instant::now() + t);
     let mut try_it = |candidate: &[Op], runs: &mut usize| -> Option<bool> {
-        if *runs >= max_runs {
+        if *runs >= budget.runs || deadline.is_some_and(|d| Instant::now() >= d) {
             return None;
         }
         *runs += 1;
@@ -146,7 +159,11 @@ mod tests {
         p.keys = 10;
         let ops = Generator::new(p, 9).take(3000);
         assert!(fails(&ops));
-        let (small, report) = shrink(ops, 10_000, fails);
+        let budget = Budget {
+            runs: 10_000,
+            time: None,
+        };
+        let (small, report) = shrink(ops, budget, fails);
         assert!(fails(&small));
         assert!(!report.out_of_budget);
         assert_eq!(small.len(), 3, "{small:?}");
@@ -182,11 +199,21 @@ mod tests {
     fn the_budget_bounds_the_runs() {
         let ops = Generator::new(Profile::model(5, 5), 1).take(1000);
         let mut runs = 0;
-        let (small, report) = shrink(ops.clone(), 25, |c| {
+        let budget = Budget {
+            runs: 25,
+            time: None,
+        };
+        let (small, report) = shrink(ops.clone(), budget, |c| {
             runs += 1;
             c.len() > 10
         });
         assert_eq!(runs, 25);
         assert!(report.out_of_budget && small.len() > 10 && small.len() < ops.len());
+        let no_time = Budget {
+            runs: 1000,
+            time: Some(Duration::ZERO),
+        };
+        let (same, report) = shrink(ops.clone(), no_time, |_| true);
+        assert!(report.out_of_budget && report.runs == 0 && same == ops);
     }
 }

@@ -23,18 +23,4 @@ pub mod sim;
 
 pub use config::{StressArgs, StressConfig};
 
-/// Adds `key value` to the run summary CI prints and checks
-/// (`TERN_SUMMARY_FILE`, set by `scripts/test.sh`); nothing without it.
-pub fn ci_summary(key: &str, value: u64) {
-    use std::io::Write;
-    let Ok(path) = std::env::var("TERN_SUMMARY_FILE") else {
-        return;
-    };
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(f, "{key} {value}");
-    }
-}
+pub use tern_ops::ci_summary;

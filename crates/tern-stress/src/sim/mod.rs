@@ -18,13 +18,13 @@ mod exec;
 mod state;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tern::io::CrashMode;
 use tern::Settings;
-use tern_ops::{failure_signature, shrink, Generator, History, Profile};
+use tern_ops::{Budget, Generator, History, Profile, SaveTo};
 
 use crate::config::StressConfig;
 use exec::Exec;
@@ -254,56 +254,25 @@ fn save_and_shrink(cfg: &StressConfig, h: &History, error: &str, log: &mut dyn W
         .history_dir
         .clone()
         .unwrap_or_else(std::env::temp_dir);
-    let path = dir.join(format!("tern-sim-{}.history", cfg.seed));
-    let replay = |p: &PathBuf| format!("replay with: tern stress --sim --replay {}", p.display());
-    let comment = format!("failed: {error}\n{}", replay(&path));
-    if let Err(e) = h.write(&path, &comment) {
-        return format!("could not save the history: {e}");
+    let replay = |p: &Path| format!("replay with: tern stress --sim --replay {}", p.display());
+    if cfg.args.shrink_runs > 0 {
+        let _ = writeln!(
+            log,
+            "stress: shrinking the failed history ({} operations)",
+            h.ops.len()
+        );
     }
-    let mut out = format!("history written to {}; {}", path.display(), replay(&path));
-    if cfg.args.shrink_runs == 0 {
-        return out;
-    }
-    let _ = writeln!(
-        log,
-        "stress: shrinking the failed history ({} operations)",
-        h.ops.len()
-    );
-    // Only candidates that fail the same way count, so the shrink cannot
-    // drift to a different failure.
-    let want = failure_signature(error);
-    let (ops, report) = shrink(h.ops.clone(), cfg.args.shrink_runs, |ops| {
-        let candidate = History {
-            ops: ops.to_vec(),
-            ..h.clone()
-        };
-        execute(&candidate, &mut std::io::sink(), 0).is_err_and(|e| failure_signature(&e) == want)
-    });
-    let shrunk = History { ops, ..h.clone() };
-    let spath = dir.join(format!("tern-sim-{}.shrunk.history", cfg.seed));
-    let note = format!(
-        "failed: {error}\nshrunk from {} to {} operations in {} runs{}\n{}",
-        report.from,
-        report.to,
-        report.runs,
-        if report.out_of_budget {
-            " (budget spent: may shrink further)"
-        } else {
-            ""
-        },
-        replay(&spath)
-    );
-    match shrunk.write(&spath, &note) {
-        Ok(()) => {
-            out += &format!(
-                "\nshrunk history ({} of {} operations) written to {}; {}",
-                report.to,
-                report.from,
-                spath.display(),
-                replay(&spath)
-            );
-        }
-        Err(e) => out += &format!("\ncould not save the shrunk history: {e}"),
-    }
-    out
+    let budget = Budget {
+        runs: cfg.args.shrink_runs,
+        time: None,
+    };
+    let to = SaveTo {
+        dir: &dir,
+        stem: &format!("tern-sim-{}", cfg.seed),
+        replay: &replay,
+        advice: "",
+    };
+    tern_ops::save_and_shrink(h, error, &to, budget, |candidate| {
+        execute(candidate, &mut std::io::sink(), 0).map(|_| ())
+    })
 }

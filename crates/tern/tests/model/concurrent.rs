@@ -7,11 +7,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tern::io::{CrashMode, MemFs};
 use tern::{Db, ReadOptions, Snapshot, WriteBatch, WriteOptions};
-use tern_ops::{random_settings, Generator, Op, Profile, Scale, Target, Weights};
+use tern_ops::{ci_summary, random_settings, Generator, Op, Profile, Scale, Target, Weights};
 
 use crate::executor::{options_from, DIR};
 use crate::reads::{key_for, scan_with, value_for};
-use crate::{ci_summary, Model};
+use crate::Model;
 
 /// Each writer's key numbers.
 const WRITER_KEYS: u32 = 120;

@@ -36,30 +36,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tern::io::CrashMode;
-use tern_ops::{random_settings, Generator, History, Profile, Scale, Weights};
+use tern_ops::{ci_summary, random_settings, Generator, History, Profile, Scale, Weights};
 
 use executor::{execute, COUNTERS, INSTALL_FAULTS};
 
 /// What the store must hold.
 pub type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-/// Adds `key value` to the run summary CI prints and checks
-/// (`TERN_SUMMARY_FILE`, set by `scripts/test.sh`); nothing without it.
-/// The engine's tests cannot use `tern_stress::ci_summary` (that crate
-/// depends on this one), hence this copy.
-pub fn ci_summary(key: &str, value: u64) {
-    use std::io::Write;
-    let Ok(path) = std::env::var("TERN_SUMMARY_FILE") else {
-        return;
-    };
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = writeln!(f, "{key} {value}");
-    }
-}
 
 fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
