@@ -174,6 +174,9 @@ impl Config {
         if self.dir.as_os_str().is_empty() {
             return bad("dir must name a data directory");
         }
+        if self.engine.max_value_size != tern::Settings::default().max_value_size {
+            return bad("[engine] max_value_size follows proto-max-bulk-len: set that instead");
+        }
         self.engine_options()
             .validate()
             .map_err(|e| ConfigError(format!("[engine]: {e}")))
@@ -226,5 +229,9 @@ mod tests {
         let c = Config::from_toml(&doc[start..start + len]).unwrap();
         assert_eq!(c.engine.blob_threshold, Some(512));
         assert_eq!(c.engine.background_rate_limit, None);
+        // A value the sample sets away from its default: the table is read.
+        assert_eq!(c.engine.max_open_files, 1000);
+        let e = Config::from_toml("[engine]\nmax_value_size = 10\n").unwrap_err();
+        assert!(e.0.contains("proto-max-bulk-len"), "{e}");
     }
 }

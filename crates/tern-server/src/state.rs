@@ -82,7 +82,7 @@ impl State {
     ) -> Self {
         State {
             store,
-            max_key_len: config.engine_options().max_key_size.saturating_sub(1),
+            max_key_len: config.engine.max_key_size.saturating_sub(1),
             config,
             metrics,
             clients: Mutex::new(BTreeMap::new()),
