@@ -11,7 +11,7 @@ use tern_ops::{ci_summary, random_settings, Generator, Op, Profile, Scale, Targe
 
 use crate::executor::{options_from, DIR};
 use crate::reads::{key_for, scan_with, value_for};
-use crate::Model;
+use crate::{env_num, Model};
 
 /// Each writer's key numbers.
 const WRITER_KEYS: u32 = 120;
@@ -281,10 +281,7 @@ fn run_concurrent(seed: u64) {
 /// includes its last durable write.
 #[test]
 fn concurrent_writers_see_their_own_writes() {
-    let seeds: u64 = std::env::var("TERN_MODEL_SEEDS")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .map_or(8, |n| (n / 10).max(4));
+    let seeds: u64 = env_num::<u64>("TERN_MODEL_SEEDS").map_or(8, |n| (n / 10).max(4));
     for seed in 0..seeds {
         let res = std::panic::catch_unwind(|| run_concurrent(seed));
         if let Err(e) = res {
