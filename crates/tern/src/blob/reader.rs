@@ -108,6 +108,11 @@ impl BlobReader {
         })
     }
 
+    /// The decoded footer (checked at open).
+    pub(crate) fn footer(&self) -> &BlobFooter {
+        &self.footer
+    }
+
     /// Reads and checks the whole ordinal index.
     fn load_index(&self) -> Result<Vec<u64>> {
         let f = &self.footer;

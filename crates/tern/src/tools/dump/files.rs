@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{torn_tail, DumpError};
 use crate::blob::BlobReader;
 use crate::error::{Error, IoContext, Result};
-use crate::format::blob::{BlobFooter, LineageEntry, BLOB_FOOTER_LEN};
+use crate::format::blob::LineageEntry;
 use crate::format::internal_key::{self, ValueKind};
 use crate::format::log_record::RECORD_HEADER_LEN;
 use crate::format::write_batch::WriteBatch;
@@ -99,7 +99,7 @@ pub fn blob_file(
     out: &mut dyn Write,
 ) -> Result<(), DumpError> {
     let reader = BlobReader::open(fs, path, number)?;
-    let footer = read_blob_footer(fs, path)?;
+    let footer = reader.footer();
     let lineage = reader.lineage()?;
     writeln!(out, "blob file      {}", path.display())?;
     writeln!(
@@ -134,17 +134,6 @@ pub fn blob_file(
         }
     }
     Ok(())
-}
-
-/// Reads and decodes the footer of the blob file at `path`.
-fn read_blob_footer(fs: &FsRef, path: &Path) -> Result<BlobFooter> {
-    let io = |e: std::io::Error| Error::io(path, e);
-    let file = fs.open(path).map_err(io)?;
-    let size = file.len();
-    let at = size.saturating_sub(BLOB_FOOTER_LEN as u64);
-    let mut buf = [0u8; BLOB_FOOTER_LEN];
-    file.read_exact_at(at, &mut buf).map_err(io)?;
-    BlobFooter::decode(&buf, size).map_err(|e| e.in_file(path, at))
 }
 
 fn print_lineage(lineage: &[LineageEntry], out: &mut dyn Write) -> std::io::Result<()> {

@@ -5,7 +5,7 @@
 mod files;
 mod manifest;
 
-use std::cmp::Ordering;
+use crate::compaction::picker::user_range;
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,8 +14,6 @@ pub use files::{blob_file, table, wal};
 pub use manifest::manifest;
 
 use crate::error::{Error, Result};
-use crate::format::internal_key;
-use crate::format::version_edit::FileMeta;
 use crate::io::FsRef;
 use crate::tools::show;
 use crate::version::{Version, VersionSet};
@@ -149,14 +147,14 @@ pub fn summary(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), DumpEr
             continue;
         }
         let entries: u64 = files.iter().map(|f| f.num_entries).sum();
-        let (lo, hi) = key_range(files.iter().map(|f| &**f));
+        let (lo, hi) = user_range(files);
         writeln!(
             out,
             "L{level:<4} {:>6} {:>12} {entries:>10}  {} .. {}",
             files.len(),
             show::bytes(version.level_bytes(level)),
-            show::key(internal_key::user_key(lo)),
-            show::key(internal_key::user_key(hi)),
+            show::key(&lo.unwrap_or_default()),
+            show::key(&hi.unwrap_or_default()),
         )?;
     }
     writeln!(
@@ -239,19 +237,4 @@ fn blob_summary(version: &Version, out: &mut dyn Write) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Smallest and largest internal keys over `files`.
-fn key_range<'a>(files: impl Iterator<Item = &'a FileMeta>) -> (&'a [u8], &'a [u8]) {
-    let mut lo: Option<&[u8]> = None;
-    let mut hi: Option<&[u8]> = None;
-    for f in files {
-        if lo.is_none_or(|k| internal_key::compare(&f.smallest, k) == Ordering::Less) {
-            lo = Some(&f.smallest);
-        }
-        if hi.is_none_or(|k| internal_key::compare(&f.largest, k) == Ordering::Greater) {
-            hi = Some(&f.largest);
-        }
-    }
-    (lo.unwrap_or_default(), hi.unwrap_or_default())
 }
