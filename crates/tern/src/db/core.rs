@@ -160,8 +160,9 @@ impl Shared {
             return Err(Error::Poisoned(e.clone()));
         }
         if let Err(e) = state.versions.log_and_apply(edit) {
-            // A refused edit was never written: the store is unchanged.
-            if !matches!(e, Error::Internal(_)) {
+            // Only a failed manifest write poisons the store; an edit the
+            // version set refused was never written, so nothing changed.
+            if state.versions.write_failed() {
                 self.set_bg_error(state, &e);
             }
             return Err(e);

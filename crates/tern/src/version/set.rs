@@ -43,22 +43,26 @@ fn unreachable_blobs(version: &Version) -> VersionEdit {
 /// not apply or the result breaks an invariant recovery checks (with
 /// `next_file_number`, the one the edit records): a bug in whoever made the
 /// edit, caught before anything is logged.
-fn apply_checked(base: &Version, edit: &VersionEdit, next_file_number: u64) -> Result<Version> {
+fn apply(base: &Version, edit: &VersionEdit) -> Result<Version> {
     let mut builder = VersionBuilder::new(base);
     if let Some(e) = builder.apply(edit).into_iter().next() {
         return Err(Error::Internal(format!("version edit does not apply: {e}")));
     }
-    let version = builder.build();
-    if let Some(e) = version
+    Ok(builder.build())
+}
+
+/// `version`, if it keeps every invariant ([`Version::check_invariants`]).
+fn checked(version: Version, next_file_number: u64) -> Result<Version> {
+    match version
         .check_invariants(Some(next_file_number))
         .into_iter()
         .next()
     {
-        return Err(Error::Internal(format!(
+        Some(e) => Err(Error::Internal(format!(
             "version edit breaks the version: {e}"
-        )));
+        ))),
+        None => Ok(version),
     }
-    Ok(version)
 }
 
 /// What recovery found in the manifest.
@@ -174,6 +178,12 @@ impl VersionSet {
         self.manifest_number
     }
 
+    /// Whether a manifest write failed: its outcome is unknown, so every
+    /// later edit is refused until the store is reopened.
+    pub fn write_failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
     /// Logs `edit` durably as one record, then makes the resulting version
     /// current. Blob files and lineage entries that no table can reach any
     /// more once `edit` applies are retired in the same record, so an
@@ -196,13 +206,17 @@ impl VersionSet {
         if edit.last_sequence.is_none() {
             edit.last_sequence = Some(self.last_sequence);
         }
-        let mut version = apply_checked(&self.current, edit, next_file_number)?;
+        let mut version = apply(&self.current, edit)?;
         let cleanup = unreachable_blobs(&version);
         if !cleanup.is_empty() {
-            version = apply_checked(&version, &cleanup, next_file_number)?;
-            edit.blob_files_deleted.extend(cleanup.blob_files_deleted);
-            edit.relocations_dropped.extend(cleanup.relocations_dropped);
+            version = apply(&version, &cleanup)?;
         }
+        // One check of what gets installed: the cleanup only removes blob
+        // files and lineage no table reaches. A refused edit is left as the
+        // caller gave it.
+        let version = checked(version, next_file_number)?;
+        edit.blob_files_deleted.extend(cleanup.blob_files_deleted);
+        edit.relocations_dropped.extend(cleanup.relocations_dropped);
 
         if let Err(e) = self.write_edit(&version, edit) {
             self.failed = Some(e.to_string());
