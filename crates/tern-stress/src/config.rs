@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tern::{Options, Settings};
-use tern_ops::{random_settings, Scale};
+use tern_ops::{random_settings, Scale, Weights};
 
 /// Command-line options of `tern stress`. Every engine option left out is
 /// drawn from the seed; the resolved values are printed as a `tern stress`
@@ -286,6 +286,37 @@ impl EngineKnobs {
     }
 }
 
+/// The mode's default weights with `--weights` over them. Refuses weights
+/// for operations the mode does not run, and a mix with nothing in it.
+fn resolve_weights(args: &StressArgs) -> Result<Weights, String> {
+    let mut w = if args.sim {
+        Weights::sim()
+    } else {
+        Weights::stress()
+    };
+    if let Some(spec) = &args.weights {
+        w.apply(spec).map_err(|e| format!("--weights: {e}"))?;
+    }
+    let (unsupported, why) = if args.sim {
+        (
+            w.snapshot + w.snapshot_read + w.group_write + w.group_check,
+            "--sim runs no snapshot, snapshot_read, group_write or group_check operations",
+        )
+    } else {
+        (
+            w.snapshot + w.reopen + w.crash,
+            "threads share one store, so snapshot, reopen and crash run only with --sim",
+        )
+    };
+    if unsupported > 0 {
+        return Err(format!("--weights: {why}"));
+    }
+    if w.total() == 0 {
+        return Err("--weights: every operation weight is zero".into());
+    }
+    Ok(w)
+}
+
 /// Everything one run needs, resolved.
 #[derive(Debug, Clone)]
 pub struct StressConfig {
@@ -295,6 +326,9 @@ pub struct StressConfig {
     pub seed: u64,
     /// The engine options drawn for this run.
     pub knobs: EngineKnobs,
+    /// The operation weights: the mode's defaults with `--weights` over
+    /// them, each one an operation the mode runs.
+    pub weights: Weights,
 }
 
 impl StressConfig {
@@ -314,11 +348,7 @@ impl StressConfig {
         if args.threads == 0 {
             return Err("--threads must be at least 1".into());
         }
-        if let Some(w) = &args.weights {
-            tern_ops::Weights::default()
-                .apply(w)
-                .map_err(|e| format!("--weights: {e}"))?;
-        }
+        let weights = resolve_weights(&args)?;
         if !args.sim && args.dir.is_none() {
             return Err("--dir is required (or --sim for an in-process run)".into());
         }
@@ -328,7 +358,12 @@ impl StressConfig {
             .options()
             .validate()
             .map_err(|e| format!("invalid engine options: {e}"))?;
-        Ok(StressConfig { args, seed, knobs })
+        Ok(StressConfig {
+            args,
+            seed,
+            knobs,
+            weights,
+        })
     }
 
     /// The expected-state file.
@@ -384,6 +419,34 @@ impl StressConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weights_are_checked_for_the_mode_before_the_run() {
+        let args = |sim: bool, w: &str| StressArgs {
+            sim,
+            dir: Some("/tmp/x".into()),
+            seed: Some(1),
+            keys: 100,
+            threads: 1,
+            weights: Some(w.into()),
+            ..Default::default()
+        };
+        let cfg = StressConfig::resolve(args(true, "crash=5,put=1")).unwrap();
+        assert_eq!((cfg.weights.crash, cfg.weights.put), (5, 1));
+        assert_eq!(cfg.weights.get, Weights::sim().get);
+        let e = StressConfig::resolve(args(true, "snapshot=1")).unwrap_err();
+        assert!(e.contains("--sim runs no snapshot"), "{e}");
+        let e = StressConfig::resolve(args(false, "crash=1")).unwrap_err();
+        assert!(e.contains("only with --sim"), "{e}");
+        let zero = Weights::NAMES
+            .iter()
+            .map(|n| format!("{n}=0"))
+            .collect::<Vec<_>>();
+        let e = StressConfig::resolve(args(false, &zero.join(","))).unwrap_err();
+        assert!(e.contains("every operation weight is zero"), "{e}");
+        let e = StressConfig::resolve(args(false, "put=x")).unwrap_err();
+        assert!(e.contains("whole number"), "{e}");
+    }
 
     #[test]
     fn every_drawn_setting_is_one_the_engine_takes() {

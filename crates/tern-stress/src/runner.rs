@@ -188,23 +188,10 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     let deadline = (a.duration > 0.0).then(|| start + Duration::from_secs_f64(a.duration));
     let max_ops = a.ops;
     let mut handles = Vec::new();
-    let mut profile = Profile::stress(a.keys as u32, a.groups as u32);
-    if let Some(w) = &a.weights {
-        profile
-            .weights
-            .apply(w)
-            .map_err(|e| format!("--weights: {e}"))?;
-    }
-    let ws = &profile.weights;
-    if ws.snapshot + ws.reopen + ws.crash > 0 {
-        return Err(
-            "--weights: snapshot, reopen and crash are --sim's (threads share one store here)"
-                .into(),
-        );
-    }
-    if profile.weights.total() == 0 {
-        return Err("--weights: every operation weight is zero".into());
-    }
+    let profile = Profile {
+        weights: cfg.weights,
+        ..Profile::stress(a.keys as u32, a.groups as u32)
+    };
     for t in 0..a.threads {
         let s = s.clone();
         let profile = profile.clone();

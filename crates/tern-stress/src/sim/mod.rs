@@ -140,11 +140,10 @@ pub fn history_for(cfg: &StressConfig) -> History {
     let a = &cfg.args;
     let keys = a.keys.clamp(1, 20_000) as u32;
     let per_million = (a.fault_probability * 1e6).round() as u32;
-    let mut profile = Profile::sim(keys, per_million, CrashMode::ALL.len() as u8);
-    if let Some(w) = &a.weights {
-        // Checked by `check_weights` before the run.
-        let _ = profile.weights.apply(w);
-    }
+    let profile = Profile {
+        weights: cfg.weights,
+        ..Profile::sim(keys, per_million, CrashMode::ALL.len() as u8)
+    };
     let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5157_0000);
     let mut gen = Generator::new(profile, rng.gen());
     // The first epoch skips the WAL as often as later ones.
@@ -204,7 +203,6 @@ pub fn execute(h: &History, log: &mut dyn Write, progress_every: u64) -> Result<
 /// `--shrink-runs` runs) and the shrunk one written beside it.
 pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String> {
     let _ = writeln!(log, "stress: {}", cfg.command_line());
-    check_weights(cfg)?;
     let h = history_for(cfg);
     match execute(&h, log, 10) {
         Ok(report) => {
@@ -216,19 +214,6 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<SimReport, String>
             Err(format!("{e}\nrepeat with: {}\n{saved}", cfg.command_line()))
         }
     }
-}
-
-/// Refuses `--weights` for operations `--sim` does not run.
-fn check_weights(cfg: &StressConfig) -> Result<(), String> {
-    let Some(spec) = &cfg.args.weights else {
-        return Ok(());
-    };
-    let mut w = tern_ops::Weights::default();
-    w.apply(spec).map_err(|e| format!("--weights: {e}"))?;
-    if w.snapshot + w.snapshot_read + w.group_write + w.group_check > 0 {
-        return Err("--weights: --sim runs no snapshot, snapshot_read, group_write or group_check operations".into());
-    }
-    Ok(())
 }
 
 /// Runs the history in `path` (`tern stress --sim --replay FILE`).
