@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tern::{Options, Settings};
+use tern::{Options, SettingValue, Settings};
 use tern_ops::{random_settings, Scale, Weights};
 
 /// Command-line options of `tern stress`. Every engine option left out is
@@ -154,24 +154,17 @@ pub struct StressArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlobThreshold(pub Option<usize>);
 
-/// Parses `--blob-threshold`: a byte count or `off`.
+/// Parses `--blob-threshold`: a byte count (`512`, `4K`) or `off`, as the
+/// engine's `blob_threshold` setting takes it.
 pub fn parse_blob_threshold(s: &str) -> Result<BlobThreshold, String> {
-    match s.trim() {
-        "off" | "none" => Ok(BlobThreshold(None)),
-        n => n
-            .parse()
-            .map(|n| BlobThreshold(Some(n)))
-            .map_err(|_| format!("blob threshold {s:?} is neither a byte count nor off")),
-    }
+    <Option<usize> as SettingValue>::parse_setting(s)
+        .map(BlobThreshold)
+        .map_err(|why| format!("blob threshold {s:?} {why}"))
 }
 
-/// Parses `on`/`off` (or `true`/`false`).
+/// Parses `on`/`off` (or `true`/`false`), as the engine's settings take it.
 pub fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s.trim() {
-        "on" | "true" | "1" => Ok(true),
-        "off" | "false" | "0" => Ok(false),
-        _ => Err(format!("{s:?} is neither on nor off")),
-    }
+    bool::parse_setting(s).map_err(|why| format!("{s:?} {why}"))
 }
 
 fn on_off(b: bool) -> &'static str {
@@ -489,6 +482,7 @@ mod tests {
         assert_eq!(parse_blob_threshold("off"), Ok(BlobThreshold(None)));
         assert_eq!(parse_blob_threshold("0"), Ok(BlobThreshold(Some(0))));
         assert!(parse_blob_threshold("big").is_err());
+        assert_eq!(parse_blob_threshold("4K"), Ok(BlobThreshold(Some(4096))));
         assert_eq!(parse_on_off("on"), Ok(true));
         assert_eq!(parse_on_off("off"), Ok(false));
         let mut on = 0;

@@ -170,16 +170,10 @@ pub fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
-/// Parses a size with an optional K/M/G suffix (powers of 1024).
+/// Parses a size with an optional K/M/G/T suffix (powers of 1024), as the
+/// engine's size settings take it.
 pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1u64 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim().parse::<u64>().ok().map(|n| n * mul)
+    <u64 as ::tern::SettingValue>::parse_setting(s).ok()
 }
 
 #[cfg(test)]
