@@ -98,18 +98,25 @@ fn snapshot(fs: &MemFs) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
+/// The live manifest's path and the version it holds, by the replay
+/// recovery uses (no full check of the store).
+fn live_version(fs: &Arc<MemFs>) -> (PathBuf, Version) {
+    let (_, path, data) = crate::version::read_current_manifest(fs.as_ref(), &dir()).unwrap();
+    let replayed =
+        crate::version::replay_manifest(&path, data, crate::version::OnProblem::Fail).unwrap();
+    (path, replayed.version)
+}
+
 fn first_table(fs: &Arc<MemFs>, deep: bool) -> (PathBuf, u64) {
-    let number = check(fs).manifest_number.unwrap();
-    let fsr: FsRef = fs.clone();
-    let replay = check_manifest(&dir(), &fsr, number, &mut CheckReport::default()).unwrap();
+    let (_, version) = live_version(fs);
     let level = if deep {
         (1..crate::options::NUM_LEVELS)
-            .find(|&l| !replay.version.levels[l].is_empty())
+            .find(|&l| !version.levels[l].is_empty())
             .unwrap()
     } else {
         0
     };
-    let meta = &replay.version.levels[level][0];
+    let meta = &version.levels[level][0];
     (dir().join(table_file_name(meta.number)), meta.number)
 }
 
@@ -126,8 +133,7 @@ fn live_wal(fs: &Arc<MemFs>) -> PathBuf {
 /// Rewrites the live manifest with `extra` appended as one more record;
 /// returns the manifest's path and the new record's offset.
 fn append_manifest_edit(fs: &Arc<MemFs>, extra: &VersionEdit) -> (PathBuf, u64) {
-    let number = check(fs).manifest_number.unwrap();
-    let path = dir().join(manifest_file_name(number));
+    let (path, _) = live_version(fs);
     let mut reader =
         LogReader::new(fs.read_all(&path).unwrap(), path.clone(), LogKind::Manifest).unwrap();
     let mut records = Vec::new();
@@ -151,11 +157,7 @@ fn append_manifest_edit(fs: &Arc<MemFs>, extra: &VersionEdit) -> (PathBuf, u64) 
 #[test]
 fn open_and_check_reject_a_bad_manifest_with_the_same_error() {
     let table_in_l1 = |fs: &Arc<MemFs>| {
-        let number = check(fs).manifest_number.unwrap();
-        let fsr: FsRef = fs.clone();
-        let v = check_manifest(&dir(), &fsr, number, &mut CheckReport::default())
-            .unwrap()
-            .version;
+        let (_, v) = live_version(fs);
         let level = (1..crate::options::NUM_LEVELS)
             .find(|&l| !v.levels[l].is_empty())
             .unwrap();
@@ -399,11 +401,7 @@ fn build_blob_store() -> Arc<MemFs> {
 }
 
 fn blob_replay(fs: &Arc<MemFs>) -> Version {
-    let number = check(fs).manifest_number.unwrap();
-    let fsr: FsRef = fs.clone();
-    check_manifest(&dir(), &fsr, number, &mut CheckReport::default())
-        .unwrap()
-        .version
+    live_version(fs).1
 }
 
 /// The live blob file a GC pass wrote (a target of lineage).
