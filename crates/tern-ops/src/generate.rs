@@ -9,7 +9,7 @@ use crate::weights::Weights;
 /// What a run draws: the operation weights plus the shape of each
 /// operation. Every field has a named constructor default
 /// ([`Profile::model`], [`Profile::sim`], [`Profile::stress`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Profile {
     /// How often each operation is drawn.
     pub weights: Weights,
@@ -157,11 +157,6 @@ impl Generator {
         }
     }
 
-    /// The profile drawn from.
-    pub fn profile(&self) -> &Profile {
-        &self.profile
-    }
-
     /// Draws one operation (preceded by the [`Op::Fault`] it meets, and
     /// followed by what starts the next epoch when it ends one) and appends
     /// it to `out`. Nothing is drawn when every weight is zero.
@@ -205,7 +200,7 @@ impl Generator {
     }
 
     fn draw(&mut self, name: &str, out: &mut Vec<Op>) {
-        let p = self.profile.clone();
+        let p = self.profile;
         match name {
             "put" | "delete" => {
                 let target = Target::Key(self.key());
@@ -391,8 +386,8 @@ mod tests {
         let mut p = Profile::model(5, 5);
         p.weights.crash = 0;
         p.weights.gc = 0;
-        let a = Generator::new(p.clone(), 7).take(3000);
-        let b = Generator::new(p.clone(), 7).take(3000);
+        let a = Generator::new(p, 7).take(3000);
+        let b = Generator::new(p, 7).take(3000);
         assert_eq!(a, b);
         assert!(!a.iter().any(|op| matches!(op, Op::Crash { .. } | Op::Gc)));
         let names: std::collections::BTreeSet<&str> = a.iter().map(|o| o.name()).collect();

@@ -194,7 +194,6 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     };
     for t in 0..a.threads {
         let s = s.clone();
-        let profile = profile.clone();
         let seed = cfg.seed.wrapping_mul(1000).wrapping_add(t as u64 + 1);
         handles.push(std::thread::spawn(move || {
             let mut gen = Generator::new(profile, seed);
