@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::core::Shared;
 use super::stats::Counters;
 use crate::blob::BlobWriter;
+use crate::compaction::Retention;
 use crate::error::{IoContext, Result};
 use crate::format::internal_key::{self, ValueKind};
 use crate::format::version_edit::VersionEdit;
@@ -37,12 +38,16 @@ impl Shared {
     }
 
     /// Writes `mem` to table file `number` (and blob files as needed).
-    /// New blob files take their numbers from `counter`.
+    /// New blob files take their numbers from `counter`. A version that a
+    /// newer one hides from every reader `retention` allows for is left out:
+    /// under skewed updates most of a memtable is such versions, and writing
+    /// them would only make garbage for compaction to mark and GC to copy.
     pub fn write_level0_table(
         &self,
         mem: &Arc<MemTable>,
         number: u64,
         counter: &AtomicU64,
+        retention: &Retention,
     ) -> Result<FlushOutput> {
         let mut out = FlushOutput::default();
         if mem.is_empty() {
@@ -56,8 +61,26 @@ impl Shared {
             let mut blob: Option<BlobWriter> = None;
             let mut blob_files = Vec::new();
             let mut it = mem.iter();
+            let mut prev_user_key: Vec<u8> = Vec::new();
+            let mut prev_stripe = usize::MAX;
+            let mut dropped = 0u64;
             it.seek_to_first();
             while it.valid() {
+                // Versions of a key arrive newest first; within one stripe
+                // only the first is visible to anyone.
+                let user_key = internal_key::user_key(it.key());
+                let stripe = retention.stripe(internal_key::trailer(it.key()) >> 8);
+                if user_key == prev_user_key.as_slice() {
+                    if stripe == prev_stripe {
+                        dropped += 1;
+                        it.next();
+                        continue;
+                    }
+                } else {
+                    prev_user_key.clear();
+                    prev_user_key.extend_from_slice(user_key);
+                }
+                prev_stripe = stripe;
                 let separate = self
                     .opts
                     .blob_threshold
@@ -100,6 +123,7 @@ impl Shared {
             if let Some(b) = blob.take() {
                 out.blobs.push(b.finish(&[])?.meta);
             }
+            Counters::add(&self.counters.flush_versions_dropped, dropped);
             Ok(builder.finish()?.into_file_meta(number, blob_files))
         })();
         match res {
@@ -141,7 +165,10 @@ impl Shared {
                 state.versions.file_number_counter(),
             )
         };
-        let res = self.write_level0_table(&mem, number, &counter);
+        // Read after the memtable turned immutable: a snapshot registered
+        // later sees every version in it, so only the newest of each key.
+        let retention = Retention::new(self.snapshots.all());
+        let res = self.write_level0_table(&mem, number, &counter, &retention);
         let mut state = self.state.lock();
         state.flush_running = false;
         let output = match res {

@@ -15,7 +15,7 @@ use super::stats::Counters;
 use super::table_cache::TableCache;
 use crate::blob::BlobCache;
 use crate::cache::{BlockCache, OpenFiles};
-use crate::compaction::{Executor, LocalExecutor};
+use crate::compaction::{Executor, LocalExecutor, Retention};
 use crate::error::{Error, IoContext, Result};
 use crate::format::version_edit::VersionEdit;
 use crate::format::write_batch::WriteBatch;
@@ -181,7 +181,8 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
                     let number = state.versions.new_file_number();
-                    let out = s.write_level0_table(&mem, number, &counter)?;
+                    let out =
+                        s.write_level0_table(&mem, number, &counter, &Retention::default())?;
                     edit.new_files.extend(out.table.map(|t| (0, t)));
                     edit.blob_files_added.extend(out.blobs);
                     mem = s.new_memtable(e.key.len() + e.value.len() + 128);
@@ -214,7 +215,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         break;
     }
     let number = state.versions.new_file_number();
-    let out = s.write_level0_table(&mem, number, &counter)?;
+    let out = s.write_level0_table(&mem, number, &counter, &Retention::default())?;
     edit.new_files.extend(out.table.map(|t| (0, t)));
     edit.blob_files_added.extend(out.blobs);
 

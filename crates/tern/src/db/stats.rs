@@ -12,6 +12,7 @@ pub struct Counters {
     pub(crate) write_groups: AtomicU64,
     pub(crate) flush_bytes_written: AtomicU64,
     pub(crate) flushes: AtomicU64,
+    pub(crate) flush_versions_dropped: AtomicU64,
     pub(crate) blob_bytes_written: AtomicU64,
     pub(crate) gc_bytes_read: AtomicU64,
     pub(crate) gc_bytes_written: AtomicU64,
@@ -81,6 +82,9 @@ pub struct Stats {
     pub flush_bytes_written: u64,
     /// Completed flushes.
     pub flushes: u64,
+    /// Versions a flush left out because a newer version hides them from
+    /// every reader (no snapshot between the two).
+    pub flush_versions_dropped: u64,
     /// Bytes of tables read by compactions.
     pub compaction_bytes_read: u64,
     /// Bytes of tables written by compactions.
@@ -163,6 +167,7 @@ impl Stats {
             write_groups: c.write_groups.load(Relaxed),
             flush_bytes_written: c.flush_bytes_written.load(Relaxed),
             flushes: c.flushes.load(Relaxed),
+            flush_versions_dropped: c.flush_versions_dropped.load(Relaxed),
             compaction_bytes_read: c.compaction_bytes_read.load(Relaxed),
             compaction_bytes_written: c.compaction_bytes_written.load(Relaxed),
             compactions: c.compactions.load(Relaxed),
@@ -218,8 +223,8 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "flush bytes written     {} ({} flushes)",
-            self.flush_bytes_written, self.flushes
+            "flush bytes written     {} ({} flushes, {} shadowed versions dropped)",
+            self.flush_bytes_written, self.flushes, self.flush_versions_dropped
         )?;
         writeln!(
             f,

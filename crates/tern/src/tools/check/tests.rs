@@ -444,8 +444,11 @@ fn blob_record_of_another_version_of_the_key_is_reported() {
     };
     let db = Db::open(dir(), opts).unwrap();
     db.put(b"k", b"one").unwrap();
+    // The snapshot keeps both versions through the flush.
+    let snap = db.snapshot().unwrap();
     db.put(b"k", b"two").unwrap();
     db.flush().unwrap();
+    drop(snap);
     db.close().unwrap();
     let path = fs
         .file_names()

@@ -1,0 +1,85 @@
+//! Flush writes what readers can still see, and nothing more.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{key, small_opts, DIR};
+use tern::io::MemFs;
+use tern::{Db, ReadOptions};
+
+fn big(i: u32, round: u32) -> Vec<u8> {
+    let mut v = format!("value-{i}-round-{round}-").into_bytes();
+    v.resize(1000, b'v');
+    v
+}
+
+/// Regression: flush wrote every version in the memtable, so a key updated
+/// ten times before a flush left nine dead blob records for compaction to
+/// mark and GC to rewrite.
+#[test]
+fn flush_drops_versions_no_snapshot_needs() {
+    let fs = MemFs::new();
+    let db = Db::open(
+        DIR,
+        small_opts(fs.clone()).tune(|s| s.write_buffer_size = 1 << 20),
+    )
+    .unwrap();
+    for round in 0..10 {
+        for i in 0..20 {
+            db.put(&key(i), &big(i, round)).unwrap();
+        }
+    }
+    db.flush().unwrap();
+    let st = db.stats();
+    assert_eq!(st.flush_versions_dropped, 180, "{st:?}");
+    assert!(
+        st.blob_bytes_written < 2 * 20 * 1100,
+        "flush separated shadowed values: {} bytes",
+        st.blob_bytes_written
+    );
+    for i in 0..20 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(big(i, 9)));
+    }
+    db.close().unwrap();
+    let db = Db::open(DIR, small_opts(fs)).unwrap();
+    for i in 0..20 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(big(i, 9)));
+    }
+}
+
+/// A snapshot taken between two updates keeps the version it sees through
+/// the flush; the versions between snapshots that nobody sees are dropped.
+#[test]
+fn flush_keeps_the_newest_version_each_snapshot_sees() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, small_opts(fs).tune(|s| s.write_buffer_size = 1 << 20)).unwrap();
+    db.put(&key(1), &big(1, 0)).unwrap();
+    db.put(&key(1), &big(1, 1)).unwrap();
+    let first = db.snapshot().unwrap();
+    db.put(&key(1), &big(1, 2)).unwrap();
+    db.delete(&key(1)).unwrap();
+    db.put(&key(2), b"small").unwrap();
+    let second = db.snapshot().unwrap();
+    db.put(&key(1), &big(1, 3)).unwrap();
+    db.put(&key(1), &big(1, 4)).unwrap();
+    db.flush().unwrap();
+    // Round 0 (hidden by round 1 for `first`), round 2 (hidden by the
+    // delete for `second`) and round 3 (hidden by round 4) go.
+    assert_eq!(db.stats().flush_versions_dropped, 3);
+    let at = |s| ReadOptions {
+        snapshot: Some(s),
+        ..ReadOptions::default()
+    };
+    assert_eq!(db.get_opt(&key(1), &at(&first)).unwrap(), Some(big(1, 1)));
+    assert_eq!(db.get_opt(&key(1), &at(&second)).unwrap(), None);
+    assert_eq!(
+        db.get_opt(&key(2), &at(&second)).unwrap(),
+        Some(b"small".to_vec())
+    );
+    assert_eq!(db.get(&key(1)).unwrap(), Some(big(1, 4)));
+    let mut it = db.iter(at(&first)).unwrap();
+    it.seek_to_first();
+    assert!(it.valid());
+    assert_eq!(it.key(), &key(1)[..]);
+    assert_eq!(it.value(), &big(1, 1)[..]);
+}
