@@ -7,9 +7,11 @@
 mod cache;
 mod reader;
 mod resolver;
+mod scan;
 mod writer;
 
 pub use cache::BlobCache;
 pub use reader::{BlobEntry, BlobReader, ExpectedRecord};
-pub use resolver::{BlobResolver, ScanResolver};
+pub use resolver::BlobResolver;
+pub use scan::{Located, ScanResolver};
 pub use writer::{BlobWriter, FinishedBlob};

@@ -229,20 +229,23 @@ impl BlobReader {
         })
     }
 
-    /// Reads the value of the record at `offset`, which must hold the
-    /// version `want` names.
-    pub fn read_value(&self, offset: u64, want: ExpectedRecord<'_>) -> Result<Vec<u8>> {
-        let len = want.record_len();
+    /// `len` bytes at `offset` lie within the records, or a corruption
+    /// saying `why`.
+    fn check_inside(&self, offset: u64, len: u64, why: &str) -> Result<()> {
         let inside = offset
             .checked_add(len)
             .is_some_and(|end| end <= self.footer.index_offset);
         if offset < BLOB_HEADER_LEN as u64 || !inside {
-            return Err(Error::corruption(
-                &self.path,
-                offset,
-                "blob reference points outside the records",
-            ));
+            return Err(Error::corruption(&self.path, offset, why.to_string()));
         }
+        Ok(())
+    }
+
+    /// Reads the value of the record at `offset`, which must hold the
+    /// version `want` names.
+    pub fn read_value(&self, offset: u64, want: ExpectedRecord<'_>) -> Result<Vec<u8>> {
+        let len = want.record_len();
+        self.check_inside(offset, len, "blob reference points outside the records")?;
         let mut rec = vec![0u8; len as usize];
         self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
         let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
@@ -267,6 +270,15 @@ impl BlobReader {
         let mut buf = vec![0u8; (end - offset) as usize];
         self.file.read_exact_at(offset, &mut buf).ctx(&self.path)?;
         Ok(buf)
+    }
+
+    /// Reads exactly `len` raw bytes of records at `offset` into `buf`
+    /// (resized, its allocation reused), for batched reads. The span must lie
+    /// within the records.
+    pub fn read_span(&self, offset: u64, len: u64, buf: &mut Vec<u8>) -> Result<()> {
+        self.check_inside(offset, len, "read outside the records")?;
+        buf.resize(len as usize, 0);
+        self.file.read_exact_at(offset, buf).ctx(&self.path)
     }
 
     /// Extracts the value of the record at `offset` from `buf` (which holds

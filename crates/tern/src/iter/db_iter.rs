@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
+use super::read_ahead::{Pending, ReadAhead, Staged};
 use super::BoxedIter;
-use crate::blob::{BlobResolver, ScanResolver};
+use crate::blob::{BlobResolver, Located, ScanResolver};
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ};
 use crate::format::internal_key::{append_internal_key, KIND_FOR_SEEK};
@@ -49,6 +50,8 @@ pub struct DbIterator {
     /// Resolves separated values; `blob_value` holds the current one.
     resolver: Option<ScanResolver>,
     blob_value: Option<Vec<u8>>,
+    /// Forward over separated values: entries read ahead of the caller.
+    ahead: ReadAhead,
     _pins: Vec<Pin>,
 }
 
@@ -74,6 +77,7 @@ impl DbIterator {
             error: None,
             resolver: None,
             blob_value: None,
+            ahead: ReadAhead::default(),
             _pins: pins,
         }
     }
@@ -127,6 +131,9 @@ impl DbIterator {
 
     /// The current key. Requires `valid()`.
     pub fn key(&self) -> &[u8] {
+        if let Some(e) = self.ahead.current() {
+            return &e.key;
+        }
         match self.direction {
             Direction::Forward => internal_key::user_key(self.inner.key()),
             Direction::Backward => &self.saved_key,
@@ -135,6 +142,9 @@ impl DbIterator {
 
     /// The current value. Requires `valid()`.
     pub fn value(&self) -> &[u8] {
+        if let Some(e) = self.ahead.current() {
+            return e.value.as_deref().unwrap_or_default();
+        }
         match self.direction {
             Direction::Forward => self
                 .blob_value
@@ -160,6 +170,7 @@ impl DbIterator {
 
     /// Positions at the first key.
     pub fn seek_to_first(&mut self) {
+        self.ahead.reset();
         match self.lower.clone() {
             Some(lower) => self.seek(&lower),
             None => {
@@ -172,6 +183,7 @@ impl DbIterator {
 
     /// Positions at the first key `>= target`.
     pub fn seek(&mut self, target: &[u8]) {
+        self.ahead.reset();
         self.direction = Direction::Forward;
         let target = match &self.lower {
             Some(l) if l.as_slice() > target => l.clone(),
@@ -184,6 +196,7 @@ impl DbIterator {
 
     /// Positions at the last key.
     pub fn seek_to_last(&mut self) {
+        self.ahead.reset();
         self.direction = Direction::Backward;
         match self.upper.clone() {
             // The smallest internal key of `upper`: everything before it is < upper.
@@ -198,6 +211,7 @@ impl DbIterator {
 
     /// Positions at the last key `<= target`.
     pub fn seek_for_prev(&mut self, target: &[u8]) {
+        self.ahead.reset();
         if self.upper.as_deref().is_some_and(|u| target >= u) {
             return self.seek_to_last();
         }
@@ -212,6 +226,9 @@ impl DbIterator {
     pub fn next(&mut self) {
         if !self.valid {
             return;
+        }
+        if self.ahead.is_active() {
+            return self.next_read_ahead();
         }
         if self.direction == Direction::Backward {
             self.direction = Direction::Forward;
@@ -232,6 +249,12 @@ impl DbIterator {
     pub fn prev(&mut self) {
         if !self.valid {
             return;
+        }
+        if let Some(key) = self.ahead.take_current_key() {
+            // The inner cursor ran ahead: bring it back to the current key
+            // (its newest entry), as a forward step would have left it.
+            self.seek_key(&key, MAX_SEQ, KIND_FOR_SEEK);
+            self.inner.seek(&self.scratch);
         }
         if self.direction == Direction::Forward {
             self.saved_key.clear();
@@ -255,15 +278,33 @@ impl DbIterator {
         self.valid = false;
     }
 
-    /// Forward: skip hidden, deleted and shadowed entries. With `skipping`,
+    /// Forward: skip hidden, deleted and shadowed entries, then load the
+    /// value (a separated one through a read-ahead batch). With `skipping`,
     /// entries of keys `<= saved_key` are hidden.
-    fn find_next_user_entry(&mut self, mut skipping: bool) {
+    fn find_next_user_entry(&mut self, skipping: bool) {
+        let Some(kind) = self.advance(skipping) else {
+            return;
+        };
+        if kind == ValueKind::BlobRef && self.resolver.is_some() {
+            return self.read_ahead();
+        }
+        if let Err(e) = self.load_value(kind) {
+            return self.fail(e);
+        }
+        self.valid = true;
+        self.saved_key.clear();
+    }
+
+    /// Moves the inner cursor forward to the next visible entry and returns
+    /// its kind; `None` at the end (not valid) or on an error (failed).
+    fn advance(&mut self, mut skipping: bool) -> Option<ValueKind> {
         while self.inner.valid() {
             let parsed = match internal_key::parse(self.inner.key()) {
                 Ok(p) => p,
                 Err(e) => {
                     let e = self.damaged(e.to_string());
-                    return self.fail(e);
+                    self.fail(e);
+                    return None;
                 }
             };
             if self.upper.as_deref().is_some_and(|u| parsed.user_key >= u) {
@@ -278,12 +319,7 @@ impl DbIterator {
                     }
                     kind @ (ValueKind::Value | ValueKind::BlobRef) => {
                         if !(skipping && parsed.user_key <= self.saved_key.as_slice()) {
-                            if let Err(e) = self.load_value(kind) {
-                                return self.fail(e);
-                            }
-                            self.valid = true;
-                            self.saved_key.clear();
-                            return;
+                            return Some(kind);
                         }
                     }
                 }
@@ -292,6 +328,104 @@ impl DbIterator {
         }
         self.saved_key.clear();
         self.valid = false;
+        None
+    }
+
+    /// The inner cursor is on a visible separated value: take it and the
+    /// visible entries after it (up to the read-ahead size), read their
+    /// separated values in one batch, and serve the first.
+    fn read_ahead(&mut self) {
+        let target = self.ahead.next_size();
+        let mut pending: Vec<(Vec<u8>, Pending)> = Vec::new();
+        let mut inner_on_last = true;
+        let mut end_error = None;
+        loop {
+            let ikey = self.inner.key();
+            let user_key = internal_key::user_key(ikey).to_vec();
+            let trailer = internal_key::trailer(ikey);
+            if trailer as u8 == ValueKind::BlobRef as u8 {
+                let located = match (self.inner.source(), self.resolver.as_ref()) {
+                    (Some(source), Some(r)) => r.locate(source, trailer >> 8, self.inner.value()),
+                    _ => Err(Error::Internal(
+                        "blob reference without a table or resolver".to_string(),
+                    )),
+                };
+                pending.push((
+                    user_key,
+                    located.map_or_else(Pending::Failed, Pending::Blob),
+                ));
+            } else {
+                pending.push((user_key, Pending::Inline(self.inner.value().to_vec())));
+            }
+            if pending.len() >= target {
+                break;
+            }
+            self.saved_key.clear();
+            self.saved_key
+                .extend_from_slice(internal_key::user_key(self.inner.key()));
+            self.inner.next();
+            if self.advance(true).is_none() {
+                inner_on_last = false;
+                end_error = self.error.take();
+                break;
+            }
+        }
+        let batch: Vec<(&[u8], &Located)> = pending
+            .iter()
+            .filter_map(|(k, p)| match p {
+                Pending::Blob(l) => Some((k.as_slice(), l)),
+                _ => None,
+            })
+            .collect();
+        let mut values = match self.resolver.as_mut() {
+            Some(r) => r.read_batch(&batch),
+            None => Vec::new(),
+        }
+        .into_iter();
+        drop(batch);
+        let entries = pending
+            .into_iter()
+            .map(|(key, p)| Staged {
+                key,
+                value: match p {
+                    Pending::Blob(_) => values.next().unwrap_or_else(|| Ok(Vec::new())),
+                    Pending::Inline(v) => Ok(v),
+                    Pending::Failed(e) => Err(e),
+                },
+            })
+            .collect();
+        self.ahead.fill(entries, inner_on_last, end_error);
+        self.saved_key.clear();
+        self.valid = true;
+        if let Some(e) = self.ahead.take_current_error() {
+            self.fail(e);
+        }
+    }
+
+    /// `next` while serving read-ahead entries.
+    fn next_read_ahead(&mut self) {
+        match self.ahead.advance() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.fail(e),
+            None => {
+                // The read-ahead entries are used up: carry on from the
+                // inner cursor, which sits on the last of them, or end.
+                let (inner_on_last, end_error) = self.ahead.finish();
+                if inner_on_last {
+                    self.saved_key.clear();
+                    self.saved_key
+                        .extend_from_slice(internal_key::user_key(self.inner.key()));
+                    self.inner.next();
+                    self.find_next_user_entry(true);
+                } else {
+                    self.saved_key.clear();
+                    self.valid = false;
+                    if let Some(e) = end_error {
+                        self.fail(e);
+                    }
+                }
+            }
+        }
     }
 
     /// Backward: find the newest visible version of the key before the cursor.
@@ -345,129 +479,4 @@ impl DbIterator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::iter::testing::VecIter;
-    use crate::iter::MergingIterator;
-    use std::collections::BTreeMap;
-
-    fn ikey(k: &str, seq: u64, kind: ValueKind) -> Vec<u8> {
-        internal_key::make_internal_key(k.as_bytes(), seq, kind)
-    }
-
-    fn collect_fwd(it: &mut DbIterator) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = vec![];
-        it.seek_to_first();
-        while it.valid() {
-            out.push((it.key().to_vec(), it.value().to_vec()));
-            it.next();
-        }
-        out
-    }
-
-    fn collect_bwd(it: &mut DbIterator) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut out = vec![];
-        it.seek_to_last();
-        while it.valid() {
-            out.push((it.key().to_vec(), it.value().to_vec()));
-            it.prev();
-        }
-        out.reverse();
-        out
-    }
-
-    #[test]
-    fn versions_tombstones_snapshots_bounds_random() {
-        use rand::{Rng, SeedableRng};
-        for seed in 0..40u64 {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            // Random history of writes split over three sources.
-            let mut sources: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![vec![], vec![], vec![]];
-            let mut history: Vec<(String, u64, Option<String>)> = vec![];
-            for seq in 1..=60u64 {
-                let k = format!("k{:02}", rng.gen_range(0..15));
-                let v = if rng.gen_bool(0.3) {
-                    None
-                } else {
-                    Some(format!("v{seq}"))
-                };
-                let kind = if v.is_some() {
-                    ValueKind::Value
-                } else {
-                    ValueKind::Delete
-                };
-                sources[rng.gen_range(0..3)].push((
-                    ikey(&k, seq, kind),
-                    v.clone().unwrap_or_default().into_bytes(),
-                ));
-                history.push((k, seq, v));
-            }
-            let snap = rng.gen_range(0..=60u64);
-            let lower = rng
-                .gen_bool(0.3)
-                .then(|| format!("k{:02}", rng.gen_range(0..15)).into_bytes());
-            let upper = rng
-                .gen_bool(0.3)
-                .then(|| format!("k{:02}", rng.gen_range(0..15)).into_bytes());
-            let mut model: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-            for (k, seq, v) in &history {
-                if *seq <= snap {
-                    model.insert(k.clone().into_bytes(), v.clone().map(String::into_bytes));
-                }
-            }
-            let expect: Vec<_> = model
-                .into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .filter(|(k, _)| {
-                    lower.as_ref().is_none_or(|l| k >= l) && upper.as_ref().is_none_or(|u| k < u)
-                })
-                .collect();
-            let make = || {
-                let children = sources
-                    .iter()
-                    .map(|s| Box::new(VecIter::new(s.clone())) as BoxedIter)
-                    .collect();
-                DbIterator::new(
-                    Box::new(MergingIterator::new(children)),
-                    snap,
-                    lower.clone(),
-                    upper.clone(),
-                    vec![],
-                )
-            };
-            assert_eq!(collect_fwd(&mut make()), expect, "seed {seed} forward");
-            assert_eq!(collect_bwd(&mut make()), expect, "seed {seed} backward");
-            // Zig-zag: next then prev returns to the same key.
-            let mut it = make();
-            it.seek_to_first();
-            for (i, (k, _)) in expect.iter().enumerate() {
-                assert_eq!(it.key(), k.as_slice());
-                it.next();
-                if i + 1 < expect.len() {
-                    it.prev();
-                    assert_eq!(it.key(), k.as_slice(), "seed {seed} zigzag");
-                    it.next();
-                }
-            }
-            assert!(!it.valid());
-            // seek / seek_for_prev against the model.
-            for probe in 0..16 {
-                let p = format!("k{probe:02}").into_bytes();
-                it.seek(&p);
-                let want = expect.iter().find(|(k, _)| *k >= p);
-                assert_eq!(
-                    it.valid().then(|| it.key().to_vec()),
-                    want.map(|w| w.0.clone()),
-                    "seed {seed} seek"
-                );
-                it.seek_for_prev(&p);
-                let want = expect.iter().rev().find(|(k, _)| *k <= p);
-                assert_eq!(
-                    it.valid().then(|| it.key().to_vec()),
-                    want.map(|w| w.0.clone()),
-                    "seed {seed} seek_for_prev"
-                );
-            }
-        }
-    }
-}
+mod tests;

@@ -46,6 +46,7 @@ pub type BoxedIter = Box<dyn InternalIterator>;
 pub mod db_iter;
 mod level;
 mod merging;
+mod read_ahead;
 #[cfg(test)]
 pub(crate) mod testing;
 

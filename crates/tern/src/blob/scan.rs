@@ -1,0 +1,208 @@
+//! Reading separated values for range scans.
+//!
+//! A forward scan knows the refs of the entries ahead of it before it
+//! needs their values, so it hands them over in batches: the batch is
+//! grouped by blob file and sorted by offset, and records lying close
+//! together are read with one `pread` of exactly the span they cover. Keys
+//! that are neighbours in the LSM were mostly written by different flushes,
+//! so they sit in different blob files; per file, though, the records of one
+//! key range are adjacent (each file is in key order), which is what the
+//! grouping exploits. A backward scan reads one value at a time through a
+//! window that grows while the scan walks a file sequentially.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{BlobReader, BlobResolver, ExpectedRecord};
+use crate::error::Result;
+use crate::format::blob::BLOB_HEADER_LEN;
+
+/// Smallest readahead window, bytes.
+const READAHEAD_MIN: u64 = 16 << 10;
+/// Largest readahead window, bytes.
+const READAHEAD_MAX: u64 = 1 << 20;
+/// Records of one batch this close together are read with one `pread`:
+/// reading the gap costs less than another system call (or device I/O).
+const COALESCE_GAP: u64 = 8 << 10;
+/// Largest single read of a batch.
+const SPAN_MAX: u64 = 1 << 20;
+
+/// A value a scan will need: where its record is now and what it must hold.
+pub struct Located {
+    reader: Arc<BlobReader>,
+    offset: u64,
+    size: u32,
+    seq: u64,
+}
+
+/// Resolves separated values for one iterator.
+pub struct ScanResolver {
+    inner: BlobResolver,
+    /// (file, offset of the first byte, bytes).
+    window: Option<(u64, u64, Vec<u8>)>,
+    readahead: u64,
+    forward: bool,
+    /// Reused buffer for batch spans.
+    span: Vec<u8>,
+}
+
+impl ScanResolver {
+    /// A scan resolver over `inner`.
+    pub fn new(inner: BlobResolver) -> Self {
+        ScanResolver {
+            inner,
+            window: None,
+            readahead: READAHEAD_MIN,
+            forward: true,
+            span: Vec::new(),
+        }
+    }
+
+    /// Sets the scan direction (reverse scans read the window backwards).
+    pub fn set_forward(&mut self, forward: bool) {
+        if self.forward != forward {
+            self.forward = forward;
+            self.readahead = READAHEAD_MIN;
+        }
+    }
+
+    /// Finds where the record of `encoded_ref` (stored for a key at `seq`)
+    /// lives now, without reading it. `source` names the table and block
+    /// the ref came from, for the error when it does not decode.
+    pub fn locate(&self, source: (&Path, u64), seq: u64, encoded_ref: &[u8]) -> Result<Located> {
+        let (reader, offset, size) = self.inner.locate(source, encoded_ref)?;
+        Ok(Located {
+            reader,
+            offset,
+            size,
+            seq,
+        })
+    }
+
+    /// Reads the values of `batch` (each with the user key it was stored
+    /// under), returning them in the same order. Each value is checked as
+    /// [`BlobReader::read_value`] checks it; a damaged record fails only its
+    /// own entry.
+    pub fn read_batch(&mut self, batch: &[(&[u8], &Located)]) -> Vec<Result<Vec<u8>>> {
+        let mut out: Vec<Option<Result<Vec<u8>>>> = (0..batch.len()).map(|_| None).collect();
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_unstable_by_key(|&i| (batch[i].1.reader.number(), batch[i].1.offset));
+        let want = |i: usize| ExpectedRecord {
+            key: batch[i].0,
+            seq: batch[i].1.seq,
+            size: batch[i].1.size,
+        };
+        let mut i = 0;
+        while i < order.len() {
+            let first = batch[order[i]].1;
+            let start = first.offset;
+            let mut end = start.saturating_add(want(order[i]).record_len());
+            let mut j = i + 1;
+            while j < order.len() {
+                let l = batch[order[j]].1;
+                let l_end = l.offset.saturating_add(want(order[j]).record_len());
+                let same_file = l.reader.number() == first.reader.number();
+                if !same_file
+                    || l.offset > end.saturating_add(COALESCE_GAP)
+                    || l_end.max(end) - start > SPAN_MAX
+                {
+                    break;
+                }
+                end = end.max(l_end);
+                j += 1;
+            }
+            if j == i + 1 || start < BLOB_HEADER_LEN as u64 {
+                // One record (or an offset `read_value` reports as damaged).
+                for &k in &order[i..j] {
+                    let l = batch[k].1;
+                    out[k] = Some(l.reader.read_value(l.offset, want(k)));
+                }
+            } else {
+                match first.reader.read_span(start, end - start, &mut self.span) {
+                    Ok(()) => {
+                        for &k in &order[i..j] {
+                            let l = batch[k].1;
+                            out[k] = Some(
+                                l.reader
+                                    .value_from_buffer(&self.span, start, l.offset, want(k))
+                                    .unwrap_or_else(|| l.reader.read_value(l.offset, want(k))),
+                            );
+                        }
+                    }
+                    // Past the end of the records: let each read report it.
+                    Err(_) => {
+                        for &k in &order[i..j] {
+                            let l = batch[k].1;
+                            out[k] = Some(l.reader.read_value(l.offset, want(k)));
+                        }
+                    }
+                }
+            }
+            i = j;
+        }
+        out.into_iter()
+            .map(|v| v.unwrap_or_else(|| Ok(Vec::new())))
+            .collect()
+    }
+
+    /// Like [`BlobResolver::resolve`], served from a readahead window when
+    /// possible (one value at a time: backward scans).
+    pub fn resolve(
+        &mut self,
+        source: (&Path, u64),
+        user_key: &[u8],
+        seq: u64,
+        encoded_ref: &[u8],
+    ) -> Result<Vec<u8>> {
+        let (reader, offset, size) = self.inner.locate(source, encoded_ref)?;
+        let want = ExpectedRecord {
+            key: user_key,
+            seq,
+            size,
+        };
+        let mut sequential = false;
+        if let Some((file, start, buf)) = &self.window {
+            if *file == reader.number() {
+                if let Some(v) = reader.value_from_buffer(buf, *start, offset, want) {
+                    return v;
+                }
+                // Just past the window in the scan's direction: the scan is
+                // walking this file, so the next window may be larger.
+                let end = start + buf.len() as u64;
+                sequential = if self.forward {
+                    offset >= end && offset - end < self.readahead
+                } else {
+                    offset < *start && *start - offset < self.readahead
+                };
+            }
+        }
+        self.readahead = if sequential {
+            (self.readahead * 2).min(READAHEAD_MAX)
+        } else {
+            READAHEAD_MIN
+        };
+        let need = want.record_len();
+        let end = match offset.checked_add(need) {
+            Some(end) if need < self.readahead && offset >= BLOB_HEADER_LEN as u64 => end,
+            // A large value (or a damaged offset, which `read_value`
+            // reports): read just its record.
+            _ => {
+                self.window = None;
+                return reader.read_value(offset, want);
+            }
+        };
+        let start = if self.forward {
+            offset
+        } else {
+            end.saturating_sub(self.readahead)
+                .max(BLOB_HEADER_LEN as u64)
+        };
+        let buf = reader.read_records_raw(start, self.readahead.max(end - start))?;
+        let v = match reader.value_from_buffer(&buf, start, offset, want) {
+            Some(v) => v,
+            None => reader.read_value(offset, want),
+        };
+        self.window = Some((reader.number(), start, buf));
+        v
+    }
+}

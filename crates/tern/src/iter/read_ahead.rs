@@ -1,0 +1,135 @@
+//! The entries a forward scan has read ahead of its caller, so that their
+//! separated values can be fetched in one batch (see `blob/scan.rs`).
+//!
+//! The batch starts small, since a scan may stop after a few entries, and
+//! doubles with each refill while the scan goes on.
+
+use crate::blob::Located;
+use crate::error::{Error, Result};
+
+/// Entries the first batch of a scan reads ahead.
+const FIRST: usize = 8;
+/// Largest batch.
+const MAX: usize = 256;
+
+/// An entry's value while its batch is being gathered.
+pub enum Pending {
+    /// Stored in the table or memtable.
+    Inline(Vec<u8>),
+    /// Separated: where its record is.
+    Blob(Located),
+    /// Its reference could not be followed.
+    Failed(Error),
+}
+
+/// One entry read ahead, with its value or the error reading it met.
+pub struct Staged {
+    /// The user key.
+    pub key: Vec<u8>,
+    /// The value.
+    pub value: Result<Vec<u8>>,
+}
+
+/// The read-ahead queue of one iterator. It is active while it has an entry
+/// at `pos`: the iterator then serves that entry instead of its inner
+/// cursor, which sits on the last entry of the queue (or at the end).
+pub struct ReadAhead {
+    entries: Vec<Staged>,
+    pos: usize,
+    inner_on_last: bool,
+    end_error: Option<Error>,
+    size: usize,
+}
+
+impl Default for ReadAhead {
+    fn default() -> Self {
+        ReadAhead {
+            entries: Vec::new(),
+            pos: 0,
+            inner_on_last: false,
+            end_error: None,
+            size: FIRST,
+        }
+    }
+}
+
+impl ReadAhead {
+    /// Drops the queue and starts the next batch small (a new seek).
+    pub fn reset(&mut self) {
+        self.entries.clear();
+        self.pos = 0;
+        self.end_error = None;
+        self.size = FIRST;
+    }
+
+    /// How many entries the next batch takes; each call doubles the next.
+    pub fn next_size(&mut self) -> usize {
+        let n = self.size;
+        self.size = (self.size * 2).min(MAX);
+        n
+    }
+
+    /// Installs a batch. `inner_on_last`: the inner cursor is on its last
+    /// entry; otherwise the scan ends after it, with `end_error` if an error
+    /// ended it.
+    pub fn fill(&mut self, entries: Vec<Staged>, inner_on_last: bool, end_error: Option<Error>) {
+        self.entries = entries;
+        self.pos = 0;
+        self.inner_on_last = inner_on_last;
+        self.end_error = end_error;
+    }
+
+    /// Whether the iterator is serving a read-ahead entry.
+    pub fn is_active(&self) -> bool {
+        self.pos < self.entries.len()
+    }
+
+    /// The entry being served.
+    pub fn current(&self) -> Option<&Staged> {
+        self.entries.get(self.pos)
+    }
+
+    /// If the current entry's value failed to read, drops the queue and
+    /// returns the error.
+    pub fn take_current_error(&mut self) -> Option<Error> {
+        let e = match self.entries.get_mut(self.pos)?.value.as_mut() {
+            Ok(_) => return None,
+            Err(e) => std::mem::replace(e, Error::Closed),
+        };
+        self.entries.clear();
+        self.pos = 0;
+        Some(e)
+    }
+
+    /// Steps to the next entry: `Some(Ok)` when there is one, `Some(Err)`
+    /// when its value failed (the queue is dropped), `None` when the queue
+    /// is used up (then call `finish`).
+    pub fn advance(&mut self) -> Option<Result<()>> {
+        self.pos += 1;
+        if self.pos >= self.entries.len() {
+            return None;
+        }
+        Some(match self.take_current_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        })
+    }
+
+    /// Ends a used-up queue: whether the inner cursor sits on its last entry,
+    /// and the error that ended the scan after it, if any.
+    pub fn finish(&mut self) -> (bool, Option<Error>) {
+        self.entries.clear();
+        self.pos = 0;
+        (self.inner_on_last, self.end_error.take())
+    }
+
+    /// Drops the queue, returning the current entry's key: the caller moves
+    /// its inner cursor back there (a change of direction).
+    pub fn take_current_key(&mut self) -> Option<Vec<u8>> {
+        let key = std::mem::take(&mut self.entries.get_mut(self.pos)?.key);
+        self.entries.clear();
+        self.pos = 0;
+        self.end_error = None;
+        Some(key)
+    }
+}
