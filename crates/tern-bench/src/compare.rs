@@ -150,12 +150,12 @@ pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| round | step | binding | ops/s | vs {} | op | p99 µs | p99.9 µs | space amp | disk | compaction read | compaction write | GC write | stall s |",
+        "| round | step | binding | ops/s | vs {} | op | p99 µs | p99.9 µs | p99.99 µs | space amp | disk | write amp | compaction write | GC write | stall s | settle s |",
         bindings.first().map_or("", String::as_str)
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let rounds = reports.iter().map(|(r, _)| *r).max().unwrap_or(0);
     for round in 0..=rounds {
@@ -185,7 +185,7 @@ pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
                 let op = main_op(p);
                 let _ = writeln!(
                     s,
-                    "| {round} | {} | {} | {:.0} | {:.2}x | {} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {} |",
+                    "| {round} | {} | {} | {:.0} | {:.2}x | {} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
                     p0.phase,
                     name,
                     p.throughput,
@@ -193,17 +193,143 @@ pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
                     op.map_or("-", |o| o.op.as_str()),
                     op.map_or(0.0, |o| o.p99_us),
                     op.map_or(0.0, |o| o.p999_us),
+                    op.map_or(0.0, |o| o.p9999_us),
                     p.space.space_amp,
                     bytes(p.space.final_bytes),
-                    opt_bytes(p.engine.compaction_read),
+                    if p.io.user_bytes_written > 0 {
+                        format!("{:.2}", p.io.write_amp)
+                    } else {
+                        "-".into()
+                    },
                     opt_bytes(p.engine.compaction_write),
                     opt_bytes(p.engine.gc_write),
                     p.engine
                         .stall_micros
                         .map_or("n/a".into(), |v| format!("{:.2}", v as f64 / 1e6)),
+                    p.settle_sec,
                 );
             }
         }
     }
+    if rounds > 0 {
+        s.push_str(&spread_table(bindings, reports));
+    }
     s
+}
+
+/// Median of `v` (sorted in place); 0 when empty.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Across rounds: per step and binding the median throughput, its spread
+/// (min–max) and the median of the per-round ratios to the first binding.
+pub fn spread_table(bindings: &[String], reports: &[(usize, Report)]) -> String {
+    let mut s = String::new();
+    let base_name = bindings.first().map_or("", String::as_str);
+    let _ = writeln!(
+        s,
+        "\n| step | binding | rounds | median ops/s | min–max ops/s | median vs {base_name} | median p99.99 µs |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    let steps: Vec<String> = reports
+        .first()
+        .map(|(_, r)| r.phases.iter().map(|p| p.phase.clone()).collect())
+        .unwrap_or_default();
+    for (pi, step) in steps.iter().enumerate() {
+        for name in bindings {
+            let mut tput = Vec::new();
+            let mut ratio = Vec::new();
+            let mut tail = Vec::new();
+            for (round, r) in reports.iter().filter(|(_, r)| &r.binding == name) {
+                let Some(p) = r.phases.get(pi) else { continue };
+                tput.push(p.throughput);
+                tail.push(main_op(p).map_or(0.0, |o| o.p9999_us));
+                let base = reports
+                    .iter()
+                    .find(|(rr, b)| rr == round && b.binding == base_name)
+                    .and_then(|(_, b)| b.phases.get(pi))
+                    .map_or(0.0, |b| b.throughput);
+                if base > 0.0 {
+                    ratio.push(p.throughput / base);
+                }
+            }
+            if tput.is_empty() {
+                continue;
+            }
+            let (lo, hi) = tput
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+            let n = tput.len();
+            let _ = writeln!(
+                s,
+                "| {step} | {name} | {n} | {:.0} | {lo:.0}–{hi:.0} | {:.2}x | {:.0} |",
+                median(&mut tput),
+                median(&mut ratio),
+                median(&mut tail),
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::phase::{PhaseIo, Space};
+
+    fn phase(step: &str, throughput: f64) -> PhaseResult {
+        PhaseResult {
+            phase: step.into(),
+            binding: String::new(),
+            threads: 1,
+            runtime_sec: 1.0,
+            settle_sec: 0.0,
+            ops_ok: throughput as u64,
+            ops_fail: 0,
+            throughput,
+            ops: Vec::new(),
+            engine: Default::default(),
+            io: PhaseIo::default(),
+            space: Space::default(),
+            series: Vec::new(),
+            extra: Vec::new(),
+        }
+    }
+
+    fn report(binding: &str, tputs: &[f64]) -> Report {
+        let mut r = Report::new("a", binding, Default::default());
+        r.phases = tputs.iter().map(|&t| phase("a", t)).collect();
+        r
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut []), 0.0);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn spread_table_gives_median_range_and_median_ratio() {
+        let b = vec!["x".to_string(), "y".to_string()];
+        let reports = vec![
+            (0, report("x", &[100.0])),
+            (0, report("y", &[50.0])),
+            (1, report("y", &[90.0])),
+            (1, report("x", &[300.0])),
+            (2, report("x", &[200.0])),
+            (2, report("y", &[100.0])),
+        ];
+        let t = table(&b, &reports);
+        // x: 100, 300, 200 -> median 200, ratios all 1.
+        assert!(t.contains("| a | x | 3 | 200 | 100–300 | 1.00x |"), "{t}");
+        // y: 50, 90, 100 -> median 90; ratios 0.5, 0.3, 0.5 -> 0.5.
+        assert!(t.contains("| a | y | 3 | 90 | 50–100 | 0.50x |"), "{t}");
+    }
 }

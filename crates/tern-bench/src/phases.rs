@@ -19,6 +19,7 @@ pub fn phase(name: &str, threads: usize, ops: u64, status_interval: u64, quiet: 
         max_duration: None,
         status_interval,
         quiet,
+        settle: true,
     }
 }
 
@@ -56,7 +57,6 @@ pub fn ycsb_phases(
         let y = Arc::new(Ycsb::new(cfg.clone(), false)?);
         let spec = phase("Load", threads, y.phase_ops(), status_interval, !print);
         run_and_print(db, Arc::new(y), &spec, report, print)?;
-        db.settle()?;
     }
     if run {
         let y = Arc::new(Ycsb::new(cfg, true)?);

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::binding::{dir_bytes, Binding};
+use crate::binding::{dir_bytes, Binding, EngineStats, ReadResult};
 use crate::measure::clock::now_string;
-pub use crate::measure::phase::{PhaseResult, Sample, Space};
+pub use crate::measure::phase::{PhaseIo, PhaseResult, Sample, Space};
+use crate::measure::proc_io::ProcIo;
 use crate::measure::{OpHistograms, OpKind};
 use crate::report::text::status_line;
 use crate::Result;
@@ -113,6 +114,50 @@ pub struct PhaseSpec {
     pub status_interval: u64,
     /// Print nothing while running.
     pub quiet: bool,
+    /// After the operations, wait for the engine's background work
+    /// (`Binding::settle`) before taking its counters and space, so every
+    /// engine starts the next phase settled and is charged for the work
+    /// this one caused.
+    pub settle: bool,
+}
+
+/// A client thread's view of the binding: counts the bytes it writes
+/// (its own counter, so threads share no cache line).
+struct Counted<'a> {
+    inner: &'a dyn Binding,
+    written: AtomicU64,
+}
+
+impl Binding for Counted<'_> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn read(&self, key: &[u8]) -> ReadResult {
+        self.inner.read(key)
+    }
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.written
+            .fetch_add((key.len() + value.len()) as u64, Ordering::Relaxed);
+        self.inner.put(key, value)
+    }
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.written.fetch_add(key.len() as u64, Ordering::Relaxed);
+        self.inner.delete(key)
+    }
+    fn scan(
+        &self,
+        start: &[u8],
+        count: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize> {
+        self.inner.scan(start, count, visit)
+    }
+    fn stats(&self) -> EngineStats {
+        self.inner.stats()
+    }
+    fn data_dir(&self) -> Option<&std::path::Path> {
+        self.inner.data_dir()
+    }
 }
 
 fn merged(hists: &[Arc<Mutex<OpHistograms>>]) -> OpHistograms {
@@ -134,6 +179,8 @@ pub fn run_phase(
 ) -> PhaseResult {
     let threads = spec.threads.max(1);
     let before = db.stats();
+    let io_before = ProcIo::sample();
+    let user_written = AtomicU64::new(0);
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicBool::new(false));
@@ -153,8 +200,14 @@ pub fn run_phase(
                 stop: stop.clone(),
             };
             let db = db.clone();
+            let user_written = &user_written;
             handles.push(s.spawn(move || {
-                while !ctx.stop.load(Ordering::Relaxed) && worker.step(db.as_ref(), &mut ctx) {}
+                let counted = Counted {
+                    inner: db.as_ref(),
+                    written: AtomicU64::new(0),
+                };
+                while !ctx.stop.load(Ordering::Relaxed) && worker.step(&counted, &mut ctx) {}
+                user_written.fetch_add(counted.written.into_inner(), Ordering::Relaxed);
             }));
         }
         // Sampler: every second, throughput and space; progress output.
@@ -227,8 +280,32 @@ pub fn run_phase(
         sampler.join().unwrap_or_default()
     });
     let runtime = start.elapsed().as_secs_f64();
+    let settle_start = Instant::now();
+    let settled = !spec.settle || {
+        match db.settle() {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "warning: {}: settling after {} failed: {e}",
+                    db.name(),
+                    spec.name
+                );
+                false
+            }
+        }
+    };
+    let settle_sec = if spec.settle && settled {
+        settle_start.elapsed().as_secs_f64()
+    } else {
+        0.0
+    };
     let all = merged(&hists);
     let engine = db.stats().since(&before);
+    let process = match (ProcIo::sample(), io_before) {
+        (Some(now), Some(base)) => now.since(&base),
+        _ => ProcIo::default(),
+    };
+    let user_bytes_written = user_written.into_inner();
     let final_bytes = db.data_dir().map(dir_bytes).unwrap_or(0);
     let logical = workload.logical_bytes();
     let max_bytes = series
@@ -244,11 +321,21 @@ pub fn run_phase(
         binding: db.name().to_string(),
         threads,
         runtime_sec: runtime,
+        settle_sec,
         ops_ok,
         ops_fail,
         throughput: (ops_ok + ops_fail) as f64 / runtime.max(1e-9),
         ops: all.summaries(),
         engine,
+        io: PhaseIo {
+            process,
+            user_bytes_written,
+            write_amp: if user_bytes_written > 0 {
+                process.written as f64 / user_bytes_written as f64
+            } else {
+                0.0
+            },
+        },
         space: Space {
             final_bytes,
             max_bytes,

@@ -101,6 +101,20 @@ impl Binding for FjallBinding {
 
     fn settle(&self) -> Result<()> {
         self.part.rotate_memtable_and_wait().map_err(err)?;
+        // fjall schedules compactions after a flush on its own threads;
+        // wait until none has run for a moment (at most ten minutes).
+        let mut quiet = 0;
+        for _ in 0..6000 {
+            if self.keyspace.active_compactions() == 0 {
+                quiet += 1;
+                if quiet >= 5 {
+                    break;
+                }
+            } else {
+                quiet = 0;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod phase;
+pub mod proc_io;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;

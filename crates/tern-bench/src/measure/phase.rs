@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::proc_io::ProcIo;
 use super::OpSummary;
 use crate::binding::EngineStats;
 
@@ -22,7 +23,7 @@ pub struct Sample {
 /// Space on disk over a phase.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Space {
-    /// Bytes on disk at the end (after the phase, before closing).
+    /// Bytes on disk at the end (after the phase and its settling).
     pub final_bytes: u64,
     /// Largest sample.
     pub max_bytes: u64,
@@ -30,6 +31,20 @@ pub struct Space {
     pub logical_bytes: u64,
     /// `final_bytes / logical_bytes`.
     pub space_amp: f64,
+}
+
+/// I/O over a phase and the settling that follows it (so background work
+/// the phase caused counts towards it).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PhaseIo {
+    /// The whole process's I/O: client threads and the engine's own.
+    pub process: ProcIo,
+    /// Bytes of keys and values the phase passed to writes.
+    pub user_bytes_written: u64,
+    /// `process.written / user_bytes_written`: bytes written to every file
+    /// (logs, tables, blob files, manifests) per user byte; 0 when the phase
+    /// wrote nothing.
+    pub write_amp: f64,
 }
 
 /// Everything measured in one phase.
@@ -43,6 +58,9 @@ pub struct PhaseResult {
     pub threads: usize,
     /// Wall-clock seconds.
     pub runtime_sec: f64,
+    /// Seconds spent after the phase waiting for the engine to finish the
+    /// flushes, compactions and GC it caused (0 when not settled).
+    pub settle_sec: f64,
     /// Successful operations.
     pub ops_ok: u64,
     /// Failed operations.
@@ -51,8 +69,10 @@ pub struct PhaseResult {
     pub throughput: f64,
     /// Latency per operation type.
     pub ops: Vec<OpSummary>,
-    /// Engine counters accumulated during this phase.
+    /// Engine counters accumulated during this phase (and its settling).
     pub engine: EngineStats,
+    /// I/O of the phase and its settling.
+    pub io: PhaseIo,
     /// Space on disk.
     pub space: Space,
     /// Throughput and space every second.

@@ -295,8 +295,8 @@ pub fn render(reports: &[Report]) -> String {
     // The five metrics as a table.
     h.push_str(
         "<h2>Metrics</h2><table><tr><th>phase</th><th>binding</th><th>ops/s</th><th>op</th><th>avg µs</th>\
-         <th>p99 µs</th><th>p99.9 µs</th><th>disk</th><th>space amp</th><th>compaction read</th>\
-         <th>compaction write</th><th>GC write</th><th>stall ms</th></tr>",
+         <th>p99 µs</th><th>p99.9 µs</th><th>p99.99 µs</th><th>disk</th><th>space amp</th><th>write amp</th>\
+         <th>compaction read</th><th>compaction write</th><th>GC write</th><th>stall ms</th><th>settle s</th></tr>",
     );
     let opt = |v: Option<u64>| v.map_or("n/a".to_string(), bytes);
     for r in reports {
@@ -305,7 +305,7 @@ pub fn render(reports: &[Report]) -> String {
                 let first = i == 0;
                 let _ = write!(
                     h,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(&p.phase),
                     esc(&p.binding),
                     if first { format!("{:.0}", p.throughput) } else { String::new() },
@@ -313,8 +313,14 @@ pub fn render(reports: &[Report]) -> String {
                     o.avg_us,
                     o.p99_us,
                     o.p999_us,
+                    o.p9999_us,
                     if first { bytes(p.space.final_bytes) } else { String::new() },
                     if first { format!("{:.2}", p.space.space_amp) } else { String::new() },
+                    if first && p.io.user_bytes_written > 0 {
+                        format!("{:.2}", p.io.write_amp)
+                    } else {
+                        String::new()
+                    },
                     if first { opt(p.engine.compaction_read) } else { String::new() },
                     if first { opt(p.engine.compaction_write) } else { String::new() },
                     if first { opt(p.engine.gc_write) } else { String::new() },
@@ -323,6 +329,7 @@ pub fn render(reports: &[Report]) -> String {
                     } else {
                         String::new()
                     },
+                    if first { format!("{:.1}", p.settle_sec) } else { String::new() },
                 );
             }
         }

@@ -15,7 +15,7 @@ use crate::Result;
 pub struct Report {
     /// Always `tern-bench`.
     pub tool: String,
-    /// Schema version (currently 1).
+    /// Schema version (currently 2).
     pub version: u32,
     /// The command line.
     pub command: String,
@@ -34,7 +34,7 @@ impl Report {
     pub fn new(workload: &str, binding: &str, properties: BTreeMap<String, String>) -> Self {
         Report {
             tool: "tern-bench".into(),
-            version: 1,
+            version: 2,
             command: std::env::args().collect::<Vec<_>>().join(" "),
             workload: workload.into(),
             binding: binding.into(),

@@ -86,6 +86,15 @@ pub fn metrics_lines(r: &PhaseResult) -> String {
         "[metrics] space: disk_bytes={} max_disk_bytes={} logical_bytes={} space_amp={:.3}",
         r.space.final_bytes, r.space.max_bytes, r.space.logical_bytes, r.space.space_amp
     );
+    let _ = writeln!(
+        s,
+        "[metrics] io: written={} read={} user_written={} write_amp={:.3} settle_sec={:.1}",
+        r.io.process.written,
+        r.io.process.read,
+        r.io.user_bytes_written,
+        r.io.write_amp,
+        r.settle_sec
+    );
     let _ = writeln!(s, "compact.read.bytes COUNT : {}", opt(e.compaction_read));
     let _ = writeln!(s, "compact.write.bytes COUNT : {}", opt(e.compaction_write));
     let _ = writeln!(s, "flush.write.bytes COUNT : {}", opt(e.flush_write));
