@@ -47,8 +47,19 @@ impl BlobResolver {
     /// The reader, offset and value size of the record a ref points to now.
     pub(crate) fn locate(
         &self,
+        source: (&Path, u64),
+        encoded_ref: &[u8],
+    ) -> Result<(Arc<BlobReader>, u64, u32)> {
+        self.locate_with(source, encoded_ref, |n| self.blobs.get(n))
+    }
+
+    /// [`locate`](Self::locate), opening files through `open` (a caller
+    /// that reads many values keeps its own readers at hand).
+    pub(crate) fn locate_with(
+        &self,
         (table, block): (&Path, u64),
         encoded_ref: &[u8],
+        open: impl FnOnce(u64) -> Result<Arc<BlobReader>>,
     ) -> Result<(Arc<BlobReader>, u64, u32)> {
         let r = BlobRef::decode(encoded_ref).map_err(|e| {
             Error::corruption(table, block, format!("malformed blob reference: {e}"))
@@ -57,12 +68,17 @@ impl BlobResolver {
             .version
             .resolve_blob(r.file, r.ordinal)
             .map_err(|why| Error::corruption(table, block, why))?;
-        let reader = self.blobs.get(file)?;
+        let reader = open(file)?;
         let offset = if moved {
             reader.offset_of(ordinal)?
         } else {
             r.offset
         };
         Ok((reader, offset, r.size))
+    }
+
+    /// Blob file `number`, through the shared open-file cache.
+    pub(crate) fn reader(&self, number: u64) -> Result<Arc<BlobReader>> {
+        self.blobs.get(number)
     }
 }

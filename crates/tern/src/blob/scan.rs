@@ -26,6 +26,8 @@ const READAHEAD_MAX: u64 = 1 << 20;
 const COALESCE_GAP: u64 = 8 << 10;
 /// Largest single read of a batch.
 const SPAN_MAX: u64 = 1 << 20;
+/// Blob files an iterator keeps at hand without asking the shared cache.
+const READERS_KEPT: usize = 64;
 
 /// A value a scan will need: where its record is now and what it must hold.
 pub struct Located {
@@ -44,6 +46,9 @@ pub struct ScanResolver {
     forward: bool,
     /// Reused buffer for batch spans.
     span: Vec<u8>,
+    /// Readers this scan used, most recent last: a value then costs no
+    /// shared lock or reference count.
+    readers: Vec<Arc<BlobReader>>,
 }
 
 impl ScanResolver {
@@ -55,6 +60,7 @@ impl ScanResolver {
             readahead: READAHEAD_MIN,
             forward: true,
             span: Vec::new(),
+            readers: Vec::new(),
         }
     }
 
@@ -69,8 +75,25 @@ impl ScanResolver {
     /// Finds where the record of `encoded_ref` (stored for a key at `seq`)
     /// lives now, without reading it. `source` names the table and block
     /// the ref came from, for the error when it does not decode.
-    pub fn locate(&self, source: (&Path, u64), seq: u64, encoded_ref: &[u8]) -> Result<Located> {
-        let (reader, offset, size) = self.inner.locate(source, encoded_ref)?;
+    pub fn locate(
+        &mut self,
+        source: (&Path, u64),
+        seq: u64,
+        encoded_ref: &[u8],
+    ) -> Result<Located> {
+        let readers = &mut self.readers;
+        let inner = &self.inner;
+        let (reader, offset, size) = inner.locate_with(source, encoded_ref, |n| {
+            if let Some(r) = readers.iter().rev().find(|r| r.number() == n) {
+                return Ok(r.clone());
+            }
+            let r = inner.reader(n)?;
+            if readers.len() >= READERS_KEPT {
+                readers.remove(0);
+            }
+            readers.push(r.clone());
+            Ok(r)
+        })?;
         Ok(Located {
             reader,
             offset,

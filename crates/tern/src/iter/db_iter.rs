@@ -344,7 +344,7 @@ impl DbIterator {
             let user_key = internal_key::user_key(ikey).to_vec();
             let trailer = internal_key::trailer(ikey);
             if trailer as u8 == ValueKind::BlobRef as u8 {
-                let located = match (self.inner.source(), self.resolver.as_ref()) {
+                let located = match (self.inner.source(), self.resolver.as_mut()) {
                     (Some(source), Some(r)) => r.locate(source, trailer >> 8, self.inner.value()),
                     _ => Err(Error::Internal(
                         "blob reference without a table or resolver".to_string(),
