@@ -155,6 +155,8 @@ impl Store {
             snapshot: None,
             lower_bound: Some(lo),
             upper_bound: Some(hi),
+            // A bounded SCAN reads its values in one batch.
+            scan_len_hint: (limit < usize::MAX).then(|| limit.saturating_add(1)),
         })?;
         it.seek(&engine_key(from));
         let now = now_ms();
@@ -197,6 +199,7 @@ impl Store {
             snapshot: None,
             lower_bound: Some(lo),
             upper_bound: Some(hi),
+            scan_len_hint: None,
         })?;
         it.seek_to_last();
         let now = now_ms();

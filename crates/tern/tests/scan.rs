@@ -81,6 +81,8 @@ fn batched_forward_scans_and_direction_changes_match_a_sorted_map() {
                 .iter(ReadOptions {
                     lower_bound: lower.clone(),
                     upper_bound: upper.clone(),
+                    // Any hint, right or wrong, changes only the batching.
+                    scan_len_hint: rng.gen_bool(0.5).then(|| rng.gen_range(0..400)),
                     ..ReadOptions::default()
                 })
                 .unwrap();

@@ -104,6 +104,7 @@ impl Binding for TernBinding {
     ) -> Result<usize> {
         let mut it = self.db.iter(ReadOptions {
             lower_bound: Some(start.to_vec()),
+            scan_len_hint: Some(count),
             ..Default::default()
         })?;
         it.seek(start);

@@ -186,6 +186,8 @@ impl Stress {
                 snapshot: snap,
                 lower_bound: Some(keys::plain_key(lo)),
                 upper_bound: Some(keys::plain_key(hi)),
+                // The whole range: its values are read ahead in one batch.
+                scan_len_hint: Some(hi - lo),
             })
             .map_err(|e| format!("{ctx}: iterator: {e}"))?;
         let mut seen: Vec<Option<Vec<u8>>> = vec![None; hi - lo];
@@ -420,6 +422,7 @@ impl Stress {
                 snapshot: Some(&snap),
                 lower_bound: Some(keys::group_prefix(g)),
                 upper_bound: Some(prefix_end),
+                scan_len_hint: None,
             })
             .map_err(|e| format!("iterator: {e}"))?;
         it.seek_to_first();

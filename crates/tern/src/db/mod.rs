@@ -225,7 +225,7 @@ impl Db {
         let resolver = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
         Ok(
             DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin])
-                .with_resolver(resolver),
+                .with_resolver(resolver, opts.scan_len_hint),
         )
     }
 

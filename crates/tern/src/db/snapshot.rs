@@ -89,4 +89,11 @@ pub struct ReadOptions<'a> {
     pub lower_bound: Option<Vec<u8>>,
     /// Iterators stop before keys `>= upper_bound`.
     pub upper_bound: Option<Vec<u8>>,
+    /// Entries an iterator's caller expects to read after a seek (a scan
+    /// with a limit). Separated values are read ahead in batches that start
+    /// small and double, since a scan may stop early; with the hint the
+    /// first batch covers the whole scan, so records of one blob file that
+    /// it needs are read together. At most 256 count; a wrong hint costs
+    /// time, never results.
+    pub scan_len_hint: Option<usize>,
 }

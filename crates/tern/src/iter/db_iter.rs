@@ -82,9 +82,11 @@ impl DbIterator {
         }
     }
 
-    /// Resolves separated values through `resolver`.
-    pub fn with_resolver(mut self, resolver: BlobResolver) -> Self {
+    /// Resolves separated values through `resolver`; `scan_len_hint`:
+    /// entries the caller expects to read after each seek.
+    pub fn with_resolver(mut self, resolver: BlobResolver, scan_len_hint: Option<usize>) -> Self {
         self.resolver = Some(ScanResolver::new(resolver));
+        self.ahead = ReadAhead::with_hint(scan_len_hint);
         self
     }
 

@@ -39,27 +39,37 @@ pub struct ReadAhead {
     inner_on_last: bool,
     end_error: Option<Error>,
     size: usize,
+    /// The first batch after a seek.
+    first: usize,
 }
 
 impl Default for ReadAhead {
     fn default() -> Self {
+        Self::with_hint(None)
+    }
+}
+
+impl ReadAhead {
+    /// A queue whose first batch after each seek takes `hint` entries (the
+    /// caller's expected scan length) rather than a few.
+    pub fn with_hint(hint: Option<usize>) -> Self {
+        let first = hint.map_or(FIRST, |h| h.clamp(1, MAX));
         ReadAhead {
             entries: Vec::new(),
             pos: 0,
             inner_on_last: false,
             end_error: None,
-            size: FIRST,
+            size: first,
+            first,
         }
     }
-}
 
-impl ReadAhead {
     /// Drops the queue and starts the next batch small (a new seek).
     pub fn reset(&mut self) {
         self.entries.clear();
         self.pos = 0;
         self.end_error = None;
-        self.size = FIRST;
+        self.size = self.first;
     }
 
     /// How many entries the next batch takes; each call doubles the next.

@@ -95,6 +95,8 @@ pub fn check_iter(
         snapshot: snap,
         lower_bound: lower.clone(),
         upper_bound: upper.clone(),
+        // A hint changes only how values are batched, never what is read.
+        scan_len_hint: rng.gen_bool(0.5).then(|| rng.gen_range(1..64)),
     };
     let mut it = db.iter(opts).unwrap();
     let mut got = Vec::new();

@@ -1,0 +1,96 @@
+//! Range scans over separated values, the path YCSB-E exercises: a store on
+//! the real file system whose 1 KB values sit in blob files written by
+//! several flushes of interleaved keys (so neighbouring keys live in
+//! different files), then scans of 50 entries from random keys, and point
+//! reads of the same values for comparison.
+
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use tern::{Db, Options, ReadOptions};
+
+const KEYS: u32 = 100_000;
+const FLUSHES: u32 = 8;
+const SCAN: usize = 50;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("user{i:010}").into_bytes()
+}
+
+fn open_store() -> (Db, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tern-bench-scan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = Options::default().tune(|s| {
+        s.write_buffer_size = 64 << 20;
+        s.enable_gc = false;
+    });
+    let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
+    let value = vec![0x5au8; 1000];
+    // Each flush holds every FLUSHES-th key, as hashed inserts spread keys
+    // over flushes.
+    for f in 0..FLUSHES {
+        for i in (f..KEYS).step_by(FLUSHES as usize) {
+            db.put(&key(i), &value)
+                .unwrap_or_else(|e| panic!("put: {e}"));
+        }
+        db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    }
+    db.wait_for_background()
+        .unwrap_or_else(|e| panic!("background: {e}"));
+    (db, dir)
+}
+
+fn scans(c: &mut Criterion) {
+    let (db, dir) = open_store();
+    let mut g = c.benchmark_group("separated_1k_values");
+    g.throughput(Throughput::Elements(SCAN as u64));
+    let mut rng = SmallRng::seed_from_u64(7);
+    g.bench_function("scan_50", |b| {
+        b.iter(|| {
+            let start = key(rng.gen_range(0..KEYS - SCAN as u32));
+            let mut it = db
+                .iter(ReadOptions::default())
+                .unwrap_or_else(|e| panic!("iter: {e}"));
+            it.seek(&start);
+            let mut bytes = 0;
+            for _ in 0..SCAN {
+                if !it.valid() {
+                    break;
+                }
+                bytes += black_box(it.value()).len();
+                it.next();
+            }
+            bytes
+        })
+    });
+    g.bench_function("get_50", |b| {
+        b.iter(|| {
+            let start = rng.gen_range(0..KEYS - SCAN as u32);
+            let mut bytes = 0;
+            for i in start..start + SCAN as u32 {
+                let v = db.get(&key(i)).unwrap_or_else(|e| panic!("get: {e}"));
+                bytes += black_box(v).map_or(0, |v| v.len());
+            }
+            bytes
+        })
+    });
+    g.finish();
+    drop(db);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(4))
+        .warm_up_time(Duration::from_secs(1));
+    targets = scans
+}
+criterion_main!(benches);
