@@ -1,7 +1,8 @@
 //! Range scans over separated values, the path YCSB-E exercises: a store on
 //! the real file system whose 1 KB values sit in blob files written by
 //! several flushes of interleaved keys (so neighbouring keys live in
-//! different files), then scans of 50 entries from random keys, and point
+//! different files), then scans of 50 entries from random keys (with and
+//! without telling the iterator their length), and point
 //! reads of the same values for comparison.
 
 #![allow(missing_docs)]
@@ -51,24 +52,29 @@ fn scans(c: &mut Criterion) {
     let mut g = c.benchmark_group("separated_1k_values");
     g.throughput(Throughput::Elements(SCAN as u64));
     let mut rng = SmallRng::seed_from_u64(7);
-    g.bench_function("scan_50", |b| {
-        b.iter(|| {
-            let start = key(rng.gen_range(0..KEYS - SCAN as u32));
-            let mut it = db
-                .iter(ReadOptions::default())
-                .unwrap_or_else(|e| panic!("iter: {e}"));
-            it.seek(&start);
-            let mut bytes = 0;
-            for _ in 0..SCAN {
-                if !it.valid() {
-                    break;
+    for (name, hint) in [("scan_50", None), ("scan_50_hinted", Some(SCAN))] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let start = key(rng.gen_range(0..KEYS - SCAN as u32));
+                let mut it = db
+                    .iter(ReadOptions {
+                        scan_len_hint: hint,
+                        ..ReadOptions::default()
+                    })
+                    .unwrap_or_else(|e| panic!("iter: {e}"));
+                it.seek(&start);
+                let mut bytes = 0;
+                for _ in 0..SCAN {
+                    if !it.valid() {
+                        break;
+                    }
+                    bytes += black_box(it.value()).len();
+                    it.next();
                 }
-                bytes += black_box(it.value()).len();
-                it.next();
-            }
-            bytes
-        })
-    });
+                bytes
+            })
+        });
+    }
     g.bench_function("get_50", |b| {
         b.iter(|| {
             let start = rng.gen_range(0..KEYS - SCAN as u32);

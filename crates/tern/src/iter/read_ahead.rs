@@ -51,9 +51,11 @@ impl Default for ReadAhead {
 
 impl ReadAhead {
     /// A queue whose first batch after each seek takes `hint` entries (the
-    /// caller's expected scan length) rather than a few.
+    /// caller's expected scan length) rather than a few. One more than the
+    /// hint: a caller that reads `hint` entries steps past the last one,
+    /// and that step should not start a batch it will never read.
     pub fn with_hint(hint: Option<usize>) -> Self {
-        let first = hint.map_or(FIRST, |h| h.clamp(1, MAX));
+        let first = hint.map_or(FIRST, |h| h.saturating_add(1).clamp(1, MAX));
         ReadAhead {
             entries: Vec::new(),
             pos: 0,
@@ -72,10 +74,16 @@ impl ReadAhead {
         self.size = self.first;
     }
 
-    /// How many entries the next batch takes; each call doubles the next.
+    /// How many entries the next batch takes. Without a hint each batch
+    /// doubles the next; past a hinted first batch the scan outran its
+    /// hint, so batches start small again.
     pub fn next_size(&mut self) -> usize {
         let n = self.size;
-        self.size = (self.size * 2).min(MAX);
+        self.size = if n == self.first && n != FIRST {
+            FIRST
+        } else {
+            (n * 2).min(MAX)
+        };
         n
     }
 
