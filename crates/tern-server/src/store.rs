@@ -155,8 +155,9 @@ impl Store {
             snapshot: None,
             lower_bound: Some(lo),
             upper_bound: Some(hi),
-            // A bounded SCAN reads its values in one batch.
-            scan_len_hint: (limit < usize::MAX).then(|| limit.saturating_add(1)),
+            // A bounded SCAN reads its values in one batch (the engine adds
+            // the one entry after them, which names where to resume).
+            scan_len_hint: (limit < usize::MAX).then_some(limit),
         })?;
         it.seek(&engine_key(from));
         let now = now_ms();

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{BlobReader, BlobResolver, ExpectedRecord};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::blob::BLOB_HEADER_LEN;
 
 /// Smallest readahead window, bytes.
@@ -164,7 +164,9 @@ impl ScanResolver {
             i = j;
         }
         out.into_iter()
-            .map(|v| v.unwrap_or_else(|| Ok(Vec::new())))
+            .map(|v| {
+                v.unwrap_or_else(|| Err(Error::Internal("batch read skipped a value".to_string())))
+            })
             .collect()
     }
 

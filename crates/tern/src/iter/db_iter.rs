@@ -390,7 +390,9 @@ impl DbIterator {
             .map(|(key, p)| Staged {
                 key,
                 value: match p {
-                    Pending::Blob(_) => values.next().unwrap_or_else(|| Ok(Vec::new())),
+                    Pending::Blob(_) => values.next().unwrap_or_else(|| {
+                        Err(Error::Internal("read-ahead batch lost a value".to_string()))
+                    }),
                     Pending::Inline(v) => Ok(v),
                     Pending::Failed(e) => Err(e),
                 },
