@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{CompactionFilter, FilterDecision, Retention};
+use super::{CompactionFilter, FilterDecision, Placed, Retention, VersionWalk};
 use crate::blob::BlobCache;
 use crate::cache::OpenFiles;
 use crate::error::{Error, IoContext, Result};
@@ -136,9 +136,7 @@ impl CompactionJob {
         );
 
         let mut output: Option<Output> = None;
-        let mut current_key: Vec<u8> = Vec::new();
-        let mut have_key = false;
-        let mut last_stripe = usize::MAX;
+        let mut walk = VersionWalk::new(&self.retention);
         let mut scratch = Vec::new();
         while iter.valid() {
             let key = iter.key();
@@ -150,12 +148,12 @@ impl CompactionJob {
                 )
             })?;
             out.entries_read += 1;
-            let new_key = !have_key || parsed.user_key != current_key.as_slice();
+            let Placed {
+                new_key,
+                stripe,
+                shadowed,
+            } = walk.place(parsed.user_key, parsed.seq);
             if new_key {
-                current_key.clear();
-                current_key.extend_from_slice(parsed.user_key);
-                have_key = true;
-                last_stripe = usize::MAX;
                 // Cut outputs only between user keys, so levels never split a key.
                 if output
                     .as_ref()
@@ -166,9 +164,6 @@ impl CompactionJob {
                     }
                 }
             }
-            let stripe = self.retention.stripe(parsed.seq);
-            let shadowed = stripe == last_stripe;
-            last_stripe = stripe;
             let obsolete_tombstone = parsed.kind == ValueKind::Delete
                 && stripe == 0
                 && !self.in_deeper_levels(parsed.user_key);

@@ -16,3 +16,4 @@ pub use executor::{Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision};
 pub use job::{CompactionJob, CompactionOutput, JobContext};
 pub use retention::Retention;
+pub(crate) use retention::{Placed, VersionWalk};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::core::Shared;
 use super::stats::Counters;
 use crate::blob::BlobWriter;
-use crate::compaction::Retention;
+use crate::compaction::{Retention, VersionWalk};
 use crate::error::{IoContext, Result};
 use crate::format::internal_key::{self, ValueKind};
 use crate::format::version_edit::VersionEdit;
@@ -61,26 +61,19 @@ impl Shared {
             let mut blob: Option<BlobWriter> = None;
             let mut blob_files = Vec::new();
             let mut it = mem.iter();
-            let mut prev_user_key: Vec<u8> = Vec::new();
-            let mut prev_stripe = usize::MAX;
+            let mut walk = VersionWalk::new(retention);
             let mut dropped = 0u64;
             it.seek_to_first();
             while it.valid() {
-                // Versions of a key arrive newest first; within one stripe
-                // only the first is visible to anyone.
                 let user_key = internal_key::user_key(it.key());
-                let stripe = retention.stripe(internal_key::trailer(it.key()) >> 8);
-                if user_key == prev_user_key.as_slice() {
-                    if stripe == prev_stripe {
-                        dropped += 1;
-                        it.next();
-                        continue;
-                    }
-                } else {
-                    prev_user_key.clear();
-                    prev_user_key.extend_from_slice(user_key);
+                if walk
+                    .place(user_key, internal_key::trailer(it.key()) >> 8)
+                    .shadowed
+                {
+                    dropped += 1;
+                    it.next();
+                    continue;
                 }
-                prev_stripe = stripe;
                 let separate = self
                     .opts
                     .blob_threshold
