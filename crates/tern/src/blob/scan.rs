@@ -134,32 +134,23 @@ impl ScanResolver {
                 end = end.max(l_end);
                 j += 1;
             }
-            if j == i + 1 || start < BLOB_HEADER_LEN as u64 {
-                // One record (or an offset `read_value` reports as damaged).
-                for &k in &order[i..j] {
-                    let l = batch[k].1;
-                    out[k] = Some(l.reader.read_value(l.offset, want(k)));
-                }
-            } else {
-                match first.reader.read_span(start, end - start, &mut self.span) {
-                    Ok(()) => {
-                        for &k in &order[i..j] {
-                            let l = batch[k].1;
-                            out[k] = Some(
-                                l.reader
-                                    .value_from_buffer(&self.span, start, l.offset, want(k))
-                                    .unwrap_or_else(|| l.reader.read_value(l.offset, want(k))),
-                            );
-                        }
-                    }
-                    // Past the end of the records: let each read report it.
-                    Err(_) => {
-                        for &k in &order[i..j] {
-                            let l = batch[k].1;
-                            out[k] = Some(l.reader.read_value(l.offset, want(k)));
-                        }
-                    }
-                }
+            // One read for the run; a lone record, or a span `read_span`
+            // refuses (outside the records) or fails, leaves each record to
+            // `read_value`, which reads it exactly and reports the damage.
+            let spanned = j > i + 1
+                && first
+                    .reader
+                    .read_span(start, end - start, &mut self.span)
+                    .is_ok();
+            for &k in &order[i..j] {
+                let l = batch[k].1;
+                let from_span = spanned
+                    .then(|| {
+                        l.reader
+                            .value_from_buffer(&self.span, start, l.offset, want(k))
+                    })
+                    .flatten();
+                out[k] = Some(from_span.unwrap_or_else(|| l.reader.read_value(l.offset, want(k))));
             }
             i = j;
         }
