@@ -38,9 +38,10 @@ pub struct ReadAhead {
     pos: usize,
     inner_on_last: bool,
     end_error: Option<Error>,
-    size: usize,
-    /// The first batch after a seek.
-    first: usize,
+    /// The next batch's size; `None` until the first batch after a seek.
+    size: Option<usize>,
+    /// The first batch after a seek, when the caller gave a hint.
+    hinted_first: Option<usize>,
 }
 
 impl Default for ReadAhead {
@@ -55,35 +56,36 @@ impl ReadAhead {
     /// hint: a caller that reads `hint` entries steps past the last one,
     /// and that step should not start a batch it will never read.
     pub fn with_hint(hint: Option<usize>) -> Self {
-        let first = hint.map_or(FIRST, |h| h.saturating_add(1).clamp(1, MAX));
         ReadAhead {
             entries: Vec::new(),
             pos: 0,
             inner_on_last: false,
             end_error: None,
-            size: first,
-            first,
+            size: None,
+            hinted_first: hint.map(|h| h.saturating_add(1).clamp(1, MAX)),
         }
     }
 
-    /// Drops the queue and starts the next batch small (a new seek).
+    /// Drops the queue; the next batch is a seek's first again.
     pub fn reset(&mut self) {
         self.entries.clear();
         self.pos = 0;
         self.end_error = None;
-        self.size = self.first;
+        self.size = None;
     }
 
     /// How many entries the next batch takes. Without a hint each batch
     /// doubles the next; past a hinted first batch the scan outran its
     /// hint, so batches start small again.
     pub fn next_size(&mut self) -> usize {
-        let n = self.size;
-        self.size = if n == self.first && n != FIRST {
-            FIRST
-        } else {
-            (n * 2).min(MAX)
+        let (n, next) = match (self.size, self.hinted_first) {
+            (None, Some(first)) => (first, FIRST),
+            (size, _) => {
+                let n = size.unwrap_or(FIRST);
+                (n, (n * 2).min(MAX))
+            }
         };
+        self.size = Some(next);
         n
     }
 
@@ -149,5 +151,30 @@ impl ReadAhead {
         self.pos = 0;
         self.end_error = None;
         Some(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(a: &mut ReadAhead, n: usize) -> Vec<usize> {
+        (0..n).map(|_| a.next_size()).collect()
+    }
+
+    #[test]
+    fn batch_sizes_double_from_a_few_or_follow_the_hint() {
+        let mut a = ReadAhead::default();
+        assert_eq!(sizes(&mut a, 7), [8, 16, 32, 64, 128, 256, 256]);
+        a.reset();
+        assert_eq!(sizes(&mut a, 2), [8, 16]);
+        // A hint of 15 gives 16 first; past it, batches start small and
+        // double as without a hint (16 is not taken for a hinted first).
+        let mut a = ReadAhead::with_hint(Some(15));
+        assert_eq!(sizes(&mut a, 5), [16, 8, 16, 32, 64]);
+        a.reset();
+        assert_eq!(sizes(&mut a, 2), [16, 8]);
+        assert_eq!(ReadAhead::with_hint(Some(0)).next_size(), 1);
+        assert_eq!(ReadAhead::with_hint(Some(usize::MAX)).next_size(), MAX);
     }
 }
