@@ -167,14 +167,8 @@ pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
         let Some(first) = in_round.first() else {
             continue;
         };
-        let base_name = bindings.first().cloned().unwrap_or_default();
-        let base = in_round
-            .iter()
-            .find(|r| r.binding == base_name)
-            .copied()
-            .unwrap_or(first);
         for (pi, p0) in first.phases.iter().enumerate() {
-            let base_tput = base.phases.get(pi).map_or(0.0, |p| p.throughput);
+            let base_tput = base_throughput(bindings, reports, round, pi);
             for name in bindings {
                 let Some(r) = in_round.iter().find(|r| &r.binding == name) else {
                     continue;
@@ -185,22 +179,18 @@ pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
                 let op = main_op(p);
                 let _ = writeln!(
                     s,
-                    "| {round} | {} | {} | {:.0} | {:.2}x | {} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
+                    "| {round} | {} | {} | {:.0} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
                     p0.phase,
                     name,
                     p.throughput,
-                    if base_tput > 0.0 { p.throughput / base_tput } else { 0.0 },
+                    base_tput.map_or("-".into(), |b| format!("{:.2}x", p.throughput / b)),
                     op.map_or("-", |o| o.op.as_str()),
                     op.map_or(0.0, |o| o.p99_us),
                     op.map_or(0.0, |o| o.p999_us),
                     op.map_or(0.0, |o| o.p9999_us),
                     p.space.space_amp,
                     bytes(p.space.final_bytes),
-                    if p.io.user_bytes_written > 0 {
-                        format!("{:.2}", p.io.write_amp)
-                    } else {
-                        "-".into()
-                    },
+                    p.io.write_amp().map_or("-".into(), |w| format!("{w:.2}")),
                     opt_bytes(p.engine.compaction_write),
                     opt_bytes(p.engine.gc_write),
                     p.engine
@@ -215,6 +205,23 @@ pub fn table(bindings: &[String], reports: &[(usize, Report)]) -> String {
         s.push_str(&spread_table(bindings, reports));
     }
     s
+}
+
+/// Throughput of step `pi` of the first binding (the baseline of the
+/// ratios) in `round`, if it ran and did anything.
+fn base_throughput(
+    bindings: &[String],
+    reports: &[(usize, Report)],
+    round: usize,
+    pi: usize,
+) -> Option<f64> {
+    let base = bindings.first()?;
+    reports
+        .iter()
+        .find(|(r, b)| *r == round && &b.binding == base)
+        .and_then(|(_, b)| b.phases.get(pi))
+        .map(|p| p.throughput)
+        .filter(|&t| t > 0.0)
 }
 
 /// Median of `v` (sorted in place); 0 when empty.
@@ -250,12 +257,7 @@ pub fn spread_table(bindings: &[String], reports: &[(usize, Report)]) -> String 
                 let Some(p) = r.phases.get(pi) else { continue };
                 tput.push(p.throughput);
                 tail.push(main_op(p).map_or(0.0, |o| o.p9999_us));
-                let base = reports
-                    .iter()
-                    .find(|(rr, b)| rr == round && b.binding == base_name)
-                    .and_then(|(_, b)| b.phases.get(pi))
-                    .map_or(0.0, |b| b.throughput);
-                if base > 0.0 {
+                if let Some(base) = base_throughput(bindings, reports, *round, pi) {
                     ratio.push(p.throughput / base);
                 }
             }

@@ -19,7 +19,6 @@ pub fn phase(name: &str, threads: usize, ops: u64, status_interval: u64, quiet: 
         max_duration: None,
         status_interval,
         quiet,
-        settle: true,
     }
 }
 
@@ -31,7 +30,7 @@ pub fn run_and_print(
     report: &mut Report,
     print: bool,
 ) -> Result<()> {
-    let r = run_phase(db, &w, spec);
+    let r = run_phase(db, &w, spec)?;
     if print {
         println!("{}", text::closing_lines(&r));
         print!("{}", text::metrics_lines(&r));

@@ -114,18 +114,24 @@ pub struct PhaseSpec {
     pub status_interval: u64,
     /// Print nothing while running.
     pub quiet: bool,
-    /// After the operations, wait for the engine's background work
-    /// (`Binding::settle`) before taking its counters and space, so every
-    /// engine starts the next phase settled and is charged for the work
-    /// this one caused.
-    pub settle: bool,
 }
 
-/// A client thread's view of the binding: counts the bytes it writes
-/// (its own counter, so threads share no cache line).
+/// A client thread's view of the binding: counts the bytes it writes.
+/// The counter has one writer (its thread), so it is bumped with a plain
+/// load and store, no locked instruction.
 struct Counted<'a> {
     inner: &'a dyn Binding,
     written: AtomicU64,
+}
+
+impl Counted<'_> {
+    fn count(&self, r: Result<()>, bytes: usize) -> Result<()> {
+        if r.is_ok() {
+            let n = self.written.load(Ordering::Relaxed);
+            self.written.store(n + bytes as u64, Ordering::Relaxed);
+        }
+        r
+    }
 }
 
 impl Binding for Counted<'_> {
@@ -136,13 +142,10 @@ impl Binding for Counted<'_> {
         self.inner.read(key)
     }
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.written
-            .fetch_add((key.len() + value.len()) as u64, Ordering::Relaxed);
-        self.inner.put(key, value)
+        self.count(self.inner.put(key, value), key.len() + value.len())
     }
     fn delete(&self, key: &[u8]) -> Result<()> {
-        self.written.fetch_add(key.len() as u64, Ordering::Relaxed);
-        self.inner.delete(key)
+        self.count(self.inner.delete(key), key.len())
     }
     fn scan(
         &self,
@@ -158,6 +161,12 @@ impl Binding for Counted<'_> {
     fn data_dir(&self) -> Option<&std::path::Path> {
         self.inner.data_dir()
     }
+    fn settle(&self) -> Result<()> {
+        self.inner.settle()
+    }
+    fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
 }
 
 fn merged(hists: &[Arc<Mutex<OpHistograms>>]) -> OpHistograms {
@@ -171,12 +180,16 @@ fn merged(hists: &[Arc<Mutex<OpHistograms>>]) -> OpHistograms {
     all
 }
 
-/// Runs `workload` against `db` as `spec` says.
+/// Runs `workload` against `db` as `spec` says, then settles the engine
+/// (`Binding::settle`) before taking its counters and space: every engine
+/// starts the next phase settled and is charged for the background work
+/// this one caused. A failed settle is an error: the numbers would describe
+/// a store in an unknown state.
 pub fn run_phase(
     db: &Arc<dyn Binding>,
     workload: &Arc<dyn Workload>,
     spec: &PhaseSpec,
-) -> PhaseResult {
+) -> Result<PhaseResult> {
     let threads = spec.threads.max(1);
     let before = db.stats();
     let io_before = ProcIo::sample();
@@ -281,24 +294,8 @@ pub fn run_phase(
     });
     let runtime = start.elapsed().as_secs_f64();
     let settle_start = Instant::now();
-    let settled = !spec.settle || {
-        match db.settle() {
-            Ok(()) => true,
-            Err(e) => {
-                eprintln!(
-                    "warning: {}: settling after {} failed: {e}",
-                    db.name(),
-                    spec.name
-                );
-                false
-            }
-        }
-    };
-    let settle_sec = if spec.settle && settled {
-        settle_start.elapsed().as_secs_f64()
-    } else {
-        0.0
-    };
+    db.settle()?;
+    let settle_sec = settle_start.elapsed().as_secs_f64();
     let all = merged(&hists);
     let engine = db.stats().since(&before);
     let process = match (ProcIo::sample(), io_before) {
@@ -316,7 +313,7 @@ pub fn run_phase(
         .max(final_bytes);
     let ops_ok = all.ok_count();
     let ops_fail = all.fail_count();
-    PhaseResult {
+    Ok(PhaseResult {
         phase: spec.name.clone(),
         binding: db.name().to_string(),
         threads,
@@ -330,11 +327,6 @@ pub fn run_phase(
         io: PhaseIo {
             process,
             user_bytes_written,
-            write_amp: if user_bytes_written > 0 {
-                process.written as f64 / user_bytes_written as f64
-            } else {
-                0.0
-            },
         },
         space: Space {
             final_bytes,
@@ -348,5 +340,5 @@ pub fn run_phase(
         },
         series,
         extra: workload.extra(),
-    }
+    })
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle};
 
-use super::{parse_size, Binding, EngineStats, ReadResult};
+use super::{parse_size, wait_idle, Binding, EngineStats, ReadResult};
 use crate::props::Properties;
 use crate::{Error, Result};
 
@@ -101,20 +101,8 @@ impl Binding for FjallBinding {
 
     fn settle(&self) -> Result<()> {
         self.part.rotate_memtable_and_wait().map_err(err)?;
-        // fjall schedules compactions after a flush on its own threads;
-        // wait until none has run for a moment (at most ten minutes).
-        let mut quiet = 0;
-        for _ in 0..6000 {
-            if self.keyspace.active_compactions() == 0 {
-                quiet += 1;
-                if quiet >= 5 {
-                    break;
-                }
-            } else {
-                quiet = 0;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        Ok(())
+        // fjall schedules compactions after a flush on its own threads and
+        // exposes no pending count: wait for three idle polls in a row.
+        wait_idle("fjall", 3, || self.keyspace.active_compactions() > 0)
     }
 }

@@ -170,6 +170,41 @@ pub fn dir_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// How long `settle` waits for an engine's background work before giving up.
+pub const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Polls `busy` every 100 ms until it has answered false `quiet` times in a
+/// row (an engine that schedules work shortly after a flush needs more than
+/// one); an error naming `engine` if that takes longer than [`SETTLE_LIMIT`].
+pub fn wait_idle(engine: &str, quiet: u32, busy: impl Fn() -> bool) -> Result<()> {
+    let start = std::time::Instant::now();
+    let mut idle = 0;
+    loop {
+        if busy() {
+            idle = 0;
+        } else {
+            idle += 1;
+            if idle >= quiet {
+                return Ok(());
+            }
+        }
+        if start.elapsed() > SETTLE_LIMIT {
+            return Err(Error(format!(
+                "{engine}: background work still running after {} s",
+                SETTLE_LIMIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Parses property `name`'s value `v` as a boolean, as the engine's settings
+/// take one (`true`/`false`, `on`/`off`, `1`/`0`).
+pub fn flag(name: &str, v: &str) -> Result<bool> {
+    <bool as ::tern::SettingValue>::parse_setting(v)
+        .map_err(|why| Error(format!("{name}: {v:?} {why}")))
+}
+
 /// Parses a size with an optional K/M/G/T suffix (powers of 1024), as the
 /// engine's size settings take it.
 pub fn parse_size(s: &str) -> Option<u64> {
@@ -179,6 +214,26 @@ pub fn parse_size(s: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_idle_needs_quiet_polls_in_a_row() {
+        let polls = std::cell::Cell::new(0);
+        // Busy, idle, busy, then idle for good.
+        let busy = || {
+            polls.set(polls.get() + 1);
+            matches!(polls.get(), 1 | 3)
+        };
+        wait_idle("test", 2, busy).unwrap();
+        assert_eq!(polls.get(), 5, "two idle polls after the last busy one");
+    }
+
+    #[test]
+    fn flags_take_the_engine_forms_and_refuse_others() {
+        assert!(flag("x.sync", "on").unwrap());
+        assert!(!flag("x.sync", "0").unwrap());
+        let e = flag("x.sync", "maybe").unwrap_err().to_string();
+        assert!(e.contains("x.sync"), "{e}");
+    }
 
     #[test]
     fn sizes_and_unknown_bindings() {

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions, DB};
 
-use super::{parse_size, Binding, EngineStats, ReadResult};
+use super::{flag, parse_size, wait_idle, Binding, EngineStats, ReadResult};
 use crate::props::Properties;
 use crate::{Error, Result};
 
@@ -67,7 +67,11 @@ impl RocksBinding {
         };
         let mut o = Options::default();
         o.create_if_missing(true);
-        let statistics = props.get("rocksdb.statistics") == Some("true");
+        let get_flag = |name: &str| -> Result<bool> {
+            let prop = format!("rocksdb.{name}");
+            props.get(&prop).map_or(Ok(false), |v| flag(&prop, v))
+        };
+        let statistics = get_flag("statistics")?;
         if statistics {
             o.enable_statistics();
         }
@@ -105,7 +109,7 @@ impl RocksBinding {
             opts: o,
             dir: dir.to_path_buf(),
             label: if blob { "rocksdb-blob" } else { "rocksdb" },
-            sync: props.get("rocksdb.sync") == Some("true"),
+            sync: get_flag("sync")?,
             statistics,
         })
     }
@@ -215,25 +219,10 @@ impl Binding for RocksBinding {
     fn settle(&self) -> Result<()> {
         self.db.flush().map_err(err)?;
         // Let pending compactions finish, as Tern's settle does.
-        for _ in 0..600 {
-            let pending = self
-                .db
-                .property_int_value("rocksdb.compaction-pending")
-                .ok()
-                .flatten()
-                .unwrap_or(0);
-            let running = self
-                .db
-                .property_int_value("rocksdb.num-running-compactions")
-                .ok()
-                .flatten()
-                .unwrap_or(0);
-            if pending == 0 && running == 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        Ok(())
+        let int = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        wait_idle(self.label, 1, || {
+            int("rocksdb.compaction-pending") > 0 || int("rocksdb.num-running-compactions") > 0
+        })
     }
 }
 
@@ -315,12 +304,11 @@ Cumulative stall: 00:01:2.500 H:M:S, 3.2 percent
         props.set_pair("rocksdb.write_buffer_size=1M").unwrap();
         let db = RocksBinding::open(&dir, &props, false).unwrap();
         let value = vec![3u8; 1000];
-        for round in 0..4u32 {
+        for _ in 0..4 {
             for i in 0..4000u32 {
                 db.put(format!("key{i:08}").as_bytes(), &value).unwrap();
             }
             db.db.flush().unwrap();
-            let _ = round;
         }
         db.db.compact_range::<&[u8], &[u8]>(None, None);
         let s = db.stats();

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tern::{Db, Options, ReadOptions, SettingValue, Settings, WriteOptions};
+use tern::{Db, Options, ReadOptions, Settings, WriteOptions};
 
-use super::{Binding, EngineStats, ReadResult};
+use super::{flag, Binding, EngineStats, ReadResult};
 use crate::props::Properties;
 use crate::{Error, Result};
 
@@ -26,11 +26,6 @@ const ALIASES: &[(&str, &str)] = &[
     ("compression", "compression_per_level"),
 ];
 
-fn flag(name: &str, v: &str) -> Result<bool> {
-    <bool as SettingValue>::parse_setting(v)
-        .map_err(|why| Error(format!("tern.{name}: {v:?} {why}")))
-}
-
 /// Applies `tern.*` properties: every [`tern::Settings`] field by its name
 /// (`-p tern.write_buffer_size=64M`), plus `sync` and `disable_wal` for the
 /// writes.
@@ -40,8 +35,8 @@ pub fn apply_options(props: &Properties) -> Result<(Options, WriteOptions)> {
     for (name, v) in props.with_prefix("tern.") {
         let v = v.as_str();
         match name.as_str() {
-            "sync" => w.sync = flag(&name, v)?,
-            "disable_wal" => w.disable_wal = flag(&name, v)?,
+            "sync" => w.sync = flag("tern.sync", v)?,
+            "disable_wal" => w.disable_wal = flag("tern.disable_wal", v)?,
             other => {
                 let setting = ALIASES
                     .iter()

@@ -39,12 +39,18 @@ pub struct Space {
 pub struct PhaseIo {
     /// The whole process's I/O: client threads and the engine's own.
     pub process: ProcIo,
-    /// Bytes of keys and values the phase passed to writes.
+    /// Bytes of keys and values the phase's successful writes passed.
     pub user_bytes_written: u64,
-    /// `process.written / user_bytes_written`: bytes written to every file
-    /// (logs, tables, blob files, manifests) per user byte; 0 when the phase
-    /// wrote nothing.
-    pub write_amp: f64,
+}
+
+impl PhaseIo {
+    /// `process.written / user_bytes_written`: bytes written (logs, tables,
+    /// blob files, manifests; for a server binding, the protocol sent) per
+    /// user byte. `None` when the phase wrote nothing.
+    pub fn write_amp(&self) -> Option<f64> {
+        (self.user_bytes_written > 0)
+            .then(|| self.process.written as f64 / self.user_bytes_written as f64)
+    }
 }
 
 /// Everything measured in one phase.

@@ -316,10 +316,9 @@ pub fn render(reports: &[Report]) -> String {
                     o.p9999_us,
                     if first { bytes(p.space.final_bytes) } else { String::new() },
                     if first { format!("{:.2}", p.space.space_amp) } else { String::new() },
-                    if first && p.io.user_bytes_written > 0 {
-                        format!("{:.2}", p.io.write_amp)
-                    } else {
-                        String::new()
+                    match p.io.write_amp() {
+                        Some(w) if first => format!("{w:.2}"),
+                        _ => String::new(),
                     },
                     if first { opt(p.engine.compaction_read) } else { String::new() },
                     if first { opt(p.engine.compaction_write) } else { String::new() },

@@ -88,11 +88,11 @@ pub fn metrics_lines(r: &PhaseResult) -> String {
     );
     let _ = writeln!(
         s,
-        "[metrics] io: written={} read={} user_written={} write_amp={:.3} settle_sec={:.1}",
+        "[metrics] io: written={} read={} user_written={} write_amp={} settle_sec={:.1}",
         r.io.process.written,
         r.io.process.read,
         r.io.user_bytes_written,
-        r.io.write_amp,
+        r.io.write_amp().map_or("n/a".into(), |w| format!("{w:.3}")),
         r.settle_sec
     );
     let _ = writeln!(s, "compact.read.bytes COUNT : {}", opt(e.compaction_read));
