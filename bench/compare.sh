@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Reproduces the comparison table in docs/bench.md: YCSB load, A, B, C, F, E
-# against tern, rocksdb, rocksdb-blob and fjall, each on a fresh directory,
-# raw outputs under bench/results/.
+# Runs the comparison behind docs/bench.md's results (`compare.sh 2000000
+# 1000000`): YCSB load, A, B, C, F, E against tern, rocksdb, rocksdb-blob
+# and fjall, each on a fresh directory, raw outputs under
+# bench/results/compare-<records>/.
 # Usage: bench/compare.sh [records] [operations]   (default: 500000 500000)
 set -euo pipefail
 cd "$(dirname "$0")/.."

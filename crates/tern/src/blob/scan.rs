@@ -46,8 +46,8 @@ pub struct ScanResolver {
     forward: bool,
     /// Reused buffer for batch spans.
     span: Vec<u8>,
-    /// Readers this scan used, most recent last: a value then costs no
-    /// shared lock or reference count.
+    /// Readers this scan used, most recent last: a value then skips the
+    /// shared open-file set's lookup (a read lock and a hash).
     readers: Vec<Arc<BlobReader>>,
 }
 
