@@ -256,19 +256,12 @@ impl BlobReader {
         Ok(rec)
     }
 
-    /// Reads up to `len` raw bytes of records starting at `offset` (clipped
-    /// at the end of the records), for readahead.
+    /// Reads up to `len` raw bytes of records starting at `offset`, clipped
+    /// at the end of the records (at least one byte must lie inside).
     pub fn read_records_raw(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(self.footer.index_offset);
-        if offset < BLOB_HEADER_LEN as u64 || offset >= end {
-            return Err(Error::corruption(
-                &self.path,
-                offset,
-                "readahead outside the records",
-            ));
-        }
-        let mut buf = vec![0u8; (end - offset) as usize];
-        self.file.read_exact_at(offset, &mut buf).ctx(&self.path)?;
+        let mut buf = Vec::new();
+        self.read_span(offset, end.saturating_sub(offset).max(1), &mut buf)?;
         Ok(buf)
     }
 

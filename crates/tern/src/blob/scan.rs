@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{BlobReader, BlobResolver, ExpectedRecord};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::blob::BLOB_HEADER_LEN;
 
 /// Smallest readahead window, bytes.
@@ -40,10 +40,11 @@ pub struct Located {
 /// Resolves separated values for one iterator.
 pub struct ScanResolver {
     inner: BlobResolver,
-    /// (file, offset of the first byte, bytes).
-    window: Option<(u64, u64, Vec<u8>)>,
+    /// Backward window: (file, offset of its first byte); its bytes are
+    /// in `window_buf`.
+    window: Option<(u64, u64)>,
+    window_buf: Vec<u8>,
     readahead: u64,
-    forward: bool,
     /// Reused buffer for batch spans.
     span: Vec<u8>,
     /// Readers this scan used, most recent last: a value then skips the
@@ -57,18 +58,10 @@ impl ScanResolver {
         ScanResolver {
             inner,
             window: None,
+            window_buf: Vec::new(),
             readahead: READAHEAD_MIN,
-            forward: true,
             span: Vec::new(),
             readers: Vec::new(),
-        }
-    }
-
-    /// Sets the scan direction (reverse scans read the window backwards).
-    pub fn set_forward(&mut self, forward: bool) {
-        if self.forward != forward {
-            self.forward = forward;
-            self.readahead = READAHEAD_MIN;
         }
     }
 
@@ -107,7 +100,8 @@ impl ScanResolver {
     /// [`BlobReader::read_value`] checks it; a damaged record fails only its
     /// own entry.
     pub fn read_batch(&mut self, batch: &[(&[u8], &Located)]) -> Vec<Result<Vec<u8>>> {
-        let mut out: Vec<Option<Result<Vec<u8>>>> = (0..batch.len()).map(|_| None).collect();
+        // Every slot is written once below: `order` is a permutation.
+        let mut out: Vec<Result<Vec<u8>>> = (0..batch.len()).map(|_| Ok(Vec::new())).collect();
         let mut order: Vec<usize> = (0..batch.len()).collect();
         order.sort_unstable_by_key(|&i| (batch[i].1.reader.number(), batch[i].1.offset));
         let want = |i: usize| ExpectedRecord {
@@ -150,20 +144,17 @@ impl ScanResolver {
                             .value_from_buffer(&self.span, start, l.offset, want(k))
                     })
                     .flatten();
-                out[k] = Some(from_span.unwrap_or_else(|| l.reader.read_value(l.offset, want(k))));
+                out[k] = from_span.unwrap_or_else(|| l.reader.read_value(l.offset, want(k)));
             }
             i = j;
         }
-        out.into_iter()
-            .map(|v| {
-                v.unwrap_or_else(|| Err(Error::Internal("batch read skipped a value".to_string())))
-            })
-            .collect()
+        out
     }
 
-    /// Like [`BlobResolver::resolve`], served from a readahead window when
-    /// possible (one value at a time: backward scans).
-    pub fn resolve(
+    /// Like [`BlobResolver::resolve`], for a backward scan: served from a
+    /// window of the file that ends at the record and grows while the scan
+    /// walks the file backwards.
+    pub fn resolve_backward(
         &mut self,
         source: (&Path, u64),
         user_key: &[u8],
@@ -177,19 +168,13 @@ impl ScanResolver {
             size,
         };
         let mut sequential = false;
-        if let Some((file, start, buf)) = &self.window {
-            if *file == reader.number() {
-                if let Some(v) = reader.value_from_buffer(buf, *start, offset, want) {
+        if let Some((file, start)) = self.window {
+            if file == reader.number() {
+                if let Some(v) = reader.value_from_buffer(&self.window_buf, start, offset, want) {
                     return v;
                 }
-                // Just past the window in the scan's direction: the scan is
-                // walking this file, so the next window may be larger.
-                let end = start + buf.len() as u64;
-                sequential = if self.forward {
-                    offset >= end && offset - end < self.readahead
-                } else {
-                    offset < *start && *start - offset < self.readahead
-                };
+                // Just before the window: the scan is walking this file.
+                sequential = offset < start && start - offset < self.readahead;
             }
         }
         self.readahead = if sequential {
@@ -198,27 +183,24 @@ impl ScanResolver {
             READAHEAD_MIN
         };
         let need = want.record_len();
-        let end = match offset.checked_add(need) {
-            Some(end) if need < self.readahead && offset >= BLOB_HEADER_LEN as u64 => end,
-            // A large value (or a damaged offset, which `read_value`
-            // reports): read just its record.
-            _ => {
-                self.window = None;
-                return reader.read_value(offset, want);
-            }
-        };
-        let start = if self.forward {
-            offset
-        } else {
-            end.saturating_sub(self.readahead)
-                .max(BLOB_HEADER_LEN as u64)
-        };
-        let buf = reader.read_records_raw(start, self.readahead.max(end - start))?;
-        let v = match reader.value_from_buffer(&buf, start, offset, want) {
-            Some(v) => v,
-            None => reader.read_value(offset, want),
-        };
-        self.window = Some((reader.number(), start, buf));
-        v
+        let end = offset.saturating_add(need);
+        let start = end
+            .saturating_sub(self.readahead)
+            .max(BLOB_HEADER_LEN as u64);
+        // A large value, or an offset outside the records (which
+        // `read_value` reports): read just its record.
+        if need >= self.readahead
+            || start > offset
+            || reader
+                .read_span(start, end - start, &mut self.window_buf)
+                .is_err()
+        {
+            self.window = None;
+            return reader.read_value(offset, want);
+        }
+        self.window = Some((reader.number(), start));
+        reader
+            .value_from_buffer(&self.window_buf, start, offset, want)
+            .unwrap_or_else(|| reader.read_value(offset, want))
     }
 }

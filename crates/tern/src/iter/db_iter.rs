@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::read_ahead::{Pending, ReadAhead, Staged};
+use super::read_ahead::{After, ReadAhead, Staged};
 use super::BoxedIter;
 use crate::blob::{BlobResolver, Located, ScanResolver};
 use crate::error::{Error, Result};
@@ -47,9 +47,9 @@ pub struct DbIterator {
     lower: Option<Vec<u8>>,
     upper: Option<Vec<u8>>,
     error: Option<Error>,
-    /// Resolves separated values; `blob_value` holds the current one.
+    /// Resolves separated values: forward in read-ahead batches, backward
+    /// one at a time into `saved_value`.
     resolver: Option<ScanResolver>,
-    blob_value: Option<Vec<u8>>,
     /// Forward over separated values: entries read ahead of the caller.
     ahead: ReadAhead,
     _pins: Vec<Pin>,
@@ -76,7 +76,6 @@ impl DbIterator {
             upper,
             error: None,
             resolver: None,
-            blob_value: None,
             ahead: ReadAhead::default(),
             _pins: pins,
         }
@@ -99,31 +98,24 @@ impl DbIterator {
         }
     }
 
-    /// The value at the inner cursor, resolving a blob reference.
-    fn load_value(&mut self, kind: ValueKind) -> Result<()> {
-        self.blob_value = None;
-        if kind == ValueKind::BlobRef {
-            let forward = self.direction == Direction::Forward;
-            let Some((source, block)) = self.inner.source() else {
-                return Err(Error::Internal("blob reference in a memtable".to_string()));
-            };
-            let Some(r) = self.resolver.as_mut() else {
-                return Err(Error::Internal(
-                    "blob reference read without a resolver".to_string(),
-                ));
-            };
-            r.set_forward(forward);
-            let ikey = self.inner.key();
-            let seq = internal_key::trailer(ikey) >> 8;
-            let v = r.resolve(
-                (source, block),
-                internal_key::user_key(ikey),
-                seq,
-                self.inner.value(),
-            )?;
-            self.blob_value = Some(v);
-        }
-        Ok(())
+    /// The separated value at the inner cursor (a backward step; forward
+    /// ones read ahead in batches).
+    fn resolve_backward(&mut self) -> Result<Vec<u8>> {
+        let Some((source, block)) = self.inner.source() else {
+            return Err(Error::Internal("blob reference in a memtable".to_string()));
+        };
+        let Some(r) = self.resolver.as_mut() else {
+            return Err(Error::Internal(
+                "blob reference read without a resolver".to_string(),
+            ));
+        };
+        let ikey = self.inner.key();
+        r.resolve_backward(
+            (source, block),
+            internal_key::user_key(ikey),
+            internal_key::trailer(ikey) >> 8,
+            self.inner.value(),
+        )
     }
 
     /// True when positioned at a key.
@@ -148,10 +140,7 @@ impl DbIterator {
             return e.value.as_deref().unwrap_or_default();
         }
         match self.direction {
-            Direction::Forward => self
-                .blob_value
-                .as_deref()
-                .unwrap_or_else(|| self.inner.value()),
+            Direction::Forward => self.inner.value(),
             Direction::Backward => &self.saved_value,
         }
     }
@@ -287,11 +276,8 @@ impl DbIterator {
         let Some(kind) = self.advance(skipping) else {
             return;
         };
-        if kind == ValueKind::BlobRef && self.resolver.is_some() {
+        if kind == ValueKind::BlobRef {
             return self.read_ahead();
-        }
-        if let Err(e) = self.load_value(kind) {
-            return self.fail(e);
         }
         self.valid = true;
         self.saved_key.clear();
@@ -338,28 +324,30 @@ impl DbIterator {
     /// separated values in one batch, and serve the first.
     fn read_ahead(&mut self) {
         let target = self.ahead.next_size();
-        let mut pending: Vec<(Vec<u8>, Pending)> = Vec::new();
-        let mut inner_on_last = true;
-        let mut end_error = None;
+        let mut entries: Vec<Staged> = Vec::new();
+        // Entries whose value is separated (their index), and where it is.
+        let mut blobs: Vec<(usize, Located)> = Vec::new();
+        let mut after = After::Inner;
         loop {
             let ikey = self.inner.key();
-            let user_key = internal_key::user_key(ikey).to_vec();
+            let key = internal_key::user_key(ikey).to_vec();
             let trailer = internal_key::trailer(ikey);
-            if trailer as u8 == ValueKind::BlobRef as u8 {
+            let value = if trailer as u8 == ValueKind::BlobRef as u8 {
                 let located = match (self.inner.source(), self.resolver.as_mut()) {
                     (Some(source), Some(r)) => r.locate(source, trailer >> 8, self.inner.value()),
                     _ => Err(Error::Internal(
                         "blob reference without a table or resolver".to_string(),
                     )),
                 };
-                pending.push((
-                    user_key,
-                    located.map_or_else(Pending::Failed, Pending::Blob),
-                ));
+                // Filled in by the batch read below.
+                located
+                    .map(|l| blobs.push((entries.len(), l)))
+                    .map(|()| Vec::new())
             } else {
-                pending.push((user_key, Pending::Inline(self.inner.value().to_vec())));
-            }
-            if pending.len() >= target {
+                Ok(self.inner.value().to_vec())
+            };
+            entries.push(Staged { key, value });
+            if entries.len() >= target {
                 break;
             }
             self.saved_key.clear();
@@ -367,38 +355,21 @@ impl DbIterator {
                 .extend_from_slice(internal_key::user_key(self.inner.key()));
             self.inner.next();
             if self.advance(true).is_none() {
-                inner_on_last = false;
-                end_error = self.error.take();
+                after = After::End(self.error.take());
                 break;
             }
         }
-        let batch: Vec<(&[u8], &Located)> = pending
-            .iter()
-            .filter_map(|(k, p)| match p {
-                Pending::Blob(l) => Some((k.as_slice(), l)),
-                _ => None,
-            })
-            .collect();
-        let mut values = match self.resolver.as_mut() {
-            Some(r) => r.read_batch(&batch),
-            None => Vec::new(),
+        if let Some(r) = self.resolver.as_mut() {
+            let batch: Vec<(&[u8], &Located)> = blobs
+                .iter()
+                .map(|(i, l)| (entries[*i].key.as_slice(), l))
+                .collect();
+            let values = r.read_batch(&batch);
+            for ((i, _), v) in blobs.iter().zip(values) {
+                entries[*i].value = v;
+            }
         }
-        .into_iter();
-        drop(batch);
-        let entries = pending
-            .into_iter()
-            .map(|(key, p)| Staged {
-                key,
-                value: match p {
-                    Pending::Blob(_) => values.next().unwrap_or_else(|| {
-                        Err(Error::Internal("read-ahead batch lost a value".to_string()))
-                    }),
-                    Pending::Inline(v) => Ok(v),
-                    Pending::Failed(e) => Err(e),
-                },
-            })
-            .collect();
-        self.ahead.fill(entries, inner_on_last, end_error);
+        self.ahead.fill(entries, after);
         self.saved_key.clear();
         self.valid = true;
         if let Some(e) = self.ahead.take_current_error() {
@@ -414,18 +385,20 @@ impl DbIterator {
             None => {
                 // The read-ahead entries are used up: carry on from the
                 // inner cursor, which sits on the last of them, or end.
-                let (inner_on_last, end_error) = self.ahead.finish();
-                if inner_on_last {
-                    self.saved_key.clear();
-                    self.saved_key
-                        .extend_from_slice(internal_key::user_key(self.inner.key()));
-                    self.inner.next();
-                    self.find_next_user_entry(true);
-                } else {
-                    self.saved_key.clear();
-                    self.valid = false;
-                    if let Some(e) = end_error {
-                        self.fail(e);
+                match self.ahead.finish() {
+                    After::Inner => {
+                        self.saved_key.clear();
+                        self.saved_key
+                            .extend_from_slice(internal_key::user_key(self.inner.key()));
+                        self.inner.next();
+                        self.find_next_user_entry(true);
+                    }
+                    After::End(end_error) => {
+                        self.saved_key.clear();
+                        self.valid = false;
+                        if let Some(e) = end_error {
+                            self.fail(e);
+                        }
                     }
                 }
             }
@@ -459,9 +432,8 @@ impl DbIterator {
                     self.saved_key.extend_from_slice(parsed.user_key);
                     self.saved_value.clear();
                     if kind == ValueKind::BlobRef {
-                        let resolved = self.load_value(kind).map(|()| self.blob_value.take());
-                        match resolved {
-                            Ok(v) => self.saved_value = v.unwrap_or_default(),
+                        match self.resolve_backward() {
+                            Ok(v) => self.saved_value = v,
                             Err(e) => return self.fail(e),
                         }
                     } else {

@@ -4,23 +4,12 @@
 //! The batch starts small, since a scan may stop after a few entries, and
 //! doubles with each refill while the scan goes on.
 
-use crate::blob::Located;
 use crate::error::{Error, Result};
 
 /// Entries the first batch of a scan reads ahead.
 const FIRST: usize = 8;
 /// Largest batch.
 const MAX: usize = 256;
-
-/// An entry's value while its batch is being gathered.
-pub enum Pending {
-    /// Stored in the table or memtable.
-    Inline(Vec<u8>),
-    /// Separated: where its record is.
-    Blob(Located),
-    /// Its reference could not be followed.
-    Failed(Error),
-}
 
 /// One entry read ahead, with its value or the error reading it met.
 pub struct Staged {
@@ -30,14 +19,22 @@ pub struct Staged {
     pub value: Result<Vec<u8>>,
 }
 
+/// What follows the last entry of a batch.
+pub enum After {
+    /// The inner cursor sits on the last entry: carry on from it.
+    Inner,
+    /// The scan ends after the last entry, with the error that ended it if
+    /// one did.
+    End(Option<Error>),
+}
+
 /// The read-ahead queue of one iterator. It is active while it has an entry
 /// at `pos`: the iterator then serves that entry instead of its inner
 /// cursor, which sits on the last entry of the queue (or at the end).
 pub struct ReadAhead {
     entries: Vec<Staged>,
     pos: usize,
-    inner_on_last: bool,
-    end_error: Option<Error>,
+    after: After,
     /// The next batch's size; `None` until the first batch after a seek.
     size: Option<usize>,
     /// The first batch after a seek, when the caller gave a hint.
@@ -59,8 +56,7 @@ impl ReadAhead {
         ReadAhead {
             entries: Vec::new(),
             pos: 0,
-            inner_on_last: false,
-            end_error: None,
+            after: After::End(None),
             size: None,
             hinted_first: hint.map(|h| h.saturating_add(1).clamp(1, MAX)),
         }
@@ -70,7 +66,7 @@ impl ReadAhead {
     pub fn reset(&mut self) {
         self.entries.clear();
         self.pos = 0;
-        self.end_error = None;
+        self.after = After::End(None);
         self.size = None;
     }
 
@@ -89,14 +85,11 @@ impl ReadAhead {
         n
     }
 
-    /// Installs a batch. `inner_on_last`: the inner cursor is on its last
-    /// entry; otherwise the scan ends after it, with `end_error` if an error
-    /// ended it.
-    pub fn fill(&mut self, entries: Vec<Staged>, inner_on_last: bool, end_error: Option<Error>) {
+    /// Installs a batch and what follows it.
+    pub fn fill(&mut self, entries: Vec<Staged>, after: After) {
         self.entries = entries;
         self.pos = 0;
-        self.inner_on_last = inner_on_last;
-        self.end_error = end_error;
+        self.after = after;
     }
 
     /// Whether the iterator is serving a read-ahead entry.
@@ -112,13 +105,14 @@ impl ReadAhead {
     /// If the current entry's value failed to read, drops the queue and
     /// returns the error.
     pub fn take_current_error(&mut self) -> Option<Error> {
-        let e = match self.entries.get_mut(self.pos)?.value.as_mut() {
-            Ok(_) => return None,
-            Err(e) => std::mem::replace(e, Error::Closed),
-        };
-        self.entries.clear();
-        self.pos = 0;
-        Some(e)
+        if self.current()?.value.is_ok() {
+            return None;
+        }
+        let pos = std::mem::replace(&mut self.pos, 0);
+        std::mem::take(&mut self.entries)
+            .into_iter()
+            .nth(pos)
+            .and_then(|e| e.value.err())
     }
 
     /// Steps to the next entry: `Some(Ok)` when there is one, `Some(Err)`
@@ -135,12 +129,11 @@ impl ReadAhead {
         })
     }
 
-    /// Ends a used-up queue: whether the inner cursor sits on its last entry,
-    /// and the error that ended the scan after it, if any.
-    pub fn finish(&mut self) -> (bool, Option<Error>) {
+    /// Ends a used-up queue, returning what follows it.
+    pub fn finish(&mut self) -> After {
         self.entries.clear();
         self.pos = 0;
-        (self.inner_on_last, self.end_error.take())
+        std::mem::replace(&mut self.after, After::End(None))
     }
 
     /// Drops the queue, returning the current entry's key: the caller moves
@@ -149,7 +142,7 @@ impl ReadAhead {
         let key = std::mem::take(&mut self.entries.get_mut(self.pos)?.key);
         self.entries.clear();
         self.pos = 0;
-        self.end_error = None;
+        self.after = After::End(None);
         Some(key)
     }
 }
