@@ -449,7 +449,6 @@ mod tests {
                 for (name, value) in random_settings(&mut StdRng::seed_from_u64(seed), scale) {
                     s.set(name, &value)
                         .unwrap_or_else(|e| panic!("seed {seed} {scale:?}: {name} = {value}: {e}"));
-                    assert!(s.get(name).is_some(), "{name}");
                 }
             }
         }

@@ -141,6 +141,11 @@ fn a_sim_history_replays_from_its_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.history");
     h.write(&path, "a test run").unwrap();
+    assert_eq!(
+        tern_ops::History::read(&path).unwrap(),
+        h,
+        "the file holds the history"
+    );
     let mut out = Vec::new();
     let first = tern_stress::sim::execute(&h, &mut out, 0).unwrap();
     let again = tern_stress::sim::replay(&path, &mut out).unwrap();

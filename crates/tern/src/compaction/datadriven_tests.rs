@@ -67,7 +67,10 @@ fn compaction_picker() {
         let mut opts = Options::default();
         f.run(|case| -> String {
             let num = |key: &str, default: u64| {
-                arg(case, key).map_or(default, |s| s.parse().unwrap_or(default))
+                arg(case, key).map_or(default, |s| {
+                    s.parse()
+                        .unwrap_or_else(|_| panic!("{key}={s}: not a whole number"))
+                })
             };
             match case.directive.as_str() {
                 "define" => {
