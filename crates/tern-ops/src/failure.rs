@@ -21,7 +21,8 @@ pub struct SaveTo<'a> {
 
 /// Writes `h`, which failed with `error`, to `<dir>/<stem>.history`; then,
 /// unless `budget.runs` is 0, shrinks it to a history that fails the same
-/// way ([`failure_signature`]) and writes that to
+/// way (the same message once numbers and parenthesized context are taken
+/// out) and writes that to
 /// `<dir>/<stem>.shrunk.history`. `run` executes a candidate (`Err` with
 /// its failure message when it fails). Returns lines for the person: where
 /// the files are and how to replay them (or why they could not be

@@ -138,7 +138,12 @@ pub struct Generator {
 
 impl Generator {
     /// A generator of `profile` seeded with `seed`.
-    pub fn new(profile: Profile, seed: u64) -> Generator {
+    pub fn new(mut profile: Profile, seed: u64) -> Generator {
+        if profile.groups == 0 {
+            // No groups to write or check: those draws go to the others.
+            profile.weights.group_write = 0;
+            profile.weights.group_check = 0;
+        }
         let mut sum = 0;
         let cumulative = profile
             .weights
@@ -233,7 +238,7 @@ impl Generator {
                 let sync = self.chance(p.sync);
                 self.write(entries, sync, out);
             }
-            "group_write" if p.groups > 0 => {
+            "group_write" => {
                 let target = Target::Group(self.rng.gen_range(0..p.groups));
                 let put = !self.chance(0.15);
                 let sync = self.chance(p.sync);
@@ -270,7 +275,7 @@ impl Generator {
                     reverse: self.rng.gen_bool(0.5),
                 });
             }
-            "group_check" if p.groups > 0 => out.push(Op::GroupCheck {
+            "group_check" => out.push(Op::GroupCheck {
                 group: self.rng.gen_range(0..p.groups),
             }),
             "sync_wal" => self.maintenance(Op::SyncWal, out),
@@ -299,7 +304,8 @@ impl Generator {
                 out.push(op);
                 out.extend(self.epoch_start());
             }
-            // Group operations with no groups in the profile.
+            // Every name in `Weights::NAMES` has an arm above (a test
+            // draws each); reads are the harmless answer to anything else.
             _ => out.push(Op::Get { key: self.key() }),
         }
     }
@@ -335,11 +341,18 @@ impl Generator {
         out.push(Op::Fault { kind, skip, then });
     }
 
+    /// Whether an epoch skips the WAL, at the profile's `no_wal` chance
+    /// (drawn for each epoch that follows an end, and by a harness for its
+    /// first epoch).
+    pub fn draw_no_wal(&mut self) -> bool {
+        self.chance(self.profile.no_wal)
+    }
+
     /// The operation that ends an epoch: a clean reopen when `clean` (or
     /// when the profile simulates no crash modes), else a crash.
     pub fn epoch_end(&mut self, clean: bool) -> Op {
         self.held = 0;
-        let no_wal = self.chance(self.profile.no_wal);
+        let no_wal = self.draw_no_wal();
         if clean || self.profile.crash_modes == 0 {
             Op::Reopen {
                 no_wal,
@@ -435,5 +448,37 @@ mod tests {
         let mut p = Profile::stress(10, 0);
         p.weights = Weights::default();
         assert!(Generator::new(p, 1).take(10).is_empty());
+    }
+
+    #[test]
+    fn every_weight_name_draws_its_own_operation() {
+        for name in Weights::NAMES {
+            let mut p = Profile::model(5, 5);
+            p.weights = Weights::default();
+            p.weights.set(name, 1).unwrap();
+            p.sync = 0.0;
+            let ops = Generator::new(p, 3).take(20);
+            let gets = ops.iter().filter(|o| matches!(o, Op::Get { .. })).count();
+            if *name == "get" {
+                assert_eq!(gets, ops.len());
+            } else {
+                assert_eq!(gets, 0, "{name} fell through to reads: {ops:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn without_groups_no_group_operation_is_drawn() {
+        let mut p = Profile::stress(10, 0);
+        p.weights = Weights {
+            group_write: 5,
+            group_check: 5,
+            put: 1,
+            ..Weights::default()
+        };
+        let ops = Generator::new(p, 2).take(500);
+        assert!(!ops.is_empty());
+        assert!(ops.iter().all(|o| matches!(o, Op::Write { entries, .. }
+            if entries.iter().all(|e| matches!(e.target, Target::Key(_))))));
     }
 }

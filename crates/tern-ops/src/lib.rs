@@ -34,6 +34,6 @@ pub use generate::{Generator, Profile};
 pub use history::History;
 pub use op::{Entry, Op, Recovery, Target};
 pub use settings::{random_settings, Scale};
-pub use shrink::{failure_signature, shrink, Budget, ShrinkReport};
+pub use shrink::{shrink, Budget, ShrinkReport};
 pub use summary::ci_summary;
 pub use weights::Weights;

@@ -212,6 +212,19 @@ impl Op {
                 upper: None,
                 reverse: *reverse,
             }),
+            Op::SnapshotRead {
+                index,
+                key,
+                lower,
+                upper,
+                reverse,
+            } if lower.is_some() || upper.is_some() => out.push(Op::SnapshotRead {
+                index: *index,
+                key: *key,
+                lower: None,
+                upper: None,
+                reverse: *reverse,
+            }),
             Op::Compact { range: Some(_) } => out.push(Op::Compact { range: None }),
             Op::Fault {
                 kind,

@@ -102,3 +102,26 @@ fn bad_lines_name_what_is_wrong() {
         assert!(err.contains(want), "{line:?}: {err}");
     }
 }
+
+#[test]
+fn snapshot_reads_simplify_to_unbounded_scans_like_scans() {
+    let bounded = Op::SnapshotRead {
+        index: 2,
+        key: 5,
+        lower: Some(1),
+        upper: None,
+        reverse: true,
+    };
+    assert_eq!(
+        bounded.simpler(),
+        [Op::SnapshotRead {
+            index: 2,
+            key: 5,
+            lower: None,
+            upper: None,
+            reverse: true,
+        }]
+    );
+    let unbounded = &bounded.simpler()[0];
+    assert!(unbounded.simpler().is_empty());
+}

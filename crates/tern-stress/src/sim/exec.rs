@@ -21,10 +21,7 @@ pub(super) fn options_from(h: &History, fs: FsRef) -> Result<Options, String> {
     let mut s = Settings::default();
     s.set_all(h.settings.iter().map(|(n, v)| (n, v)))
         .map_err(|e| format!("history settings: {e}"))?;
-    Ok(Options {
-        fs,
-        ..Options::new(s)
-    })
+    Ok(Options::new(s).with_fs(fs))
 }
 
 /// `tern check` on the files in `mem`: an error naming `when` unless it

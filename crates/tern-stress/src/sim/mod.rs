@@ -147,7 +147,7 @@ pub fn history_for(cfg: &StressConfig) -> History {
     let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5157_0000);
     let mut gen = Generator::new(profile, rng.gen());
     // The first epoch skips the WAL as often as later ones.
-    let no_wal = gen.below(10) == 0;
+    let no_wal = gen.draw_no_wal();
     let mut ops = Vec::new();
     ops.extend(gen.epoch_start());
     for _ in 0..a.crashes {
