@@ -144,13 +144,28 @@ impl Config {
         };
         let mut table: toml::Table = toml::from_str(text).map_err(|e| see(&e))?;
         // Engine settings are named as in `tern::Settings`; the kebab-case
-        // spelling of the rest of this file is accepted too.
-        if let Some(toml::Value::Table(engine)) = table.get_mut("engine") {
-            *engine = std::mem::take(engine)
-                .into_iter()
-                .map(|(k, v)| (k.replace('-', "_"), v))
-                .collect();
+        // spelling of the rest of this file is accepted too. Only a file
+        // that uses it is rebuilt from its table: parsing the text keeps
+        // the line and column in errors.
+        let kebab = match table.get_mut("engine") {
+            Some(toml::Value::Table(engine)) if engine.keys().any(|k| k.contains('-')) => engine,
+            _ => {
+                let c: Config = toml::from_str(text).map_err(|e| see(&e))?;
+                c.validate()?;
+                return Ok(c);
+            }
+        };
+        let mut snake = toml::Table::new();
+        for (k, v) in std::mem::take(kebab) {
+            let name = k.replace('-', "_");
+            if snake.insert(name.clone(), v).is_some() {
+                let kebab = name.replace('_', "-");
+                return Err(ConfigError(format!(
+                    "[engine] sets {name} twice (also as {kebab}); keep one"
+                )));
+            }
         }
+        *kebab = snake;
         let c = Config::deserialize(table).map_err(|e| see(&e))?;
         c.validate()?;
         Ok(c)
@@ -196,6 +211,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn errors_in_a_file_name_their_line() {
+        let e = Config::from_toml("port = 7000\nmaxclients = \"many\"\n").unwrap_err();
+        assert!(e.0.contains("line 2"), "{e}");
+    }
+
+    #[test]
     fn parses_a_file_and_rejects_unknown_keys() {
         let c = Config::from_toml(
             "port = 7000\nappendfsync = \"always\"\nrequirepass = \"pw\"\n[engine]\nwrite_buffer_size = 1048576\nblob_threshold = \"off\"\n",
@@ -209,6 +230,9 @@ mod tests {
         // The kebab-case spelling of the other settings works for the
         // engine's too; unknown engine settings are errors.
         let c = Config::from_toml("[engine]\nmax-open-files = 64\n").unwrap();
+        let e =
+            Config::from_toml("[engine]\nmax-open-files = 64\nmax_open_files = 8\n").unwrap_err();
+        assert!(e.0.contains("max_open_files twice"), "{e}");
         assert_eq!(c.engine.max_open_files, 64);
         let e = Config::from_toml("[engine]\nwrite-bufer-size = 1\n").unwrap_err();
         assert!(e.0.contains("write_bufer_size"), "{e}");
