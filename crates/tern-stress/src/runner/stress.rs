@@ -43,8 +43,8 @@ impl Stress {
         }
     }
 
-    pub(super) fn lock_all(&self, slots: &[usize]) -> Guards<'_> {
-        let mut ids: Vec<usize> = slots.iter().map(|&s| self.lock_of(s)).collect();
+    pub(super) fn lock_all(&self, slots: impl IntoIterator<Item = usize>) -> Guards<'_> {
+        let mut ids: Vec<usize> = slots.into_iter().map(|s| self.lock_of(s)).collect();
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter().map(|i| self.locks[i].lock()).collect()
@@ -298,8 +298,7 @@ impl Stress {
                 if slots.is_empty() {
                     return Ok(());
                 }
-                let locked: Vec<usize> = slots.iter().map(|&(s, _)| s).collect();
-                let _g = self.lock_all(&locked);
+                let _g = self.lock_all(slots.iter().map(|&(s, _)| s));
                 let states: Vec<(usize, KeyState)> = slots
                     .iter()
                     .map(|&(s, put)| (s, self.exp.next_state(s, put)))
@@ -315,14 +314,14 @@ impl Stress {
             }
             Op::Get { key } => {
                 let s = slot(*key);
-                let _g = self.lock_all(&[s]);
+                let _g = self.lock_all([s]);
                 let got = self.read_slot(s, None)?;
                 self.check(s, got.as_deref(), self.exp.committed(s), "point read")?;
                 c.reads.fetch_add(1, Ordering::Relaxed);
             }
             Op::GroupCheck { group: g } if self.groups > 0 => {
                 let g = *g as usize % self.groups;
-                let _g = self.lock_all(&[keys + g]);
+                let _g = self.lock_all([keys + g]);
                 let got = self.read_slot(keys + g, None)?;
                 self.check(keys + g, got.as_deref(), self.exp.committed(keys + g), "group read")?;
                 self.check_group(g)?;
@@ -338,7 +337,7 @@ impl Stress {
                     (c.scans.load(Ordering::Relaxed) as u32 ^ writer as u32).wrapping_mul(2_654_435_761)
                 });
                 let r = slot(at) / RANGE % ranges(keys);
-                let _g = self.lock_all(&[r * RANGE]);
+                let _g = self.lock_all([r * RANGE]);
                 let want = self.range_states(r);
                 self.scan_range(r, &want, None, *reverse, "scan")?;
                 c.scans.fetch_add(1, Ordering::Relaxed);
@@ -351,7 +350,7 @@ impl Stress {
             } => {
                 let r = slot(lower.unwrap_or(*key)) / RANGE % ranges(keys);
                 let (snap, want) = {
-                    let _g = self.lock_all(&[r * RANGE]);
+                    let _g = self.lock_all([r * RANGE]);
                     let snap = self.db.snapshot().map_err(|e| format!("snapshot: {e}"))?;
                     (snap, self.range_states(r))
                 };
