@@ -177,6 +177,85 @@ fn synced_writes_survive_a_crash_after_a_failed_sync() {
     }
 }
 
+/// Options whose WAL goes to the background syncer every 4 KiB and whose
+/// memtable does not switch within these tests.
+fn background_wal_sync_opts(fs: tern::io::FsRef, per_sync: u64) -> Options {
+    let mut opts = small_opts(fs);
+    opts.settings.write_buffer_size = 8 << 20;
+    opts.settings.wal_bytes_per_sync = per_sync;
+    opts
+}
+
+/// Polls `f` every 10 ms for up to 10 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_wal_goes_to_the_background_syncer_as_it_grows() {
+    for per_sync in [0, 4096] {
+        let (_mem, fault) = fault_fs();
+        let db = Db::open(DIR, background_wal_sync_opts(fault.clone(), per_sync)).unwrap();
+        for i in 0..200 {
+            db.put(&key(i), &value(i, 0)).unwrap();
+        }
+        if per_sync == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert_eq!(db.stats().wal_background_syncs, 0, "syncing is off");
+        } else {
+            // About 24 KiB of WAL: several requests, coalesced while busy.
+            eventually("a background WAL sync", || {
+                db.stats().wal_background_syncs > 0
+            });
+        }
+        assert_eq!(db.stats().wal_syncs, 0, "no write asked for a sync");
+    }
+}
+
+#[test]
+fn a_failed_background_wal_sync_poisons_the_store() {
+    let (_mem, fault) = fault_fs();
+    let db = Db::open(DIR, background_wal_sync_opts(fault.clone(), 4096)).unwrap();
+    fault.only_paths_containing(".log");
+    fault.fail_after(FaultKind::Sync, 0);
+    // Unsynced writes succeed until the syncer's failure poisons the store.
+    let mut i = 0;
+    eventually("a write refused after the failed sync", || {
+        i += 1;
+        db.put(&key(i), &value(i, 0)).is_err()
+    });
+    assert!(fault.injected() >= 1);
+    assert_poisoned(
+        db.put(b"after", b"x"),
+        "write after a failed background sync",
+    );
+    let cause = db.stats().background_error.unwrap_or_default();
+    assert!(cause.contains(".log"), "the error names the WAL: {cause}");
+}
+
+#[test]
+fn sync_handles_fail_as_their_writers_sync_would() {
+    let (_mem, fault) = fault_fs();
+    fault.create_dir_all(std::path::Path::new("/d")).unwrap();
+    let mut f = fault.create(std::path::Path::new("/d/x.log")).unwrap();
+    f.append(b"data").unwrap();
+    f.flush().unwrap();
+    let handle = f.sync_handle().unwrap();
+    fault.fail_once(FaultKind::Sync);
+    assert!(handle.sync_data().is_err(), "injected sync fault");
+    handle.sync_data().unwrap();
+    fault.fail_once(FaultKind::Sync);
+    assert!(handle.start_writeback().is_err(), "injected sync fault");
+    handle.start_writeback().unwrap();
+}
+
 // --------------------------------------------------------------------- flush
 
 #[test]

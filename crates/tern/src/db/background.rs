@@ -1,5 +1,5 @@
 //! Background threads: one flushes immutable memtables, one compacts, one
-//! collects blob garbage.
+//! collects blob garbage, one syncs the WAL as it grows.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -76,7 +76,13 @@ pub fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
             .name("tern-gc".into())
             .spawn(move || gc_loop(&s))?
     };
-    Ok(vec![flush, compact, gc])
+    let wal_sync = {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("tern-wal-sync".into())
+            .spawn(move || super::wal_sync::syncer_loop(&s))?
+    };
+    Ok(vec![flush, compact, gc, wal_sync])
 }
 
 fn gc_loop(s: &Shared) {

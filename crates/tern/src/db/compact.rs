@@ -192,8 +192,10 @@ impl Shared {
             state.obsolete_tables.extend(obsolete);
         }
         self.install_super_version(&state);
-        self.delete_obsolete_files(&mut state);
+        let doomed = self.take_obsolete_files(&mut state);
         self.bg_done.notify_all();
+        drop(state);
+        self.remove_files(doomed);
         Ok(())
     }
 }

@@ -5,7 +5,8 @@
 //! read, but it is held across the metadata I/O that must be ordered with
 //! the version: an install's manifest append (directory fsync, append,
 //! fsync), a memtable switch (creating the next WAL, directory fsync, fsync
-//! of the old WAL), unlinking obsolete files, and recovery at open.
+//! of what the background WAL sync has not yet synced of the old WAL), and
+//! recovery at open. Obsolete files are unlinked after it is released.
 //! Readers touch only `current` (a cheap `Arc` clone), writers only the
 //! commit queue and, as group leader, `wal`.
 //! Lock order: `queue` → `state` → `wal` → `current`.
@@ -21,6 +22,7 @@ use super::commit_queue::CommitQueue;
 use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
+use super::wal_sync::{ActiveWal, WalSyncer};
 use crate::blob::BlobCache;
 use crate::cache::{BlockCache, OpenFiles};
 use crate::compaction::Executor;
@@ -29,7 +31,6 @@ use crate::io::{FileLock, FsRef};
 use crate::memtable::MemTable;
 use crate::options::Options;
 use crate::version::{Version, VersionSet};
-use crate::wal::LogWriter;
 
 /// What a read needs: the memtables and the table version, all immutable.
 pub struct SuperVersion {
@@ -64,6 +65,10 @@ pub struct State {
     pub obsolete_tables: Vec<u64>,
     /// WAL files whose data is flushed.
     pub obsolete_wals: Vec<u64>,
+    /// Batches of obsolete files taken out of the lists above and not yet
+    /// unlinked; `Db::flush` waits for them, so its caller sees the files
+    /// gone.
+    pub removals_in_flight: usize,
     /// Blob files no longer in the current version (retired by GC or
     /// unreferenced), deleted once no reader's version lists them.
     pub obsolete_blobs: Vec<u64>,
@@ -83,8 +88,10 @@ pub struct Shared {
     /// Highest sequence number visible to readers.
     pub visible_seq: AtomicU64,
     pub queue: CommitQueue,
-    /// The active WAL (number, writer); used only by the group leader.
-    pub wal: Mutex<Option<(u64, LogWriter)>>,
+    /// The active WAL; used by the group leader, switches and `sync_wal`.
+    pub wal: Mutex<Option<ActiveWal>>,
+    /// Syncs the active WAL in the background as it grows.
+    pub wal_syncer: WalSyncer,
     pub tables: Arc<TableCache>,
     pub blobs: Arc<BlobCache>,
     /// The table and blob readers open for reads (bounded).
@@ -175,41 +182,58 @@ impl Shared {
         Ok(())
     }
 
-    /// Deletes obsolete files no reader can still see. Called with `state` held;
-    /// removal failures are left for the next open to clean up.
-    pub fn delete_obsolete_files(&self, state: &mut State) {
-        if !state.obsolete_tables.is_empty() {
+    /// Takes the obsolete files no reader can still see out of `state`
+    /// (and out of the caches) and returns their paths, for
+    /// [`Shared::remove_files`] to unlink once `state` is released:
+    /// unlinking a large file can take milliseconds, and writers wait on
+    /// `state`. File numbers are never reused, so nothing can claim a path
+    /// in between.
+    #[must_use = "the files must be removed with Shared::remove_files"]
+    pub fn take_obsolete_files(&self, state: &mut State) -> Vec<PathBuf> {
+        let mut doomed = Vec::new();
+        if !state.obsolete_tables.is_empty() || !state.obsolete_blobs.is_empty() {
             let live = state.versions.live_files();
-            let fs = &self.fs;
-            let dir = &self.dir;
-            let tables = &self.tables;
             state.obsolete_tables.retain(|&n| {
                 if live.contains(&n) {
                     return true;
                 }
-                tables.evict(n);
-                let _ = fs.remove_file(&dir.join(crate::wal::table_file_name(n)));
+                self.tables.evict(n);
+                doomed.push(self.dir.join(crate::wal::table_file_name(n)));
                 false
             });
-        }
-        if !state.obsolete_blobs.is_empty() {
-            let live = state.versions.live_files();
-            let fs = &self.fs;
-            let dir = &self.dir;
-            let blobs = &self.blobs;
             state.obsolete_blobs.retain(|&n| {
                 if live.contains(&n) {
                     return true;
                 }
-                blobs.evict(n);
-                let _ = fs.remove_file(&dir.join(crate::wal::blob_file_name(n)));
+                self.blobs.evict(n);
+                doomed.push(self.dir.join(crate::wal::blob_file_name(n)));
                 false
             });
         }
-        for n in state.obsolete_wals.drain(..) {
-            let _ = self
-                .fs
-                .remove_file(&self.dir.join(crate::wal::wal_file_name(n)));
+        doomed.extend(
+            state
+                .obsolete_wals
+                .drain(..)
+                .map(|n| self.dir.join(crate::wal::wal_file_name(n))),
+        );
+        if !doomed.is_empty() {
+            state.removals_in_flight += 1;
         }
+        doomed
+    }
+
+    /// Unlinks files taken by [`Shared::take_obsolete_files`]. Call without
+    /// `state` held (it takes it once done); failures are left for the next
+    /// open to clean up.
+    pub fn remove_files(&self, paths: Vec<PathBuf>) {
+        if paths.is_empty() {
+            return;
+        }
+        self.sync_points.hit("remove_files:before");
+        for path in paths {
+            let _ = self.fs.remove_file(&path);
+        }
+        self.state.lock().removals_in_flight -= 1;
+        self.bg_done.notify_all();
     }
 }

@@ -196,9 +196,11 @@ impl Shared {
         }
         Counters::add(&self.counters.flushes, 1);
         self.install_super_version(&state);
-        self.delete_obsolete_files(&mut state);
+        let doomed = self.take_obsolete_files(&mut state);
         self.bg_done.notify_all();
         self.bg_work.notify_all();
+        drop(state);
+        self.remove_files(doomed);
         Ok(true)
     }
 }

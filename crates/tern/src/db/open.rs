@@ -13,6 +13,7 @@ use super::core::{Shared, State, SuperVersion};
 use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
+use super::wal_sync::ActiveWal;
 use crate::blob::BlobCache;
 use crate::cache::{BlockCache, OpenFiles};
 use crate::compaction::{Executor, LocalExecutor, Retention};
@@ -88,6 +89,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         flush_running: false,
         obsolete_tables: Vec::new(),
         obsolete_wals: Vec::new(),
+        removals_in_flight: 0,
         obsolete_blobs: Vec::new(),
     };
     let sv = SuperVersion {
@@ -112,6 +114,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         visible_seq: AtomicU64::new(0),
         queue: Mutex::new(VecDeque::new()),
         wal: Mutex::new(None),
+        wal_syncer: Default::default(),
         tables,
         block_cache,
         counters: Counters::default(),
@@ -224,11 +227,12 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     let wal_path = s.dir.join(wal_file_name(wal_number));
     let file = s.fs.create(&wal_path).ctx(&wal_path)?;
     let writer = LogWriter::new(file, LogKind::Wal).ctx(&wal_path)?;
+    let active = ActiveWal::new(wal_number, writer).ctx(&wal_path)?;
     s.fs.sync_dir(&s.dir).ctx(&s.dir)?;
     edit.log_number = Some(wal_number);
     edit.last_sequence = Some(max_seq);
     s.log_and_apply(&mut state, &mut edit)?;
-    *s.wal.lock() = Some((wal_number, writer));
+    *s.wal.lock() = Some(active);
     state.mem = s.new_memtable(0);
     state.mem_wal_number = wal_number;
     s.visible_seq

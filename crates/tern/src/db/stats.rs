@@ -9,6 +9,7 @@ pub struct Counters {
     pub(crate) keys_written: AtomicU64,
     pub(crate) wal_bytes_written: AtomicU64,
     pub(crate) wal_syncs: AtomicU64,
+    pub(crate) wal_background_syncs: AtomicU64,
     pub(crate) write_groups: AtomicU64,
     pub(crate) flush_bytes_written: AtomicU64,
     pub(crate) flushes: AtomicU64,
@@ -74,8 +75,10 @@ pub struct Stats {
     pub keys_written: u64,
     /// Bytes appended to WAL files.
     pub wal_bytes_written: u64,
-    /// WAL fsyncs.
+    /// WAL fsyncs for synced writes and `sync_wal`.
     pub wal_syncs: u64,
+    /// WAL fsyncs by the background syncer (`wal_bytes_per_sync`).
+    pub wal_background_syncs: u64,
     /// Group commits (one WAL record each).
     pub write_groups: u64,
     /// Bytes of L0 tables written by flushes.
@@ -164,6 +167,7 @@ impl Stats {
             keys_written: c.keys_written.load(Relaxed),
             wal_bytes_written: c.wal_bytes_written.load(Relaxed),
             wal_syncs: c.wal_syncs.load(Relaxed),
+            wal_background_syncs: c.wal_background_syncs.load(Relaxed),
             write_groups: c.write_groups.load(Relaxed),
             flush_bytes_written: c.flush_bytes_written.load(Relaxed),
             flushes: c.flushes.load(Relaxed),
@@ -218,8 +222,8 @@ impl std::fmt::Display for Stats {
         writeln!(f, "keys written            {}", self.keys_written)?;
         writeln!(
             f,
-            "wal bytes written       {} ({} syncs, {} groups)",
-            self.wal_bytes_written, self.wal_syncs, self.write_groups
+            "wal bytes written       {} ({} syncs, {} in the background, {} groups)",
+            self.wal_bytes_written, self.wal_syncs, self.wal_background_syncs, self.write_groups
         )?;
         writeln!(
             f,

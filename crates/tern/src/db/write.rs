@@ -12,6 +12,7 @@ use parking_lot::MutexGuard;
 use super::commit_queue::Writer;
 use super::core::{Immutable, Shared, State};
 use super::stats::Counters;
+use super::wal_sync::ActiveWal;
 use crate::error::{Error, IoContext, Result};
 use crate::format::write_batch::WriteBatch;
 use crate::memtable::MemTable;
@@ -125,11 +126,18 @@ impl Shared {
         if !disable_wal {
             let mut wal = self.wal.lock();
             let res = match wal.as_mut() {
-                Some((number, w)) => w
-                    .add_record(merged.as_bytes())
-                    .and_then(|()| w.flush())
-                    .and_then(|()| if sync { w.sync() } else { Ok(()) })
-                    .ctx(&self.dir.join(wal_file_name(*number))),
+                Some(active) => {
+                    let w = &mut active.writer;
+                    let res = w
+                        .add_record(merged.as_bytes())
+                        .and_then(|()| w.flush())
+                        .and_then(|()| if sync { w.sync() } else { Ok(()) })
+                        .ctx(&self.dir.join(wal_file_name(active.number)));
+                    if res.is_ok() {
+                        active.after_append(&self.wal_syncer, self.opts.wal_bytes_per_sync, sync);
+                    }
+                    res
+                }
                 None => Err(Error::Closed),
             };
             drop(wal);
@@ -233,14 +241,18 @@ impl Shared {
         let res = (|| {
             let file = self.fs.create(&path).ctx(&path)?;
             let writer = LogWriter::new(file, LogKind::Wal).ctx(&path)?;
+            let active = ActiveWal::new(number, writer).ctx(&path)?;
             self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
             let mut wal = self.wal.lock();
             // The old WAL must be durable before any write lands in the new
-            // one, so a crash can lose only a suffix of the history.
-            if let Some((old_number, old)) = wal.as_mut() {
-                old.sync().ctx(&self.dir.join(wal_file_name(*old_number)))?;
+            // one, so a crash can lose only a suffix of the history. The
+            // background syncer has done most of it (`wal_bytes_per_sync`).
+            if let Some(old) = wal.as_mut() {
+                old.writer
+                    .sync()
+                    .ctx(&self.dir.join(wal_file_name(old.number)))?;
             }
-            *wal = Some((number, writer));
+            *wal = Some(active);
             Ok(())
         })();
         if let Err(e) = res {

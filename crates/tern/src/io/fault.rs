@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{splitmix64, FileLock, FileSystem, FsRef, RandomAccessFile, WritableFile};
+use super::{splitmix64, FileLock, FileSync, FileSystem, FsRef, RandomAccessFile, WritableFile};
 
 /// The kinds of operation a fault can be injected into.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
@@ -310,21 +310,58 @@ impl WritableFile for FaultWritable {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        if let Err(e) = self.check(FaultKind::Sync) {
-            if self.faults.lock().torn_draw().is_some_and(|r| r % 2 == 0) {
-                let _ = self.inner.sync();
-            }
-            return Err(e);
-        }
-        let delay = self.faults.lock().sync_delay;
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        self.inner.sync()
+        let inner = &mut self.inner;
+        faulty_sync(&self.faults, &self.path, || inner.sync())
     }
 
     fn len(&self) -> u64 {
         self.inner.len()
+    }
+
+    fn sync_handle(&self) -> io::Result<Arc<dyn FileSync>> {
+        Ok(Arc::new(FaultSync {
+            inner: self.inner.sync_handle()?,
+            path: self.path.clone(),
+            faults: self.faults.clone(),
+        }))
+    }
+}
+
+/// A sync subject to the same faults and delay as [`WritableFile::sync`]:
+/// a failed one may still have synced (torn), as after a real `EIO`.
+fn faulty_sync(
+    faults: &Shared,
+    path: &Path,
+    sync: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
+    // Bound first: the guard must be gone before the branch locks again.
+    let checked = faults.lock().check(FaultKind::Sync, &[path]);
+    if let Err(e) = checked {
+        if faults.lock().torn_draw().is_some_and(|r| r % 2 == 0) {
+            let _ = sync();
+        }
+        return Err(e);
+    }
+    let delay = faults.lock().sync_delay;
+    if !delay.is_zero() {
+        std::thread::sleep(delay);
+    }
+    sync()
+}
+
+struct FaultSync {
+    inner: Arc<dyn FileSync>,
+    path: PathBuf,
+    faults: Shared,
+}
+
+impl FileSync for FaultSync {
+    fn sync_data(&self) -> io::Result<()> {
+        faulty_sync(&self.faults, &self.path, || self.inner.sync_data())
+    }
+
+    fn start_writeback(&self) -> io::Result<()> {
+        faulty_sync(&self.faults, &self.path, || self.inner.start_writeback())
     }
 }
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{splitmix64, FileLock, FileSystem, RandomAccessFile, WritableFile};
+use super::{splitmix64, FileLock, FileSync, FileSystem, RandomAccessFile, WritableFile};
 pub use crash::CrashMode;
 use crash::{surviving_dirs, surviving_files};
 use files::{MemLock, MemRandom, MemWritable};

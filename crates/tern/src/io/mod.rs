@@ -38,6 +38,24 @@ pub trait WritableFile: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// A handle that syncs this file from another thread while this writer
+    /// goes on appending (a duplicated descriptor), so a slow `fdatasync`
+    /// holds no lock the writer needs.
+    fn sync_handle(&self) -> io::Result<Arc<dyn FileSync>>;
+}
+
+/// Syncs a file on behalf of its [`WritableFile`], from any thread.
+pub trait FileSync: Send + Sync {
+    /// Makes every byte the writer had flushed before the call durable
+    /// (fdatasync). Bytes still in the writer's buffer are not covered.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Starts writing the flushed bytes to the device without waiting and
+    /// without a journal commit (Linux `sync_file_range`), so a later
+    /// [`FileSync::sync_data`] has little left to do. Promises nothing
+    /// about durability; where there is no such call it syncs.
+    fn start_writeback(&self) -> io::Result<()> {
+        self.sync_data()
+    }
 }
 
 /// A file opened for positional reads, shared between threads.

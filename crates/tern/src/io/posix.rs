@@ -3,10 +3,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{FileLock, FileSystem, RandomAccessFile, WritableFile};
+use super::{FileLock, FileSync, FileSystem, RandomAccessFile, WritableFile};
 
 /// Files on the local disk.
 #[derive(Debug, Default, Clone, Copy)]
@@ -22,6 +22,7 @@ impl PosixFs {
 struct PosixWritable {
     out: BufWriter<File>,
     len: u64,
+    path: PathBuf,
 }
 
 impl WritableFile for PosixWritable {
@@ -42,6 +43,38 @@ impl WritableFile for PosixWritable {
 
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn sync_handle(&self) -> io::Result<Arc<dyn FileSync>> {
+        // A new open file description rather than `dup`: Linux reports a
+        // writeback error once per description, so a shared one would let
+        // one syncer consume the error the other must also see.
+        let file = OpenOptions::new().write(true).open(&self.path)?;
+        Ok(Arc::new(PosixSync(file)))
+    }
+}
+
+/// A second open file description of a file being written: `fdatasync` on
+/// it covers everything the writer flushed.
+struct PosixSync(File);
+
+impl FileSync for PosixSync {
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn start_writeback(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is open for as long as `self.0` lives, and
+        // sync_file_range only reads its integer arguments.
+        let rc =
+            unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 }
 
@@ -80,6 +113,7 @@ impl FileSystem for PosixFs {
         Ok(Box::new(PosixWritable {
             out: BufWriter::with_capacity(64 * 1024, file),
             len: 0,
+            path: path.to_path_buf(),
         }))
     }
 
@@ -164,4 +198,27 @@ pub fn descriptor_limit() -> Option<u64> {
     // local and touches nothing else.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
     (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sync_handle_syncs_its_own_description_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = PosixFs.create(&path).unwrap();
+        let handle = f.sync_handle().unwrap();
+        f.append(b"data").unwrap();
+        f.flush().unwrap();
+        handle.start_writeback().unwrap();
+        handle.sync_data().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"data");
+        // The handle's descriptor is its own: dropping the writer leaves it
+        // usable.
+        drop(f);
+        handle.sync_data().unwrap();
+    }
 }

@@ -94,6 +94,10 @@ impl WritableFile for RateLimitedFile {
     fn len(&self) -> u64 {
         self.inner.len()
     }
+
+    fn sync_handle(&self) -> io::Result<Arc<dyn super::FileSync>> {
+        self.inner.sync_handle()
+    }
 }
 
 #[cfg(test)]

@@ -289,6 +289,12 @@ settings! {
     max_manifest_file_size: u64 = 64 << 20,
     /// Largest WAL group-commit record, bytes. Default: 1 MiB.
     max_write_group_bytes: usize = 1 << 20,
+    /// WAL bytes appended after which a background thread starts writing
+    /// the WAL to the device, so the fsync a memtable switch owes the old
+    /// WAL finds little left instead of stalling writers on a whole
+    /// memtable's worth; 0 leaves it all to the switch. Durability is
+    /// unchanged: synced writes still fsync. Default: 4 MiB.
+    wal_bytes_per_sync: u64 = 4 << 20,
     /// Values of at least this many bytes are separated into blob files at
     /// flush (0 separates every value); `off` keeps all values inline.
     /// Default: 512.

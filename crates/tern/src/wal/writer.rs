@@ -72,6 +72,12 @@ impl LogWriter {
         self.file.sync()
     }
 
+    /// A handle that syncs this log's file from another thread (see
+    /// [`WritableFile::sync_handle`]).
+    pub fn sync_handle(&self) -> io::Result<std::sync::Arc<dyn crate::io::FileSync>> {
+        self.file.sync_handle()
+    }
+
     /// Bytes written to the file so far, header included.
     pub fn len(&self) -> u64 {
         self.file.len()

@@ -448,3 +448,30 @@ fn is_send_and_sync() {
     check::<MemFs>();
     let _: crate::io::FsRef = MemFs::new();
 }
+
+#[test]
+fn a_sync_handle_makes_the_writers_bytes_survive_a_crash() {
+    let fs = setup();
+    let mut f = write(&fs, "db/a", b"first", true);
+    fs.sync_dir(p("db")).unwrap();
+    let handle = f.sync_handle().unwrap();
+    f.append(b"-second").unwrap();
+    f.flush().unwrap();
+    let after_crash = || {
+        fs.crashed_copy_with(CrashMode::SyncedOnly, 0)
+            .read_all(p("db/a"))
+            .unwrap()
+    };
+    handle.start_writeback().unwrap();
+    assert_eq!(
+        after_crash(),
+        b"first",
+        "starting writeback promises nothing"
+    );
+    handle.sync_data().unwrap();
+    assert_eq!(
+        after_crash(),
+        b"first-second",
+        "a sync through the handle covers what the writer appended"
+    );
+}

@@ -1,0 +1,157 @@
+//! The active WAL and its background syncer.
+//!
+//! A memtable switch must make the old WAL durable before any write lands
+//! in the new one (recovery relies on it: damage in a WAL that a later,
+//! written WAL follows is corruption, not a crash). Left to the switch,
+//! that fsync covers a whole memtable's worth of WAL, tens of milliseconds
+//! during which every writer waits. So once `wal_bytes_per_sync` bytes
+//! were appended since the last request, the group leader asks the syncer
+//! thread to start writeback of the WAL through a second handle, off every
+//! lock (`sync_file_range`, as RocksDB's option of the same name: no
+//! journal commit, no wait for the device); the switch's fsync then finds
+//! little left to write. The same handle lets `sync_wal` fsync without
+//! holding the WAL mutex.
+//!
+//! The handle is a separate open file description, not a duplicated
+//! descriptor: Linux reports a writeback error once per open file
+//! description, so with a shared one the syncer could consume an error the
+//! leader's own sync then would not see. A failed background writeback
+//! poisons the store like a failed synced write.
+
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::core::Shared;
+use super::stats::Counters;
+use crate::error::{Error, IoContext};
+use crate::io::FileSync;
+use crate::wal::{wal_file_name, LogWriter};
+
+/// The WAL receiving writes; only the group leader (and `sync_wal`,
+/// switches and shutdown, under the same mutex) touches it.
+pub struct ActiveWal {
+    /// File number.
+    pub number: u64,
+    /// Appends records.
+    pub writer: LogWriter,
+    /// Syncs the same file from the syncer thread.
+    sync: Arc<dyn FileSync>,
+    /// `writer.len()` when a background sync was last requested.
+    requested_at: u64,
+}
+
+impl ActiveWal {
+    /// Wraps a new WAL's writer, opening its sync handle.
+    pub fn new(number: u64, writer: LogWriter) -> std::io::Result<ActiveWal> {
+        Ok(ActiveWal {
+            number,
+            sync: writer.sync_handle()?,
+            requested_at: writer.len(),
+            writer,
+        })
+    }
+
+    /// A handle that syncs this WAL without its mutex held.
+    pub fn sync_handle(&self) -> Arc<dyn FileSync> {
+        self.sync.clone()
+    }
+
+    /// After an append: hands the WAL to `syncer` when `per_sync` bytes
+    /// (0: never) accumulated since the last request. `synced` says the
+    /// append was synced already.
+    pub fn after_append(&mut self, syncer: &WalSyncer, per_sync: u64, synced: bool) {
+        let len = self.writer.len();
+        if synced {
+            self.requested_at = len;
+        } else if per_sync > 0 && len - self.requested_at >= per_sync {
+            self.requested_at = len;
+            syncer.request(self.number, self.sync.clone());
+        }
+    }
+}
+
+/// The pending request (at most one: a newer one covers an older one of
+/// the same WAL, and a switch syncs the old WAL itself).
+#[derive(Default)]
+struct Pending {
+    wal: Option<(u64, Arc<dyn FileSync>)>,
+    stop: bool,
+}
+
+/// Hands sync requests to the syncer thread.
+#[derive(Default)]
+pub struct WalSyncer {
+    pending: Mutex<Pending>,
+    cv: Condvar,
+}
+
+impl WalSyncer {
+    /// Asks for WAL `number` to be synced through `sync`.
+    pub fn request(&self, number: u64, sync: Arc<dyn FileSync>) {
+        self.pending.lock().wal = Some((number, sync));
+        self.cv.notify_one();
+    }
+
+    /// Makes the syncer thread return (dropping any pending request: the
+    /// caller syncs the WAL itself on close).
+    pub fn stop(&self) {
+        self.pending.lock().stop = true;
+        self.cv.notify_one();
+    }
+
+    /// The next request, or None once stopped.
+    fn next(&self) -> Option<(u64, Arc<dyn FileSync>)> {
+        let mut p = self.pending.lock();
+        loop {
+            if p.stop {
+                return None;
+            }
+            if let Some(w) = p.wal.take() {
+                return Some(w);
+            }
+            self.cv.wait(&mut p);
+        }
+    }
+}
+
+/// The syncer thread's loop: syncs requested WALs until stopped.
+pub fn syncer_loop(s: &Shared) {
+    while let Some((number, sync)) = s.wal_syncer.next() {
+        let path = s.dir.join(wal_file_name(number));
+        match sync.start_writeback().ctx(&path) {
+            Ok(()) => Counters::add(&s.counters.wal_background_syncs, 1),
+            Err(e) => {
+                let mut state = s.state.lock();
+                s.set_bg_error(&mut state, &e);
+            }
+        }
+    }
+}
+
+/// Makes every write acknowledged so far durable without holding the WAL
+/// mutex across the fsync (writers keep appending meanwhile). A failure
+/// poisons the store.
+pub fn sync_active_wal(s: &Shared) -> crate::Result<()> {
+    let (path, sync) = {
+        let mut wal = s.wal.lock();
+        let Some(w) = wal.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let path = s.dir.join(wal_file_name(w.number));
+        // The leader flushes after each group; this covers a writer's
+        // buffer all the same.
+        if let Err(e) = w.writer.flush().ctx(&path) {
+            drop(wal);
+            s.set_bg_error(&mut s.state.lock(), &e);
+            return Err(e);
+        }
+        (path, w.sync_handle())
+    };
+    if let Err(e) = sync.sync_data().ctx(&path) {
+        s.set_bg_error(&mut s.state.lock(), &e);
+        return Err(e);
+    }
+    Counters::add(&s.counters.wal_syncs, 1);
+    Ok(())
+}
