@@ -165,6 +165,12 @@ fn compaction_loop(s: &Shared) {
                 if !state.shutting_down {
                     s.bg_work.wait_for(&mut state, Duration::from_secs(1));
                 }
+                // Files an install could not delete because a reader still
+                // held a version listing them: without this they would
+                // wait for the next install, which may never come.
+                let doomed = s.take_obsolete_files(&mut state);
+                drop(state);
+                s.remove_files(doomed);
             }
             Err(e) => {
                 failures += 1;

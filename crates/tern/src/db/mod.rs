@@ -348,13 +348,18 @@ impl Db {
         Ok(jobs)
     }
 
-    /// Waits until no flush, compaction or GC is pending (for tests and tools).
+    /// Waits until no flush, compaction or GC is pending and every obsolete
+    /// file no reader holds is removed (for tests and tools).
     pub fn wait_for_background(&self) -> Result<()> {
         loop {
             self.flush_inner()?;
             let compacted = self.shared.compact_one()?;
             let collected = self.shared.opts.enable_gc && self.shared.gc_one()?;
             if !compacted && !collected {
+                let doomed = self
+                    .shared
+                    .take_obsolete_files(&mut self.shared.state.lock());
+                self.shared.remove_files(doomed);
                 return Ok(());
             }
         }
