@@ -95,17 +95,22 @@ impl GcJob {
             let base = u32::try_from(copied).map_err(|_| {
                 Error::InvalidArgument("GC output would hold too many records".into())
             })?;
-            for o in 0..input.record_count as u32 {
-                if input.dead.contains(o) {
-                    dropped += 1;
-                    continue;
-                }
-                let rec = reader.read_ordinal(o)?;
-                bytes_read += crate::format::blob::record_len(rec.key.len(), rec.value.len());
-                writer.add(&rec.key, rec.seq, &rec.value)?;
-                copied += 1;
-                relocated += 1;
-            }
+            reader.walk_records(
+                |o| input.dead.contains(o),
+                |_, rec| {
+                    bytes_read += crate::format::blob::record_len(rec.key.len(), rec.value.len());
+                    writer.add(rec.key, rec.seq, rec.value)?;
+                    copied += 1;
+                    relocated += 1;
+                    Ok(())
+                },
+            )?;
+            // Only dead ordinals inside the file count (the walk checked the
+            // count fits an ordinal).
+            let last = u32::try_from(input.record_count)
+                .ok()
+                .and_then(|n| n.checked_sub(1));
+            dropped += last.map_or(0, |l| input.dead.rank(l));
             lineage.push(LineageEntry {
                 old_file: input.number,
                 base,
