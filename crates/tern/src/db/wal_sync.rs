@@ -131,8 +131,13 @@ pub fn syncer_loop(s: &Shared) {
 
 /// Makes every write acknowledged so far durable without holding the WAL
 /// mutex across the fsync (writers keep appending meanwhile). A failure
-/// poisons the store.
+/// poisons the store. A poisoned store refuses: after a failed write or
+/// writeback, a later fsync's success would not mean the earlier bytes
+/// reached the disk.
 pub fn sync_active_wal(s: &Shared) -> crate::Result<()> {
+    if let Some(e) = &s.state.lock().bg_error {
+        return Err(Error::Poisoned(e.clone()));
+    }
     let (path, sync) = {
         let mut wal = s.wal.lock();
         let Some(w) = wal.as_mut() else {
