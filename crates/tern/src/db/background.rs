@@ -56,33 +56,53 @@ fn after_failure(s: &Shared, failures: u32, what: &str, e: &Error, poisons: bool
     }
 }
 
-/// Starts the flush and compaction threads.
+/// A background thread's name and body.
+type Loop = (&'static str, fn(&Shared));
+
+/// Spawns one named thread running the given body.
+type Spawn<'a> = &'a dyn Fn(&str, Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>>;
+
+/// Starts the flush, compaction, GC and WAL-sync threads.
 pub fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
-    let flush = {
+    start_with(shared, &|name, body| {
+        std::thread::Builder::new().name(name.into()).spawn(body)
+    })
+}
+
+fn start_with(shared: &Arc<Shared>, spawn: Spawn<'_>) -> std::io::Result<Vec<JoinHandle<()>>> {
+    let loops: [Loop; 4] = [
+        ("tern-flush", flush_loop),
+        ("tern-compact", compaction_loop),
+        ("tern-gc", gc_loop),
+        ("tern-wal-sync", super::wal_sync::syncer_loop),
+    ];
+    let mut threads = Vec::with_capacity(loops.len());
+    for (name, body) in loops {
         let s = shared.clone();
-        std::thread::Builder::new()
-            .name("tern-flush".into())
-            .spawn(move || flush_loop(&s))?
-    };
-    let compact = {
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("tern-compact".into())
-            .spawn(move || compaction_loop(&s))?
-    };
-    let gc = {
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("tern-gc".into())
-            .spawn(move || gc_loop(&s))?
-    };
-    let wal_sync = {
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("tern-wal-sync".into())
-            .spawn(move || super::wal_sync::syncer_loop(&s))?
-    };
-    Ok(vec![flush, compact, gc, wal_sync])
+        match spawn(name, Box::new(move || body(&s))) {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                // The threads already running hold the store, and with it
+                // the directory lock: stop them, or no later open succeeds.
+                stop(shared, threads);
+                return Err(e);
+            }
+        }
+    }
+    Ok(threads)
+}
+
+/// Tells the background threads to finish and waits for them.
+pub fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
+    {
+        let mut state = shared.state.lock();
+        state.shutting_down = true;
+        shared.bg_work.notify_all();
+    }
+    shared.wal_syncer.stop();
+    for t in threads {
+        let _ = t.join();
+    }
 }
 
 fn gc_loop(s: &Shared) {
@@ -177,5 +197,44 @@ fn compaction_loop(s: &Shared) {
                 after_failure(s, failures, "compaction", &e, true);
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::Path;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::io::MemFs;
+    use crate::{Db, Options};
+
+    /// Regression: when a background thread could not be spawned, the ones
+    /// already running were never stopped; they kept the store, and its
+    /// directory lock, so the store could not be opened again.
+    #[test]
+    fn a_failed_spawn_stops_the_threads_already_started() {
+        let opts = Options {
+            fs: MemFs::new(),
+            ..Options::default()
+        };
+        let shared = super::super::open::open(Path::new("/db"), opts.clone(), None).unwrap();
+        let calls = AtomicUsize::new(0);
+        let err = start_with(&shared, &|name, body| {
+            if calls.fetch_add(1, Ordering::SeqCst) == 2 {
+                return Err(std::io::Error::other("no more threads"));
+            }
+            std::thread::Builder::new().name(name.into()).spawn(body)
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "no more threads");
+        assert_eq!(
+            Arc::strong_count(&shared),
+            1,
+            "the threads that started let go of the store"
+        );
+        drop(shared);
+        Db::open("/db", opts).unwrap().close().unwrap();
     }
 }

@@ -377,15 +377,8 @@ impl Db {
     }
 
     fn shutdown(&self) {
-        {
-            let mut state = self.shared.state.lock();
-            state.shutting_down = true;
-            self.shared.bg_work.notify_all();
-        }
-        self.shared.wal_syncer.stop();
-        for t in self.threads.lock().drain(..) {
-            let _ = t.join();
-        }
+        let threads: Vec<JoinHandle<()>> = self.threads.lock().drain(..).collect();
+        background::stop(&self.shared, threads);
         self.shared.closed.store(true, Ordering::Release);
         let mut wal = self.shared.wal.lock();
         if let Some(w) = wal.as_mut() {

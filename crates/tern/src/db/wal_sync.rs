@@ -118,6 +118,11 @@ impl WalSyncer {
 /// The syncer thread's loop: syncs requested WALs until stopped.
 pub fn syncer_loop(s: &Shared) {
     while let Some((number, sync)) = s.wal_syncer.next() {
+        // A switch already synced a WAL that is no longer active (a flush
+        // may even have removed it): nothing to start.
+        if s.wal.lock().as_ref().map(|w| w.number) != Some(number) {
+            continue;
+        }
         let path = s.dir.join(wal_file_name(number));
         match sync.start_writeback().ctx(&path) {
             Ok(()) => Counters::add(&s.counters.wal_background_syncs, 1),
