@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::core::Shared;
-use crate::error::Error;
+use crate::error::{Error, IoContext};
 
 /// Consecutive compaction failures (with back-off in between, about 3 s
 /// in all) after which the store stops accepting writes and reports the
@@ -74,7 +74,7 @@ fn start_with(shared: &Arc<Shared>, spawn: Spawn<'_>) -> std::io::Result<Vec<Joi
         ("tern-flush", flush_loop),
         ("tern-compact", compaction_loop),
         ("tern-gc", gc_loop),
-        ("tern-wal-sync", super::wal_sync::syncer_loop),
+        ("tern-wal-sync", wal_sync_loop),
     ];
     let mut threads = Vec::with_capacity(loops.len());
     for (name, body) in loops {
@@ -195,6 +195,27 @@ fn compaction_loop(s: &Shared) {
             Err(e) => {
                 failures += 1;
                 after_failure(s, failures, "compaction", &e, true);
+            }
+        }
+    }
+}
+
+/// Starts writeback of the WALs the group leader hands over
+/// (`wal_bytes_per_sync`, see `wal_sync.rs`) until stopped. A failure
+/// poisons the store.
+fn wal_sync_loop(s: &Shared) {
+    while let Some((number, sync)) = s.wal_syncer.next() {
+        // A switch already synced a WAL that is no longer active (a flush
+        // may even have removed it): nothing to start.
+        if s.wal.lock().as_ref().map(|w| w.number) != Some(number) {
+            continue;
+        }
+        let path = s.dir.join(crate::wal::wal_file_name(number));
+        match sync.start_writeback().ctx(&path) {
+            Ok(()) => super::stats::Counters::add(&s.counters.wal_background_syncs, 1),
+            Err(e) => {
+                let mut state = s.state.lock();
+                s.set_bg_error(&mut state, &e);
             }
         }
     }

@@ -233,10 +233,37 @@ impl Db {
     /// Makes every write acknowledged so far durable (fsyncs the WAL),
     /// without writing anything: what a `sync = true` write would have
     /// guaranteed for all of them. A failure poisons the store, as a failed
-    /// synced write does.
+    /// synced write does; a poisoned store refuses with `Error::Poisoned`.
     pub fn sync_wal(&self) -> Result<()> {
         self.shared.check_open()?;
-        wal_sync::sync_active_wal(&self.shared)
+        let s = &self.shared;
+        // After a failed write or writeback, a later fsync's success would
+        // not mean the earlier bytes reached the disk.
+        if let Some(e) = &s.state.lock().bg_error {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        // Sync through the handle, so writers keep appending meanwhile.
+        let (path, sync) = {
+            let mut wal = s.wal.lock();
+            let Some(w) = wal.as_mut() else {
+                return Err(Error::Closed);
+            };
+            let path = s.dir.join(crate::wal::wal_file_name(w.number));
+            // The leader flushes after each group; this covers a writer's
+            // buffer all the same.
+            if let Err(e) = w.writer.flush().map_err(|e| Error::io(&path, e)) {
+                drop(wal);
+                s.set_bg_error(&mut s.state.lock(), &e);
+                return Err(e);
+            }
+            (path, w.sync_handle())
+        };
+        if let Err(e) = sync.sync_data().map_err(|e| Error::io(&path, e)) {
+            s.set_bg_error(&mut s.state.lock(), &e);
+            return Err(e);
+        }
+        stats::Counters::add(&s.counters.wal_syncs, 1);
+        Ok(())
     }
 
     /// Writes every memtable to L0 and waits for it; afterwards no WAL is

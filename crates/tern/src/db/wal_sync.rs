@@ -22,11 +22,8 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::core::Shared;
-use super::stats::Counters;
-use crate::error::{Error, IoContext};
 use crate::io::FileSync;
-use crate::wal::{wal_file_name, LogWriter};
+use crate::wal::LogWriter;
 
 /// The WAL receiving writes; only the group leader (and `sync_wal`,
 /// switches and shutdown, under the same mutex) touches it.
@@ -101,7 +98,7 @@ impl WalSyncer {
     }
 
     /// The next request, or None once stopped.
-    fn next(&self) -> Option<(u64, Arc<dyn FileSync>)> {
+    pub(super) fn next(&self) -> Option<(u64, Arc<dyn FileSync>)> {
         let mut p = self.pending.lock();
         loop {
             if p.stop {
@@ -113,55 +110,4 @@ impl WalSyncer {
             self.cv.wait(&mut p);
         }
     }
-}
-
-/// The syncer thread's loop: syncs requested WALs until stopped.
-pub fn syncer_loop(s: &Shared) {
-    while let Some((number, sync)) = s.wal_syncer.next() {
-        // A switch already synced a WAL that is no longer active (a flush
-        // may even have removed it): nothing to start.
-        if s.wal.lock().as_ref().map(|w| w.number) != Some(number) {
-            continue;
-        }
-        let path = s.dir.join(wal_file_name(number));
-        match sync.start_writeback().ctx(&path) {
-            Ok(()) => Counters::add(&s.counters.wal_background_syncs, 1),
-            Err(e) => {
-                let mut state = s.state.lock();
-                s.set_bg_error(&mut state, &e);
-            }
-        }
-    }
-}
-
-/// Makes every write acknowledged so far durable without holding the WAL
-/// mutex across the fsync (writers keep appending meanwhile). A failure
-/// poisons the store. A poisoned store refuses: after a failed write or
-/// writeback, a later fsync's success would not mean the earlier bytes
-/// reached the disk.
-pub fn sync_active_wal(s: &Shared) -> crate::Result<()> {
-    if let Some(e) = &s.state.lock().bg_error {
-        return Err(Error::Poisoned(e.clone()));
-    }
-    let (path, sync) = {
-        let mut wal = s.wal.lock();
-        let Some(w) = wal.as_mut() else {
-            return Err(Error::Closed);
-        };
-        let path = s.dir.join(wal_file_name(w.number));
-        // The leader flushes after each group; this covers a writer's
-        // buffer all the same.
-        if let Err(e) = w.writer.flush().ctx(&path) {
-            drop(wal);
-            s.set_bg_error(&mut s.state.lock(), &e);
-            return Err(e);
-        }
-        (path, w.sync_handle())
-    };
-    if let Err(e) = sync.sync_data().ctx(&path) {
-        s.set_bg_error(&mut s.state.lock(), &e);
-        return Err(e);
-    }
-    Counters::add(&s.counters.wal_syncs, 1);
-    Ok(())
 }
