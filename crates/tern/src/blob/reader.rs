@@ -230,13 +230,14 @@ impl BlobReader {
     /// reading runs of records with one read each (at most
     /// [`WALK_READ_BYTES`], or one larger record) instead of one read per
     /// record, and jumping over runs of skipped records of at least
-    /// [`WALK_SKIP_BYTES`]. Each record's checksum is checked. GC walks its
+    /// [`WALK_SKIP_BYTES`]. Each record's checksum is checked. Returns the
+    /// bytes read (skipped records read through included). GC walks its
     /// inputs this way.
     pub fn walk_records(
         &self,
         skip: impl Fn(u32) -> bool,
         mut f: impl FnMut(u32, BlobRecord<'_>) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let count = u32::try_from(self.footer.record_count).map_err(|_| {
             Error::corruption(
                 &self.path,
@@ -247,6 +248,7 @@ impl BlobReader {
         let out_of_order =
             |at: u64| Error::corruption(&self.path, at, "blob index entries are out of order");
         let mut buf = Vec::new();
+        let mut read = 0u64;
         let mut first = 0u32;
         while first < count {
             if skip(first) {
@@ -273,6 +275,7 @@ impl BlobReader {
                 (end, last) = (next_end, next);
             }
             self.read_span(start, end - start, &mut buf)?;
+            read += end - start;
             for o in first..=last {
                 if skip(o) {
                     continue;
@@ -288,7 +291,7 @@ impl BlobReader {
             }
             first = last + 1;
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Reads and decodes the `len` bytes of the record at `offset`.
@@ -468,6 +471,18 @@ mod tests {
                 .collect();
             assert_eq!(got.len(), want.len(), "{what}: records walked");
             assert!(got == want, "{what}: records differ");
+            let live: u64 = (0..sizes.len() as u32)
+                .filter(|&o| !skip(o))
+                .map(|o| r.record_len(o).unwrap())
+                .sum();
+            let read = r.walk_records(&skip, |_, _| Ok(())).unwrap();
+            let all = r.offset_of(sizes.len() as u32 - 1).unwrap()
+                + r.record_len(sizes.len() as u32 - 1).unwrap()
+                - r.offset_of(0).unwrap();
+            assert!(
+                live <= read && read <= all,
+                "{what}: read {read} bytes for {live} live of {all}"
+            );
         }
     }
 

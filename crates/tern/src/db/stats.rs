@@ -126,7 +126,8 @@ pub struct Stats {
     pub blob_lineage_entries: usize,
     /// Bytes of blob files written by flushes.
     pub blob_bytes_written: u64,
-    /// Bytes of blob records read by GC.
+    /// Bytes of blob files read by GC (live records, and dead ones read
+    /// through between them).
     pub gc_bytes_read: u64,
     /// Bytes of blob files written by GC.
     pub gc_bytes_written: u64,

@@ -50,7 +50,8 @@ pub struct GcOutput {
     pub meta: BlobMeta,
     /// Where each input's live records went.
     pub lineage: Vec<LineageEntry>,
-    /// Bytes of input records read.
+    /// Bytes of input files read (records, and dead ones read through
+    /// between live ones).
     pub bytes_read: u64,
     /// Bytes of the output file.
     pub bytes_written: u64,
@@ -95,10 +96,9 @@ impl GcJob {
             let base = u32::try_from(copied).map_err(|_| {
                 Error::InvalidArgument("GC output would hold too many records".into())
             })?;
-            reader.walk_records(
+            bytes_read += reader.walk_records(
                 |o| input.dead.contains(o),
                 |_, rec| {
-                    bytes_read += crate::format::blob::record_len(rec.key.len(), rec.value.len());
                     writer.add(rec.key, rec.seq, rec.value)?;
                     copied += 1;
                     relocated += 1;
