@@ -188,9 +188,7 @@ fn compaction_loop(s: &Shared) {
                 // Files an install could not delete because a reader still
                 // held a version listing them: without this they would
                 // wait for the next install, which may never come.
-                let doomed = s.take_obsolete_files(&mut state);
-                drop(state);
-                s.remove_files(doomed);
+                s.purge_obsolete_files(state);
             }
             Err(e) => {
                 failures += 1;

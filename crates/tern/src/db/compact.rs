@@ -191,11 +191,7 @@ impl Shared {
             let obsolete: Vec<u64> = edit.deleted_files.iter().map(|&(_, n)| n).collect();
             state.obsolete_tables.extend(obsolete);
         }
-        self.install_super_version(&state);
-        let doomed = self.take_obsolete_files(&mut state);
-        self.bg_done.notify_all();
-        drop(state);
-        self.remove_files(doomed);
+        self.finish_install(state);
         Ok(())
     }
 }

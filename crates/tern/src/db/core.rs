@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::commit_queue::CommitQueue;
 use super::snapshot::SnapshotList;
@@ -182,14 +182,28 @@ impl Shared {
         Ok(())
     }
 
-    /// Takes the obsolete files no reader can still see out of `state`
-    /// (and out of the caches) and returns their paths, for
-    /// [`Shared::remove_files`] to unlink once `state` is released:
-    /// unlinking a large file can take milliseconds, and writers wait on
-    /// `state`. File numbers are never reused, so nothing can claim a path
-    /// in between.
-    #[must_use = "the files must be removed with Shared::remove_files"]
-    pub fn take_obsolete_files(&self, state: &mut State) -> Vec<PathBuf> {
+    /// The end of every install: publishes the new super version, wakes
+    /// whoever waits for background work, then releases `state` and unlinks
+    /// the files the install made obsolete.
+    pub fn finish_install(&self, state: MutexGuard<'_, State>) {
+        self.install_super_version(&state);
+        self.bg_done.notify_all();
+        self.purge_obsolete_files(state);
+    }
+
+    /// Unlinks the obsolete files no reader can still see, after releasing
+    /// `state`: unlinking a large file can take milliseconds, and writers
+    /// wait on `state`. File numbers are never reused, so nothing can claim
+    /// a path in between. Failures are left for the next open to clean up.
+    pub fn purge_obsolete_files(&self, mut state: MutexGuard<'_, State>) {
+        let doomed = self.take_obsolete_files(&mut state);
+        drop(state);
+        self.remove_files(doomed);
+    }
+
+    /// Takes the obsolete files no reader can still see out of `state` (and
+    /// out of the caches) and returns their paths.
+    fn take_obsolete_files(&self, state: &mut State) -> Vec<PathBuf> {
         let mut doomed = Vec::new();
         if !state.obsolete_tables.is_empty() || !state.obsolete_blobs.is_empty() {
             let live = state.versions.live_files();
@@ -222,10 +236,9 @@ impl Shared {
         doomed
     }
 
-    /// Unlinks files taken by [`Shared::take_obsolete_files`]. Call without
-    /// `state` held (it takes it once done); failures are left for the next
-    /// open to clean up.
-    pub fn remove_files(&self, paths: Vec<PathBuf>) {
+    /// Unlinks files taken by [`Shared::take_obsolete_files`], then counts
+    /// the batch done (taking `state`).
+    fn remove_files(&self, paths: Vec<PathBuf>) {
         if paths.is_empty() {
             return;
         }

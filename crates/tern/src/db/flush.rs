@@ -195,12 +195,8 @@ impl Shared {
             state.obsolete_wals.push(f.wal_number);
         }
         Counters::add(&self.counters.flushes, 1);
-        self.install_super_version(&state);
-        let doomed = self.take_obsolete_files(&mut state);
-        self.bg_done.notify_all();
         self.bg_work.notify_all();
-        drop(state);
-        self.remove_files(doomed);
+        self.finish_install(state);
         Ok(true)
     }
 }

@@ -118,11 +118,7 @@ impl Shared {
             &self.counters.gc_records_relocated,
             output.records_relocated,
         );
-        self.install_super_version(&state);
-        let doomed = self.take_obsolete_files(&mut state);
-        self.bg_done.notify_all();
-        drop(state);
-        self.remove_files(doomed);
+        self.finish_install(state);
         Ok(())
     }
 }

@@ -383,10 +383,7 @@ impl Db {
             let compacted = self.shared.compact_one()?;
             let collected = self.shared.opts.enable_gc && self.shared.gc_one()?;
             if !compacted && !collected {
-                let doomed = self
-                    .shared
-                    .take_obsolete_files(&mut self.shared.state.lock());
-                self.shared.remove_files(doomed);
+                self.shared.purge_obsolete_files(self.shared.state.lock());
                 return Ok(());
             }
         }
@@ -412,10 +409,7 @@ impl Db {
             let _ = w.writer.sync();
         }
         *wal = None;
-        let doomed = self
-            .shared
-            .take_obsolete_files(&mut self.shared.state.lock());
-        self.shared.remove_files(doomed);
+        self.shared.purge_obsolete_files(self.shared.state.lock());
         // Another handle may open the store now, even while this one lives.
         self.shared.lock.lock().take();
     }
