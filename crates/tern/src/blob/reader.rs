@@ -248,48 +248,45 @@ impl BlobReader {
         let out_of_order =
             |at: u64| Error::corruption(&self.path, at, "blob index entries are out of order");
         let mut buf = Vec::new();
+        // The records one read covers: ordinal, offset, length.
+        let mut planned: Vec<(u32, u64, u64)> = Vec::new();
         let mut read = 0u64;
-        let mut first = 0u32;
-        while first < count {
-            if skip(first) {
-                first += 1;
-                continue;
-            }
-            // Plan one read from `first` through `last`, the last record
-            // taken (skipped ones inside a run are read through).
-            let start = self.offset_of(first)?;
-            let mut end = start + self.record_len(first)?;
-            let mut last = first;
-            for next in first + 1..count {
-                if skip(next) {
-                    continue;
-                }
-                let next_start = self.offset_of(next)?;
-                let next_end = next_start + self.record_len(next)?;
-                let gap = next_start
-                    .checked_sub(end)
-                    .ok_or_else(|| out_of_order(next_start))?;
-                if gap >= WALK_SKIP_BYTES || next_end - start > WALK_READ_BYTES {
-                    break;
-                }
-                (end, last) = (next_end, next);
-            }
-            self.read_span(start, end - start, &mut buf)?;
-            read += end - start;
-            for o in first..=last {
+        let mut next = 0u32;
+        while next < count {
+            // Plan one read: taken records, skipped ones between them read
+            // through, until a long skipped run or the size limit.
+            planned.clear();
+            let mut end = 0;
+            while next < count {
+                let o = next;
                 if skip(o) {
+                    next += 1;
                     continue;
                 }
                 let at = self.offset_of(o)?;
                 let len = self.record_len(o)?;
-                let rel = at.checked_sub(start).ok_or_else(|| out_of_order(at))? as usize;
-                let rec = buf
-                    .get(rel..rel + len as usize)
-                    .ok_or_else(|| out_of_order(at))?;
-                let rec = blob::decode_record(rec).map_err(|e| e.in_file(&self.path, at))?;
+                if let Some(&(_, start, _)) = planned.first() {
+                    let gap = at.checked_sub(end).ok_or_else(|| out_of_order(at))?;
+                    if gap >= WALK_SKIP_BYTES || at + len - start > WALK_READ_BYTES {
+                        break;
+                    }
+                }
+                planned.push((o, at, len));
+                end = at + len;
+                next += 1;
+            }
+            let Some(&(_, start, _)) = planned.first() else {
+                break;
+            };
+            self.read_span(start, end - start, &mut buf)?;
+            read += end - start;
+            for &(o, at, len) in &planned {
+                // In order (checked while planning), so inside the read.
+                let rel = (at - start) as usize;
+                let rec = blob::decode_record(&buf[rel..rel + len as usize])
+                    .map_err(|e| e.in_file(&self.path, at))?;
                 f(o, rec)?;
             }
-            first = last + 1;
         }
         Ok(read)
     }
