@@ -119,8 +119,10 @@ fn blob_read_value_overflows_on_ref_offset_near_u64_max() {
 
 #[test]
 
-fn blob_read_records_raw_overflows_on_offset_near_u64_max() {
+fn blob_read_span_overflows_on_offset_near_u64_max() {
     let (fs, path, number) = real_blob_file();
     let r = BlobReader::open(&fs, &path, number).unwrap();
-    assert!(r.read_records_raw(u64::MAX - 4, 16 << 10).is_err());
+    assert!(r
+        .read_span(u64::MAX - 4, 16 << 10, &mut Vec::new())
+        .is_err());
 }

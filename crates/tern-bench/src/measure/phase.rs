@@ -65,7 +65,7 @@ pub struct PhaseResult {
     /// Wall-clock seconds.
     pub runtime_sec: f64,
     /// Seconds spent after the phase waiting for the engine to finish the
-    /// flushes, compactions and GC it caused (0 when not settled).
+    /// flushes, compactions and GC it caused.
     pub settle_sec: f64,
     /// Successful operations.
     pub ops_ok: u64,

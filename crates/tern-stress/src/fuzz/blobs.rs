@@ -219,10 +219,13 @@ pub fn blob_file(data: &[u8]) {
             .as_ref()
             .is_none_or(|(start, buf)| offset >= start + buf.len() as u64)
         {
-            window = r
-                .read_records_raw(offset, 16 << 10)
-                .ok()
-                .map(|b| (offset, b));
+            // As a scan batch reads: one span inside the records, or just
+            // the record near their end.
+            let mut buf = Vec::new();
+            window = [16 << 10, want.record_len()]
+                .into_iter()
+                .find(|&len| r.read_span(offset, len, &mut buf).is_ok())
+                .map(|_| (offset, buf));
         }
         if let Some((start, buf)) = &window {
             if let Some(got) = r.value_from_buffer(buf, *start, offset, want) {

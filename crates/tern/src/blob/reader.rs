@@ -330,15 +330,6 @@ impl BlobReader {
         Ok(rec)
     }
 
-    /// Reads up to `len` raw bytes of records starting at `offset`, clipped
-    /// at the end of the records (at least one byte must lie inside).
-    pub fn read_records_raw(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let end = offset.saturating_add(len).min(self.footer.index_offset);
-        let mut buf = Vec::new();
-        self.read_span(offset, end.saturating_sub(offset).max(1), &mut buf)?;
-        Ok(buf)
-    }
-
     /// Reads exactly `len` raw bytes of records at `offset` into `buf`
     /// (resized, its allocation reused), for batched reads. The span must lie
     /// within the records.
