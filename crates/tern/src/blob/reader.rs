@@ -363,6 +363,19 @@ impl BlobReader {
         })
     }
 
+    /// [`BlobReader::value_from_buffer`], or the record read on its own when
+    /// it is not wholly inside `buf`.
+    pub fn value_from_buffer_or_read(
+        &self,
+        buf: &[u8],
+        buf_offset: u64,
+        offset: u64,
+        want: ExpectedRecord<'_>,
+    ) -> Result<Vec<u8>> {
+        self.value_from_buffer(buf, buf_offset, offset, want)
+            .unwrap_or_else(|| self.read_value(offset, want))
+    }
+
     /// The lineage block (for GC outputs; empty otherwise).
     pub fn lineage(&self) -> Result<Vec<LineageEntry>> {
         let start = self.footer.lineage_offset;

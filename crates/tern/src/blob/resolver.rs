@@ -45,7 +45,7 @@ impl BlobResolver {
     }
 
     /// The reader, offset and value size of the record a ref points to now.
-    pub(crate) fn locate(
+    fn locate(
         &self,
         source: (&Path, u64),
         encoded_ref: &[u8],

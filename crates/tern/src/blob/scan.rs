@@ -37,6 +37,17 @@ pub struct Located {
     seq: u64,
 }
 
+impl Located {
+    /// What the record must hold for the entry stored under `key`.
+    fn expect<'a>(&self, key: &'a [u8]) -> ExpectedRecord<'a> {
+        ExpectedRecord {
+            key,
+            seq: self.seq,
+            size: self.size,
+        }
+    }
+}
+
 /// Resolves separated values for one iterator.
 pub struct ScanResolver {
     inner: BlobResolver,
@@ -47,8 +58,9 @@ pub struct ScanResolver {
     readahead: u64,
     /// Reused buffer for batch spans.
     span: Vec<u8>,
-    /// Readers this scan used, most recent last: a value then skips the
-    /// shared open-file set's lookup (a read lock and a hash).
+    /// Readers this scan used, in the order first used (the oldest goes
+    /// past `READERS_KEPT`): a value then skips the shared open-file set's
+    /// lookup (a read lock and a hash).
     readers: Vec<Arc<BlobReader>>,
 }
 
@@ -104,11 +116,7 @@ impl ScanResolver {
         let mut out: Vec<Result<Vec<u8>>> = (0..batch.len()).map(|_| Ok(Vec::new())).collect();
         let mut order: Vec<usize> = (0..batch.len()).collect();
         order.sort_unstable_by_key(|&i| (batch[i].1.reader.number(), batch[i].1.offset));
-        let want = |i: usize| ExpectedRecord {
-            key: batch[i].0,
-            seq: batch[i].1.seq,
-            size: batch[i].1.size,
-        };
+        let want = |i: usize| batch[i].1.expect(batch[i].0);
         let mut i = 0;
         while i < order.len() {
             let first = batch[order[i]].1;
@@ -138,13 +146,12 @@ impl ScanResolver {
                     .is_ok();
             for &k in &order[i..j] {
                 let l = batch[k].1;
-                let from_span = spanned
-                    .then(|| {
-                        l.reader
-                            .value_from_buffer(&self.span, start, l.offset, want(k))
-                    })
-                    .flatten();
-                out[k] = from_span.unwrap_or_else(|| l.reader.read_value(l.offset, want(k)));
+                out[k] = if spanned {
+                    l.reader
+                        .value_from_buffer_or_read(&self.span, start, l.offset, want(k))
+                } else {
+                    l.reader.read_value(l.offset, want(k))
+                };
             }
             i = j;
         }
@@ -161,12 +168,9 @@ impl ScanResolver {
         seq: u64,
         encoded_ref: &[u8],
     ) -> Result<Vec<u8>> {
-        let (reader, offset, size) = self.inner.locate(source, encoded_ref)?;
-        let want = ExpectedRecord {
-            key: user_key,
-            seq,
-            size,
-        };
+        let located = self.locate(source, seq, encoded_ref)?;
+        let want = located.expect(user_key);
+        let Located { reader, offset, .. } = located;
         let mut sequential = false;
         if let Some((file, start)) = self.window {
             if file == reader.number() {
@@ -199,8 +203,6 @@ impl ScanResolver {
             return reader.read_value(offset, want);
         }
         self.window = Some((reader.number(), start));
-        reader
-            .value_from_buffer(&self.window_buf, start, offset, want)
-            .unwrap_or_else(|| reader.read_value(offset, want))
+        reader.value_from_buffer_or_read(&self.window_buf, start, offset, want)
     }
 }

@@ -228,12 +228,18 @@ impl DbIterator {
             self.saved_key = key;
             self.inner.seek(&self.scratch);
         } else {
-            self.saved_key.clear();
-            self.saved_key
-                .extend_from_slice(internal_key::user_key(self.inner.key()));
-            self.inner.next();
+            self.step_past_current();
         }
         self.find_next_user_entry(true);
+    }
+
+    /// Steps the inner cursor off the current entry, remembering its user
+    /// key so that the forward walk skips that key's older versions.
+    fn step_past_current(&mut self) {
+        self.saved_key.clear();
+        self.saved_key
+            .extend_from_slice(internal_key::user_key(self.inner.key()));
+        self.inner.next();
     }
 
     /// Moves to the previous key. Requires `valid()`.
@@ -350,10 +356,7 @@ impl DbIterator {
             if entries.len() >= target {
                 break;
             }
-            self.saved_key.clear();
-            self.saved_key
-                .extend_from_slice(internal_key::user_key(self.inner.key()));
-            self.inner.next();
+            self.step_past_current();
             if self.advance(true).is_none() {
                 after = After::End(self.error.take());
                 break;
@@ -387,10 +390,7 @@ impl DbIterator {
                 // inner cursor, which sits on the last of them, or end.
                 match self.ahead.finish() {
                     After::Inner => {
-                        self.saved_key.clear();
-                        self.saved_key
-                            .extend_from_slice(internal_key::user_key(self.inner.key()));
-                        self.inner.next();
+                        self.step_past_current();
                         self.find_next_user_entry(true);
                     }
                     After::End(end_error) => {

@@ -64,10 +64,15 @@ impl ReadAhead {
 
     /// Drops the queue; the next batch is a seek's first again.
     pub fn reset(&mut self) {
+        self.clear();
+        self.size = None;
+    }
+
+    /// Drops the queue, returning what was to follow it.
+    fn clear(&mut self) -> After {
         self.entries.clear();
         self.pos = 0;
-        self.after = After::End(None);
-        self.size = None;
+        std::mem::replace(&mut self.after, After::End(None))
     }
 
     /// How many entries the next batch takes. Without a hint each batch
@@ -131,18 +136,14 @@ impl ReadAhead {
 
     /// Ends a used-up queue, returning what follows it.
     pub fn finish(&mut self) -> After {
-        self.entries.clear();
-        self.pos = 0;
-        std::mem::replace(&mut self.after, After::End(None))
+        self.clear()
     }
 
     /// Drops the queue, returning the current entry's key: the caller moves
     /// its inner cursor back there (a change of direction).
     pub fn take_current_key(&mut self) -> Option<Vec<u8>> {
         let key = std::mem::take(&mut self.entries.get_mut(self.pos)?.key);
-        self.entries.clear();
-        self.pos = 0;
-        self.after = After::End(None);
+        self.clear();
         Some(key)
     }
 }
