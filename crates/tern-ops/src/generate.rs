@@ -3,7 +3,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::op::{Entry, Op, Recovery, Target};
+use crate::op::{Entry, Op, Recovery, ScanBounds, Target};
 use crate::weights::Weights;
 
 /// What a run draws: the operation weights plus the shape of each
@@ -200,6 +200,15 @@ impl Generator {
         self.rng.gen_bool(0.4).then(|| self.key())
     }
 
+    fn scan_bounds(&mut self) -> ScanBounds {
+        let (lower, upper) = (self.bound(), self.bound());
+        ScanBounds {
+            lower,
+            upper,
+            reverse: self.rng.gen_bool(0.5),
+        }
+    }
+
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.rng.gen_bool(p.min(1.0))
     }
@@ -246,12 +255,8 @@ impl Generator {
             }
             "get" => out.push(Op::Get { key: self.key() }),
             "scan" => {
-                let (lower, upper) = (self.bound(), self.bound());
-                out.push(Op::Scan {
-                    lower,
-                    upper,
-                    reverse: self.rng.gen_bool(0.5),
-                });
+                let bounds = self.scan_bounds();
+                out.push(Op::Scan { bounds });
             }
             "snapshot" => {
                 if self.held < p.snapshots.max(1) {
@@ -266,14 +271,8 @@ impl Generator {
             "snapshot_read" => {
                 let index = self.rng.gen_range(0..p.snapshots.max(1));
                 let key = self.key();
-                let (lower, upper) = (self.bound(), self.bound());
-                out.push(Op::SnapshotRead {
-                    index,
-                    key,
-                    lower,
-                    upper,
-                    reverse: self.rng.gen_bool(0.5),
-                });
+                let bounds = self.scan_bounds();
+                out.push(Op::SnapshotRead { index, key, bounds });
             }
             "group_check" => out.push(Op::GroupCheck {
                 group: self.rng.gen_range(0..p.groups),

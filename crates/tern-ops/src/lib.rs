@@ -32,7 +32,7 @@ mod weights;
 pub use failure::{save_and_shrink, SaveTo};
 pub use generate::{Generator, Profile};
 pub use history::History;
-pub use op::{Entry, Op, Recovery, Target};
+pub use op::{Entry, Op, Recovery, ScanBounds, Target};
 pub use settings::{random_settings, Scale};
 pub use shrink::{shrink, Budget, ShrinkReport};
 pub use summary::ci_summary;

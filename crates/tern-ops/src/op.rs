@@ -7,6 +7,54 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// Where a scan goes: optional bounds (`lower` inclusive, `upper`
+/// exclusive, in key-number order where the executor's keys allow), and
+/// which way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScanBounds {
+    /// Lower bound.
+    pub lower: Option<u32>,
+    /// Upper bound.
+    pub upper: Option<u32>,
+    /// Iterate from the end.
+    pub reverse: bool,
+}
+
+impl ScanBounds {
+    /// Whether either bound is set.
+    pub fn is_bounded(&self) -> bool {
+        self.lower.is_some() || self.upper.is_some()
+    }
+
+    /// The same direction over the whole key space (a shrinking step).
+    pub fn unbounded(&self) -> ScanBounds {
+        ScanBounds {
+            reverse: self.reverse,
+            ..ScanBounds::default()
+        }
+    }
+
+    fn parse(f: &Fields<'_>) -> Result<ScanBounds, String> {
+        Ok(ScanBounds {
+            lower: f.bound("lower")?,
+            upper: f.bound("upper")?,
+            reverse: f.flag("reverse")?,
+        })
+    }
+}
+
+impl fmt::Display for ScanBounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "lower={} upper={} reverse={}",
+            bound(&self.lower),
+            bound(&self.upper),
+            u8::from(self.reverse)
+        )
+    }
+}
+
 /// What a write entry touches: key number `n` (each executor maps it to a
 /// key of its own shape) or atomic group `n` (several keys always written
 /// together with one value).
@@ -59,16 +107,10 @@ pub enum Op {
         /// The key read.
         key: u32,
     },
-    /// An iteration between optional bounds (`lower` inclusive, `upper`
-    /// exclusive, in key-number order where the executor's keys allow),
-    /// forwards or backwards, checked.
+    /// An iteration, checked.
     Scan {
-        /// Lower bound.
-        lower: Option<u32>,
-        /// Upper bound.
-        upper: Option<u32>,
-        /// Iterate from the end.
-        reverse: bool,
+        /// Where and which way it goes.
+        bounds: ScanBounds,
     },
     /// Take a snapshot and remember what it must show.
     Snapshot,
@@ -86,12 +128,8 @@ pub enum Op {
         index: u32,
         /// The key read.
         key: u32,
-        /// Lower bound of the scan.
-        lower: Option<u32>,
-        /// Upper bound of the scan.
-        upper: Option<u32>,
-        /// Scan from the end.
-        reverse: bool,
+        /// Where and which way the scan goes.
+        bounds: ScanBounds,
     },
     /// Read every member of group `group` at one snapshot: all or none
     /// must be there, with one value.
@@ -203,28 +241,16 @@ impl Op {
                     }
                 }
             }
-            Op::Scan {
-                lower,
-                upper,
-                reverse,
-            } if lower.is_some() || upper.is_some() => out.push(Op::Scan {
-                lower: None,
-                upper: None,
-                reverse: *reverse,
+            Op::Scan { bounds } if bounds.is_bounded() => out.push(Op::Scan {
+                bounds: bounds.unbounded(),
             }),
-            Op::SnapshotRead {
-                index,
-                key,
-                lower,
-                upper,
-                reverse,
-            } if lower.is_some() || upper.is_some() => out.push(Op::SnapshotRead {
-                index: *index,
-                key: *key,
-                lower: None,
-                upper: None,
-                reverse: *reverse,
-            }),
+            Op::SnapshotRead { index, key, bounds } if bounds.is_bounded() => {
+                out.push(Op::SnapshotRead {
+                    index: *index,
+                    key: *key,
+                    bounds: bounds.unbounded(),
+                })
+            }
             Op::Compact { range: Some(_) } => out.push(Op::Compact { range: None }),
             Op::Fault {
                 kind,
@@ -279,32 +305,12 @@ impl fmt::Display for Op {
                 Ok(())
             }
             Op::Get { key } => write!(f, " key={key}"),
-            Op::Scan {
-                lower,
-                upper,
-                reverse,
-            } => write!(
-                f,
-                " lower={} upper={} reverse={}",
-                bound(lower),
-                bound(upper),
-                b(*reverse)
-            ),
+            Op::Scan { bounds } => write!(f, " {bounds}"),
             Op::Snapshot | Op::SyncWal | Op::Flush | Op::Gc => Ok(()),
             Op::Release { index } => write!(f, " index={index}"),
-            Op::SnapshotRead {
-                index,
-                key,
-                lower,
-                upper,
-                reverse,
-            } => write!(
-                f,
-                " index={index} key={key} lower={} upper={} reverse={}",
-                bound(lower),
-                bound(upper),
-                b(*reverse)
-            ),
+            Op::SnapshotRead { index, key, bounds } => {
+                write!(f, " index={index} key={key} {bounds}")
+            }
             Op::GroupCheck { group } => write!(f, " group={group}"),
             Op::Compact { range } => match range {
                 Some((lo, hi)) => write!(f, " from={lo} to={hi}"),
@@ -432,9 +438,7 @@ impl FromStr for Op {
             },
             "get" => Op::Get { key: f.num("key")? },
             "scan" => Op::Scan {
-                lower: f.bound("lower")?,
-                upper: f.bound("upper")?,
-                reverse: f.flag("reverse")?,
+                bounds: ScanBounds::parse(f)?,
             },
             "snapshot" => Op::Snapshot,
             "release" => Op::Release {
@@ -443,9 +447,7 @@ impl FromStr for Op {
             "snapshot-read" => Op::SnapshotRead {
                 index: f.num("index")?,
                 key: f.num("key")?,
-                lower: f.bound("lower")?,
-                upper: f.bound("upper")?,
-                reverse: f.flag("reverse")?,
+                bounds: ScanBounds::parse(f)?,
             },
             "group-check" => Op::GroupCheck {
                 group: f.num("group")?,

@@ -24,18 +24,22 @@ fn every_operation_reads_back_as_written() {
         },
         Op::Get { key: 7 },
         Op::Scan {
-            lower: Some(1),
-            upper: None,
-            reverse: true,
+            bounds: ScanBounds {
+                lower: Some(1),
+                upper: None,
+                reverse: true,
+            },
         },
         Op::Snapshot,
         Op::Release { index: 2 },
         Op::SnapshotRead {
             index: 1,
             key: 9,
-            lower: None,
-            upper: Some(30),
-            reverse: false,
+            bounds: ScanBounds {
+                lower: None,
+                upper: Some(30),
+                reverse: false,
+            },
         },
         Op::GroupCheck { group: 4 },
         Op::SyncWal,
@@ -108,18 +112,22 @@ fn snapshot_reads_simplify_to_unbounded_scans_like_scans() {
     let bounded = Op::SnapshotRead {
         index: 2,
         key: 5,
-        lower: Some(1),
-        upper: None,
-        reverse: true,
+        bounds: ScanBounds {
+            lower: Some(1),
+            upper: None,
+            reverse: true,
+        },
     };
     assert_eq!(
         bounded.simpler(),
         [Op::SnapshotRead {
             index: 2,
             key: 5,
-            lower: None,
-            upper: None,
-            reverse: true,
+            bounds: ScanBounds {
+                lower: None,
+                upper: None,
+                reverse: true,
+            },
         }]
     );
     let unbounded = &bounded.simpler()[0];

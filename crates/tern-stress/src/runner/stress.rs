@@ -327,28 +327,19 @@ impl Stress {
                 self.check_group(g)?;
                 c.group_checks.fetch_add(1, Ordering::Relaxed);
             }
-            Op::Scan {
-                lower,
-                upper,
-                reverse,
-            } => {
+            Op::Scan { bounds } => {
                 // Unbounded scans spread over the ranges too.
-                let at = lower.or(*upper).unwrap_or_else(|| {
+                let at = bounds.lower.or(bounds.upper).unwrap_or_else(|| {
                     (c.scans.load(Ordering::Relaxed) as u32 ^ writer as u32).wrapping_mul(2_654_435_761)
                 });
                 let r = slot(at) / RANGE % ranges(keys);
                 let _g = self.lock_all([r * RANGE]);
                 let want = self.range_states(r);
-                self.scan_range(r, &want, None, *reverse, "scan")?;
+                self.scan_range(r, &want, None, bounds.reverse, "scan")?;
                 c.scans.fetch_add(1, Ordering::Relaxed);
             }
-            Op::SnapshotRead {
-                key,
-                lower,
-                reverse,
-                ..
-            } => {
-                let r = slot(lower.unwrap_or(*key)) / RANGE % ranges(keys);
+            Op::SnapshotRead { key, bounds, .. } => {
+                let r = slot(bounds.lower.unwrap_or(*key)) / RANGE % ranges(keys);
                 let (snap, want) = {
                     let _g = self.lock_all([r * RANGE]);
                     let snap = self.db.snapshot().map_err(|e| format!("snapshot: {e}"))?;
@@ -356,7 +347,7 @@ impl Stress {
                 };
                 // Let other threads move on before reading the old view.
                 std::thread::sleep(Duration::from_micros(u64::from(*key) % 2000));
-                self.scan_range(r, &want, Some(&snap), *reverse, "snapshot scan")?;
+                self.scan_range(r, &want, Some(&snap), bounds.reverse, "snapshot scan")?;
                 let lo = r * RANGE;
                 for j in 0..4u32 {
                     let i = (key.wrapping_mul(31).wrapping_add(j * 7)) as usize % want.len();

@@ -126,17 +126,13 @@ impl Exec {
                 self.check_get(self.slot(*key))?;
                 true
             }
-            Op::Scan {
-                lower,
-                upper,
-                reverse,
-            } => {
-                let mut lower = lower.map(|k| self.slot(k));
-                let mut upper = upper.map(|k| self.slot(k));
+            Op::Scan { bounds } => {
+                let mut lower = bounds.lower.map(|k| self.slot(k));
+                let mut upper = bounds.upper.map(|k| self.slot(k));
                 if let (Some(l), Some(u)) = (lower, upper) {
                     (lower, upper) = (Some(l.min(u)), Some(l.max(u)));
                 }
-                self.check_scan(lower, upper, *reverse)?;
+                self.check_scan(lower, upper, bounds.reverse)?;
                 true
             }
             Op::SyncWal => {

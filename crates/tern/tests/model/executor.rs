@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tern::io::{CrashMode, FaultFs, FaultKind, MemFs};
 use tern::{Db, Options, ReadOptions, Settings, Snapshot, WriteBatch, WriteOptions};
-use tern_ops::{History, Op, Recovery, Target};
+use tern_ops::{History, Op, Recovery, ScanBounds, Target};
 
 use crate::reads::{check_iter, group_key, key_for, mix, scan, value_for, GROUP_WIDTH};
 use crate::Model;
@@ -164,8 +164,10 @@ impl Run {
         key_for(k % self.keys)
     }
 
-    fn bound(&self, b: Option<u32>) -> Option<Vec<u8>> {
-        b.map(|k| self.key(k))
+    /// A scan's bounds as keys, and its direction.
+    fn key_bounds(&self, b: &ScanBounds) -> (Option<Vec<u8>>, Option<Vec<u8>>, bool) {
+        let key = |k: Option<u32>| k.map(|k| self.key(k));
+        (key(b.lower), key(b.upper), b.reverse)
     }
 
     fn applied(&mut self, durable: bool) {
@@ -211,12 +213,8 @@ impl Run {
                 let got = self.db().get(&k).unwrap();
                 assert_eq!(got.as_ref(), self.model.get(&k), "{ctx}: get");
             }
-            Op::Scan {
-                lower,
-                upper,
-                reverse,
-            } => {
-                let bounds = (self.bound(*lower), self.bound(*upper), *reverse);
+            Op::Scan { bounds } => {
+                let bounds = self.key_bounds(bounds);
                 check_iter(self.db(), None, &self.model, bounds, step as u64, &ctx);
             }
             Op::Snapshot => {
@@ -232,13 +230,7 @@ impl Run {
                     self.snapshots.swap_remove(i);
                 }
             }
-            Op::SnapshotRead {
-                index,
-                key,
-                lower,
-                upper,
-                reverse,
-            } => {
+            Op::SnapshotRead { index, key, bounds } => {
                 if !self.snapshots.is_empty() {
                     let (snap, m) = &self.snapshots[*index as usize % self.snapshots.len()];
                     let k = self.key(*key);
@@ -248,7 +240,7 @@ impl Run {
                     };
                     let got = self.db().get_opt(&k, &ro).unwrap();
                     assert_eq!(got.as_ref(), m.get(&k), "{ctx}: snapshot get");
-                    let bounds = (self.bound(*lower), self.bound(*upper), *reverse);
+                    let bounds = self.key_bounds(bounds);
                     check_iter(self.db(), Some(snap), m, bounds, step as u64, &ctx);
                 }
             }
