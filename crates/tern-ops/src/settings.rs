@@ -94,6 +94,10 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
                 format!("{:.3}", rng.gen_range(0.05..0.9)),
             );
             put("gc_max_batch_files", rng.gen_range(1..4u32).to_string());
+            put(
+                "gc_space_amp_limit",
+                pick(rng, &["off", "1.05", "1.25", "2"]).to_string(),
+            );
             // Few open files: reads reopen files the cache closed under them.
             put("max_open_files", pick(rng, &[2, 8, 1000]).to_string());
         }
@@ -154,6 +158,10 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
                 format!("{:.2}", f64::from(rng.gen_range(10..=80u32)) / 100.0),
             );
             put("enable_gc", rng.gen_bool(0.85).to_string());
+            put(
+                "gc_space_amp_limit",
+                pick(rng, &["off", "1.1", "1.25", "1.5"]).to_string(),
+            );
             put(
                 "max_open_files",
                 pick(rng, &[4, 16, 64, 1 << 16]).to_string(),

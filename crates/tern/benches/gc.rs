@@ -46,7 +46,8 @@ fn gc_job(c: &mut Criterion) {
             record_count: u64::from(RECORDS),
             dead,
         }],
-        output_number: 2,
+        output_numbers: vec![2],
+        output_file_size: u64::MAX,
     };
     let ctx = GcContext {
         fs: fs.clone(),

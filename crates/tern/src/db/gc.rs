@@ -10,8 +10,8 @@ use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::gc::{picker, GcContext, GcInput, GcJob, GcOutput};
 
 impl Shared {
-    /// Picks blob files over the garbage ratio, collects them into one new
-    /// file and installs it. Returns whether a job ran.
+    /// Picks blob files to collect ([`picker::pick`]), copies their live
+    /// records into new files and installs them. Returns whether a job ran.
     pub fn gc_one(&self) -> Result<bool> {
         let _guard = self.gc_lock.lock();
         // The version the job reads from stays pinned (via `_pin`) until the
@@ -22,21 +22,31 @@ impl Shared {
                 return Ok(false);
             }
             let v = state.versions.current();
-            let inputs: Vec<GcInput> = picker::pick(&v, &self.opts)
-                .into_iter()
-                .map(|b| GcInput {
-                    number: b.meta.number,
-                    record_count: b.meta.record_count,
-                    dead: b.dead.clone(),
-                })
-                .collect();
-            if inputs.is_empty() {
+            let picked = picker::pick(&v, &self.opts);
+            if picked.is_empty() {
                 return Ok(false);
             }
+            // One output per `blob_file_size` of live bytes, and one more for
+            // the slack of cutting only between inputs.
+            let live: u64 = picked
+                .iter()
+                .map(|b| b.meta.data_bytes.saturating_sub(b.dead_bytes))
+                .sum();
+            let outputs = (live / self.opts.blob_file_size + 1).min(picked.len() as u64);
             let job = GcJob {
                 dir: self.dir.clone(),
-                inputs,
-                output_number: state.versions.new_file_number(),
+                inputs: picked
+                    .iter()
+                    .map(|b| GcInput {
+                        number: b.meta.number,
+                        record_count: b.meta.record_count,
+                        dead: b.dead.clone(),
+                    })
+                    .collect(),
+                output_numbers: (0..outputs)
+                    .map(|_| state.versions.new_file_number())
+                    .collect(),
+                output_file_size: self.opts.blob_file_size,
             };
             (job, v)
         };
@@ -49,22 +59,30 @@ impl Shared {
         Ok(true)
     }
 
-    /// Installs a GC result: adds the output, retires the inputs with their
+    /// Installs a GC result: adds the outputs, retires the inputs with their
     /// lineage, and carries over dead marks that arrived while the job ran.
     fn install_gc(&self, job: &GcJob, output: GcOutput) -> Result<()> {
-        let out_path = self
-            .dir
-            .join(crate::wal::blob_file_name(output.meta.number));
-        // The output may come from another process or machine: its index
-        // must check before the inputs are retired for it. Read it before
-        // taking the state lock.
-        let reader = match BlobReader::open(&self.fs, &out_path, output.meta.number) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = self.fs.remove_file(&out_path);
-                return Err(e);
+        let remove_outputs = || {
+            for f in &output.files {
+                let _ = self
+                    .fs
+                    .remove_file(&self.dir.join(crate::wal::blob_file_name(f.meta.number)));
             }
         };
+        // The outputs may come from another process or machine: their
+        // indexes must check before the inputs are retired for them. Read
+        // them before taking the state lock.
+        let mut readers = Vec::with_capacity(output.files.len());
+        for f in &output.files {
+            let path = self.dir.join(crate::wal::blob_file_name(f.meta.number));
+            match BlobReader::open(&self.fs, &path, f.meta.number) {
+                Ok(r) => readers.push(r),
+                Err(e) => {
+                    remove_outputs();
+                    return Err(e);
+                }
+            }
+        }
         let mut state = self.state.lock();
         let v = state.versions.current();
         if job
@@ -73,33 +91,13 @@ impl Shared {
             .any(|i| !v.blob_files.contains_key(&i.number))
         {
             // An input stopped being live while the job ran (nothing refers to
-            // it any more): the output is not needed.
+            // it any more): the outputs are not needed.
             drop(state);
-            drop(reader);
-            let _ = self.fs.remove_file(&out_path);
+            drop(readers);
+            remove_outputs();
             return Ok(());
         }
-        let mut carried = DeadOrdinals {
-            file: output.meta.number,
-            ..Default::default()
-        };
-        for entry in &output.lineage {
-            let Some(now) = v.blob_files.get(&entry.old_file) else {
-                continue;
-            };
-            for o in now.dead.iter().filter(|o| !entry.dead.contains(*o)) {
-                let new_o = entry.translate(o);
-                carried.ordinals.insert(new_o);
-                carried.bytes += reader.record_len(new_o)?;
-            }
-        }
         let mut edit = VersionEdit {
-            blob_files_added: vec![output.meta.clone()],
-            relocations: output
-                .lineage
-                .iter()
-                .map(|e| (output.meta.number, e.clone()))
-                .collect(),
             last_sequence: Some(
                 self.visible_seq
                     .load(Ordering::Acquire)
@@ -107,8 +105,27 @@ impl Shared {
             ),
             ..Default::default()
         };
-        if !carried.ordinals.is_empty() {
-            edit.dead_ordinals.push(carried);
+        for (file, reader) in output.files.iter().zip(&readers) {
+            let mut carried = DeadOrdinals {
+                file: file.meta.number,
+                ..Default::default()
+            };
+            for entry in &file.lineage {
+                let Some(now) = v.blob_files.get(&entry.old_file) else {
+                    continue;
+                };
+                for o in now.dead.iter().filter(|o| !entry.dead.contains(*o)) {
+                    let new_o = entry.translate(o);
+                    carried.ordinals.insert(new_o);
+                    carried.bytes += reader.record_len(new_o)?;
+                }
+            }
+            edit.blob_files_added.push(file.meta.clone());
+            edit.relocations
+                .extend(file.lineage.iter().map(|e| (file.meta.number, e.clone())));
+            if !carried.ordinals.is_empty() {
+                edit.dead_ordinals.push(carried);
+            }
         }
         self.log_and_apply(&mut state, &mut edit)?;
         Counters::add(&self.counters.gc_runs, 1);

@@ -1,4 +1,4 @@
-//! The GC job: input blob files + dead sets → one output blob file + lineage.
+//! The GC job: input blob files + dead sets → output blob files + lineage.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,8 +30,14 @@ pub struct GcJob {
     pub dir: PathBuf,
     /// Inputs, in the order their records are copied.
     pub inputs: Vec<GcInput>,
-    /// Number of the output blob file.
-    pub output_number: u64,
+    /// Numbers reserved for the output files, used in order (at least
+    /// one). Numbers a job does not need stay unused.
+    pub output_numbers: Vec<u64>,
+    /// Once an output holds this many bytes, the next input starts a new
+    /// one while reserved numbers are left. Each input's records go to one
+    /// output whole (its lineage entry maps it there), so an output ends up
+    /// to one input's live bytes larger.
+    pub output_file_size: u64,
 }
 
 /// What a GC job needs from its environment.
@@ -43,17 +49,25 @@ pub struct GcContext {
     pub rate_limiter: Option<Arc<RateLimiter>>,
 }
 
+/// One blob file a GC job wrote.
+#[derive(Debug, Clone)]
+pub struct GcOutputFile {
+    /// The new blob file.
+    pub meta: BlobMeta,
+    /// Where each input copied into this file put its live records.
+    pub lineage: Vec<LineageEntry>,
+}
+
 /// The result of a GC job.
 #[derive(Debug, Clone)]
 pub struct GcOutput {
-    /// The new blob file.
-    pub meta: BlobMeta,
-    /// Where each input's live records went.
-    pub lineage: Vec<LineageEntry>,
+    /// The new blob files, in the order they were written; together their
+    /// lineage covers every input once.
+    pub files: Vec<GcOutputFile>,
     /// Bytes of input files read (records, and dead ones read through
     /// between live ones).
     pub bytes_read: u64,
-    /// Bytes of the output file.
+    /// Bytes of the output files.
     pub bytes_written: u64,
     /// Live records copied.
     pub records_relocated: u64,
@@ -61,25 +75,60 @@ pub struct GcOutput {
     pub records_dropped: u64,
 }
 
+/// The output file being written.
+struct OpenOutput {
+    writer: BlobWriter,
+    lineage: Vec<LineageEntry>,
+    copied: u64,
+}
+
 impl GcJob {
-    /// Runs the job. On error the partial output is removed.
+    /// Path of output number `n`.
+    fn output_path(&self, n: u64) -> PathBuf {
+        self.dir.join(blob_file_name(n))
+    }
+
+    /// Runs the job. On error every partial output is removed.
     pub fn run(&self, ctx: &GcContext) -> Result<GcOutput> {
-        let path = self.dir.join(blob_file_name(self.output_number));
-        let res = self.run_inner(ctx, &path);
+        let res = self.run_inner(ctx);
         if res.is_err() {
-            let _ = ctx.fs.remove_file(&path);
+            for &n in &self.output_numbers {
+                let _ = ctx.fs.remove_file(&self.output_path(n));
+            }
         }
         res
     }
 
-    fn run_inner(&self, ctx: &GcContext, path: &std::path::Path) -> Result<GcOutput> {
-        let file = ctx.fs.create(path).ctx(path)?;
+    fn open_output(&self, ctx: &GcContext, index: usize) -> Result<OpenOutput> {
+        let number = *self
+            .output_numbers
+            .get(index)
+            .ok_or_else(|| Error::InvalidArgument("GC job has no output file number".into()))?;
+        let path = self.output_path(number);
+        let file = ctx.fs.create(&path).ctx(&path)?;
         let file = RateLimitedFile::wrap(file, ctx.rate_limiter.as_ref());
-        let mut writer = BlobWriter::new(file, path.to_path_buf(), self.output_number)?;
-        let mut lineage = Vec::with_capacity(self.inputs.len());
-        let (mut bytes_read, mut relocated, mut dropped) = (0u64, 0u64, 0u64);
-        let mut copied: u64 = 0;
+        Ok(OpenOutput {
+            writer: BlobWriter::new(file, path, number)?,
+            lineage: Vec::new(),
+            copied: 0,
+        })
+    }
+
+    fn run_inner(&self, ctx: &GcContext) -> Result<GcOutput> {
+        let mut out = GcOutput {
+            files: Vec::new(),
+            bytes_read: 0,
+            bytes_written: 0,
+            records_relocated: 0,
+            records_dropped: 0,
+        };
+        let mut current = self.open_output(ctx, 0)?;
         for input in &self.inputs {
+            let next = out.files.len() + 1;
+            if current.writer.len() >= self.output_file_size && next < self.output_numbers.len() {
+                let full = std::mem::replace(&mut current, self.open_output(ctx, next)?);
+                out.files.push(finish(full)?);
+            }
             let in_path = self.dir.join(blob_file_name(input.number));
             let reader = BlobReader::open(&ctx.fs, &in_path, input.number)?;
             if reader.record_count() != input.record_count {
@@ -93,38 +142,44 @@ impl GcJob {
                     ),
                 ));
             }
-            let base = u32::try_from(copied).map_err(|_| {
+            let base = u32::try_from(current.copied).map_err(|_| {
                 Error::InvalidArgument("GC output would hold too many records".into())
             })?;
-            bytes_read += reader.walk_records(
+            let writer = &mut current.writer;
+            let mut copied = 0u64;
+            out.bytes_read += reader.walk_records(
                 |o| input.dead.contains(o),
                 |_, rec| {
                     writer.add(rec.key, rec.seq, rec.value)?;
                     copied += 1;
-                    relocated += 1;
                     Ok(())
                 },
             )?;
+            current.copied += copied;
+            out.records_relocated += copied;
             // Only dead ordinals inside the file count (the walk checked the
             // count fits an ordinal).
             let last = u32::try_from(input.record_count)
                 .ok()
                 .and_then(|n| n.checked_sub(1));
-            dropped += last.map_or(0, |l| input.dead.rank(l));
-            lineage.push(LineageEntry {
+            out.records_dropped += last.map_or(0, |l| input.dead.rank(l));
+            current.lineage.push(LineageEntry {
                 old_file: input.number,
                 base,
                 dead: input.dead.clone(),
             });
         }
-        let finished = writer.finish(&lineage)?;
-        Ok(GcOutput {
-            bytes_written: finished.meta.file_size,
-            meta: finished.meta,
-            lineage,
-            bytes_read,
-            records_relocated: relocated,
-            records_dropped: dropped,
-        })
+        out.files.push(finish(current)?);
+        out.bytes_written = out.files.iter().map(|f| f.meta.file_size).sum();
+        Ok(out)
     }
+}
+
+/// Writes an output's index, lineage and footer.
+fn finish(o: OpenOutput) -> Result<GcOutputFile> {
+    let finished = o.writer.finish(&o.lineage)?;
+    Ok(GcOutputFile {
+        meta: finished.meta,
+        lineage: o.lineage,
+    })
 }

@@ -3,14 +3,38 @@
 use crate::options::Options;
 use crate::version::{BlobFileState, Version};
 
-/// Files at or over `gc_garbage_ratio`, most garbage first, within the batch
-/// bounds (at least one file when any qualifies).
+/// Files to collect, most garbage first, within the batch bounds (at least
+/// one file when any qualifies): every file at or over `gc_garbage_ratio`,
+/// and, while the blob files are over `gc_space_amp_limit`, files under the
+/// ratio too until what they free brings the store back under the limit.
 pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
+    let (total, dead) = v.blob_files.values().fold((0u64, 0u64), |(t, d), b| {
+        (
+            t + b.meta.data_bytes,
+            d + b.dead_bytes.min(b.meta.data_bytes),
+        )
+    });
+    // Bytes GC must free to bring total/live under the limit. Some file
+    // then holds more than the floor's share of garbage: if every file held
+    // less, so would the whole.
+    let (mut excess, floor) = match opts.gc_space_amp_limit {
+        Some(limit) => {
+            let live = (total - dead) as f64;
+            let excess = (total as f64 - live * limit).max(0.0) as u64;
+            (excess, 1.0 - 1.0 / limit)
+        }
+        None => (0, f64::INFINITY),
+    };
+    let floor = if excess > 0 { floor } else { f64::INFINITY };
     let mut candidates: Vec<&BlobFileState> = v
         .blob_files
         .values()
         .map(|b| &**b)
-        .filter(|b| b.garbage_ratio() >= opts.gc_garbage_ratio)
+        .filter(|b| b.dead_bytes > 0)
+        .filter(|b| {
+            let r = b.garbage_ratio();
+            r >= opts.gc_garbage_ratio || r >= floor
+        })
         .collect();
     candidates.sort_by(|a, b| {
         b.garbage_ratio()
@@ -20,6 +44,11 @@ pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
     let mut out = Vec::new();
     let mut bytes = 0u64;
     for c in candidates {
+        let over_ratio = c.garbage_ratio() >= opts.gc_garbage_ratio;
+        if !over_ratio && excess == 0 {
+            // Sorted by ratio: no later file is over it either.
+            break;
+        }
         if !out.is_empty()
             && (out.len() >= opts.gc_max_batch_files
                 || bytes + c.meta.file_size > opts.gc_max_batch_bytes)
@@ -27,6 +56,7 @@ pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
             break;
         }
         bytes += c.meta.file_size;
+        excess = excess.saturating_sub(c.dead_bytes);
         out.push(c);
     }
     out
@@ -38,10 +68,10 @@ mod tests {
     use crate::version::BlobMeta;
     use std::sync::Arc;
 
-    #[test]
-    fn most_garbage_first_within_bounds() {
+    /// A version with one 100-byte file per `(number, dead bytes)`.
+    fn version(files: &[(u64, u64)]) -> Version {
         let mut v = Version::default();
-        for (n, dead) in [(1u64, 10u64), (2, 90), (3, 60), (4, 70)] {
+        for &(n, dead) in files {
             let meta = BlobMeta {
                 number: n,
                 file_size: 100,
@@ -55,22 +85,51 @@ mod tests {
             };
             v.blob_files.insert(n, Arc::new(state));
         }
-        let opts = Options {
+        v
+    }
+
+    fn opts(ratio: f64, limit: Option<f64>, batch: usize) -> Options {
+        Options {
             settings: crate::Settings {
-                gc_max_batch_files: 2,
+                gc_garbage_ratio: ratio,
+                gc_space_amp_limit: limit,
+                gc_max_batch_files: batch,
                 ..crate::Settings::default()
             },
             ..Options::default()
-        };
-        let got: Vec<u64> = pick(&v, &opts).iter().map(|b| b.meta.number).collect();
-        assert_eq!(got, vec![2, 4]);
-        let opts = Options {
-            settings: crate::Settings {
-                gc_garbage_ratio: 0.95,
-                ..crate::Settings::default()
-            },
-            ..Options::default()
-        };
-        assert!(pick(&v, &opts).is_empty());
+        }
+    }
+
+    fn picked(v: &Version, o: &Options) -> Vec<u64> {
+        pick(v, o).iter().map(|b| b.meta.number).collect()
+    }
+
+    #[test]
+    fn most_garbage_first_within_bounds() {
+        let v = version(&[(1, 10), (2, 90), (3, 60), (4, 70)]);
+        assert_eq!(picked(&v, &opts(0.5, None, 2)), vec![2, 4]);
+        assert_eq!(picked(&v, &opts(0.5, None, 8)), vec![2, 4, 3]);
+        assert!(picked(&v, &opts(0.95, None, 8)).is_empty());
+    }
+
+    #[test]
+    fn over_the_space_limit_files_under_the_ratio_are_collected_until_back_under_it() {
+        // 400 bytes, 120 dead: 400/280 = 1.43 over a 1.25 limit; freeing
+        // 400 - 1.25 * 280 = 50 bytes takes the 40 and one 30 (most garbage
+        // first, the lower number on ties), not the 20.
+        let v = version(&[(1, 20), (2, 40), (3, 30), (4, 30)]);
+        assert_eq!(picked(&v, &opts(0.5, Some(1.25), 8)), vec![2, 3]);
+        // The batch bounds still apply.
+        assert_eq!(picked(&v, &opts(0.5, Some(1.25), 1)), vec![2]);
+        // Without the limit nothing reaches the ratio.
+        assert!(picked(&v, &opts(0.5, None, 8)).is_empty());
+        // Under the limit only the ratio counts: 400/350 = 1.14.
+        let v = version(&[(1, 10), (2, 20), (3, 10), (4, 10)]);
+        assert!(picked(&v, &opts(0.5, Some(1.25), 8)).is_empty());
+        assert_eq!(picked(&v, &opts(0.2, Some(1.25), 8)), vec![2]);
+        // A tighter limit: 300/243 = 1.23 is over 1.2, and freeing
+        // 300 - 1.2 * 243 = 8.4 bytes takes one file.
+        let v = version(&[(1, 19), (2, 19), (3, 19)]);
+        assert_eq!(picked(&v, &opts(0.5, Some(1.2), 8)), vec![1]);
     }
 }

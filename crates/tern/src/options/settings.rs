@@ -314,6 +314,17 @@ settings! {
     /// space amplification of the blob files stays below 1/(1−ratio).
     /// Default: 0.5.
     gc_garbage_ratio: f64 = 0.5,
+    /// Bound on the blob files' bytes over their live bytes. When the
+    /// garbage compaction has found pushes the blob files past it, GC also
+    /// collects files under `gc_garbage_ratio`, most garbage first, until
+    /// they are back under it; it never picks a file with less garbage than
+    /// the bound allows in all (a fifth of it at 1.25), so every byte GC
+    /// copies still frees at least a quarter byte. Under skewed updates the
+    /// old, mostly cold files collect garbage slowly and sit just under the
+    /// ratio, which would otherwise leave the store near 1/(1−ratio); `off`
+    /// leaves GC to the ratio alone. Default: 1.25.
+    #[serde(serialize_with = "off_when_none")]
+    gc_space_amp_limit: Option<f64> = Some(1.25),
     /// Most input bytes one GC job reads. Default: 256 MiB.
     gc_max_batch_bytes: u64 = 256 << 20,
     /// Most input files one GC job merges. Default: 8.
@@ -373,6 +384,12 @@ impl Settings {
         }
         if !(self.gc_garbage_ratio > 0.0 && self.gc_garbage_ratio <= 1.0) {
             return bad("gc_garbage_ratio must be in (0, 1]");
+        }
+        if self
+            .gc_space_amp_limit
+            .is_some_and(|l| !(l > 1.0 && l.is_finite()))
+        {
+            return bad("gc_space_amp_limit must be above 1 (off to leave GC to gc_garbage_ratio)");
         }
         if self.blob_file_size < 4096 || self.gc_max_batch_files == 0 {
             return bad("blob_file_size must be at least 4096 and gc_max_batch_files at least 1");
