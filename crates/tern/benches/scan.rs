@@ -2,15 +2,16 @@
 //! the real file system whose 1 KB values sit in blob files written by
 //! several flushes of interleaved keys (so neighbouring keys live in
 //! different files), then scans of 50 entries from random keys (with and
-//! without telling the iterator their length), and point
-//! reads of the same values for comparison.
+//! without telling the iterator their length), point reads of the same
+//! values for comparison, and hinted scans after the store's pages were
+//! dropped from the page cache (what a store larger than memory sees).
 
 #![allow(missing_docs)]
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -47,6 +48,41 @@ fn open_store() -> (Db, std::path::PathBuf) {
     (db, dir)
 }
 
+/// Drops the cached pages of every file in `dir` (they are clean: the
+/// store was flushed), so the next reads go to the device.
+fn drop_page_cache(dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read_dir: {e}"));
+    for entry in entries.flatten() {
+        if let Ok(f) = std::fs::File::open(entry.path()) {
+            // SAFETY: a valid descriptor; posix_fadvise reads only integers.
+            unsafe {
+                libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+    }
+}
+
+/// Reads `SCAN` values from `start`; returns their bytes.
+fn scan(db: &Db, start: &[u8], hint: Option<usize>) -> usize {
+    let mut it = db
+        .iter(ReadOptions {
+            scan_len_hint: hint,
+            ..ReadOptions::default()
+        })
+        .unwrap_or_else(|e| panic!("iter: {e}"));
+    it.seek(start);
+    let mut bytes = 0;
+    for _ in 0..SCAN {
+        if !it.valid() {
+            break;
+        }
+        bytes += black_box(it.value()).len();
+        it.next();
+    }
+    bytes
+}
+
 fn scans(c: &mut Criterion) {
     let (db, dir) = open_store();
     let mut g = c.benchmark_group("separated_1k_values");
@@ -56,22 +92,7 @@ fn scans(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 let start = key(rng.gen_range(0..KEYS - SCAN as u32));
-                let mut it = db
-                    .iter(ReadOptions {
-                        scan_len_hint: hint,
-                        ..ReadOptions::default()
-                    })
-                    .unwrap_or_else(|e| panic!("iter: {e}"));
-                it.seek(&start);
-                let mut bytes = 0;
-                for _ in 0..SCAN {
-                    if !it.valid() {
-                        break;
-                    }
-                    bytes += black_box(it.value()).len();
-                    it.next();
-                }
-                bytes
+                scan(&db, &start, hint)
             })
         });
     }
@@ -85,6 +106,16 @@ fn scans(c: &mut Criterion) {
             }
             bytes
         })
+    });
+    g.bench_function("scan_50_hinted_uncached", |b| {
+        b.iter_batched(
+            || {
+                drop_page_cache(&dir);
+                key(rng.gen_range(0..KEYS - SCAN as u32))
+            },
+            |start| scan(&db, &start, Some(SCAN)),
+            BatchSize::PerIteration,
+        )
     });
     g.finish();
     drop(db);

@@ -7,14 +7,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use common::{files_ending, small_opts, DIR};
+use common::{fault_fs, files_ending, small_opts, DIR};
 use rand::{Rng, SeedableRng};
-use tern::io::MemFs;
+use tern::io::{FsRef, MemFs};
 use tern::{Db, Error, Options, ReadOptions};
 
-fn opts(fs: Arc<MemFs>) -> Options {
+fn opts(fs: FsRef) -> Options {
     small_opts(fs).tune(|s| {
         s.blob_threshold = Some(64);
         s.enable_gc = false;
@@ -44,7 +43,11 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 /// A store whose neighbouring keys sit in different blob files (each round
 /// flushes a random subset), with deletes, plus the model of it.
 fn build(seed: u64) -> (Db, Model) {
-    let fs = MemFs::new();
+    build_on(seed, MemFs::new())
+}
+
+/// [`build`] on `fs`.
+fn build_on(seed: u64, fs: FsRef) -> (Db, Model) {
     let db = Db::open(DIR, opts(fs)).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model = Model::new();
@@ -66,8 +69,12 @@ fn build(seed: u64) -> (Db, Model) {
 
 #[test]
 fn batched_forward_scans_and_direction_changes_match_a_sorted_map() {
-    for seed in 0..6u64 {
-        let (db, model) = build(seed);
+    for seed in 0..8u64 {
+        // From seed 4 on, reads act as if the store were out of memory:
+        // batches then announce their reads before making them.
+        let (_, fault) = fault_fs();
+        fault.set_uncached(seed >= 4);
+        let (db, model) = build_on(seed, fault.clone());
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xabc);
         for _ in 0..40 {
             let lower = rng.gen_bool(0.5).then(|| k(rng.gen_range(0..600)));
@@ -126,6 +133,9 @@ fn batched_forward_scans_and_direction_changes_match_a_sorted_map() {
                             }));
                 }
             }
+        }
+        if seed >= 4 {
+            assert!(fault.prefetches() > 0, "seed {seed}: no read was announced");
         }
     }
 }

@@ -339,6 +339,20 @@ impl BlobReader {
         self.file.read_exact_at(offset, buf).ctx(&self.path)
     }
 
+    /// [`BlobReader::read_span`] if the page cache holds every byte of it:
+    /// `Ok(false)` (and `buf` unspecified) when the read would wait for the
+    /// device.
+    pub fn read_span_cached(&self, offset: u64, len: u64, buf: &mut Vec<u8>) -> Result<bool> {
+        self.check_inside(offset, len, "read outside the records")?;
+        buf.resize(len as usize, 0);
+        self.file.read_cached_at(offset, buf).ctx(&self.path)
+    }
+
+    /// Hints that `len` bytes from `offset` will be read soon.
+    pub fn prefetch(&self, offset: u64, len: u64) {
+        self.file.prefetch(offset, len);
+    }
+
     /// Extracts the value of the record at `offset` from `buf` (which holds
     /// the file's bytes from `buf_offset`), checking it as `read_value` does.
     /// `None` if the record is not wholly inside `buf`.

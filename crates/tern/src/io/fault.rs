@@ -99,6 +99,11 @@ struct Faults {
     sync_delay: std::time::Duration,
     /// Generator for what a failed operation left behind; `None`: nothing.
     torn: Option<u64>,
+    /// Reads act as if nothing were in memory: every
+    /// [`RandomAccessFile::read_cached_at`] answers that it would wait.
+    uncached: bool,
+    /// Read hints ([`RandomAccessFile::prefetch`]) passed on so far.
+    prefetches: u64,
 }
 
 impl Faults {
@@ -242,6 +247,17 @@ impl FaultFs {
         self.faults.lock().torn = Some(seed);
     }
 
+    /// Makes reads act as if the page cache held nothing (a store larger
+    /// than memory): reads that must not wait for the device say they would.
+    pub fn set_uncached(&self, uncached: bool) {
+        self.faults.lock().uncached = uncached;
+    }
+
+    /// How many read hints were passed on to the inner file system.
+    pub fn prefetches(&self) -> u64 {
+        self.faults.lock().prefetches
+    }
+
     /// Removes all rules, random faults and the path filter. The count of
     /// injected faults is kept.
     pub fn clear(&self) {
@@ -379,6 +395,23 @@ impl RandomAccessFile for FaultRandom {
 
     fn len(&self) -> u64 {
         self.inner.len()
+    }
+
+    fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+        let uncached = {
+            let mut faults = self.faults.lock();
+            faults.check(FaultKind::Read, &[&self.path])?;
+            faults.uncached
+        };
+        if uncached {
+            return Ok(false);
+        }
+        self.inner.read_cached_at(offset, buf)
+    }
+
+    fn prefetch(&self, offset: u64, len: u64) {
+        self.faults.lock().prefetches += 1;
+        self.inner.prefetch(offset, len);
     }
 }
 

@@ -64,6 +64,16 @@ pub trait RandomAccessFile: Send + Sync {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// File size when it was opened.
     fn len(&self) -> u64;
+    /// Fills `buf` from `offset` as `read_exact_at` does if the bytes are
+    /// in memory already; `Ok(false)` (and `buf` unspecified) if reading
+    /// them would wait for the device. The default always reads.
+    fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+        self.read_exact_at(offset, buf).map(|()| true)
+    }
+    /// Hints that `len` bytes from `offset` will be read soon, so the
+    /// device can fetch them while the caller reads others. A hint only:
+    /// it never fails and may do nothing (the default).
+    fn prefetch(&self, _offset: u64, _len: u64) {}
     /// True for an empty file.
     fn is_empty(&self) -> bool {
         self.len() == 0

@@ -88,6 +88,64 @@ impl RandomAccessFile for PosixRandom {
         self.file.read_exact_at(buf, offset)
     }
 
+    #[cfg(target_os = "linux")]
+    fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let rest = &mut buf[done..];
+            let iov = libc::iovec {
+                iov_base: rest.as_mut_ptr().cast(),
+                iov_len: rest.len(),
+            };
+            let Ok(at) = i64::try_from(offset + done as u64) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "offset too large",
+                ));
+            };
+            // SAFETY: `iov` points at `rest`, which is valid for writes of
+            // its length for the duration of the call; the descriptor is
+            // open for as long as `self.file` lives.
+            let n = unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+            if n > 0 {
+                done += n as usize;
+                continue;
+            }
+            if n == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                // Not in memory, or a kernel without RWF_NOWAIT for this
+                // file: the caller reads the blocking way.
+                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => Ok(false),
+                Some(libc::EINTR) => continue,
+                _ => Err(e),
+            };
+        }
+        Ok(true)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn prefetch(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: the descriptor is open for as long as `self.file` lives,
+        // and posix_fadvise only reads its integer arguments. A failed hint
+        // changes nothing, so its result is not needed.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset,
+                len,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
     fn len(&self) -> u64 {
         self.len
     }
@@ -204,6 +262,37 @@ pub fn descriptor_limit() -> Option<u64> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn reads_that_must_not_wait_return_the_bytes_or_say_they_would_wait() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
+        let mut f = PosixFs.create(&path).unwrap();
+        f.append(&data).unwrap();
+        f.sync().unwrap();
+        let r = PosixFs.open(&path).unwrap();
+        let mut buf = vec![0u8; 1000];
+        // Just written: in memory.
+        assert!(r.read_cached_at(5000, &mut buf).unwrap());
+        assert_eq!(buf, data[5000..6000]);
+        // Past the end: an error, as `read_exact_at` gives.
+        assert!(r.read_cached_at(data.len() as u64 - 10, &mut buf).is_err());
+        // Dropped from the page cache (where the file system lets it go),
+        // the read says it would wait; announced and read, it is the same.
+        let file = File::open(&path).unwrap();
+        // SAFETY: a valid descriptor; posix_fadvise reads only integers.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+        if !r.read_cached_at(40_000, &mut buf).unwrap() {
+            r.prefetch(40_000, 1000);
+            r.read_exact_at(40_000, &mut buf).unwrap();
+        }
+        assert_eq!(buf, data[40_000..41_000]);
+    }
 
     #[test]
     fn a_sync_handle_works_on_its_own_descriptor() {
