@@ -158,6 +158,7 @@ impl Store {
             // A bounded SCAN reads its values in one batch (the engine adds
             // the one entry after them, which names where to resume).
             scan_len_hint: (limit < usize::MAX).then_some(limit),
+            ..ReadOptions::default()
         })?;
         it.seek(&engine_key(from));
         let now = now_ms();
@@ -200,7 +201,7 @@ impl Store {
             snapshot: None,
             lower_bound: Some(lo),
             upper_bound: Some(hi),
-            scan_len_hint: None,
+            ..ReadOptions::default()
         })?;
         it.seek_to_last();
         let now = now_ms();

@@ -188,6 +188,8 @@ impl Stress {
                 upper_bound: Some(keys::plain_key(hi)),
                 // The whole range: its values are read ahead in one batch.
                 scan_len_hint: Some(hi - lo),
+                // Both ways of reading a batch out of memory, by range.
+                serial_reads: range % 2 == 1,
             })
             .map_err(|e| format!("{ctx}: iterator: {e}"))?;
         let mut seen: Vec<Option<Vec<u8>>> = vec![None; hi - lo];
@@ -413,6 +415,7 @@ impl Stress {
                 lower_bound: Some(keys::group_prefix(g)),
                 upper_bound: Some(prefix_end),
                 scan_len_hint: None,
+                serial_reads: false,
             })
             .map_err(|e| format!("iterator: {e}"))?;
         it.seek_to_first();

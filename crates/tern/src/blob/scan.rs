@@ -68,6 +68,8 @@ pub struct ScanResolver {
     span: Vec<u8>,
     /// Reused list of a batch's runs.
     runs: Vec<Run>,
+    /// Never announce reads ([`ScanResolver::serial_reads`]).
+    serial: bool,
     /// Readers this scan used, in the order first used (the oldest goes
     /// past `READERS_KEPT`): a value then skips the shared open-file set's
     /// lookup (a read lock and a hash).
@@ -84,8 +86,16 @@ impl ScanResolver {
             readahead: READAHEAD_MIN,
             span: Vec::new(),
             runs: Vec::new(),
+            serial: false,
             readers: Vec::new(),
         }
+    }
+
+    /// With `serial`, batches read their runs one after another even out of
+    /// memory, announcing none ahead.
+    pub fn serial_reads(mut self, serial: bool) -> Self {
+        self.serial = serial;
+        self
     }
 
     /// Finds where the record of `encoded_ref` (stored for a key at `seq`)
@@ -162,7 +172,7 @@ impl ScanResolver {
             });
             i = j;
         }
-        let mut waiting = runs.len() < 2;
+        let mut waiting = self.serial || runs.len() < 2;
         for (n, run) in runs.iter().enumerate() {
             let reader = &batch[order[run.entries.start]].1.reader;
             if !waiting {

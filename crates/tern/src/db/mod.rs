@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use self::core::{Shared, SuperVersion};
 pub use self::snapshot::{ReadOptions, Snapshot};
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
-use crate::blob::BlobResolver;
+use crate::blob::{BlobResolver, ScanResolver};
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, seek_key, SeqNo, ValueKind};
@@ -226,7 +226,10 @@ impl Db {
         let resolver = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
         Ok(
             DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin])
-                .with_resolver(resolver, opts.scan_len_hint),
+                .with_resolver(
+                    ScanResolver::new(resolver).serial_reads(opts.serial_reads),
+                    opts.scan_len_hint,
+                ),
         )
     }
 

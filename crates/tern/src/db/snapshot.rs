@@ -96,4 +96,11 @@ pub struct ReadOptions<'a> {
     /// it needs are read together. At most 256 count; a wrong hint costs
     /// time, never results.
     pub scan_len_hint: Option<usize>,
+    /// Read the values of a batch one after another even when they are not
+    /// in memory. By default, a batch whose values would wait for the
+    /// device announces them all first, so the device fetches them
+    /// together (`docs/engine.md`, "Scans read separated values in
+    /// batches"); this turns that off, for comparison or for a device that
+    /// serves one read at a time best. Default: false.
+    pub serial_reads: bool,
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::read_ahead::{After, ReadAhead, Staged};
 use super::BoxedIter;
-use crate::blob::{BlobResolver, Located, ScanResolver};
+use crate::blob::{Located, ScanResolver};
 use crate::error::{Error, Result};
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ};
 use crate::format::internal_key::{append_internal_key, KIND_FOR_SEEK};
@@ -83,8 +83,8 @@ impl DbIterator {
 
     /// Resolves separated values through `resolver`; `scan_len_hint`:
     /// entries the caller expects to read after each seek.
-    pub fn with_resolver(mut self, resolver: BlobResolver, scan_len_hint: Option<usize>) -> Self {
-        self.resolver = Some(ScanResolver::new(resolver));
+    pub fn with_resolver(mut self, resolver: ScanResolver, scan_len_hint: Option<usize>) -> Self {
+        self.resolver = Some(resolver);
         self.ahead = ReadAhead::with_hint(scan_len_hint);
         self
     }

@@ -43,7 +43,7 @@ impl Writer {
                 snapshot: snap,
                 lower_bound: Some(self.prefix.clone()),
                 upper_bound: Some(upper),
-                scan_len_hint: None,
+                ..ReadOptions::default()
             },
         )
     }

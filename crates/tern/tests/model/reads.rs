@@ -97,6 +97,7 @@ pub fn check_iter(
         upper_bound: upper.clone(),
         // A hint changes only how values are batched, never what is read.
         scan_len_hint: rng.gen_bool(0.5).then(|| rng.gen_range(1..64)),
+        serial_reads: rng.gen_bool(0.5),
     };
     let mut it = db.iter(opts).unwrap();
     let mut got = Vec::new();
