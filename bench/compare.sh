@@ -6,7 +6,9 @@
 # Usage: bench/compare.sh [records] [operations] [rounds]
 #        (default: 500000 500000 1; rounds rotate the binding order)
 # Environment: THREADS (client threads, default 4), STEPS (default
-# load,a,b,c,f,e), OUT (results folder under bench/results/).
+# load,a,b,c,f,e), OUT (results folder under bench/results/), MEMORY_LIMIT
+# (e.g. 2560M: run in a cgroup v1 memory group capped there, page cache
+# included, for stores larger than memory; needs root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records="${1:-500000}"
@@ -14,10 +16,19 @@ ops="${2:-500000}"
 rounds="${3:-1}"
 threads="${THREADS:-4}"
 default_out="compare-${records}"
+[ -z "${MEMORY_LIMIT:-}" ] || default_out="${default_out}-mem"
 [ "$threads" = 4 ] || default_out="${default_out}-t${threads}"
 out="bench/results/${OUT:-$default_out}"
 export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
 cargo build --release -p tern-cli --features rocksdb,fjall
+if [ -n "${MEMORY_LIMIT:-}" ]; then
+  cg=/sys/fs/cgroup/memory/tern-bench
+  [ -d /sys/fs/cgroup/memory ] || { echo "MEMORY_LIMIT needs the cgroup v1 memory controller at /sys/fs/cgroup/memory" >&2; exit 1; }
+  mkdir -p "$cg"
+  echo "$MEMORY_LIMIT" > "$cg/memory.limit_in_bytes"
+  echo $$ > "$cg/cgroup.procs"
+  echo "memory limit: $(cat "$cg/memory.limit_in_bytes") bytes (cgroup $cg)" >&2
+fi
 mkdir -p "$out"
 "${CARGO_TARGET_DIR:-target}/release/tern" bench compare \
   --bindings tern,rocksdb,rocksdb-blob,fjall -w "${STEPS:-load,a,b,c,f,e}" \
