@@ -843,6 +843,41 @@ impl tern::compaction::Executor for MisnumberingGcExecutor {
 
 /// An install the version refuses changes nothing and writes nothing, so
 /// it must not stop the store: writes go on, and the data stays readable.
+/// Hands back GC output whose lineage names none of the job's inputs, as a
+/// buggy remote worker could.
+struct LineageDroppingGcExecutor;
+
+impl tern::compaction::Executor for LineageDroppingGcExecutor {
+    fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<tern::gc::GcOutput> {
+        let mut out = job.run(ctx)?;
+        out.files[0].lineage.clear();
+        Ok(out)
+    }
+}
+
+/// Regression: an install refused after the outputs were checked left them
+/// on disk until the next open.
+#[test]
+fn gc_output_whose_lineage_misses_an_input_is_refused_and_removed() {
+    let fs = MemFs::new();
+    let db = Db::open_with_executor(
+        DIR,
+        manual_opts(fs.clone()),
+        Some(Arc::new(LineageDroppingGcExecutor)),
+    )
+    .unwrap();
+    half_dead_blob_file(&db);
+    let before = blob_files_on_disk(&fs);
+    match db.collect_garbage() {
+        Err(tern::Error::Internal(m)) => assert!(m.contains("lineage"), "{m}"),
+        other => panic!("expected the install to be refused, got {other:?}"),
+    }
+    assert_eq!(blob_files_on_disk(&fs), before, "output removed");
+    for i in 5..10 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+}
+
 #[test]
 fn gc_output_the_version_refuses_is_not_installed_and_writes_go_on() {
     let fs = MemFs::new();
@@ -854,7 +889,7 @@ fn gc_output_the_version_refuses_is_not_installed_and_writes_go_on() {
     .unwrap();
     half_dead_blob_file(&db);
     match db.collect_garbage() {
-        Err(tern::Error::Internal(m)) => assert!(m.contains("has a table's number"), "{m}"),
+        Err(tern::Error::Internal(m)) => assert!(m.contains("did not reserve"), "{m}"),
         other => panic!("expected the install to be refused, got {other:?}"),
     }
     db.put(b"after", b"refused install").unwrap();

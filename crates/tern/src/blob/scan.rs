@@ -175,9 +175,13 @@ impl ScanResolver {
         let mut waiting = self.serial || runs.len() < 2;
         for (n, run) in runs.iter().enumerate() {
             let reader = &batch[order[run.entries.start]].1.reader;
-            if !waiting {
+            // A run past `SPAN_MAX` is one large record: it is read on its
+            // own, so the span never grows past `SPAN_MAX`.
+            let fits = run.len <= SPAN_MAX;
+            let mut spanned = false;
+            if !waiting && fits {
                 match reader.read_span_cached(run.start, run.len, &mut self.span) {
-                    Ok(true) => {}
+                    Ok(true) => spanned = true,
                     Ok(false) => {
                         waiting = true;
                         for r in &runs[n..] {
@@ -189,24 +193,24 @@ impl ScanResolver {
                     }
                     // Refused or failed: each record below is read on its
                     // own and reports what is wrong.
-                    Err(_) => self.span.clear(),
+                    Err(_) => {}
                 }
             }
-            if waiting
-                && reader
-                    .read_span(run.start, run.len, &mut self.span)
-                    .is_err()
-            {
-                self.span.clear();
+            // Waiting anyway, a lone record is read straight into its value.
+            if waiting && fits && !spanned && run.entries.len() > 1 {
+                spanned = reader.read_span(run.start, run.len, &mut self.span).is_ok();
             }
             // A record the span does not hold (a span `read_span` refused or
             // failed to read) is read exactly by `read_value`, which reports
             // the damage.
             for &k in &order[run.entries.clone()] {
                 let l = batch[k].1;
-                out[k] =
+                out[k] = if spanned {
                     l.reader
-                        .value_from_buffer_or_read(&self.span, run.start, l.offset, want(k));
+                        .value_from_buffer_or_read(&self.span, run.start, l.offset, want(k))
+                } else {
+                    l.reader.read_value(l.offset, want(k))
+                };
             }
         }
         self.runs = runs;
@@ -259,5 +263,72 @@ impl ScanResolver {
         }
         self.window = Some((reader.number(), start));
         reader.value_from_buffer_or_read(&self.window_buf, start, offset, want)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::blob::{BlobCache, BlobWriter};
+    use crate::cache::OpenFiles;
+    use crate::io::{FileSystem, FsRef, MemFs};
+    use crate::version::{BlobFileState, Version};
+
+    /// Regression: lone records went through the batch buffer, which then
+    /// kept the size of the largest value an iterator ever read.
+    #[test]
+    fn a_large_value_never_grows_the_batch_buffer() {
+        let fs = MemFs::new();
+        let dir = PathBuf::from("/db");
+        fs.create_dir_all(&dir).unwrap();
+        let path = dir.join(crate::wal::blob_file_name(7));
+        let mut w = BlobWriter::new(fs.create(&path).unwrap(), path.clone(), 7).unwrap();
+        let values = [vec![1u8; 100], vec![2u8; 3 << 20], vec![3u8; 100]];
+        let keys = [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
+        let refs: Vec<Vec<u8>> = keys
+            .iter()
+            .zip(&values)
+            .enumerate()
+            .map(|(i, (k, v))| w.add(k, i as u64 + 1, v).unwrap().encode())
+            .collect();
+        let meta = w.finish(&[]).unwrap().meta;
+        let mut v = Version::default();
+        v.blob_files.insert(
+            7,
+            Arc::new(BlobFileState {
+                meta,
+                dead: Default::default(),
+                dead_bytes: 0,
+            }),
+        );
+        let fsr: FsRef = fs.clone();
+        let cache = Arc::new(BlobCache::new(
+            dir,
+            fsr,
+            Arc::new(OpenFiles::new(16, 1 << 20)),
+        ));
+        for serial in [false, true] {
+            let mut r = ScanResolver::new(BlobResolver::new(Arc::new(v.clone()), cache.clone()))
+                .serial_reads(serial);
+            let located: Vec<Located> = refs
+                .iter()
+                .enumerate()
+                .map(|(i, e)| r.locate((&path, 0), i as u64 + 1, e).unwrap())
+                .collect();
+            let batch: Vec<(&[u8], &Located)> =
+                keys.iter().map(|k| k.as_slice()).zip(&located).collect();
+            let got = r.read_batch(&batch);
+            for (g, want) in got.into_iter().zip(&values) {
+                assert_eq!(&g.unwrap(), want);
+            }
+            assert!(
+                r.span.capacity() as u64 <= SPAN_MAX,
+                "serial {serial}: the batch buffer holds {} bytes",
+                r.span.capacity()
+            );
+        }
     }
 }

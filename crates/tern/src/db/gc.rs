@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use super::core::Shared;
 use super::stats::Counters;
 use crate::blob::BlobReader;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::gc::{picker, GcContext, GcInput, GcJob, GcOutput};
 
@@ -62,20 +62,37 @@ impl Shared {
     /// Installs a GC result: adds the outputs, retires the inputs with their
     /// lineage, and carries over dead marks that arrived while the job ran.
     fn install_gc(&self, job: &GcJob, output: GcOutput) -> Result<()> {
+        // Only numbers the job reserved are ever removed: an executor that
+        // reports another number may be naming a live file.
         let remove_outputs = || {
-            for f in &output.files {
+            for &n in &job.output_numbers {
                 let _ = self
                     .fs
-                    .remove_file(&self.dir.join(crate::wal::blob_file_name(f.meta.number)));
+                    .remove_file(&self.dir.join(crate::wal::blob_file_name(n)));
             }
         };
+        if let Err(why) = check_output_matches_job(job, &output) {
+            remove_outputs();
+            return Err(Error::Internal(format!("GC output refused: {why}")));
+        }
         // The outputs may come from another process or machine: their
         // indexes must check before the inputs are retired for them. Read
         // them before taking the state lock.
         let mut readers = Vec::with_capacity(output.files.len());
         for f in &output.files {
             let path = self.dir.join(crate::wal::blob_file_name(f.meta.number));
-            match BlobReader::open(&self.fs, &path, f.meta.number) {
+            let checked = BlobReader::open(&self.fs, &path, f.meta.number).and_then(|r| {
+                // The file must say what the executor reported of it.
+                if r.record_count() != f.meta.record_count || r.lineage()? != f.lineage {
+                    return Err(Error::corruption(
+                        &path,
+                        0,
+                        "GC output disagrees with what its job reported (record count or lineage)",
+                    ));
+                }
+                Ok(r)
+            });
+            match checked {
                 Ok(r) => readers.push(r),
                 Err(e) => {
                     remove_outputs();
@@ -117,7 +134,14 @@ impl Shared {
                 for o in now.dead.iter().filter(|o| !entry.dead.contains(*o)) {
                     let new_o = entry.translate(o);
                     carried.ordinals.insert(new_o);
-                    carried.bytes += reader.record_len(new_o)?;
+                    match reader.record_len(new_o) {
+                        Ok(len) => carried.bytes += len,
+                        Err(e) => {
+                            drop(state);
+                            remove_outputs();
+                            return Err(e);
+                        }
+                    }
                 }
             }
             edit.blob_files_added.push(file.meta.clone());
@@ -127,7 +151,17 @@ impl Shared {
                 edit.dead_ordinals.push(carried);
             }
         }
-        self.log_and_apply(&mut state, &mut edit)?;
+        if let Err(e) = self.log_and_apply(&mut state, &mut edit) {
+            // A refused edit wrote nothing, so its outputs are garbage; after
+            // a failed manifest write a durable record may name them, and
+            // the next open decides.
+            let refused = matches!(e, Error::Internal(_)) && !state.versions.write_failed();
+            drop(state);
+            if refused {
+                remove_outputs();
+            }
+            return Err(e);
+        }
         Counters::add(&self.counters.gc_runs, 1);
         Counters::add(&self.counters.gc_bytes_read, output.bytes_read);
         Counters::add(&self.counters.gc_bytes_written, output.bytes_written);
@@ -138,4 +172,46 @@ impl Shared {
         self.finish_install(state);
         Ok(())
     }
+}
+
+/// Checks an executor's result against its job before anything of it is
+/// trusted: every output under a number the job reserved, each once, and
+/// the outputs' lineage naming the job's inputs, each once, in order.
+fn check_output_matches_job(job: &GcJob, output: &GcOutput) -> std::result::Result<(), String> {
+    let mut numbers = std::collections::BTreeSet::new();
+    for f in &output.files {
+        if !job.output_numbers.contains(&f.meta.number) {
+            return Err(format!(
+                "output {} is a file number the job did not reserve ({:?})",
+                f.meta.number, job.output_numbers
+            ));
+        }
+        if !numbers.insert(f.meta.number) {
+            return Err(format!("output {} is reported twice", f.meta.number));
+        }
+    }
+    let covered: Vec<u64> = output
+        .files
+        .iter()
+        .flat_map(|f| f.lineage.iter().map(|e| e.old_file))
+        .collect();
+    let inputs: Vec<u64> = job.inputs.iter().map(|i| i.number).collect();
+    if covered != inputs {
+        return Err(format!(
+            "the outputs' lineage covers files {covered:?}, the job's inputs are {inputs:?}"
+        ));
+    }
+    // Lineage translates ordinals by the dead set the copy skipped: any
+    // other set would send refs to the wrong records.
+    let entries = output.files.iter().flat_map(|f| f.lineage.iter());
+    if let Some((e, _)) = entries
+        .zip(&job.inputs)
+        .find(|(e, input)| e.dead != input.dead)
+    {
+        return Err(format!(
+            "the lineage of file {} skips other records than the job's dead set",
+            e.old_file
+        ));
+    }
+    Ok(())
 }

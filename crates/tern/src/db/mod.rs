@@ -363,8 +363,9 @@ impl Db {
         st
     }
 
-    /// Runs blob GC now on every file at or over `gc_garbage_ratio`, until
-    /// none is left. Returns the number of GC jobs run.
+    /// Runs blob GC now until nothing is left to collect: no file at or over
+    /// `gc_garbage_ratio`, and the blob files within `gc_space_amp_limit`.
+    /// Returns the number of GC jobs run.
     pub fn collect_garbage(&self) -> Result<usize> {
         self.shared.check_open()?;
         let mut jobs = 0;

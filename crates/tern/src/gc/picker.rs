@@ -56,7 +56,7 @@ pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
             break;
         }
         bytes += c.meta.file_size;
-        excess = excess.saturating_sub(c.dead_bytes);
+        excess = excess.saturating_sub(c.dead_bytes.min(c.meta.data_bytes));
         out.push(c);
     }
     out

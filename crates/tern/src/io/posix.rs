@@ -4,6 +4,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::{FileLock, FileSync, FileSystem, RandomAccessFile, WritableFile};
@@ -81,6 +82,8 @@ impl FileSync for PosixSync {
 struct PosixRandom {
     file: File,
     len: u64,
+    /// The file system refused a no-wait read once: never try again.
+    no_nowait: AtomicBool,
 }
 
 impl RandomAccessFile for PosixRandom {
@@ -91,6 +94,9 @@ impl RandomAccessFile for PosixRandom {
     #[cfg(target_os = "linux")]
     fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
         use std::os::fd::AsRawFd;
+        if self.no_nowait.load(Ordering::Relaxed) {
+            return self.read_exact_at(offset, buf).map(|()| true);
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let rest = &mut buf[done..];
@@ -117,10 +123,15 @@ impl RandomAccessFile for PosixRandom {
             }
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
-                // Not in memory, or a kernel without RWF_NOWAIT for this
-                // file: the caller reads the blocking way.
-                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => Ok(false),
+                Some(libc::EAGAIN) => Ok(false),
                 Some(libc::EINTR) => continue,
+                // A kernel or file system without RWF_NOWAIT here: say so
+                // once and read the plain way from then on, as if the bytes
+                // were in memory (no hints, as before such reads existed).
+                Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => {
+                    self.no_nowait.store(true, Ordering::Relaxed);
+                    self.read_exact_at(offset, buf).map(|()| true)
+                }
                 _ => Err(e),
             };
         }
@@ -178,7 +189,11 @@ impl FileSystem for PosixFs {
     fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
-        Ok(Arc::new(PosixRandom { file, len }))
+        Ok(Arc::new(PosixRandom {
+            file,
+            len,
+            no_nowait: AtomicBool::new(false),
+        }))
     }
 
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
