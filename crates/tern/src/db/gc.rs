@@ -62,15 +62,7 @@ impl Shared {
     /// Installs a GC result: adds the outputs, retires the inputs with their
     /// lineage, and carries over dead marks that arrived while the job ran.
     fn install_gc(&self, job: &GcJob, output: GcOutput) -> Result<()> {
-        // Only numbers the job reserved are ever removed: an executor that
-        // reports another number may be naming a live file.
-        let remove_outputs = || {
-            for &n in &job.output_numbers {
-                let _ = self
-                    .fs
-                    .remove_file(&self.dir.join(crate::wal::blob_file_name(n)));
-            }
-        };
+        let remove_outputs = || job.remove_outputs(&self.fs);
         if let Err(why) = check_output_matches_job(job, &output) {
             remove_outputs();
             return Err(Error::Internal(format!("GC output refused: {why}")));
@@ -80,7 +72,7 @@ impl Shared {
         // them before taking the state lock.
         let mut readers = Vec::with_capacity(output.files.len());
         for f in &output.files {
-            let path = self.dir.join(crate::wal::blob_file_name(f.meta.number));
+            let path = job.output_path(f.meta.number);
             let checked = BlobReader::open(&self.fs, &path, f.meta.number).and_then(|r| {
                 // The file must say what the executor reported of it.
                 if r.record_count() != f.meta.record_count || r.lineage()? != f.lineage {

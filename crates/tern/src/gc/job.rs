@@ -84,17 +84,23 @@ struct OpenOutput {
 
 impl GcJob {
     /// Path of output number `n`.
-    fn output_path(&self, n: u64) -> PathBuf {
+    pub fn output_path(&self, n: u64) -> PathBuf {
         self.dir.join(blob_file_name(n))
+    }
+
+    /// Removes whatever exists under the numbers the job reserved (and only
+    /// those: a number an executor reports may name a live file).
+    pub fn remove_outputs(&self, fs: &FsRef) {
+        for &n in &self.output_numbers {
+            let _ = fs.remove_file(&self.output_path(n));
+        }
     }
 
     /// Runs the job. On error every partial output is removed.
     pub fn run(&self, ctx: &GcContext) -> Result<GcOutput> {
         let res = self.run_inner(ctx);
         if res.is_err() {
-            for &n in &self.output_numbers {
-                let _ = ctx.fs.remove_file(&self.output_path(n));
-            }
+            self.remove_outputs(&ctx.fs);
         }
         res
     }
