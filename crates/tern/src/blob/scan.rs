@@ -173,8 +173,9 @@ impl ScanResolver {
             i = j;
         }
         let mut waiting = self.serial || runs.len() < 2;
+        let reader_of = |r: &Run| &batch[order[r.entries.start]].1.reader;
         for (n, run) in runs.iter().enumerate() {
-            let reader = &batch[order[run.entries.start]].1.reader;
+            let reader = reader_of(run);
             // A run past `SPAN_MAX` is one large record: it is read on its
             // own, so the span never grows past `SPAN_MAX`.
             let fits = run.len <= SPAN_MAX;
@@ -185,10 +186,7 @@ impl ScanResolver {
                     Ok(false) => {
                         waiting = true;
                         for r in &runs[n..] {
-                            batch[order[r.entries.start]]
-                                .1
-                                .reader
-                                .prefetch(r.start, r.len);
+                            reader_of(r).prefetch(r.start, r.len);
                         }
                     }
                     // Refused or failed: each record below is read on its
