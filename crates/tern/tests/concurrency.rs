@@ -376,3 +376,50 @@ fn readers_see_concurrent_batches_whole() {
     assert!(checks.load(Ordering::Relaxed) > 0);
     assert!(db.stats().flushes > 0, "no flush ran during the test");
 }
+
+#[test]
+fn stats_and_reads_answer_while_a_synced_write_waits_on_fsync() {
+    // A disk whose fsync takes 3 s. A server polls stats and serves reads
+    // while writes are stuck; neither may wait for the WAL's fsync.
+    let (_mem, fault) = common::fault_fs();
+    let db = Arc::new(
+        Db::open(
+            DIR,
+            Options {
+                fs: fault.clone(),
+                ..Options::default()
+            },
+        )
+        .unwrap(),
+    );
+    db.put(b"k", b"v").unwrap();
+    fault.set_sync_delay(std::time::Duration::from_secs(3));
+    let writer = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let mut b = WriteBatch::new();
+            b.put(b"k2", b"v2");
+            db.write(b, WriteOptions::synced()).unwrap();
+        })
+    };
+    // Let the writer reach its fsync.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            let s = db.stats();
+            let v = db.get(b"k").unwrap();
+            let _ = tx.send((s.wal_bytes, v));
+        });
+    }
+    let (wal_bytes, v) = rx
+        .recv_timeout(std::time::Duration::from_millis(1500))
+        .expect("stats or a read waited for the WAL fsync");
+    assert!(!writer.is_finished(), "the write did not wait for its fsync");
+    assert!(wal_bytes > 0);
+    assert_eq!(v.as_deref(), Some(&b"v"[..]));
+    writer.join().unwrap();
+    fault.set_sync_delay(std::time::Duration::ZERO);
+    assert_eq!(db.get(b"k2").unwrap().as_deref(), Some(&b"v2"[..]));
+}

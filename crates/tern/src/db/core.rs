@@ -40,6 +40,8 @@ pub struct SuperVersion {
     pub imms: Vec<Arc<MemTable>>,
     /// The table files.
     pub version: Arc<Version>,
+    /// WAL file numbers of `imms`, for stats without the state mutex.
+    pub imm_wals: Vec<u64>,
 }
 
 /// An immutable memtable waiting for flush, with the WAL that holds its data.
@@ -90,6 +92,12 @@ pub struct Shared {
     pub queue: CommitQueue,
     /// The active WAL; used by the group leader, switches and `sync_wal`.
     pub wal: Mutex<Option<ActiveWal>>,
+    /// Bytes in the active WAL, for stats: the WAL mutex is held across a
+    /// synced write's fsync, which stats must not wait for.
+    pub wal_len: AtomicU64,
+    /// A copy of `State::bg_error`, for stats: the state mutex is held
+    /// across manifest writes and file creation.
+    pub bg_error_seen: Mutex<Option<String>>,
     /// Syncs the active WAL in the background as it grows.
     pub wal_syncer: WalSyncer,
     pub tables: Arc<TableCache>,
@@ -133,6 +141,7 @@ impl Shared {
             mem: state.mem.clone(),
             imms: state.imms.iter().rev().map(|i| i.mem.clone()).collect(),
             version: state.versions.current(),
+            imm_wals: state.imms.iter().map(|i| i.wal_number).collect(),
         };
         *self.current.lock() = Arc::new(sv);
     }
@@ -146,6 +155,7 @@ impl Shared {
     pub fn set_bg_error_message(&self, state: &mut State, cause: String) {
         if state.bg_error.is_none() {
             tracing::error!("tern: background error, refusing writes until reopened: {cause}");
+            *self.bg_error_seen.lock() = Some(cause.clone());
             state.bg_error = Some(cause);
         }
         self.bg_done.notify_all();

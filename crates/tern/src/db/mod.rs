@@ -343,17 +343,12 @@ impl Db {
         st.file_opens = s.open_files.opens();
         st.last_sequence = s.visible_seq.load(Ordering::Acquire);
         st.snapshots = s.snapshots.len();
-        // Live WALs: the active one (its writer knows its length) and those
-        // of memtables waiting for flush; no directory listing.
-        let (imm_wals, background_error) = {
-            let state = s.state.lock();
-            let wals: Vec<u64> = state.imms.iter().map(|i| i.wal_number).collect();
-            (wals, state.bg_error.clone())
-        };
-        st.background_error = background_error;
-        let active = s.wal.lock().as_ref().map_or(0, |w| w.writer.len());
-        st.wal_bytes = active
-            + imm_wals
+        // Live WALs: the active one and those of memtables waiting for
+        // flush. No lock the write path holds across I/O is taken: stats
+        // must answer while a write waits on a slow fsync.
+        st.background_error = s.bg_error_seen.lock().clone();
+        st.wal_bytes = s.wal_len.load(Ordering::Relaxed)
+            + sv.imm_wals
                 .iter()
                 .filter_map(|&n| {
                     s.fs.file_size(&s.dir.join(crate::wal::wal_file_name(n)))

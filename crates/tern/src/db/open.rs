@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -96,6 +96,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         mem,
         imms: Vec::new(),
         version: state.versions.current(),
+        imm_wals: Vec::new(),
     };
     let blobs = Arc::new(BlobCache::new(
         dir.to_path_buf(),
@@ -114,6 +115,8 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         visible_seq: AtomicU64::new(0),
         queue: Mutex::new(VecDeque::new()),
         wal: Mutex::new(None),
+        wal_len: AtomicU64::new(0),
+        bg_error_seen: Mutex::new(None),
         wal_syncer: Default::default(),
         tables,
         block_cache,
@@ -232,11 +235,11 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     edit.log_number = Some(wal_number);
     edit.last_sequence = Some(max_seq);
     s.log_and_apply(&mut state, &mut edit)?;
+    s.wal_len.store(active.writer.len(), Ordering::Relaxed);
     *s.wal.lock() = Some(active);
     state.mem = s.new_memtable(0);
     state.mem_wal_number = wal_number;
-    s.visible_seq
-        .store(max_seq, std::sync::atomic::Ordering::Release);
+    s.visible_seq.store(max_seq, Ordering::Release);
     s.install_super_version(&state);
     remove_orphans(s, &state, &names)?;
     Ok(())

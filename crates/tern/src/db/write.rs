@@ -134,6 +134,7 @@ impl Shared {
                         .and_then(|()| if sync { w.sync() } else { Ok(()) })
                         .ctx(&self.dir.join(wal_file_name(active.number)));
                     if res.is_ok() {
+                        self.wal_len.store(active.writer.len(), Ordering::Relaxed);
                         active.after_append(&self.wal_syncer, self.opts.wal_bytes_per_sync, sync);
                     }
                     res
@@ -252,6 +253,7 @@ impl Shared {
                     .sync()
                     .ctx(&self.dir.join(wal_file_name(old.number)))?;
             }
+            self.wal_len.store(active.writer.len(), Ordering::Relaxed);
             *wal = Some(active);
             Ok(())
         })();
