@@ -62,9 +62,12 @@ pub struct Args {
     /// Where /metrics is served (host:port), or "off" [default: 127.0.0.1:9379, or a free port].
     #[arg(long)]
     metrics_bind: Option<String>,
-    /// Worker threads; 0 means one per core [default: 0].
+    /// Worker threads (connections, parsing, replies); 0 means one per core [default: 0].
     #[arg(long)]
     threads: Option<usize>,
+    /// Threads that run read commands on the engine; 0 means four per core [default: 0].
+    #[arg(long)]
+    read_threads: Option<usize>,
 }
 
 fn parse_fsync(s: &str) -> Result<AppendFsync, String> {
@@ -103,6 +106,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     if let Some(v) = args.threads {
         config.threads = v;
+    }
+    if let Some(v) = args.read_threads {
+        config.read_threads = v;
     }
     let dir = config.dir.clone();
     let fsync = config.appendfsync;

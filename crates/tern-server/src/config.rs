@@ -83,8 +83,11 @@ pub struct Config {
     /// Where `/metrics` is served: `host:port`; empty: 127.0.0.1:9379 (or a
     /// free port if taken); "off": disabled.
     pub metrics_bind: String,
-    /// Worker threads; 0: one per core.
+    /// Worker threads (connections, parsing, replies); 0: one per core.
     pub threads: usize,
+    /// Threads that run read commands against the engine; 0: four per
+    /// core. Reads that wait on the disk hold one each.
+    pub read_threads: usize,
     /// Engine settings (the `[engine]` table, names as in
     /// [`tern::Settings`]). `max_value_size` follows `proto-max-bulk-len`.
     pub engine: tern::Settings,
@@ -107,6 +110,7 @@ impl Default for Config {
             maxmemory_clients: 4 << 30,
             metrics_bind: String::new(),
             threads: 0,
+            read_threads: 0,
             engine: tern::Settings::default(),
         }
     }

@@ -1,9 +1,11 @@
 //! One client connection: read, parse, execute, reply, with pipelining.
 //!
-//! Requests run on the connection's own task, directly on the shared
-//! engine. Everything a read brought in is executed before the replies are
-//! written, so a pipeline is answered with few writes, and its plain writes
-//! are committed as one engine batch ([`WriteGroup`]).
+//! The connection's task parses every complete request a read brought in,
+//! then runs them in order: consecutive writes as one job on the
+//! committer, consecutive reads as one job on the read pool, the rest
+//! inline (see [`crate::exec`]). It waits for each job before the next, so
+//! its requests take effect in the order sent, and writes the replies once
+//! the pipeline is done, so a pipeline is answered with few writes.
 //!
 //! Memory per connection is bounded: arguments are checked against the
 //! limits before they are buffered, the request buffer against
@@ -20,10 +22,14 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::commands::{execute, Session, WriteGroup};
+use crate::commands::{execute, Session};
+use crate::exec::{classify, Class, Exec};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
 use crate::resp::{Limits, Parser, Reply};
 use crate::state::{ClientInfo, State};
+
+/// Most requests parsed ahead of execution.
+const MAX_BATCH: usize = 1024;
 
 /// Pending reply bytes that trigger a write in the middle of a pipeline.
 const OUT_FLUSH: usize = 1 << 20;
@@ -68,10 +74,10 @@ async fn write_out(
 /// Serves one connection until it closes, the client quits, or the
 /// server shuts down. The caller has registered `info` in the client table;
 /// this removes it.
-pub async fn serve(mut sock: TcpStream, state: Arc<State>, info: Arc<ClientInfo>) {
+pub async fn serve(mut sock: TcpStream, state: Arc<State>, exec: Arc<Exec>, info: Arc<ClientInfo>) {
     let id = info.id;
     let mut accounted = 0usize;
-    let r = run(&mut sock, &state, info, &mut accounted).await;
+    let r = run(&mut sock, &state, &exec, info, &mut accounted).await;
     if let Err(Close::With(msg)) = r {
         state.metrics.protocol_errors.fetch_add(1, Relaxed);
         let mut out = Vec::new();
@@ -85,7 +91,8 @@ pub async fn serve(mut sock: TcpStream, state: Arc<State>, info: Arc<ClientInfo>
 
 async fn run(
     sock: &mut TcpStream,
-    state: &State,
+    state: &Arc<State>,
+    exec: &Exec,
     info: Arc<ClientInfo>,
     accounted: &mut usize,
 ) -> Result<(), Close> {
@@ -104,59 +111,52 @@ async fn run(
     });
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut group = WriteGroup::default();
+    let mut requests: Vec<Vec<Vec<u8>>> = Vec::new();
     let mut shutdown = state.shutdown_signal();
     let stall = secs(cfg.stall_timeout);
     let idle = secs(cfg.timeout);
     loop {
-        // Execute every complete request in the buffer.
         let mut start = 0;
-        let mut closing = false;
         loop {
-            let step = match parser.parse(&inbuf[start..]) {
-                Ok(s) => s,
-                Err(e) => {
-                    group.commit(state, &mut out, session.resp3);
-                    write_out(sock, &mut out, stall).await?;
-                    return Err(Close::With(format!("ERR {e}")));
-                }
-            };
-            start += step.consumed;
-            let Some(args) = step.request else {
-                if step.consumed == 0 {
-                    break;
-                }
-                continue;
-            };
-            if group.offer(state, &session, &args) {
-                if group.full() {
-                    group.commit(state, &mut out, session.resp3);
-                }
-            } else {
-                group.commit(state, &mut out, session.resp3);
-                let was_authed = session.authed;
-                let reply = execute(state, &mut session, &args);
-                if !session.silent_close {
-                    reply.encode(&mut out, session.resp3);
-                }
-                if session.authed && !was_authed {
-                    parser.set_limits(full_limits);
-                }
-                if session.close {
-                    closing = true;
-                    break;
+            // Parse what the buffer holds (one request at a time until
+            // authenticated: AUTH changes the parser's limits), run it,
+            // and repeat while requests remain.
+            let mut bad = None;
+            while requests.len() < MAX_BATCH && (session.authed || requests.is_empty()) {
+                match parser.parse(&inbuf[start..]) {
+                    Ok(step) => {
+                        start += step.consumed;
+                        match step.request {
+                            Some(args) => requests.push(args),
+                            None if step.consumed == 0 => break,
+                            None => {}
+                        }
+                    }
+                    Err(e) => {
+                        bad = Some(format!("ERR {e}"));
+                        break;
+                    }
                 }
             }
-            if out.len() >= OUT_FLUSH {
-                group.commit(state, &mut out, session.resp3);
+            if requests.is_empty() && bad.is_none() {
+                break;
+            }
+            let was_authed = session.authed;
+            session =
+                run_requests(state, exec, session, &mut requests, &mut out, sock, stall).await?;
+            if session.authed && !was_authed {
+                parser.set_limits(full_limits);
+            }
+            if session.close {
                 write_out(sock, &mut out, stall).await?;
+                return Ok(());
+            }
+            if let Some(msg) = bad {
+                write_out(sock, &mut out, stall).await?;
+                return Err(Close::With(msg));
             }
         }
-        group.commit(state, &mut out, session.resp3);
         write_out(sock, &mut out, stall).await?;
-        if closing {
-            return Ok(());
-        }
         inbuf.drain(..start);
 
         // Bound what this connection may buffer.
@@ -214,4 +214,84 @@ async fn run(
             return Err(Close::Gone);
         }
     }
+}
+
+/// Runs `requests` in order, appending the replies to `out` (and writing
+/// them out as they pile up). Consecutive reads go to the read pool as one
+/// job, consecutive writes to the committer as one job.
+async fn run_requests(
+    state: &Arc<State>,
+    exec: &Exec,
+    mut session: Session,
+    requests: &mut Vec<Vec<Vec<u8>>>,
+    out: &mut Vec<u8>,
+    sock: &mut TcpStream,
+    stall: Option<Duration>,
+) -> Result<Session, Close> {
+    let mut i = 0;
+    while i < requests.len() {
+        // Before authentication every command answers without the engine.
+        let class = if session.authed {
+            classify(&requests[i])
+        } else {
+            Class::Inline
+        };
+        let mut j = i + 1;
+        if class != Class::Inline {
+            while j < requests.len() && classify(&requests[j]) == class {
+                j += 1;
+            }
+        }
+        let run: Vec<Vec<Vec<u8>>> = requests[i..j].iter_mut().map(std::mem::take).collect();
+        i = j;
+        match class {
+            Class::Inline => {
+                for args in &run {
+                    let reply = execute(state, &mut session, args, None);
+                    if !session.silent_close {
+                        reply.encode(out, session.resp3);
+                    }
+                    if session.close {
+                        requests.clear();
+                        return Ok(session);
+                    }
+                }
+            }
+            Class::Read => {
+                let st = state.clone();
+                let (s, replies) = exec
+                    .readers
+                    .run(move || {
+                        let mut session = session;
+                        let replies: Vec<Reply> = run
+                            .iter()
+                            .map(|args| execute(&st, &mut session, args, None))
+                            .collect();
+                        (session, replies)
+                    })
+                    .await
+                    .ok_or(Close::Gone)?;
+                session = s;
+                for r in &replies {
+                    r.encode(out, session.resp3);
+                }
+            }
+            Class::Write => {
+                let (s, replies) = exec
+                    .committer
+                    .run(state.clone(), session, run)
+                    .await
+                    .ok_or(Close::Gone)?;
+                session = s;
+                for r in &replies {
+                    r.encode(out, session.resp3);
+                }
+            }
+        }
+        if out.len() >= OUT_FLUSH {
+            write_out(sock, out, stall).await?;
+        }
+    }
+    requests.clear();
+    Ok(session)
 }

@@ -56,10 +56,11 @@ async fn respond(mut sock: TcpStream, state: Arc<State>) -> std::io::Result<()> 
         )
     } else if path == b"/metrics" || path.starts_with(b"/metrics?") {
         let engine = state.store.db.stats();
-        let body =
+        let mut body =
             state
                 .metrics
                 .render_prometheus(state.connected(), state.started.elapsed(), &engine);
+        crate::metrics::render_exec(&mut body, &state.exec);
         ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
     } else {
         ("404 Not Found", "text/plain", "try /metrics\n".to_string())

@@ -1,9 +1,10 @@
 //! `tern serve`: a Redis-protocol (RESP2/RESP3) server on the Tern engine.
 //!
 //! Each connection is a tokio task that parses requests
-//! ([`resp::parser`]), runs them directly on the shared engine
-//! ([`commands`]) and writes the replies back; a pipeline's plain writes
-//! are committed as one engine batch. Redis keys live in their own
+//! ([`resp::parser`]), hands the ones that touch the engine to the
+//! committer (writes) or the read pool (reads) ([`exec`], [`commands`]) and
+//! writes the replies back; the writes of every connection are committed
+//! to the engine in groups. Redis keys live in their own
 //! namespace of the engine's key space, with expiry stored in the value
 //! ([`keyspace`], `docs/format/server.md`). Start a server with [`start`].
 
@@ -12,12 +13,13 @@
 pub mod commands;
 pub mod config;
 pub mod connection;
+pub mod exec;
 pub mod expiry;
 pub mod glob;
 pub mod http;
 pub mod keyspace;
-pub mod locks;
 pub mod metrics;
+pub mod pending;
 pub mod resp;
 pub mod server;
 pub mod state;

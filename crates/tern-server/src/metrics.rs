@@ -219,6 +219,37 @@ impl Metrics {
     }
 }
 
+/// Appends the committer's and the read pool's state: how many jobs wait,
+/// and how long the running commit has taken (a stall shows here).
+pub fn render_exec(s: &mut String, c: &crate::exec::status::ExecStatus) {
+    let gauge = |s: &mut String, name: &str, help: &str, v: String| {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    };
+    gauge(
+        s,
+        "tern_write_queue_jobs",
+        "Write jobs (runs of one connection's write commands) waiting for the committer.",
+        c.write_queue.load(Relaxed).to_string(),
+    );
+    gauge(
+        s,
+        "tern_write_commit_in_progress_seconds",
+        "How long the running commit group has taken; 0 when idle. Climbing: writes wait on the engine or the disk.",
+        (c.busy_micros() as f64 / 1e6).to_string(),
+    );
+    gauge(
+        s,
+        "tern_read_queue_jobs",
+        "Read jobs waiting for a reader thread.",
+        c.read_queue.load(Relaxed).to_string(),
+    );
+    let _ = writeln!(
+        s,
+        "# HELP tern_write_commits_total Engine commits made by the committer.\n# TYPE tern_write_commits_total counter\ntern_write_commits_total {}",
+        c.commits.load(Relaxed)
+    );
+}
+
 /// Cumulative engine counters: name, help, value.
 pub fn engine_counters(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> {
     vec![

@@ -168,10 +168,19 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
     let store = Store::new(db, config.appendfsync);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let read_threads = match config.read_threads {
+        0 => 4 * cores,
+        n => n,
+    };
+    let exec_status = Arc::new(crate::exec::ExecStatus::default());
+    let exec = crate::exec::Exec::start(read_threads, exec_status.clone())
+        .map_err(|e| ServerError(format!("cannot start the engine threads: {e}")))?;
     let counters =
         crate::metrics::Metrics::new(crate::commands::table::COMMANDS.iter().map(|c| c.name));
     let state = Arc::new(State::new(
         store,
+        exec_status,
         config,
         counters,
         addr.port(),
@@ -182,7 +191,17 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     let thread = std::thread::Builder::new()
         .name("tern-serve-main".into())
         .spawn(move || {
-            rt.block_on(run(listener, metrics, st.clone(), opts.handle_signals));
+            let exec = Arc::new(exec);
+            rt.block_on(run(
+                listener,
+                metrics,
+                st.clone(),
+                exec.clone(),
+                opts.handle_signals,
+            ));
+            // Connections are gone (or past the drain timeout): finish the
+            // queued commands, then close the engine under them.
+            exec.stop();
             let closed = st.store.db.close().map_err(|e| {
                 ServerError(format!("closing the engine failed: {e}; the WAL still holds acknowledged writes, restart to recover them"))
             });
@@ -202,6 +221,7 @@ async fn run(
     listener: TcpListener,
     metrics: Option<TcpListener>,
     state: Arc<State>,
+    exec: Arc<crate::exec::Exec>,
     signals: bool,
 ) {
     if let Some(m) = metrics {
@@ -288,7 +308,12 @@ async fn run(
             }
             clients.insert(id, info.clone());
         }
-        tokio::spawn(crate::connection::serve(sock, state.clone(), info));
+        tokio::spawn(crate::connection::serve(
+            sock,
+            state.clone(),
+            exec.clone(),
+            info,
+        ));
     }
     drop(listener);
     let deadline = Instant::now() + DRAIN_TIMEOUT;

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::exec::status::ExecStatus;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -51,6 +52,9 @@ pub struct ClientDetail {
 pub struct State {
     /// The engine, as the server sees it.
     pub store: Store,
+    /// What the committer and the read pool (where commands that touch
+    /// the engine run, see [`crate::exec`]) are doing.
+    pub exec: Arc<ExecStatus>,
     /// The configuration in force.
     pub config: Config,
     /// Counters.
@@ -75,6 +79,7 @@ impl State {
     /// New state around `store`, counting commands in `metrics`.
     pub fn new(
         store: Store,
+        exec: Arc<ExecStatus>,
         config: Config,
         metrics: Metrics,
         port: u16,
@@ -82,6 +87,7 @@ impl State {
     ) -> Self {
         State {
             store,
+            exec,
             max_key_len: config.engine.max_key_size.saturating_sub(1),
             config,
             metrics,

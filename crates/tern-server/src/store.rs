@@ -7,10 +7,7 @@ use tern::{Db, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::config::AppendFsync;
 use crate::expiry::now_ms;
-use crate::keyspace::{
-    self, decode_expiry as decode_expiry_of, decode_value, encode_value, engine_key, Entry,
-};
-use crate::locks::LockTable;
+use crate::keyspace::{self, decode_expiry as decode_expiry_of, decode_value, engine_key, Entry};
 
 /// Why a store operation failed.
 #[derive(Debug)]
@@ -50,13 +47,11 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// Keys per engine batch when deleting many keys (FLUSHDB).
 const DELETE_BATCH: usize = 1000;
 
-/// The engine plus the lock table and the durability mode.
+/// The engine plus the durability mode.
 #[derive(Debug)]
 pub struct Store {
     /// The engine.
     pub db: Db,
-    /// Stripe locks for read-modify-write commands.
-    pub locks: LockTable,
     appendfsync: AppendFsync,
     /// Set by unsynced writes, cleared by the once-a-second sync.
     dirty: AtomicBool,
@@ -67,7 +62,6 @@ impl Store {
     pub fn new(db: Db, appendfsync: AppendFsync) -> Self {
         Store {
             db,
-            locks: LockTable::default(),
             appendfsync,
             dirty: AtomicBool::new(false),
         }
@@ -97,11 +91,6 @@ impl Store {
         }
     }
 
-    /// Adds a put of `key` to `batch`.
-    pub fn batch_put(batch: &mut WriteBatch, key: &[u8], value: &[u8], expire_at: Option<u64>) {
-        batch.put(&engine_key(key), &encode_value(value, expire_at));
-    }
-
     /// Adds a delete of `key` to `batch`.
     pub fn batch_delete(batch: &mut WriteBatch, key: &[u8]) {
         batch.delete(&engine_key(key));
@@ -114,20 +103,6 @@ impl Store {
             self.dirty.store(true, Ordering::Relaxed);
         }
         Ok(())
-    }
-
-    /// Sets `key`.
-    pub fn put(&self, key: &[u8], value: &[u8], expire_at: Option<u64>) -> StoreResult<()> {
-        let mut b = WriteBatch::new();
-        Self::batch_put(&mut b, key, value, expire_at);
-        self.write(b)
-    }
-
-    /// Removes `key`.
-    pub fn delete(&self, key: &[u8]) -> StoreResult<()> {
-        let mut b = WriteBatch::new();
-        Self::batch_delete(&mut b, key);
-        self.write(b)
     }
 
     /// Makes every acknowledged write durable if some are not yet (the

@@ -81,6 +81,7 @@ pub mod internals {
 
 pub use db::{BlobFileStats, Db, LevelStats, ReadOptions, Snapshot, Stats};
 pub use error::{Error, Result};
+pub use format::internal_key::ValueKind;
 pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
 pub use options::NUM_LEVELS;

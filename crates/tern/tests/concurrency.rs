@@ -416,7 +416,10 @@ fn stats_and_reads_answer_while_a_synced_write_waits_on_fsync() {
     let (wal_bytes, v) = rx
         .recv_timeout(std::time::Duration::from_millis(1500))
         .expect("stats or a read waited for the WAL fsync");
-    assert!(!writer.is_finished(), "the write did not wait for its fsync");
+    assert!(
+        !writer.is_finished(),
+        "the write did not wait for its fsync"
+    );
     assert!(wal_bytes > 0);
     assert_eq!(v.as_deref(), Some(&b"v"[..]));
     writer.join().unwrap();

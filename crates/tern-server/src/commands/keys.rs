@@ -5,39 +5,24 @@
 //! namespace, skipping expired values, so DBSIZE and KEYS cost time linear
 //! in the number of keys.
 
-use tern::WriteBatch;
-
 use super::strings::{read, tri, write};
 use super::{int_arg, store_error, syntax_error, Ctx};
 use crate::expiry::now_ms;
 use crate::glob::glob_match;
 use crate::resp::Reply;
-use crate::store::Store;
 
 /// SCAN's default COUNT.
 const DEFAULT_SCAN_COUNT: usize = 10;
 
 /// DEL key [key ...] (also UNLINK)
 pub fn del(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let keys = &args[1..];
-    let _g = ctx
-        .store()
-        .locks
-        .lock_all(keys.iter().map(|k| k.as_slice()));
-    let mut b = WriteBatch::new();
     let mut n = 0;
-    let mut seen = std::collections::HashSet::new();
-    for k in keys {
-        if !seen.insert(k.as_slice()) {
-            continue;
-        }
-        if tri!(ctx.store().get(k).map_err(store_error)).is_some() {
+    for k in &args[1..] {
+        // A key named twice is found once: the first delete is pending.
+        if tri!(ctx.get(k).map_err(store_error)).is_some() {
             n += 1;
-            Store::batch_delete(&mut b, k);
+            tri!(ctx.delete(k));
         }
-    }
-    if n > 0 {
-        tri!(ctx.store().write(b).map_err(store_error));
     }
     Reply::Int(n)
 }
@@ -46,7 +31,7 @@ pub fn del(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 pub fn exists(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let mut n = 0;
     for k in &args[1..] {
-        if tri!(ctx.store().get(k).map_err(store_error)).is_some() {
+        if tri!(ctx.get(k).map_err(store_error)).is_some() {
             n += 1;
         }
     }
@@ -97,8 +82,7 @@ fn expire_generic(
         when += now;
     }
     let key = &args[1];
-    let _g = ctx.store().locks.lock(key);
-    let Some(e) = tri!(ctx.store().get(key).map_err(store_error)) else {
+    let Some(e) = tri!(ctx.get(key).map_err(store_error)) else {
         return Reply::Int(0);
     };
     let cur = e.expire_at.map(|t| t as i64);
@@ -110,7 +94,7 @@ fn expire_generic(
         return Reply::Int(0);
     }
     if when <= now {
-        tri!(ctx.store().delete(key).map_err(store_error));
+        tri!(ctx.delete(key));
     } else {
         tri!(write(ctx, key, &e.value, Some(when as u64)));
     }
@@ -139,7 +123,7 @@ pub fn pexpireat(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 
 fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], ms: bool, absolute: bool) -> Reply {
     let now = now_ms();
-    let Some(e) = tri!(ctx.store().get_at(key, now).map_err(store_error)) else {
+    let Some(e) = tri!(ctx.get_at(key, now).map_err(store_error)) else {
         return Reply::Int(-2);
     };
     let Some(t) = e.expire_at else {
@@ -172,8 +156,7 @@ pub fn pexpiretime(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 /// PERSIST key
 pub fn persist(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let key = &args[1];
-    let _g = ctx.store().locks.lock(key);
-    match tri!(ctx.store().get(key).map_err(store_error)) {
+    match tri!(ctx.get(key).map_err(store_error)) {
         Some(e) if e.expire_at.is_some() => {
             tri!(write(ctx, key, &e.value, None));
             Reply::Int(1)

@@ -1,6 +1,7 @@
 //! Command execution: lookup, arity and authentication checks, then the
-//! handler of each command family; plus the grouping of a pipeline's plain
-//! writes into one engine batch.
+//! handler of each command family. Handlers read through [`Ctx::get`] and
+//! write through [`Ctx::put`] and [`Ctx::delete`], which go to the
+//! committer's pending batch (see [`crate::exec`]).
 
 pub mod keys;
 pub mod server;
@@ -11,11 +12,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tern::WriteBatch;
-
+use crate::expiry::now_ms;
+use crate::keyspace::{decode_value, Entry};
+use crate::pending::Pending;
 use crate::resp::Reply;
 use crate::state::{ClientInfo, State};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreResult};
 
 /// A command implementation.
 pub type Handler = fn(&mut Ctx<'_>, &[Vec<u8>]) -> Reply;
@@ -84,12 +86,51 @@ pub struct Ctx<'a> {
     pub state: &'a State,
     /// This connection.
     pub session: &'a mut Session,
+    /// The committer's uncommitted writes; `None` off the committer, where
+    /// commands must not write.
+    pub pending: Option<&'a mut Pending>,
 }
 
 impl Ctx<'_> {
     /// The store.
     pub fn store(&self) -> &Store {
         &self.state.store
+    }
+
+    /// The live entry of `key`, pending writes included.
+    pub fn get(&mut self, key: &[u8]) -> StoreResult<Option<Entry>> {
+        self.get_at(key, now_ms())
+    }
+
+    /// The entry of `key` as of `now` (unix ms), pending writes included.
+    pub fn get_at(&mut self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
+        if let Some(p) = self.pending.as_deref_mut() {
+            if let Some(raw) = p.lookup(key) {
+                return Ok(match raw {
+                    None => None,
+                    Some(raw) => Some(decode_value(raw.to_vec())?).filter(|e| !e.expired(now)),
+                });
+            }
+        }
+        self.state.store.get_at(key, now)
+    }
+
+    fn pending(&mut self) -> Result<&mut Pending, Reply> {
+        self.pending
+            .as_deref_mut()
+            .ok_or_else(|| Reply::err("internal error: a write command ran outside the committer"))
+    }
+
+    /// Sets `key` (committed with the rest of the group).
+    pub fn put(&mut self, key: &[u8], value: &[u8], expire_at: Option<u64>) -> Result<(), Reply> {
+        self.pending()?.put(key, value, expire_at);
+        Ok(())
+    }
+
+    /// Removes `key` (committed with the rest of the group).
+    pub fn delete(&mut self, key: &[u8]) -> Result<(), Reply> {
+        self.pending()?.delete(key);
+        Ok(())
     }
 }
 
@@ -137,8 +178,14 @@ pub fn int_arg(a: &[u8]) -> Result<i64, Reply> {
     crate::resp::parser::parse_int(a).ok_or_else(not_integer)
 }
 
-/// Runs one request and returns its reply.
-pub fn execute(state: &State, session: &mut Session, args: &[Vec<u8>]) -> Reply {
+/// Runs one request and returns its reply. Writes go to `pending` (only
+/// the committer passes one).
+pub fn execute(
+    state: &State,
+    session: &mut Session,
+    args: &[Vec<u8>],
+    pending: Option<&mut Pending>,
+) -> Reply {
     let Some(name) = args.first() else {
         return Reply::err("empty command");
     };
@@ -162,95 +209,14 @@ pub fn execute(state: &State, session: &mut Session, args: &[Vec<u8>]) -> Reply 
         d.last_active = Some(Instant::now());
     }
     let start = Instant::now();
-    let reply = (spec.handler)(&mut Ctx { state, session }, args);
+    let reply = (spec.handler)(
+        &mut Ctx {
+            state,
+            session,
+            pending,
+        },
+        args,
+    );
     state.metrics.record(idx, start.elapsed(), reply.is_error());
     reply
-}
-
-/// Plain writes of a pipeline, gathered to be applied as one engine batch.
-///
-/// A plain `SET key value` and `MSET` neither read nor return anything
-/// that depends on the store, so consecutive ones can be committed together
-/// as long as the batch is applied before any other command of the same
-/// connection runs. The stripe locks of all keys are held while it is
-/// written, as for single writes.
-#[derive(Default)]
-pub struct WriteGroup {
-    batch: Option<WriteBatch>,
-    keys: Vec<Vec<u8>>,
-    bytes: usize,
-    /// Replies owed: (command index, count).
-    owed: Vec<usize>,
-    started: Option<Instant>,
-}
-
-/// Largest group, bytes and keys, before it is committed early.
-const GROUP_MAX_BYTES: usize = 1 << 20;
-const GROUP_MAX_KEYS: usize = 512;
-
-impl WriteGroup {
-    /// Whether nothing is gathered.
-    pub fn is_empty(&self) -> bool {
-        self.owed.is_empty()
-    }
-
-    /// Takes `args` into the group if it is a plain write; returns false if
-    /// it must run normally (after [`WriteGroup::commit`]).
-    pub fn offer(&mut self, state: &State, session: &Session, args: &[Vec<u8>]) -> bool {
-        if !session.authed || args.len() < 3 {
-            return false;
-        }
-        let name = &args[0];
-        let plain_set = name.eq_ignore_ascii_case(b"set") && args.len() == 3;
-        let mset = name.eq_ignore_ascii_case(b"mset") && args.len() % 2 == 1;
-        if !plain_set && !mset {
-            return false;
-        }
-        let pairs = &args[1..];
-        if pairs.chunks(2).any(|kv| kv[0].len() > state.max_key_len) {
-            return false;
-        }
-        let Some(idx) = table::lookup(name) else {
-            return false;
-        };
-        let batch = self.batch.get_or_insert_with(WriteBatch::new);
-        for kv in pairs.chunks(2) {
-            Store::batch_put(batch, &kv[0], &kv[1], None);
-            self.bytes += kv[0].len() + kv[1].len() + 16;
-            self.keys.push(kv[0].clone());
-        }
-        self.owed.push(idx);
-        self.started.get_or_insert_with(Instant::now);
-        true
-    }
-
-    /// Whether the group is large enough to commit now.
-    pub fn full(&self) -> bool {
-        self.bytes >= GROUP_MAX_BYTES || self.keys.len() >= GROUP_MAX_KEYS
-    }
-
-    /// Applies the gathered writes and appends the owed replies to `out`.
-    pub fn commit(&mut self, state: &State, out: &mut Vec<u8>, resp3: bool) {
-        let Some(batch) = self.batch.take() else {
-            return;
-        };
-        let result = {
-            let _g = state
-                .store
-                .locks
-                .lock_all(self.keys.iter().map(|k| k.as_slice()));
-            state.store.write(batch)
-        };
-        let reply = match result {
-            Ok(()) => Reply::Ok,
-            Err(e) => store_error(e),
-        };
-        let took = self.started.take().map(|s| s.elapsed()).unwrap_or_default();
-        for idx in self.owed.drain(..) {
-            state.metrics.record(idx, took, reply.is_error());
-            reply.encode(out, resp3);
-        }
-        self.keys.clear();
-        self.bytes = 0;
-    }
 }

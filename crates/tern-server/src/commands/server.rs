@@ -458,6 +458,20 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             }
         }
         "tern" => {
+            // A commit that takes long is a stalled engine (or disk): the
+            // writes queued behind it wait, reads and everything else go on.
+            let c = &st.exec;
+            kv("write_queue_jobs", c.write_queue.load(Relaxed).to_string());
+            kv(
+                "write_commit_in_progress_ms",
+                (c.busy_micros() / 1000).to_string(),
+            );
+            kv(
+                "write_longest_commit_ms",
+                (c.longest_group_micros.load(Relaxed) / 1000).to_string(),
+            );
+            kv("write_commits", c.commits.load(Relaxed).to_string());
+            kv("read_queue_jobs", c.read_queue.load(Relaxed).to_string());
             let e = st.store.db.stats();
             for (name, _, v) in engine_counters(&e).into_iter().chain(engine_gauges(&e)) {
                 kv(

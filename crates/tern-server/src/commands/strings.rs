@@ -1,16 +1,14 @@
 //! String commands: GET, SET and its variants, MGET/MSET, the INCR family,
 //! APPEND, STRLEN, GETRANGE, SETRANGE.
 //!
-//! Every command that reads a key and writes it back holds the key's stripe
-//! lock (see [`crate::locks`]) from the read to the acknowledged write.
-
-use tern::WriteBatch;
+//! Commands that write run on the committer, the one thread that runs
+//! writes, so a command that reads a key and writes it back is atomic
+//! without a lock (see [`crate::exec`]).
 
 use super::{int_arg, store_error, syntax_error, Ctx};
 use crate::expiry::now_ms;
 use crate::keyspace::Entry;
 use crate::resp::Reply;
-use crate::store::Store;
 
 /// Unwraps a `Result<T, Reply>`, returning the reply on error.
 macro_rules! tri {
@@ -24,20 +22,20 @@ macro_rules! tri {
 pub(crate) use tri;
 
 /// Reads `key`, counting a hit or a miss.
-pub(crate) fn read(ctx: &Ctx<'_>, key: &[u8]) -> Result<Option<Entry>, Reply> {
-    let e = ctx.store().get(key).map_err(store_error)?;
+pub(crate) fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Entry>, Reply> {
+    let e = ctx.get(key).map_err(store_error)?;
     ctx.state.metrics.hit(e.is_some());
     Ok(e)
 }
 
 /// Writes `key`.
 pub(crate) fn write(
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     key: &[u8],
     value: &[u8],
     expire_at: Option<u64>,
 ) -> Result<(), Reply> {
-    ctx.store().put(key, value, expire_at).map_err(store_error)
+    ctx.put(key, value, expire_at)
 }
 
 /// `ERR string exceeds maximum allowed size (proto-max-bulk-len)` unless
@@ -163,7 +161,6 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let o = tri!(parse_set_options(args, 3, true));
     let change = tri!(resolve_expire(&o, "set"));
     let key = &args[1];
-    let _g = ctx.store().locks.lock(key);
     let needs_read = o.nx || o.xx || o.get || change == ExpiryChange::Keep;
     let old = if needs_read {
         tri!(read(ctx, key))
@@ -194,7 +191,6 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 
 /// SETNX key value
 pub fn setnx(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let _g = ctx.store().locks.lock(&args[1]);
     if tri!(read(ctx, &args[1])).is_some() {
         return Reply::Int(0);
     }
@@ -204,7 +200,6 @@ pub fn setnx(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 
 fn set_with_expiry(ctx: &mut Ctx<'_>, args: &[Vec<u8>], seconds: bool, cmd: &str) -> Reply {
     let at = tri!(expire_time(&args[2], seconds, true, cmd));
-    let _g = ctx.store().locks.lock(&args[1]);
     tri!(write(ctx, &args[1], &args[3], Some(at)));
     Reply::Ok
 }
@@ -221,7 +216,6 @@ pub fn psetex(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 
 /// GETSET key value
 pub fn getset(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let _g = ctx.store().locks.lock(&args[1]);
     let old = tri!(read(ctx, &args[1]));
     tri!(write(ctx, &args[1], &args[2], None));
     value_reply(old)
@@ -229,10 +223,9 @@ pub fn getset(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 
 /// GETDEL key
 pub fn getdel(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let _g = ctx.store().locks.lock(&args[1]);
     let old = tri!(read(ctx, &args[1]));
     if old.is_some() {
-        tri!(ctx.store().delete(&args[1]).map_err(store_error));
+        tri!(ctx.delete(&args[1]));
     }
     value_reply(old)
 }
@@ -246,7 +239,6 @@ pub fn getex(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         tri!(resolve_expire(&o, "getex"))
     };
     let key = &args[1];
-    let _g = ctx.store().locks.lock(key);
     let Some(e) = tri!(read(ctx, key)) else {
         return Reply::Nil;
     };
@@ -255,7 +247,7 @@ pub fn getex(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         ExpiryChange::Clear if e.expire_at.is_none() => {}
         ExpiryChange::Clear => tri!(write(ctx, key, &e.value, None)),
         ExpiryChange::At(t) if t <= now_ms() => {
-            tri!(ctx.store().delete(key).map_err(store_error))
+            tri!(ctx.delete(key))
         }
         ExpiryChange::At(t) => tri!(write(ctx, key, &e.value, Some(t))),
     }
@@ -276,15 +268,9 @@ pub fn mset(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     if args.len() % 2 == 0 {
         return super::wrong_arity("mset");
     }
-    let mut b = WriteBatch::new();
     for kv in args[1..].chunks(2) {
-        Store::batch_put(&mut b, &kv[0], &kv[1], None);
+        tri!(ctx.put(&kv[0], &kv[1], None));
     }
-    let _g = ctx
-        .store()
-        .locks
-        .lock_all(args[1..].iter().step_by(2).map(|k| k.as_slice()));
-    tri!(ctx.store().write(b).map_err(store_error));
     Reply::Ok
 }
 
@@ -293,23 +279,18 @@ pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     if args.len() % 2 == 0 {
         return super::wrong_arity("msetnx");
     }
-    let keys = || args[1..].iter().step_by(2).map(|k| k.as_slice());
-    let _g = ctx.store().locks.lock_all(keys());
-    for k in keys() {
+    for k in args[1..].iter().step_by(2) {
         if tri!(read(ctx, k)).is_some() {
             return Reply::Int(0);
         }
     }
-    let mut b = WriteBatch::new();
     for kv in args[1..].chunks(2) {
-        Store::batch_put(&mut b, &kv[0], &kv[1], None);
+        tri!(ctx.put(&kv[0], &kv[1], None));
     }
-    tri!(ctx.store().write(b).map_err(store_error));
     Reply::Int(1)
 }
 
 fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> Reply {
-    let _g = ctx.store().locks.lock(key);
     let old = tri!(read(ctx, key));
     let (cur, exp) = match &old {
         Some(e) => match crate::resp::parser::parse_int(&e.value) {
@@ -392,7 +373,6 @@ pub fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         return not_float();
     };
     let key = &args[1];
-    let _g = ctx.store().locks.lock(key);
     let old = tri!(read(ctx, key));
     let (cur, exp) = match &old {
         Some(e) => match parse_float(&e.value) {
@@ -413,7 +393,6 @@ pub fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 /// APPEND key value
 pub fn append(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let key = &args[1];
-    let _g = ctx.store().locks.lock(key);
     let (mut v, exp) = match tri!(read(ctx, key)) {
         Some(e) => (e.value, e.expire_at),
         None => (Vec::new(), None),
@@ -465,7 +444,6 @@ pub fn setrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }
     let key = &args[1];
     let val = &args[3];
-    let _g = ctx.store().locks.lock(key);
     let old = tri!(read(ctx, key));
     let Some(e) = old else {
         if val.is_empty() {

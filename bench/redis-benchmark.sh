@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tern serve against redis-server with redis-benchmark, in one run on one
+# machine: both at the same appendfsync (everysec, always), -c 50 and
+# -c 200, with and without -P 16, values of 3 (redis-benchmark's default),
+# 1024 and 16384 bytes, -t set,get,incr,mset. The servers alternate per
+# cell so drift hits both.
+#
+#   bench/redis-benchmark.sh [requests]        (default 100000)
+#   env: OUT (results dir), FSYNCS, CLIENTS, PIPES, SIZES, TESTS to narrow
+#
+# Writes $OUT/results.csv (one row per server and cell) and $OUT/table.md
+# (tern / redis-server per cell).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-100000}
+OUT=${OUT:-bench/results/redis-benchmark}
+FSYNCS=${FSYNCS:-"everysec always"}
+CLIENTS=${CLIENTS:-"50 200"}
+PIPES=${PIPES:-"1 16"}
+SIZES=${SIZES:-"3 1024 16384"}
+TESTS=${TESTS:-set,get,incr,mset}
+TPORT=16379
+RPORT=16380
+command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
+    echo "needs redis-server and redis-benchmark: apt-get install redis-server redis-tools" >&2
+    exit 1
+}
+cargo build --release -q -p tern-cli
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+echo "server,appendfsync,clients,pipeline,size,test,rps,p50_ms,p99_ms" >"$OUT/results.csv"
+
+wait_port() {
+    for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+    echo "server on port $1 did not start" >&2
+    exit 1
+}
+
+for fsync in $FSYNCS; do
+    rm -rf "$WORK/tern" "$WORK/redis"
+    mkdir -p "$WORK/redis"
+    ./target/release/tern serve --port $TPORT --dir "$WORK/tern" --appendfsync "$fsync" \
+        --metrics-bind off --maxclients 20000 >"$WORK/tern.log" 2>&1 &
+    TPID=$!
+    redis-server --port $RPORT --dir "$WORK/redis" --appendonly yes --appendfsync "$fsync" \
+        --save "" --maxclients 20000 >"$WORK/redis.log" 2>&1 &
+    RPID=$!
+    wait_port $TPORT
+    wait_port $RPORT
+    for c in $CLIENTS; do
+        for p in $PIPES; do
+            for d in $SIZES; do
+                for port in $TPORT $RPORT; do
+                    name=$([ $port = $TPORT ] && echo tern || echo redis)
+                    redis-cli -p $port flushall >/dev/null
+                    redis-benchmark -p $port -q --csv -n "$N" -c "$c" -P "$p" -d "$d" \
+                        -r 100000 -t "$TESTS" 2>/dev/null |
+                        awk -F'","' -v s="$name" -v f="$fsync" -v c="$c" -v p="$p" -v d="$d" '
+                            NR > 1 { gsub(/"/, ""); split($0, a, ",");
+                                     t = a[1]; sub(/ .*/, "", t);
+                                     printf "%s,%s,%s,%s,%s,%s,%s,%s,%s\n", s, f, c, p, d, t, a[2], a[5], a[7] }' \
+                        >>"$OUT/results.csv"
+                done
+                echo "done: $fsync -c $c -P $p -d $d" >&2
+            done
+        done
+    done
+    kill $TPID $RPID
+    wait $TPID $RPID 2>/dev/null || true
+done
+
+python3 - "$OUT" <<'PY'
+import csv, sys, collections
+out = sys.argv[1]
+rows = list(csv.DictReader(open(f"{out}/results.csv")))
+cell = collections.defaultdict(dict)
+for r in rows:
+    cell[(r["appendfsync"], int(r["clients"]), int(r["pipeline"]), int(r["size"]), r["test"])][r["server"]] = r
+lines = ["| appendfsync | -c | -P | -d | test | tern req/s | redis req/s | tern/redis | tern p99 ms | redis p99 ms |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+for k in sorted(cell):
+    t, r = cell[k].get("tern"), cell[k].get("redis")
+    if not t or not r:
+        continue
+    ratio = float(t["rps"]) / float(r["rps"])
+    lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {k[4]} | {float(t['rps']):,.0f} | {float(r['rps']):,.0f} | **{ratio:.2f}×** | {t['p99_ms']} | {r['p99_ms']} |")
+open(f"{out}/table.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
