@@ -107,7 +107,7 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             max_args: 1 << 20,
             client_query_buffer_limit: 1 << 30,
-            maxmemory_clients: 4 << 30,
+            maxmemory_clients: 1 << 30,
             metrics_bind: String::new(),
             threads: 0,
             read_threads: 0,

@@ -15,6 +15,7 @@
 //! the middle of a request or while its replies are written is closed after
 //! `stall-timeout`, an idle one after `timeout`.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::commands::{execute, Session};
-use crate::exec::{classify, Class, Exec};
+use crate::exec::{classify, Class, Exec, JOB_REPLY_BYTES};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
 use crate::resp::{Limits, Parser, Reply};
 use crate::state::{ClientInfo, State};
@@ -111,7 +112,7 @@ async fn run(
     });
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut requests: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut requests: VecDeque<Vec<Vec<u8>>> = VecDeque::new();
     let mut shutdown = state.shutdown_signal();
     let stall = secs(cfg.stall_timeout);
     let idle = secs(cfg.timeout);
@@ -127,7 +128,7 @@ async fn run(
                     Ok(step) => {
                         start += step.consumed;
                         match step.request {
-                            Some(args) => requests.push(args),
+                            Some(args) => requests.push_back(args),
                             None if step.consumed == 0 => break,
                             None => {}
                         }
@@ -218,80 +219,80 @@ async fn run(
 
 /// Runs `requests` in order, appending the replies to `out` (and writing
 /// them out as they pile up). Consecutive reads go to the read pool as one
-/// job, consecutive writes to the committer as one job.
+/// job, consecutive writes to the committer as one job; a job whose
+/// replies grow past [`crate::exec::JOB_REPLY_BYTES`] hands back the rest,
+/// which runs after its replies are written.
 async fn run_requests(
     state: &Arc<State>,
     exec: &Exec,
     mut session: Session,
-    requests: &mut Vec<Vec<Vec<u8>>>,
+    requests: &mut VecDeque<Vec<Vec<u8>>>,
     out: &mut Vec<u8>,
     sock: &mut TcpStream,
     stall: Option<Duration>,
 ) -> Result<Session, Close> {
-    let mut i = 0;
-    while i < requests.len() {
+    while let Some(first) = requests.front() {
         // Before authentication every command answers without the engine.
         let class = if session.authed {
-            classify(&requests[i])
+            classify(first)
         } else {
             Class::Inline
         };
-        let mut j = i + 1;
-        if class != Class::Inline {
-            while j < requests.len() && classify(&requests[j]) == class {
-                j += 1;
-            }
-        }
-        let run: Vec<Vec<Vec<u8>>> = requests[i..j].iter_mut().map(std::mem::take).collect();
-        i = j;
-        match class {
+        let replies = match class {
             Class::Inline => {
-                for args in &run {
-                    let reply = execute(state, &mut session, args, None);
-                    if !session.silent_close {
-                        reply.encode(out, session.resp3);
-                    }
-                    if session.close {
-                        requests.clear();
-                        return Ok(session);
-                    }
+                let Some(args) = requests.pop_front() else {
+                    break;
+                };
+                let reply = execute(state, &mut session, &args, None);
+                if session.silent_close {
+                    Vec::new()
+                } else {
+                    vec![reply]
                 }
             }
-            Class::Read => {
-                let st = state.clone();
-                let (s, replies) = exec
-                    .readers
-                    .run(move || {
-                        let mut session = session;
-                        let replies: Vec<Reply> = run
-                            .iter()
-                            .map(|args| execute(&st, &mut session, args, None))
-                            .collect();
-                        (session, replies)
-                    })
-                    .await
-                    .ok_or(Close::Gone)?;
+            Class::Read | Class::Write => {
+                let n = requests.iter().take_while(|a| classify(a) == class).count();
+                let run: VecDeque<Vec<Vec<u8>>> = requests.drain(..n).collect();
+                let (s, rest, replies) = if class == Class::Read {
+                    let st = state.clone();
+                    exec.readers
+                        .run(move || {
+                            let mut session = session;
+                            let mut run = run;
+                            let mut replies = Vec::with_capacity(run.len());
+                            let mut bytes = 0;
+                            while bytes < JOB_REPLY_BYTES {
+                                let Some(args) = run.pop_front() else {
+                                    break;
+                                };
+                                let reply = execute(&st, &mut session, &args, None);
+                                bytes += reply.size_hint();
+                                replies.push(reply);
+                            }
+                            (session, run, replies)
+                        })
+                        .await
+                } else {
+                    exec.committer.run(state.clone(), session, run).await
+                }
+                .ok_or(Close::Gone)?;
                 session = s;
-                for r in &replies {
-                    r.encode(out, session.resp3);
+                for a in rest.into_iter().rev() {
+                    requests.push_front(a);
                 }
+                replies
             }
-            Class::Write => {
-                let (s, replies) = exec
-                    .committer
-                    .run(state.clone(), session, run)
-                    .await
-                    .ok_or(Close::Gone)?;
-                session = s;
-                for r in &replies {
-                    r.encode(out, session.resp3);
-                }
-            }
+        };
+        for r in &replies {
+            r.encode(out, session.resp3);
+        }
+        if session.close {
+            requests.clear();
+            return Ok(session);
         }
         if out.len() >= OUT_FLUSH {
             write_out(sock, out, stall).await?;
         }
     }
-    requests.clear();
     Ok(session)
 }

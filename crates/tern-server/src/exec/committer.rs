@@ -15,6 +15,7 @@
 //! are held: reads run on the read pool, everything else on the tokio
 //! workers. [`ExecStatus`] makes the wait visible to INFO and metrics.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,6 +24,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::status::ExecStatus;
+use super::JOB_REPLY_BYTES;
 use crate::commands::{execute, store_error, Session};
 use crate::pending::Pending;
 use crate::resp::Reply;
@@ -39,16 +41,21 @@ fn commits_first(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"flushdb") || name.eq_ignore_ascii_case(b"flushall")
 }
 
+/// What a job hands back: the session, the requests it did not run, and
+/// the replies of those it did.
+pub type JobDone = (Session, VecDeque<Vec<Vec<u8>>>, Vec<Reply>);
+
 /// One connection's run of write commands.
 pub struct WriteJob {
     /// Shared state.
     pub state: Arc<State>,
     /// The connection's session, handed back with the replies.
     pub session: Session,
-    /// The requests, in order.
-    pub requests: Vec<Vec<Vec<u8>>>,
-    /// Where the session and the replies go.
-    pub done: tokio::sync::oneshot::Sender<(Session, Vec<Reply>)>,
+    /// The requests, in order; those not run (see [`JOB_REPLY_BYTES`]) go
+    /// back with the replies.
+    pub requests: VecDeque<Vec<Vec<u8>>>,
+    /// Where the session, the requests not run and the replies go.
+    pub done: tokio::sync::oneshot::Sender<JobDone>,
 }
 
 /// The committer thread and its queue.
@@ -81,14 +88,14 @@ impl Committer {
         })
     }
 
-    /// Runs `requests` on the committer; returns the session and the
-    /// replies, or `None` if the committer stopped.
+    /// Runs `requests` (or, if their replies grow large, a prefix of them)
+    /// on the committer; `None` if the committer stopped.
     pub async fn run(
         &self,
         state: Arc<State>,
         session: Session,
-        requests: Vec<Vec<Vec<u8>>>,
-    ) -> Option<(Session, Vec<Reply>)> {
+        requests: VecDeque<Vec<Vec<u8>>>,
+    ) -> Option<JobDone> {
         let (done, rx) = tokio::sync::oneshot::channel();
         self.status.write_queue.fetch_add(1, Relaxed);
         let job = WriteJob {
@@ -137,7 +144,7 @@ fn run(rx: Receiver<Option<WriteJob>>, status: &ExecStatus) {
         // write succeeded that may not have.
         if let Ok(replies) = group {
             for (job, replies) in jobs.into_iter().zip(replies) {
-                let _ = job.done.send((job.session, replies));
+                let _ = job.done.send((job.session, job.requests, replies));
             }
         }
         if stop {
@@ -160,7 +167,11 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
     let mut pending = Pending::default();
     let mut dependents: Dependents = Vec::new();
     for (ji, job) in jobs.iter_mut().enumerate() {
-        for args in std::mem::take(&mut job.requests) {
+        let mut reply_bytes = 0;
+        while reply_bytes < JOB_REPLY_BYTES {
+            let Some(args) = job.requests.pop_front() else {
+                break;
+            };
             if args.first().is_some_and(|n| commits_first(n)) {
                 commit(&state, &mut pending, &mut dependents, &mut replies, status);
             }
@@ -169,6 +180,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
             if pending.len() != before {
                 dependents.push((ji, replies[ji].len()));
             }
+            reply_bytes += reply.size_hint();
             replies[ji].push(reply);
             status.write_commands.fetch_add(1, Relaxed);
             if pending.bytes() >= GROUP_MAX_BYTES {

@@ -24,6 +24,11 @@ pub use status::ExecStatus;
 
 use crate::commands::table;
 
+/// Reply bytes after which a job stops and hands back the requests it has
+/// not run: the connection writes the replies out first, so one pipeline of
+/// large reads cannot pile up its replies in memory.
+pub const JOB_REPLY_BYTES: usize = 1 << 20;
+
 /// Where a command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {

@@ -38,6 +38,25 @@ impl Reply {
         Reply::Bulk(s.into().into_bytes())
     }
 
+    /// About how many bytes the encoding takes (to bound what a
+    /// connection holds before it writes replies out).
+    pub fn size_hint(&self) -> usize {
+        match self {
+            Reply::Simple(s) | Reply::Error(s) | Reply::Verbatim(s) => s.len() + 16,
+            Reply::Bulk(b) => b.len() + 16,
+            Reply::Array(items) | Reply::Set(items) => {
+                16 + items.iter().map(Reply::size_hint).sum::<usize>()
+            }
+            Reply::Map(pairs) => {
+                16 + pairs
+                    .iter()
+                    .map(|(k, v)| k.size_hint() + v.size_hint())
+                    .sum::<usize>()
+            }
+            Reply::Ok | Reply::Int(_) | Reply::Nil | Reply::NilArray => 16,
+        }
+    }
+
     /// Whether this is an error reply.
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
