@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::commands::{execute, Session};
-use crate::exec::{classify, Class, Exec, JOB_REPLY_BYTES};
+use crate::exec::{classify, memory_first, Class, Exec, JOB_REPLY_BYTES};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
 use crate::resp::{Limits, Parser, Reply};
 use crate::state::{ClientInfo, State};
@@ -250,32 +250,50 @@ async fn run_requests(
                     vec![reply]
                 }
             }
-            Class::Read | Class::Write => {
+            Class::Read if memory_first(first) => {
+                // Answer from memory here, sparing two thread hand-offs;
+                // the first read that would wait on the disk goes, with the
+                // rest of the run, to the read pool.
+                let mut replies = Vec::new();
+                let mut bytes = 0;
+                while bytes < JOB_REPLY_BYTES {
+                    let Some(args) = requests.front() else {
+                        break;
+                    };
+                    if classify(args) != Class::Read || !memory_first(args) {
+                        break;
+                    }
+                    session.cached_only = true;
+                    let reply = execute(state, &mut session, args, None);
+                    session.cached_only = false;
+                    if std::mem::take(&mut session.needs_io) {
+                        break;
+                    }
+                    requests.pop_front();
+                    bytes += reply.size_hint();
+                    replies.push(reply);
+                }
+                if replies.is_empty() {
+                    let (s, replies) = read_on_pool(state, exec, session, requests).await?;
+                    session = s;
+                    replies
+                } else {
+                    replies
+                }
+            }
+            Class::Read => {
+                let (s, replies) = read_on_pool(state, exec, session, requests).await?;
+                session = s;
+                replies
+            }
+            Class::Write => {
                 let n = requests.iter().take_while(|a| classify(a) == class).count();
                 let run: VecDeque<Vec<Vec<u8>>> = requests.drain(..n).collect();
-                let (s, rest, replies) = if class == Class::Read {
-                    let st = state.clone();
-                    exec.readers
-                        .run(move || {
-                            let mut session = session;
-                            let mut run = run;
-                            let mut replies = Vec::with_capacity(run.len());
-                            let mut bytes = 0;
-                            while bytes < JOB_REPLY_BYTES {
-                                let Some(args) = run.pop_front() else {
-                                    break;
-                                };
-                                let reply = execute(&st, &mut session, &args, None);
-                                bytes += reply.size_hint();
-                                replies.push(reply);
-                            }
-                            (session, run, replies)
-                        })
-                        .await
-                } else {
-                    exec.committer.run(state.clone(), session, run).await
-                }
-                .ok_or(Close::Gone)?;
+                let (s, rest, replies) = exec
+                    .committer
+                    .run(state.clone(), session, run)
+                    .await
+                    .ok_or(Close::Gone)?;
                 session = s;
                 for a in rest.into_iter().rev() {
                     requests.push_front(a);
@@ -295,4 +313,43 @@ async fn run_requests(
         }
     }
     Ok(session)
+}
+
+/// Runs the read run at the front of `requests` on the read pool, as one
+/// job; requests it hands back (its replies reached the bound) stay.
+async fn read_on_pool(
+    state: &Arc<State>,
+    exec: &Exec,
+    session: Session,
+    requests: &mut VecDeque<Vec<Vec<u8>>>,
+) -> Result<(Session, Vec<Reply>), Close> {
+    let n = requests
+        .iter()
+        .take_while(|a| classify(a) == Class::Read)
+        .count();
+    let run: VecDeque<Vec<Vec<u8>>> = requests.drain(..n).collect();
+    let st = state.clone();
+    let (session, rest, replies) = exec
+        .readers
+        .run(move || {
+            let mut session = session;
+            let mut run = run;
+            let mut replies = Vec::with_capacity(run.len());
+            let mut bytes = 0;
+            while bytes < JOB_REPLY_BYTES {
+                let Some(args) = run.pop_front() else {
+                    break;
+                };
+                let reply = execute(&st, &mut session, &args, None);
+                bytes += reply.size_hint();
+                replies.push(reply);
+            }
+            (session, run, replies)
+        })
+        .await
+        .ok_or(Close::Gone)?;
+    for a in rest.into_iter().rev() {
+        requests.push_front(a);
+    }
+    Ok((session, replies))
 }

@@ -16,6 +16,9 @@ pub enum StoreError {
     Engine(tern::Error),
     /// A stored value has an unknown layout.
     Format(String),
+    /// Answering needs a read from the device, and the caller asked for
+    /// memory only ([`Store::get_at_cached`]).
+    WouldBlock,
 }
 
 impl std::fmt::Display for StoreError {
@@ -23,6 +26,7 @@ impl std::fmt::Display for StoreError {
         match self {
             StoreError::Engine(e) => write!(f, "storage engine: {e}"),
             StoreError::Format(m) => write!(f, "unreadable stored value: {m}"),
+            StoreError::WouldBlock => f.write_str("the read would wait on the disk"),
         }
     }
 }
@@ -85,6 +89,19 @@ impl Store {
         match self.db.get(&engine_key(key))? {
             None => Ok(None),
             Some(raw) => {
+                let e = decode_value(raw)?;
+                Ok(if e.expired(now) { None } else { Some(e) })
+            }
+        }
+    }
+
+    /// [`Store::get_at`] from memory only: [`StoreError::WouldBlock`] if
+    /// the engine would have to read the device.
+    pub fn get_at_cached(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
+        match self.db.get_if_cached(&engine_key(key))? {
+            None => Err(StoreError::WouldBlock),
+            Some(None) => Ok(None),
+            Some(Some(raw)) => {
                 let e = decode_value(raw)?;
                 Ok(if e.expired(now) { None } else { Some(e) })
             }

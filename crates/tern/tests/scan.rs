@@ -204,3 +204,42 @@ fn damaged_record_inside_a_read_ahead_batch_stops_the_scan_there() {
         other => panic!("expected a corruption of the blob file, got {other}"),
     }
 }
+
+#[test]
+fn get_if_cached_answers_from_memory_and_says_when_it_would_wait() {
+    let (_mem, fault) = common::fault_fs();
+    let mut opts = common::small_opts(fault.clone());
+    opts.settings.blob_threshold = Some(64);
+    let db = Db::open(common::DIR, opts.clone()).unwrap();
+    let big = vec![7u8; 300];
+    db.put(b"small", b"v").unwrap();
+    db.put(b"big", &big).unwrap();
+    // In the memtable: answered.
+    assert_eq!(
+        db.get_if_cached(b"small").unwrap(),
+        Some(Some(b"v".to_vec()))
+    );
+    assert_eq!(db.get_if_cached(b"absent").unwrap(), Some(None));
+    db.flush().unwrap();
+    db.close().unwrap();
+    drop(db);
+
+    let db = Db::open(common::DIR, opts).unwrap();
+    fault.set_uncached(true);
+    // Nothing in memory: the table is not open, no block is cached, and the
+    // page cache holds nothing.
+    assert_eq!(db.get_if_cached(b"small").unwrap(), None);
+    assert_eq!(db.get(b"small").unwrap(), Some(b"v".to_vec()));
+    // The table is open and its block cached now.
+    assert_eq!(
+        db.get_if_cached(b"small").unwrap(),
+        Some(Some(b"v".to_vec()))
+    );
+    // The blob record is not in the page cache: the read would wait.
+    assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
+    assert_eq!(db.get_if_cached(b"big").unwrap(), None);
+    fault.set_uncached(false);
+    assert_eq!(db.get_if_cached(b"big").unwrap(), Some(Some(big)));
+    // A key no filter admits needs no read at all.
+    assert_eq!(db.get_if_cached(b"absent").unwrap(), Some(None));
+}

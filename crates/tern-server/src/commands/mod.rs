@@ -38,6 +38,12 @@ pub struct Session {
     pub close: bool,
     /// Close without sending the last reply (SHUTDOWN).
     pub silent_close: bool,
+    /// Reads must come from memory (the command runs on the connection's
+    /// task); one that cannot sets `needs_io` and the command runs again on
+    /// the read pool.
+    pub cached_only: bool,
+    /// Set when a `cached_only` read would have waited on the device.
+    pub needs_io: bool,
     /// SCAN cursors: id → key to resume from.
     scan_cursors: VecDeque<(u64, Vec<u8>)>,
     next_cursor: u64,
@@ -52,6 +58,8 @@ impl Session {
             authed,
             close: false,
             silent_close: false,
+            cached_only: false,
+            needs_io: false,
             scan_cursors: VecDeque::new(),
             next_cursor: 0,
         }
@@ -111,6 +119,13 @@ impl Ctx<'_> {
                     Some(raw) => Some(decode_value(raw.to_vec())?).filter(|e| !e.expired(now)),
                 });
             }
+        }
+        if self.session.cached_only {
+            let r = self.state.store.get_at_cached(key, now);
+            if matches!(r, Err(StoreError::WouldBlock)) {
+                self.session.needs_io = true;
+            }
+            return r;
         }
         self.state.store.get_at(key, now)
     }
@@ -217,6 +232,10 @@ pub fn execute(
         },
         args,
     );
-    state.metrics.record(idx, start.elapsed(), reply.is_error());
+    // A read that stopped for I/O runs again on the read pool, which
+    // records it.
+    if !session.needs_io {
+        state.metrics.record(idx, start.elapsed(), reply.is_error());
+    }
     reply
 }

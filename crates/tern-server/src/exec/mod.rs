@@ -57,6 +57,15 @@ pub fn classify(args: &[Vec<u8>]) -> Class {
     }
 }
 
+/// Whether read request `args` is tried on the connection's task first,
+/// from memory only (see [`crate::commands::Session::cached_only`]): the
+/// fast point reads (GET, MGET, EXISTS, STRLEN, TTL, …), not SCAN or KEYS.
+pub fn memory_first(args: &[Vec<u8>]) -> bool {
+    args.first()
+        .and_then(|n| table::lookup(n))
+        .is_some_and(|i| table::COMMANDS[i].flags.contains(&"fast"))
+}
+
 /// The committer and the read pool.
 #[derive(Debug)]
 pub struct Exec {

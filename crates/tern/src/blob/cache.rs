@@ -54,6 +54,12 @@ impl BlobCache {
         })
     }
 
+    /// Blob file `number`'s reader if it is open; `None` if it needs
+    /// opening.
+    pub fn get_open(&self, number: u64) -> Option<Result<Arc<BlobReader>>> {
+        self.open.get_open(number)
+    }
+
     /// Forgets blob file `number` (it is being deleted).
     pub fn evict(&self, number: u64) {
         self.open.evict(number);

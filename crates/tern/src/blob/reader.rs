@@ -318,16 +318,42 @@ impl BlobReader {
     /// Reads the value of the record at `offset`, which must hold the
     /// version `want` names.
     pub fn read_value(&self, offset: u64, want: ExpectedRecord<'_>) -> Result<Vec<u8>> {
+        self.read_value_with(offset, want, false)
+            .map(|v| v.unwrap_or_default())
+    }
+
+    /// [`BlobReader::read_value`] if the page cache holds the record;
+    /// `Ok(None)` if reading it would wait for the device.
+    pub fn read_value_cached(
+        &self,
+        offset: u64,
+        want: ExpectedRecord<'_>,
+    ) -> Result<Option<Vec<u8>>> {
+        self.read_value_with(offset, want, true)
+    }
+
+    fn read_value_with(
+        &self,
+        offset: u64,
+        want: ExpectedRecord<'_>,
+        cached_only: bool,
+    ) -> Result<Option<Vec<u8>>> {
         let len = want.record_len();
         self.check_inside(offset, len, "blob reference points outside the records")?;
         let mut rec = vec![0u8; len as usize];
-        self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
+        if cached_only {
+            if !self.file.read_cached_at(offset, &mut rec).ctx(&self.path)? {
+                return Ok(None);
+            }
+        } else {
+            self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
+        }
         let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
         want.check(&r, &self.path, offset)?;
         // The value is the record's tail: keep the buffer, drop the rest.
         let value_start = rec.len() - r.value.len();
         rec.drain(..value_start);
-        Ok(rec)
+        Ok(Some(rec))
     }
 
     /// Reads exactly `len` raw bytes of records at `offset` into `buf`

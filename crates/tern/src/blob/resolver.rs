@@ -44,6 +44,38 @@ impl BlobResolver {
         )
     }
 
+    /// [`BlobResolver::resolve`] without waiting on the device: `Ok(None)`
+    /// if the blob file is not open or the record is not in the page cache.
+    pub fn resolve_cached(
+        &self,
+        source: (&Path, u64),
+        user_key: &[u8],
+        seq: u64,
+        encoded_ref: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let mut closed = false;
+        let located = self.locate_with(source, encoded_ref, |n| match self.blobs.get_open(n) {
+            Some(r) => r,
+            None => {
+                closed = true;
+                Err(Error::Internal(String::new()))
+            }
+        });
+        let (reader, offset, size) = match located {
+            Ok(l) => l,
+            Err(_) if closed => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        reader.read_value_cached(
+            offset,
+            ExpectedRecord {
+                key: user_key,
+                seq,
+                size,
+            },
+        )
+    }
+
     /// The reader, offset and value size of the record a ref points to now.
     fn locate(
         &self,

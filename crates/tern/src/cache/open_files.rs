@@ -148,6 +148,18 @@ impl OpenFiles {
         Ok(reader)
     }
 
+    /// The reader for file `number` if it is open; `None` if reading it
+    /// would need an open (reads that must not wait on the device).
+    pub fn get_open<T: Any + Send + Sync>(&self, number: u64) -> Option<Result<Arc<T>>> {
+        let ring = self.ring.read();
+        let &i = ring.index.get(&number)?;
+        let slot = &ring.slots[i];
+        if !slot.referenced.load(Ordering::Relaxed) {
+            slot.referenced.store(true, Ordering::Relaxed);
+        }
+        Some(downcast(number, slot.reader.clone()))
+    }
+
     /// Forgets file `number` (it is being deleted).
     pub fn evict(&self, number: u64) {
         let mut ring = self.ring.write();

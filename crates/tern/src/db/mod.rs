@@ -138,14 +138,33 @@ impl Db {
 
     /// The value of `key` as `opts` say (e.g. at a snapshot).
     pub fn get_opt(&self, key: &[u8], opts: &ReadOptions<'_>) -> Result<Option<Vec<u8>>> {
+        self.get_inner(key, opts, false).map(Option::flatten)
+    }
+
+    /// The value of `key` if finding it needs no wait on the device: the
+    /// memtables, the block cache and the page cache hold everything the
+    /// lookup reads, and every file it reads is open. `Ok(None)` otherwise
+    /// ([`Db::get`] would block on I/O); `Ok(Some(None))` if the key is
+    /// absent. An event loop answers from memory with it and hands the
+    /// rest to threads that may block.
+    pub fn get_if_cached(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        self.get_inner(key, &ReadOptions::default(), true)
+    }
+
+    fn get_inner(
+        &self,
+        key: &[u8],
+        opts: &ReadOptions<'_>,
+        cached_only: bool,
+    ) -> Result<Option<Option<Vec<u8>>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
         let (sv, seq) = self.read_view(opts.snapshot);
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             if let Some((_, kind, value)) = mem.get(key, seq) {
                 return match kind {
-                    ValueKind::Delete => Ok(None),
-                    ValueKind::Value => Ok(Some(value.to_vec())),
+                    ValueKind::Delete => Ok(Some(None)),
+                    ValueKind::Value => Ok(Some(Some(value.to_vec()))),
                     // Writes and WAL replay admit only puts and deletes.
                     ValueKind::BlobRef => {
                         Err(Error::Internal("blob reference in a memtable".to_string()))
@@ -155,21 +174,39 @@ impl Db {
         }
         let lookup = seek_key(key, seq);
         for f in sv.version.files_for_key(key, &lookup) {
-            let table = self.shared.tables.get(f.number)?;
-            if let Some((ikey, value)) = table.get(&lookup)? {
+            let (table, found) = if cached_only {
+                let Some(table) = self.shared.tables.get_open(f.number) else {
+                    return Ok(None);
+                };
+                let table = table?;
+                let Some(found) = table.get_cached(&lookup)? else {
+                    return Ok(None);
+                };
+                (table, found)
+            } else {
+                let table = self.shared.tables.get(f.number)?;
+                let found = table.get(&lookup)?;
+                (table, found)
+            };
+            if let Some((ikey, value)) = found {
                 let parsed = internal_key::parse(&ikey).map_err(|e| e.in_file(table.path(), 0))?;
                 return match parsed.kind {
-                    ValueKind::Delete => Ok(None),
-                    ValueKind::Value => Ok(Some(value)),
+                    ValueKind::Delete => Ok(Some(None)),
+                    ValueKind::Value => Ok(Some(Some(value))),
                     ValueKind::BlobRef => {
-                        BlobResolver::new(sv.version.clone(), self.shared.blobs.clone())
-                            .resolve((table.path(), 0), key, parsed.seq, &value)
-                            .map(Some)
+                        let r = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
+                        if cached_only {
+                            r.resolve_cached((table.path(), 0), key, parsed.seq, &value)
+                                .map(|v| v.map(Some))
+                        } else {
+                            r.resolve((table.path(), 0), key, parsed.seq, &value)
+                                .map(|v| Some(Some(v)))
+                        }
                     }
                 };
             }
         }
-        Ok(None)
+        Ok(Some(None))
     }
 
     /// The version a read uses and the sequence it reads at. The version is

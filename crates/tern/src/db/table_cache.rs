@@ -44,6 +44,11 @@ impl TableCache {
         })
     }
 
+    /// Table `number` if it is open already; `None` if it needs opening.
+    pub fn get_open(&self, number: u64) -> Option<Result<Arc<Table>>> {
+        self.open.get_open(number)
+    }
+
     /// Forgets table `number` (its file is being deleted).
     pub fn evict(&self, number: u64) {
         self.open.evict(number);

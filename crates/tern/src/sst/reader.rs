@@ -17,6 +17,9 @@ use crate::format::table::{
 use crate::io::{FsRef, RandomAccessFile};
 use crate::options::Compression;
 
+/// An entry found by a point lookup: internal key and value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 /// An open, immutable table. Shared between readers with `Arc`.
 pub struct Table {
     file: Arc<dyn RandomAccessFile>,
@@ -153,26 +156,43 @@ impl Table {
     /// Finds the first entry whose internal key is `>= lookup` (an internal
     /// seek key) and returns it if it has the same user key as `lookup`.
     pub fn get(&self, lookup: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.get_with(lookup, false).map(Option::flatten)
+    }
+
+    /// [`Table::get`] without waiting on the device: `Ok(None)` if a block
+    /// it needs is neither in the block cache nor in the page cache.
+    pub fn get_cached(&self, lookup: &[u8]) -> Result<Option<Option<Entry>>> {
+        self.get_with(lookup, true)
+    }
+
+    fn get_with(&self, lookup: &[u8], cached_only: bool) -> Result<Option<Option<Entry>>> {
         let user_key = internal_key::user_key(lookup);
         if !self.may_contain(user_key) {
-            return Ok(None);
+            return Ok(Some(None));
         }
         let mut index = self.index_iter();
         index.seek(lookup);
         loop {
             if !index.valid() {
                 index.status().map_err(|e| self.index_err(e))?;
-                return Ok(None);
+                return Ok(Some(None));
             }
             let handle = self.decode_handle(index.value())?;
-            let block = self.read_block(handle, true)?;
+            let block = if cached_only {
+                match self.read_block_cached(handle)? {
+                    Some(b) => b,
+                    None => return Ok(None),
+                }
+            } else {
+                self.read_block(handle, true)?
+            };
             let mut it = BlockIter::new(block, internal_key::compare);
             it.seek(lookup);
             if it.valid() {
                 if internal_key::user_key(it.key()) == user_key {
-                    return Ok(Some((it.key().to_vec(), it.value().to_vec())));
+                    return Ok(Some(Some((it.key().to_vec(), it.value().to_vec()))));
                 }
-                return Ok(None);
+                return Ok(Some(None));
             }
             it.status()
                 .map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
@@ -262,6 +282,28 @@ impl Table {
         }
     }
 
+    /// The decoded data block at `handle` if the block cache or the page
+    /// cache holds it; `None` if reading it would wait for the device.
+    fn read_block_cached(&self, handle: BlockHandle) -> Result<Option<Arc<Block>>> {
+        if let Some(c) = &self.cache {
+            if let Some(b) = c.get(self.file_number, handle.offset) {
+                return Ok(Some(b));
+            }
+        }
+        let Some(data) =
+            read_block_contents_cached(&*self.file, &self.path, handle, MAX_BLOCK_SIZE)?
+        else {
+            return Ok(None);
+        };
+        let block =
+            Block::new(data).map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
+        let block = Arc::new(block);
+        if let Some(c) = &self.cache {
+            c.insert(self.file_number, handle.offset, Arc::clone(&block));
+        }
+        Ok(Some(block))
+    }
+
     /// The decoded data block at `handle`, from the cache when possible.
     pub(crate) fn read_block(&self, handle: BlockHandle, use_cache: bool) -> Result<Arc<Block>> {
         let cache = if use_cache { self.cache.as_ref() } else { None };
@@ -291,6 +333,49 @@ fn block_err(path: &Path, block_offset: u64, what: &str, e: DecodeError) -> Erro
     )
 }
 
+/// [`read_block_contents`] if the page cache holds the block; `None` if
+/// reading it would wait for the device.
+fn read_block_contents_cached(
+    file: &dyn RandomAccessFile,
+    path: &Path,
+    handle: BlockHandle,
+    max_len: usize,
+) -> Result<Option<Vec<u8>>> {
+    let len = block_len(file, path, handle)?;
+    let mut raw = vec![0u8; len];
+    if !file.read_cached_at(handle.offset, &mut raw).ctx(path)? {
+        return Ok(None);
+    }
+    decode_block(raw, path, handle, max_len).map(Some)
+}
+
+/// The length of the block at `handle` with its trailer, checked against
+/// the file.
+fn block_len(file: &dyn RandomAccessFile, path: &Path, handle: BlockHandle) -> Result<usize> {
+    usize::try_from(handle.size)
+        .ok()
+        .and_then(|n| n.checked_add(BLOCK_TRAILER_LEN))
+        .filter(|&n| (n as u64) <= file.len())
+        .ok_or_else(|| Error::corruption(path, handle.offset, "block size out of range"))
+}
+
+/// Checks a block read with its trailer and decompresses it.
+fn decode_block(
+    mut raw: Vec<u8>,
+    path: &Path,
+    handle: BlockHandle,
+    max_len: usize,
+) -> Result<Vec<u8>> {
+    let (contents, ctype) =
+        check_block(&raw).map_err(|e| block_err(path, handle.offset, "block", e))?;
+    if ctype == Compression::None {
+        let n = contents.len();
+        raw.truncate(n);
+        return Ok(raw);
+    }
+    decompress(ctype, contents, max_len).map_err(|e| block_err(path, handle.offset, "block", e))
+}
+
 /// Reads a block and its trailer, verifies the checksum and decompresses.
 fn read_block_contents(
     file: &dyn RandomAccessFile,
@@ -298,18 +383,8 @@ fn read_block_contents(
     handle: BlockHandle,
     max_len: usize,
 ) -> Result<Vec<u8>> {
-    let len = usize::try_from(handle.size)
-        .ok()
-        .and_then(|n| n.checked_add(BLOCK_TRAILER_LEN))
-        .filter(|&n| (n as u64) <= file.len())
-        .ok_or_else(|| Error::corruption(path, handle.offset, "block size out of range"))?;
+    let len = block_len(file, path, handle)?;
     let mut raw = vec![0u8; len];
     file.read_exact_at(handle.offset, &mut raw).ctx(path)?;
-    let (contents, ctype) =
-        check_block(&raw).map_err(|e| block_err(path, handle.offset, "block", e))?;
-    if ctype == Compression::None {
-        raw.truncate(contents.len());
-        return Ok(raw);
-    }
-    decompress(ctype, contents, max_len).map_err(|e| block_err(path, handle.offset, "block", e))
+    decode_block(raw, path, handle, max_len)
 }
