@@ -121,3 +121,74 @@ fn synced_writes_of_many_connections_share_commits() {
     let shared: i64 = redis::cmd("GET").arg("shared").query(&mut c).unwrap();
     assert_eq!(shared, (CLIENTS * WRITES) as i64);
 }
+
+#[test]
+fn an_oversized_key_fails_only_its_own_command_not_the_commit_group() {
+    // A key over the engine's limit once made the whole group's commit
+    // fail: every connection whose writes shared it got the error.
+    let s = common::start();
+    let long = "k".repeat(70 << 10);
+    std::thread::scope(|scope| {
+        let mut bad = s.client();
+        let long = long.clone();
+        scope.spawn(move || {
+            for _ in 0..200 {
+                let e = redis::cmd("SET")
+                    .arg(&long)
+                    .arg("x")
+                    .query::<()>(&mut bad)
+                    .unwrap_err();
+                assert!(common::error_text(e).contains("key"), "unexpected error");
+            }
+        });
+        for t in 0..4 {
+            let mut c = s.client();
+            scope.spawn(move || {
+                for i in 0..200 {
+                    let mut p = redis::pipe();
+                    p.cmd("SET").arg(format!("{t}-{i}")).arg(i).ignore();
+                    p.cmd("INCR").arg(format!("n{t}")).ignore();
+                    p.query::<()>(&mut c).unwrap();
+                }
+            });
+        }
+    });
+    let mut c = s.client();
+    for t in 0..4 {
+        let n: i64 = redis::cmd("GET")
+            .arg(format!("n{t}"))
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 200);
+    }
+    let e = redis::cmd("MSET")
+        .arg("fine")
+        .arg("1")
+        .arg(&long)
+        .arg("2")
+        .query::<()>(&mut c)
+        .unwrap_err();
+    assert!(common::error_text(e).contains("key"));
+    // MSET is all or nothing.
+    let v: Option<String> = redis::cmd("GET").arg("fine").query(&mut c).unwrap();
+    assert_eq!(v, None);
+}
+
+#[test]
+fn del_that_fails_on_a_later_key_deletes_nothing() {
+    let s = common::start();
+    let mut c = s.client();
+    let _: () = redis::cmd("SET")
+        .arg("good")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    let long = "k".repeat(70 << 10);
+    assert!(redis::cmd("DEL")
+        .arg("good")
+        .arg(&long)
+        .query::<i64>(&mut c)
+        .is_err());
+    let v: Option<String> = redis::cmd("GET").arg("good").query(&mut c).unwrap();
+    assert_eq!(v.as_deref(), Some("1"));
+}

@@ -16,15 +16,19 @@ const DEFAULT_SCAN_COUNT: usize = 10;
 
 /// DEL key [key ...] (also UNLINK)
 pub fn del(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let mut n = 0;
+    // Every key is read before any is deleted, so an error leaves nothing
+    // half done.
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
     for k in &args[1..] {
-        // A key named twice is found once: the first delete is pending.
-        if tri!(ctx.get(k).map_err(store_error)).is_some() {
-            n += 1;
-            tri!(ctx.delete(k));
+        if seen.insert(k.as_slice()) && tri!(ctx.get(k).map_err(store_error)).is_some() {
+            found.push(k);
         }
     }
-    Reply::Int(n)
+    for k in &found {
+        tri!(ctx.delete(k));
+    }
+    Reply::Int(found.len() as i64)
 }
 
 /// EXISTS key [key ...]

@@ -193,6 +193,23 @@ pub fn int_arg(a: &[u8]) -> Result<i64, Reply> {
     crate::resp::parser::parse_int(a).ok_or_else(not_integer)
 }
 
+/// The argument positions that hold keys, per the command table.
+fn key_positions(spec: &table::CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
+    let first = spec.first_key.max(0) as usize;
+    let last = if spec.last_key < 0 {
+        argc as i64 + spec.last_key
+    } else {
+        spec.last_key
+    };
+    let step = spec.step.max(1) as usize;
+    let end = if first == 0 {
+        0
+    } else {
+        (last.max(0) as usize + 1).min(argc)
+    };
+    (first..end.max(first)).step_by(step)
+}
+
 /// Runs one request and returns its reply. Writes go to `pending` (only
 /// the committer passes one).
 pub fn execute(
@@ -217,6 +234,18 @@ pub fn execute(
     }
     if !session.authed && !spec.flags.contains(&"no_auth") {
         return Reply::Error("NOAUTH Authentication required.".into());
+    }
+    if let Some(k) = key_positions(spec, args.len())
+        .map(|i| &args[i])
+        .find(|k| k.len() > state.max_key_len)
+    {
+        // Refused before anything is written: the engine would refuse the
+        // whole commit group this write joins.
+        return Reply::err(format!(
+            "key of {} bytes exceeds the longest key the store accepts ({} bytes)",
+            k.len(),
+            state.max_key_len
+        ));
     }
     {
         let mut d = session.info.detail.lock();

@@ -153,7 +153,8 @@ fn run(rx: Receiver<Option<WriteJob>>, status: &ExecStatus) {
     }
 }
 
-/// Replies whose fate waits on the pending batch: (job, reply) indices.
+/// Replies given since the last commit, whose fate waits on the next one:
+/// (job, reply) indices.
 type Dependents = Vec<(usize, usize)>;
 
 fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
@@ -175,11 +176,14 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
             if args.first().is_some_and(|n| commits_first(n)) {
                 commit(&state, &mut pending, &mut dependents, &mut replies, status);
             }
-            let before = pending.len();
-            let reply = execute(&state, &mut job.session, &args, Some(&mut pending));
-            if pending.len() != before {
-                dependents.push((ji, replies[ji].len()));
-            }
+            let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                execute(&state, &mut job.session, &args, Some(&mut pending))
+            }))
+            .unwrap_or_else(|_| Reply::err("internal error: the command panicked"));
+            // Every reply until the commit depends on it: one that wrote
+            // nothing may still have read a pending write (SET NX seeing a
+            // key a failed commit never made).
+            dependents.push((ji, replies[ji].len()));
             reply_bytes += reply.size_hint();
             replies[ji].push(reply);
             status.write_commands.fetch_add(1, Relaxed);
