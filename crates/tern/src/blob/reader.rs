@@ -318,8 +318,8 @@ impl BlobReader {
     /// Reads the value of the record at `offset`, which must hold the
     /// version `want` names.
     pub fn read_value(&self, offset: u64, want: ExpectedRecord<'_>) -> Result<Vec<u8>> {
-        self.read_value_with(offset, want, false)
-            .map(|v| v.unwrap_or_default())
+        self.read_value_with(offset, want, false)?
+            .ok_or_else(|| Error::Internal("a waiting blob read returned nothing".into()))
     }
 
     /// [`BlobReader::read_value`] if the page cache holds the record;

@@ -53,25 +53,17 @@ impl BlobResolver {
         seq: u64,
         encoded_ref: &[u8],
     ) -> Result<Option<Vec<u8>>> {
-        let mut closed = false;
-        let located = self.locate_with(source, encoded_ref, |n| match self.blobs.get_open(n) {
-            Some(r) => r,
-            None => {
-                closed = true;
-                Err(Error::Internal(String::new()))
-            }
-        });
-        let (reader, offset, size) = match located {
-            Ok(l) => l,
-            Err(_) if closed => return Ok(None),
-            Err(e) => return Err(e),
+        let target = self.target(source, encoded_ref)?;
+        let Some(reader) = self.blobs.get_open(target.file) else {
+            return Ok(None);
         };
+        let reader = reader?;
         reader.read_value_cached(
-            offset,
+            target.offset_in(&reader)?,
             ExpectedRecord {
                 key: user_key,
                 seq,
-                size,
+                size: target.r.size,
             },
         )
     }
@@ -89,10 +81,19 @@ impl BlobResolver {
     /// that reads many values keeps its own readers at hand).
     pub(crate) fn locate_with(
         &self,
-        (table, block): (&Path, u64),
+        source: (&Path, u64),
         encoded_ref: &[u8],
         open: impl FnOnce(u64) -> Result<Arc<BlobReader>>,
     ) -> Result<(Arc<BlobReader>, u64, u32)> {
+        let target = self.target(source, encoded_ref)?;
+        let reader = open(target.file)?;
+        let offset = target.offset_in(&reader)?;
+        Ok((reader, offset, target.r.size))
+    }
+
+    /// Decodes `encoded_ref` and follows GC lineage to the file holding its
+    /// record now.
+    fn target(&self, (table, block): (&Path, u64), encoded_ref: &[u8]) -> Result<Target> {
         let r = BlobRef::decode(encoded_ref).map_err(|e| {
             Error::corruption(table, block, format!("malformed blob reference: {e}"))
         })?;
@@ -100,17 +101,39 @@ impl BlobResolver {
             .version
             .resolve_blob(r.file, r.ordinal)
             .map_err(|why| Error::corruption(table, block, why))?;
-        let reader = open(file)?;
-        let offset = if moved {
-            reader.offset_of(ordinal)?
-        } else {
-            r.offset
-        };
-        Ok((reader, offset, r.size))
+        Ok(Target {
+            r,
+            file,
+            ordinal,
+            moved,
+        })
     }
 
     /// Blob file `number`, through the shared open-file cache.
     pub(crate) fn reader(&self, number: u64) -> Result<Arc<BlobReader>> {
         self.blobs.get(number)
+    }
+}
+
+/// Where a blob reference's record lives now.
+struct Target {
+    /// The reference as stored.
+    r: BlobRef,
+    /// The file holding the record now.
+    file: u64,
+    /// The record's ordinal in `file`.
+    ordinal: u32,
+    /// Whether GC moved it (the stored offset is stale).
+    moved: bool,
+}
+
+impl Target {
+    /// The record's offset in `reader` (the reader of `self.file`).
+    fn offset_in(&self, reader: &BlobReader) -> Result<u64> {
+        if self.moved {
+            reader.offset_of(self.ordinal)
+        } else {
+            Ok(self.r.offset)
+        }
     }
 }

@@ -178,13 +178,8 @@ impl Table {
                 return Ok(Some(None));
             }
             let handle = self.decode_handle(index.value())?;
-            let block = if cached_only {
-                match self.read_block_cached(handle)? {
-                    Some(b) => b,
-                    None => return Ok(None),
-                }
-            } else {
-                self.read_block(handle, true)?
+            let Some(block) = self.read_block_with(handle, true, cached_only)? else {
+                return Ok(None);
             };
             let mut it = BlockIter::new(block, internal_key::compare);
             it.seek(lookup);
@@ -282,44 +277,41 @@ impl Table {
         }
     }
 
-    /// The decoded data block at `handle` if the block cache or the page
-    /// cache holds it; `None` if reading it would wait for the device.
-    fn read_block_cached(&self, handle: BlockHandle) -> Result<Option<Arc<Block>>> {
-        if let Some(c) = &self.cache {
+    /// The decoded data block at `handle`, from the cache when possible.
+    pub(crate) fn read_block(&self, handle: BlockHandle, use_cache: bool) -> Result<Arc<Block>> {
+        self.read_block_with(handle, use_cache, false)?
+            .ok_or_else(|| Error::Internal("a waiting block read returned nothing".into()))
+    }
+
+    /// [`Table::read_block`]; with `nowait`, `None` if neither the block
+    /// cache nor the page cache holds the block.
+    fn read_block_with(
+        &self,
+        handle: BlockHandle,
+        use_cache: bool,
+        nowait: bool,
+    ) -> Result<Option<Arc<Block>>> {
+        let cache = if use_cache { self.cache.as_ref() } else { None };
+        if let Some(c) = cache {
             if let Some(b) = c.get(self.file_number, handle.offset) {
                 return Ok(Some(b));
             }
         }
-        let Some(data) =
-            read_block_contents_cached(&*self.file, &self.path, handle, MAX_BLOCK_SIZE)?
-        else {
-            return Ok(None);
+        let data = if nowait {
+            match read_block_contents_cached(&*self.file, &self.path, handle, MAX_BLOCK_SIZE)? {
+                Some(d) => d,
+                None => return Ok(None),
+            }
+        } else {
+            read_block_contents(&*self.file, &self.path, handle, MAX_BLOCK_SIZE)?
         };
         let block =
             Block::new(data).map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
         let block = Arc::new(block);
-        if let Some(c) = &self.cache {
+        if let Some(c) = cache {
             c.insert(self.file_number, handle.offset, Arc::clone(&block));
         }
         Ok(Some(block))
-    }
-
-    /// The decoded data block at `handle`, from the cache when possible.
-    pub(crate) fn read_block(&self, handle: BlockHandle, use_cache: bool) -> Result<Arc<Block>> {
-        let cache = if use_cache { self.cache.as_ref() } else { None };
-        if let Some(c) = cache {
-            if let Some(b) = c.get(self.file_number, handle.offset) {
-                return Ok(b);
-            }
-        }
-        let data = read_block_contents(&*self.file, &self.path, handle, MAX_BLOCK_SIZE)?;
-        let block =
-            Block::new(data).map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
-        let block = Arc::new(block);
-        if let Some(c) = cache {
-            c.insert(self.file_number, handle.offset, Arc::clone(&block));
-        }
-        Ok(block)
     }
 }
 
