@@ -9,12 +9,7 @@ use tern_server::config::AppendFsync;
 
 fn info_field(c: &mut redis::Connection, section: &str, name: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("INFO has no {name}:\n{info}"))
-        .trim()
-        .parse()
-        .unwrap()
+    common::info_field(&info, name)
 }
 
 #[test]

@@ -83,6 +83,16 @@ pub fn raw(addr: SocketAddr, input: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The numeric field `name` of an INFO reply.
+pub fn info_field(info: &str, name: &str) -> u64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("INFO has no {name}:\n{info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// Runs `args` and returns the reply or the server's error text
 /// ("CODE detail").
 pub fn run(con: &mut redis::Connection, args: &[&str]) -> Result<redis::Value, String> {
