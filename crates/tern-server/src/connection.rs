@@ -23,8 +23,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::commands::{execute, Session};
-use crate::exec::{classify, memory_first, Class, Exec, JOB_REPLY_BYTES};
+use crate::commands::{execute, execute_from_memory, Access, Session};
+use crate::exec::{run_bounded, Class, Exec, Request};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
 use crate::resp::{Limits, Parser, Reply};
 use crate::state::{ClientInfo, State};
@@ -112,7 +112,7 @@ async fn run(
     });
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut requests: VecDeque<Vec<Vec<u8>>> = VecDeque::new();
+    let mut requests: VecDeque<Request> = VecDeque::new();
     let mut shutdown = state.shutdown_signal();
     let stall = secs(cfg.stall_timeout);
     let idle = secs(cfg.timeout);
@@ -128,7 +128,7 @@ async fn run(
                     Ok(step) => {
                         start += step.consumed;
                         match step.request {
-                            Some(args) => requests.push_back(args),
+                            Some(args) => requests.push_back(Request::new(args)),
                             None if step.consumed == 0 => break,
                             None => {}
                         }
@@ -218,15 +218,16 @@ async fn run(
 }
 
 /// Runs `requests` in order, appending the replies to `out` (and writing
-/// them out as they pile up). Consecutive reads go to the read pool as one
-/// job, consecutive writes to the committer as one job; a job whose
-/// replies grow past [`crate::exec::JOB_REPLY_BYTES`] hands back the rest,
-/// which runs after its replies are written.
+/// them out as they pile up). Point reads are answered from memory here
+/// while they can be; consecutive reads go to the read pool as one job,
+/// consecutive writes to the committer as one job. A job whose replies grow
+/// past [`crate::exec::JOB_REPLY_BYTES`] hands back the rest, which runs after its
+/// replies are written.
 async fn run_requests(
     state: &Arc<State>,
     exec: &Exec,
     mut session: Session,
-    requests: &mut VecDeque<Vec<Vec<u8>>>,
+    requests: &mut VecDeque<Request>,
     out: &mut Vec<u8>,
     sock: &mut TcpStream,
     stall: Option<Duration>,
@@ -234,45 +235,31 @@ async fn run_requests(
     while let Some(first) = requests.front() {
         // Before authentication every command answers without the engine.
         let class = if session.authed {
-            classify(first)
+            first.class
         } else {
             Class::Inline
         };
         let replies = match class {
             Class::Inline => {
-                let Some(args) = requests.pop_front() else {
+                let Some(req) = requests.pop_front() else {
                     break;
                 };
-                let reply = execute(state, &mut session, &args, None);
+                let reply = execute(state, &mut session, &req.args, Access::Read);
                 if session.silent_close {
                     Vec::new()
                 } else {
                     vec![reply]
                 }
             }
-            Class::Read if memory_first(first) => {
-                // Answer from memory here, sparing two thread hand-offs;
-                // the first read that would wait on the disk goes, with the
-                // rest of the run, to the read pool.
-                let mut replies = Vec::new();
-                let mut bytes = 0;
-                while bytes < JOB_REPLY_BYTES {
-                    let Some(args) = requests.front() else {
-                        break;
-                    };
-                    if classify(args) != Class::Read || !memory_first(args) {
-                        break;
-                    }
-                    session.cached_only = true;
-                    let reply = execute(state, &mut session, args, None);
-                    session.cached_only = false;
-                    if std::mem::take(&mut session.needs_io) {
-                        break;
-                    }
-                    requests.pop_front();
-                    bytes += reply.size_hint();
-                    replies.push(reply);
-                }
+            Class::PointRead | Class::Read => {
+                // From memory here, sparing two thread hand-offs; the first
+                // read that would wait on the device goes, with the reads
+                // after it, to the read pool.
+                let replies = run_bounded(requests, |req| {
+                    (req.class == Class::PointRead)
+                        .then(|| execute_from_memory(state, &mut session, &req.args))
+                        .flatten()
+                });
                 if replies.is_empty() {
                     let (s, replies) = read_on_pool(state, exec, session, requests).await?;
                     session = s;
@@ -281,23 +268,16 @@ async fn run_requests(
                     replies
                 }
             }
-            Class::Read => {
-                let (s, replies) = read_on_pool(state, exec, session, requests).await?;
-                session = s;
-                replies
-            }
             Class::Write => {
-                let n = requests.iter().take_while(|a| classify(a) == class).count();
-                let run: VecDeque<Vec<Vec<u8>>> = requests.drain(..n).collect();
+                let n = requests.iter().take_while(|r| r.class == class).count();
+                let run: VecDeque<Request> = requests.drain(..n).collect();
                 let (s, rest, replies) = exec
                     .committer
                     .run(state.clone(), session, run)
                     .await
                     .ok_or(Close::Gone)?;
                 session = s;
-                for a in rest.into_iter().rev() {
-                    requests.push_front(a);
-                }
+                put_back(requests, rest);
                 replies
             }
         };
@@ -315,41 +295,34 @@ async fn run_requests(
     Ok(session)
 }
 
-/// Runs the read run at the front of `requests` on the read pool, as one
-/// job; requests it hands back (its replies reached the bound) stay.
+/// Returns the requests a job did not run to the front of the queue.
+fn put_back(requests: &mut VecDeque<Request>, rest: VecDeque<Request>) {
+    for r in rest.into_iter().rev() {
+        requests.push_front(r);
+    }
+}
+
+/// Runs the reads at the front of `requests` on the read pool, as one job.
 async fn read_on_pool(
     state: &Arc<State>,
     exec: &Exec,
     session: Session,
-    requests: &mut VecDeque<Vec<Vec<u8>>>,
+    requests: &mut VecDeque<Request>,
 ) -> Result<(Session, Vec<Reply>), Close> {
-    let n = requests
-        .iter()
-        .take_while(|a| classify(a) == Class::Read)
-        .count();
-    let run: VecDeque<Vec<Vec<u8>>> = requests.drain(..n).collect();
+    let n = requests.iter().take_while(|r| r.class.reads()).count();
+    let mut run: VecDeque<Request> = requests.drain(..n).collect();
     let st = state.clone();
     let (session, rest, replies) = exec
         .readers
         .run(move || {
             let mut session = session;
-            let mut run = run;
-            let mut replies = Vec::with_capacity(run.len());
-            let mut bytes = 0;
-            while bytes < JOB_REPLY_BYTES {
-                let Some(args) = run.pop_front() else {
-                    break;
-                };
-                let reply = execute(&st, &mut session, &args, None);
-                bytes += reply.size_hint();
-                replies.push(reply);
-            }
+            let replies = run_bounded(&mut run, |req| {
+                Some(execute(&st, &mut session, &req.args, Access::Read))
+            });
             (session, run, replies)
         })
         .await
         .ok_or(Close::Gone)?;
-    for a in rest.into_iter().rev() {
-        requests.push_front(a);
-    }
+    put_back(requests, rest);
     Ok((session, replies))
 }

@@ -82,6 +82,12 @@ pub fn decode_expiry(raw: &[u8]) -> Result<Option<u64>, DecodeError> {
     }
 }
 
+/// The entry a stored value holds, or `None` if it has expired at `now`
+/// (unix milliseconds).
+pub fn live_entry(raw: Vec<u8>, now: u64) -> Result<Option<Entry>, DecodeError> {
+    Ok(Some(decode_value(raw)?).filter(|e| !e.expired(now)))
+}
+
 /// Decodes a stored value.
 pub fn decode_value(mut raw: Vec<u8>) -> Result<Entry, DecodeError> {
     let expire_at = decode_expiry(&raw)?;

@@ -83,12 +83,13 @@ impl Metrics {
         m.buckets[b].fetch_add(1, Relaxed);
     }
 
-    /// Records a keyspace read that found (`hit`) or missed a key.
-    pub fn hit(&self, hit: bool) {
-        if hit {
-            self.keyspace_hits.fetch_add(1, Relaxed);
-        } else {
-            self.keyspace_misses.fetch_add(1, Relaxed);
+    /// Records the keyspace reads of one command: keys found and missed.
+    pub fn keyspace(&self, hits: u64, misses: u64) {
+        if hits > 0 {
+            self.keyspace_hits.fetch_add(hits, Relaxed);
+        }
+        if misses > 0 {
+            self.keyspace_misses.fetch_add(misses, Relaxed);
         }
     }
 

@@ -23,11 +23,6 @@ impl Pending {
         self.batch.is_empty()
     }
 
-    /// Engine operations pending.
-    pub fn len(&self) -> usize {
-        self.batch.len()
-    }
-
     /// Approximate bytes pending.
     pub fn bytes(&self) -> usize {
         self.batch.approximate_size()
@@ -100,7 +95,6 @@ mod tests {
         let b = decode_value(p.lookup(b"b").unwrap().unwrap().to_vec()).unwrap();
         assert_eq!(b.value, b"3");
         assert!(p.lookup(b"c").is_none());
-        assert_eq!(p.len(), 5);
         let batch = p.take();
         assert_eq!(batch.len(), 5);
         assert!(p.is_empty() && p.lookup(b"a").is_none());

@@ -7,7 +7,9 @@ use tern::{Db, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::config::AppendFsync;
 use crate::expiry::now_ms;
-use crate::keyspace::{self, decode_expiry as decode_expiry_of, decode_value, engine_key, Entry};
+use crate::keyspace::{
+    self, decode_expiry as decode_expiry_of, decode_value, engine_key, live_entry, Entry,
+};
 
 /// Why a store operation failed.
 #[derive(Debug)]
@@ -88,10 +90,7 @@ impl Store {
     pub fn get_at(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
         match self.db.get(&engine_key(key))? {
             None => Ok(None),
-            Some(raw) => {
-                let e = decode_value(raw)?;
-                Ok(if e.expired(now) { None } else { Some(e) })
-            }
+            Some(raw) => Ok(live_entry(raw, now)?),
         }
     }
 
@@ -101,10 +100,7 @@ impl Store {
         match self.db.get_if_cached(&engine_key(key))? {
             None => Err(StoreError::WouldBlock),
             Some(None) => Ok(None),
-            Some(Some(raw)) => {
-                let e = decode_value(raw)?;
-                Ok(if e.expired(now) { None } else { Some(e) })
-            }
+            Some(Some(raw)) => Ok(live_entry(raw, now)?),
         }
     }
 

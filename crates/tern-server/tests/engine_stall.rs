@@ -41,15 +41,6 @@ fn metrics(addr: SocketAddr) -> String {
     out
 }
 
-fn info_field(info: &str, name: &str) -> u64 {
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("INFO has no {name}:\n{info}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn a_stalled_fsync_holds_writes_but_not_pings_reads_info_or_metrics() {
     let fault = FaultFs::new(MemFs::new());
@@ -110,7 +101,7 @@ fn a_stalled_fsync_holds_writes_but_not_pings_reads_info_or_metrics() {
     assert_eq!(pong, "PONG");
     assert_eq!(got.as_deref(), Some("before"));
     assert!(
-        info_field(&info, "write_commit_in_progress_ms") >= 300,
+        common::info_field(&info, "write_commit_in_progress_ms") >= 300,
         "INFO does not show the stalled commit:\n{info}"
     );
     let maddr = server.metrics_addr().unwrap();
@@ -144,5 +135,61 @@ fn a_stalled_fsync_holds_writes_but_not_pings_reads_info_or_metrics() {
             .unwrap();
         assert_eq!(v.as_deref(), Some("x"));
     }
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn reads_that_need_the_device_run_on_the_pool_and_count_once() {
+    // After a restart nothing is open or cached, and the file system says
+    // every no-wait read would wait: reads of "a" cannot be answered from
+    // memory and go to the read pool. An MGET that found "b" in memory
+    // before it stopped at "a" is answered, and its keys counted, once.
+    let fault = FaultFs::new(MemFs::new());
+    let start = || {
+        let mut cfg = common::test_config(Path::new("/data"));
+        cfg.metrics_bind = "off".into();
+        tern_server::start(
+            cfg,
+            StartOptions {
+                fs: Some(fault.clone()),
+                ..StartOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let big = "v".repeat(4096);
+    let server = start();
+    let mut c = redis::Client::open(format!("redis://{}/", server.addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("SET").arg("a").arg(&big).query(&mut c).unwrap();
+    server.shutdown().unwrap();
+    drop(server);
+
+    fault.set_uncached(true);
+    let server = start();
+    let mut c = redis::Client::open(format!("redis://{}/", server.addr()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // In the memtable: an MGET finds it from memory before it reaches "a".
+    let _: () = redis::cmd("SET")
+        .arg("b")
+        .arg("small")
+        .query(&mut c)
+        .unwrap();
+    let both: Vec<Option<String>> = redis::cmd("MGET")
+        .arg("b")
+        .arg("a")
+        .arg("missing")
+        .query(&mut c)
+        .unwrap();
+    let a: String = redis::cmd("GET").arg("a").query(&mut c).unwrap();
+    assert_eq!(a, big);
+    assert_eq!(both, vec![Some("small".into()), Some(big), None]);
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut c).unwrap();
+    assert_eq!(common::info_field(&info, "keyspace_hits"), 3);
+    assert_eq!(common::info_field(&info, "keyspace_misses"), 1);
     server.shutdown().unwrap();
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::expiry::now_ms;
-use crate::keyspace::{decode_value, Entry};
+use crate::keyspace::{live_entry, Entry};
 use crate::pending::Pending;
 use crate::resp::Reply;
 use crate::state::{ClientInfo, State};
@@ -38,12 +38,6 @@ pub struct Session {
     pub close: bool,
     /// Close without sending the last reply (SHUTDOWN).
     pub silent_close: bool,
-    /// Reads must come from memory (the command runs on the connection's
-    /// task); one that cannot sets `needs_io` and the command runs again on
-    /// the read pool.
-    pub cached_only: bool,
-    /// Set when a `cached_only` read would have waited on the device.
-    pub needs_io: bool,
     /// SCAN cursors: id → key to resume from.
     scan_cursors: VecDeque<(u64, Vec<u8>)>,
     next_cursor: u64,
@@ -58,8 +52,6 @@ impl Session {
             authed,
             close: false,
             silent_close: false,
-            cached_only: false,
-            needs_io: false,
             scan_cursors: VecDeque::new(),
             next_cursor: 0,
         }
@@ -88,15 +80,31 @@ impl Session {
     }
 }
 
+/// What a command may do with the store, by where it runs (see
+/// [`crate::exec`]).
+pub enum Access<'a> {
+    /// On the committer: reads see the pending writes, writes join them.
+    Write(&'a mut Pending),
+    /// On the read pool: reads may wait on the device; no writes.
+    Read,
+    /// On the connection's task: reads only from memory. A read that would
+    /// wait on the device fails the command, which then runs on the pool.
+    MemoryOnly,
+}
+
 /// What a handler sees.
 pub struct Ctx<'a> {
     /// Shared state.
     pub state: &'a State,
     /// This connection.
     pub session: &'a mut Session,
-    /// The committer's uncommitted writes; `None` off the committer, where
-    /// commands must not write.
-    pub pending: Option<&'a mut Pending>,
+    access: Access<'a>,
+    /// Set when a [`Access::MemoryOnly`] read would have waited.
+    needs_io: bool,
+    /// Keys this command found and missed (recorded once it completes).
+    pub hits: u64,
+    /// See `hits`.
+    pub misses: u64,
 }
 
 impl Ctx<'_> {
@@ -112,28 +120,28 @@ impl Ctx<'_> {
 
     /// The entry of `key` as of `now` (unix ms), pending writes included.
     pub fn get_at(&mut self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        if let Some(p) = self.pending.as_deref_mut() {
-            if let Some(raw) = p.lookup(key) {
-                return Ok(match raw {
-                    None => None,
-                    Some(raw) => Some(decode_value(raw.to_vec())?).filter(|e| !e.expired(now)),
-                });
+        match &mut self.access {
+            Access::Write(p) => match p.lookup(key) {
+                Some(None) => Ok(None),
+                Some(Some(raw)) => Ok(live_entry(raw.to_vec(), now)?),
+                None => self.state.store.get_at(key, now),
+            },
+            Access::Read => self.state.store.get_at(key, now),
+            Access::MemoryOnly => {
+                let r = self.state.store.get_at_cached(key, now);
+                self.needs_io = matches!(r, Err(StoreError::WouldBlock));
+                r
             }
         }
-        if self.session.cached_only {
-            let r = self.state.store.get_at_cached(key, now);
-            if matches!(r, Err(StoreError::WouldBlock)) {
-                self.session.needs_io = true;
-            }
-            return r;
-        }
-        self.state.store.get_at(key, now)
     }
 
     fn pending(&mut self) -> Result<&mut Pending, Reply> {
-        self.pending
-            .as_deref_mut()
-            .ok_or_else(|| Reply::err("internal error: a write command ran outside the committer"))
+        match &mut self.access {
+            Access::Write(p) => Ok(p),
+            _ => Err(Reply::err(
+                "internal error: a write command ran outside the committer",
+            )),
+        }
     }
 
     /// Sets `key` (committed with the rest of the group).
@@ -210,30 +218,53 @@ fn key_positions(spec: &table::CommandSpec, argc: usize) -> impl Iterator<Item =
     (first..end.max(first)).step_by(step)
 }
 
-/// Runs one request and returns its reply. Writes go to `pending` (only
-/// the committer passes one).
+/// Runs one request with `access` (the committer passes its pending
+/// writes, the read pool [`Access::Read`]) and returns its reply.
 pub fn execute(
     state: &State,
     session: &mut Session,
     args: &[Vec<u8>],
-    pending: Option<&mut Pending>,
+    access: Access<'_>,
 ) -> Reply {
+    run(state, session, args, access).0
+}
+
+/// Runs one read request from memory only; `None` if it would have waited
+/// on the device (it has then changed nothing and recorded nothing).
+pub fn execute_from_memory(
+    state: &State,
+    session: &mut Session,
+    args: &[Vec<u8>],
+) -> Option<Reply> {
+    let (reply, needs_io) = run(state, session, args, Access::MemoryOnly);
+    (!needs_io).then_some(reply)
+}
+
+fn run(
+    state: &State,
+    session: &mut Session,
+    args: &[Vec<u8>],
+    access: Access<'_>,
+) -> (Reply, bool) {
     let Some(name) = args.first() else {
-        return Reply::err("empty command");
+        return (Reply::err("empty command"), false);
     };
     let Some(idx) = table::lookup(name) else {
         state
             .metrics
             .unknown_commands
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return unknown_command(args);
+        return (unknown_command(args), false);
     };
     let spec = &table::COMMANDS[idx];
     if !table::arity_ok(spec.arity, args.len()) {
-        return wrong_arity(spec.name);
+        return (wrong_arity(spec.name), false);
     }
     if !session.authed && !spec.flags.contains(&"no_auth") {
-        return Reply::Error("NOAUTH Authentication required.".into());
+        return (
+            Reply::Error("NOAUTH Authentication required.".into()),
+            false,
+        );
     }
     if let Some(k) = key_positions(spec, args.len())
         .map(|i| &args[i])
@@ -241,11 +272,12 @@ pub fn execute(
     {
         // Refused before anything is written: the engine would refuse the
         // whole commit group this write joins.
-        return Reply::err(format!(
+        let reply = Reply::err(format!(
             "key of {} bytes exceeds the longest key the store accepts ({} bytes)",
             k.len(),
             state.max_key_len
         ));
+        return (reply, false);
     }
     {
         let mut d = session.info.detail.lock();
@@ -253,18 +285,20 @@ pub fn execute(
         d.last_active = Some(Instant::now());
     }
     let start = Instant::now();
-    let reply = (spec.handler)(
-        &mut Ctx {
-            state,
-            session,
-            pending,
-        },
-        args,
-    );
-    // A read that stopped for I/O runs again on the read pool, which
-    // records it.
-    if !session.needs_io {
-        state.metrics.record(idx, start.elapsed(), reply.is_error());
+    let mut ctx = Ctx {
+        state,
+        session,
+        access,
+        needs_io: false,
+        hits: 0,
+        misses: 0,
+    };
+    let reply = (spec.handler)(&mut ctx, args);
+    if ctx.needs_io {
+        // Runs again on the read pool, which records it.
+        return (reply, true);
     }
-    reply
+    state.metrics.keyspace(ctx.hits, ctx.misses);
+    state.metrics.record(idx, start.elapsed(), reply.is_error());
+    (reply, false)
 }

@@ -24,7 +24,11 @@ pub(crate) use tri;
 /// Reads `key`, counting a hit or a miss.
 pub(crate) fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Entry>, Reply> {
     let e = ctx.get(key).map_err(store_error)?;
-    ctx.state.metrics.hit(e.is_some());
+    if e.is_some() {
+        ctx.hits += 1;
+    } else {
+        ctx.misses += 1;
+    }
     Ok(e)
 }
 

@@ -24,8 +24,8 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::status::ExecStatus;
-use super::JOB_REPLY_BYTES;
-use crate::commands::{execute, store_error, Session};
+use super::{Request, JOB_REPLY_BYTES};
+use crate::commands::{execute, store_error, Access, Session};
 use crate::pending::Pending;
 use crate::resp::Reply;
 use crate::state::State;
@@ -37,13 +37,14 @@ const GROUP_MAX_BYTES: usize = 4 << 20;
 
 /// Commands that commit what is pending before they run (they write to the
 /// engine themselves).
-fn commits_first(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"flushdb") || name.eq_ignore_ascii_case(b"flushall")
+fn commits_first(args: &[Vec<u8>]) -> bool {
+    args.first()
+        .is_some_and(|n| n.eq_ignore_ascii_case(b"flushdb") || n.eq_ignore_ascii_case(b"flushall"))
 }
 
 /// What a job hands back: the session, the requests it did not run, and
 /// the replies of those it did.
-pub type JobDone = (Session, VecDeque<Vec<Vec<u8>>>, Vec<Reply>);
+pub type JobDone = (Session, VecDeque<Request>, Vec<Reply>);
 
 /// One connection's run of write commands.
 pub struct WriteJob {
@@ -53,7 +54,7 @@ pub struct WriteJob {
     pub session: Session,
     /// The requests, in order; those not run (see [`JOB_REPLY_BYTES`]) go
     /// back with the replies.
-    pub requests: VecDeque<Vec<Vec<u8>>>,
+    pub requests: VecDeque<Request>,
     /// Where the session, the requests not run and the replies go.
     pub done: tokio::sync::oneshot::Sender<JobDone>,
 }
@@ -94,7 +95,7 @@ impl Committer {
         &self,
         state: Arc<State>,
         session: Session,
-        requests: VecDeque<Vec<Vec<u8>>>,
+        requests: VecDeque<Request>,
     ) -> Option<JobDone> {
         let (done, rx) = tokio::sync::oneshot::channel();
         self.status.write_queue.fetch_add(1, Relaxed);
@@ -153,10 +154,6 @@ fn run(rx: Receiver<Option<WriteJob>>, status: &ExecStatus) {
     }
 }
 
-/// Replies given since the last commit, whose fate waits on the next one:
-/// (job, reply) indices.
-type Dependents = Vec<(usize, usize)>;
-
 fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
     let mut replies: Vec<Vec<Reply>> = jobs
         .iter()
@@ -166,53 +163,60 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
         return replies;
     };
     let mut pending = Pending::default();
-    let mut dependents: Dependents = Vec::new();
+    // Per job, how many of its replies a commit has settled; the rest wait
+    // on the next commit.
+    let mut settled = vec![0; jobs.len()];
     for (ji, job) in jobs.iter_mut().enumerate() {
         let mut reply_bytes = 0;
         while reply_bytes < JOB_REPLY_BYTES {
-            let Some(args) = job.requests.pop_front() else {
+            let Some(req) = job.requests.pop_front() else {
                 break;
             };
-            if args.first().is_some_and(|n| commits_first(n)) {
-                commit(&state, &mut pending, &mut dependents, &mut replies, status);
+            if commits_first(&req.args) {
+                commit(&state, &mut pending, &mut replies, &mut settled, status);
             }
             let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                execute(&state, &mut job.session, &args, Some(&mut pending))
+                execute(
+                    &state,
+                    &mut job.session,
+                    &req.args,
+                    Access::Write(&mut pending),
+                )
             }))
             .unwrap_or_else(|_| Reply::err("internal error: the command panicked"));
-            // Every reply until the commit depends on it: one that wrote
-            // nothing may still have read a pending write (SET NX seeing a
-            // key a failed commit never made).
-            dependents.push((ji, replies[ji].len()));
             reply_bytes += reply.size_hint();
             replies[ji].push(reply);
-            status.write_commands.fetch_add(1, Relaxed);
             if pending.bytes() >= GROUP_MAX_BYTES {
-                commit(&state, &mut pending, &mut dependents, &mut replies, status);
+                commit(&state, &mut pending, &mut replies, &mut settled, status);
             }
         }
     }
-    commit(&state, &mut pending, &mut dependents, &mut replies, status);
+    commit(&state, &mut pending, &mut replies, &mut settled, status);
     replies
 }
 
+/// Commits what is pending. Every reply given since the last commit waits
+/// on this one, not only those that wrote: a command that wrote nothing may
+/// have read a pending write (SET NX seeing a key a failed commit never
+/// made). If the commit fails, they all become the error.
 fn commit(
     state: &State,
     pending: &mut Pending,
-    dependents: &mut Dependents,
     replies: &mut [Vec<Reply>],
+    settled: &mut [usize],
     status: &ExecStatus,
 ) {
-    if pending.is_empty() {
-        return;
-    }
-    let result = state.store.write(pending.take());
-    status.commits.fetch_add(1, Relaxed);
-    if let Err(e) = result {
-        let err = store_error(e);
-        for (j, i) in dependents.drain(..) {
-            replies[j][i] = err.clone();
+    if !pending.is_empty() {
+        let result = state.store.write(pending.take());
+        status.commits.fetch_add(1, Relaxed);
+        if let Err(e) = result {
+            let err = store_error(e);
+            for (r, s) in replies.iter_mut().zip(settled.iter()) {
+                r[*s..].fill(err.clone());
+            }
         }
     }
-    dependents.clear();
+    for (r, s) in replies.iter().zip(settled.iter_mut()) {
+        *s = r.len();
+    }
 }

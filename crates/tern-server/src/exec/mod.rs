@@ -6,7 +6,9 @@
 //!
 //! - commands that write run on the [`Committer`], one thread that groups
 //!   the writes of every connection into engine commits;
-//! - commands that only read run on the [`Readers`] pool;
+//! - fast point reads (GET, MGET, …) are answered on the task when the
+//!   engine can answer from memory ([`Class::PointRead`]); they and the
+//!   other reads run on the [`Readers`] pool otherwise;
 //! - the rest (PING, CLIENT, CONFIG, HELLO, …) run inline on the task.
 //!
 //! A connection waits for each run of commands before it starts the next,
@@ -16,6 +18,7 @@ pub mod committer;
 pub mod readers;
 pub mod status;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub use committer::Committer;
@@ -23,6 +26,7 @@ pub use readers::Readers;
 pub use status::ExecStatus;
 
 use crate::commands::table;
+use crate::resp::Reply;
 
 /// Reply bytes after which a job stops and hands back the requests it has
 /// not run: the connection writes the replies out first, so one pipeline of
@@ -34,36 +38,73 @@ pub const JOB_REPLY_BYTES: usize = 1 << 20;
 pub enum Class {
     /// On the connection's task: touches no engine data.
     Inline,
-    /// On the read pool.
+    /// A fast point read (GET, MGET, EXISTS, STRLEN, TTL, …): first on the
+    /// connection's task from memory only, on the read pool if it would
+    /// wait on the device.
+    PointRead,
+    /// On the read pool (SCAN, KEYS, DBSIZE, INFO, …).
     Read,
     /// On the committer.
     Write,
 }
 
-/// Where the request `args` runs. Unknown commands run inline (they only
-/// produce an error).
-pub fn classify(args: &[Vec<u8>]) -> Class {
-    let Some(idx) = args.first().and_then(|n| table::lookup(n)) else {
-        return Class::Inline;
-    };
-    let spec = &table::COMMANDS[idx];
-    if spec.flags.contains(&"write") {
-        Class::Write
-    } else if spec.flags.contains(&"readonly") || spec.name == "info" {
-        // INFO reads the keyspace section from the engine.
-        Class::Read
-    } else {
-        Class::Inline
+impl Class {
+    /// Whether the read pool runs it (a point read that needs the device
+    /// included).
+    pub fn reads(self) -> bool {
+        matches!(self, Class::PointRead | Class::Read)
     }
 }
 
-/// Whether read request `args` is tried on the connection's task first,
-/// from memory only (see [`crate::commands::Session::cached_only`]): the
-/// fast point reads (GET, MGET, EXISTS, STRLEN, TTL, …), not SCAN or KEYS.
-pub fn memory_first(args: &[Vec<u8>]) -> bool {
-    args.first()
-        .and_then(|n| table::lookup(n))
-        .is_some_and(|i| table::COMMANDS[i].flags.contains(&"fast"))
+/// A parsed request and where it runs.
+#[derive(Debug)]
+pub struct Request {
+    /// Where it runs.
+    pub class: Class,
+    /// The command name and its arguments.
+    pub args: Vec<Vec<u8>>,
+}
+
+impl Request {
+    /// Classifies `args`. Unknown commands run inline (they only produce an
+    /// error).
+    pub fn new(args: Vec<Vec<u8>>) -> Request {
+        let spec = args
+            .first()
+            .and_then(|n| table::lookup(n))
+            .map(|i| &table::COMMANDS[i]);
+        let class = match spec {
+            None => Class::Inline,
+            Some(s) if s.flags.contains(&"write") => Class::Write,
+            Some(s) if s.flags.contains(&"readonly") && s.flags.contains(&"fast") => {
+                Class::PointRead
+            }
+            // INFO reads the keyspace section from the engine.
+            Some(s) if s.flags.contains(&"readonly") || s.name == "info" => Class::Read,
+            Some(_) => Class::Inline,
+        };
+        Request { class, args }
+    }
+}
+
+/// Runs requests from the front of `run` while `one` answers them, until
+/// their replies reach [`JOB_REPLY_BYTES`]; the request `one` declines
+/// (`None`) stays at the front, as do those not reached.
+pub fn run_bounded(
+    run: &mut VecDeque<Request>,
+    mut one: impl FnMut(&Request) -> Option<Reply>,
+) -> Vec<Reply> {
+    let mut replies = Vec::new();
+    let mut bytes = 0;
+    while bytes < JOB_REPLY_BYTES {
+        let Some(reply) = run.front().and_then(&mut one) else {
+            break;
+        };
+        run.pop_front();
+        bytes += reply.size_hint();
+        replies.push(reply);
+    }
+    replies
 }
 
 /// The committer and the read pool.

@@ -14,8 +14,6 @@ pub struct ExecStatus {
     busy_since: AtomicU64,
     /// Engine commits made.
     pub commits: AtomicU64,
-    /// Commands run by the committer.
-    pub write_commands: AtomicU64,
     /// The longest a group has taken, microseconds.
     pub longest_group_micros: AtomicU64,
     /// Read jobs waiting for a reader thread.
@@ -29,7 +27,6 @@ impl Default for ExecStatus {
             write_queue: AtomicUsize::new(0),
             busy_since: AtomicU64::new(0),
             commits: AtomicU64::new(0),
-            write_commands: AtomicU64::new(0),
             longest_group_micros: AtomicU64::new(0),
             read_queue: AtomicUsize::new(0),
         }
