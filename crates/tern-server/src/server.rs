@@ -138,10 +138,10 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
             config.dir.display()
         ))
     })?;
-    let threads = if config.threads == 0 {
-        std::thread::available_parallelism().map_or(2, |n| n.get())
-    } else {
-        config.threads
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = match config.threads {
+        0 => cores,
+        n => n,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -168,7 +168,6 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
     let store = Store::new(db, config.appendfsync);
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let read_threads = match config.read_threads {
         0 => 4 * cores,
         n => n,
