@@ -714,6 +714,25 @@ fn half_dead_blob_file(db: &Db) {
     db.compact_range(None, None).unwrap();
 }
 
+/// A store on `fs` whose GC runs through `executor`, holding a
+/// [`half_dead_blob_file`].
+fn half_dead_store_with_gc_executor(
+    fs: &Arc<MemFs>,
+    executor: impl tern::compaction::Executor + 'static,
+) -> Db {
+    let db =
+        Db::open_with_executor(DIR, manual_opts(fs.clone()), Some(Arc::new(executor))).unwrap();
+    half_dead_blob_file(&db);
+    db
+}
+
+/// The live keys of a [`half_dead_blob_file`] still read their values.
+fn assert_half_dead_keys_intact(db: &Db) {
+    for i in 5..10 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+}
+
 /// A store whose keys 5..10 sit in a GC output reached through lineage,
 /// closed, with that output's index entry 1 (key 6) naming record 2 (key 7)
 /// and, if `outside`, entry 3 (key 8) a place outside the records. The
@@ -792,13 +811,7 @@ impl tern::compaction::Executor for DamagingGcExecutor {
 #[test]
 fn gc_output_with_a_damaged_index_is_not_installed() {
     let fs = MemFs::new();
-    let db = Db::open_with_executor(
-        DIR,
-        manual_opts(fs.clone()),
-        Some(Arc::new(DamagingGcExecutor(fs.clone()))),
-    )
-    .unwrap();
-    half_dead_blob_file(&db);
+    let db = half_dead_store_with_gc_executor(&fs, DamagingGcExecutor(fs.clone()));
     let before = blob_files_on_disk(&fs);
     assert!(
         matches!(db.collect_garbage(), Err(tern::Error::Corruption { .. })),
@@ -809,9 +822,7 @@ fn gc_output_with_a_damaged_index_is_not_installed() {
         before,
         "inputs kept, output removed"
     );
-    for i in 5..10 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
-    }
+    assert_half_dead_keys_intact(&db);
 }
 
 /// Hands back GC output under a table's number (the file renamed to match),
@@ -841,8 +852,6 @@ impl tern::compaction::Executor for MisnumberingGcExecutor {
     }
 }
 
-/// An install the version refuses changes nothing and writes nothing, so
-/// it must not stop the store: writes go on, and the data stays readable.
 /// Hands back GC output whose lineage names none of the job's inputs, as a
 /// buggy remote worker could.
 struct LineageDroppingGcExecutor;
@@ -860,34 +869,22 @@ impl tern::compaction::Executor for LineageDroppingGcExecutor {
 #[test]
 fn gc_output_whose_lineage_misses_an_input_is_refused_and_removed() {
     let fs = MemFs::new();
-    let db = Db::open_with_executor(
-        DIR,
-        manual_opts(fs.clone()),
-        Some(Arc::new(LineageDroppingGcExecutor)),
-    )
-    .unwrap();
-    half_dead_blob_file(&db);
+    let db = half_dead_store_with_gc_executor(&fs, LineageDroppingGcExecutor);
     let before = blob_files_on_disk(&fs);
     match db.collect_garbage() {
         Err(tern::Error::Internal(m)) => assert!(m.contains("lineage"), "{m}"),
         other => panic!("expected the install to be refused, got {other:?}"),
     }
     assert_eq!(blob_files_on_disk(&fs), before, "output removed");
-    for i in 5..10 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
-    }
+    assert_half_dead_keys_intact(&db);
 }
 
+/// An install the version refuses changes nothing and writes nothing, so
+/// it must not stop the store: writes go on, and the data stays readable.
 #[test]
 fn gc_output_the_version_refuses_is_not_installed_and_writes_go_on() {
     let fs = MemFs::new();
-    let db = Db::open_with_executor(
-        DIR,
-        manual_opts(fs.clone()),
-        Some(Arc::new(MisnumberingGcExecutor(fs.clone()))),
-    )
-    .unwrap();
-    half_dead_blob_file(&db);
+    let db = half_dead_store_with_gc_executor(&fs, MisnumberingGcExecutor(fs.clone()));
     match db.collect_garbage() {
         Err(tern::Error::Internal(m)) => assert!(m.contains("did not reserve"), "{m}"),
         other => panic!("expected the install to be refused, got {other:?}"),
@@ -897,12 +894,8 @@ fn gc_output_the_version_refuses_is_not_installed_and_writes_go_on() {
         db.get(b"after").unwrap().as_deref(),
         Some(&b"refused install"[..])
     );
-    for i in 5..10 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
-    }
+    assert_half_dead_keys_intact(&db);
     db.close().unwrap();
     let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
-    for i in 5..10 {
-        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)), "key {i}");
-    }
+    assert_half_dead_keys_intact(&db);
 }
