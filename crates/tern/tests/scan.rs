@@ -243,3 +243,42 @@ fn get_if_cached_answers_from_memory_and_says_when_it_would_wait() {
     // A key no filter admits needs no read at all.
     assert_eq!(db.get_if_cached(b"absent").unwrap(), Some(None));
 }
+
+#[test]
+fn get_if_cached_follows_gc_lineage_to_a_moved_record() {
+    let (_mem, fault) = common::fault_fs();
+    let mut opts = common::small_opts(fault.clone());
+    opts.settings.blob_threshold = Some(64);
+    opts.settings.disable_auto_compactions = true;
+    opts.settings.enable_gc = false;
+    let value = |i: u32| format!("{i:0>300}").into_bytes();
+    let db = Db::open(common::DIR, opts.clone()).unwrap();
+    for i in 0..10 {
+        db.put(&common::key(i), &value(i)).unwrap();
+    }
+    db.flush().unwrap();
+    for i in 0..5 {
+        db.delete(&common::key(i)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    // The live records move to a new file; the tables still hold refs to
+    // the old one, reached through lineage.
+    assert_eq!(db.collect_garbage().unwrap(), 1);
+    db.close().unwrap();
+    drop(db);
+
+    let db = Db::open(common::DIR, opts).unwrap();
+    for i in 5..10 {
+        assert_eq!(db.get(&common::key(i)).unwrap(), Some(value(i)));
+    }
+    fault.set_uncached(true);
+    assert_eq!(db.get_if_cached(&common::key(7)).unwrap(), None);
+    fault.set_uncached(false);
+    for i in 5..10 {
+        assert_eq!(
+            db.get_if_cached(&common::key(i)).unwrap(),
+            Some(Some(value(i))),
+            "key {i}"
+        );
+    }
+}

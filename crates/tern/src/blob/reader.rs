@@ -166,9 +166,17 @@ impl BlobReader {
     /// Offset of record `ordinal`; `index_offset` (the end of the records)
     /// for `ordinal == record_count`.
     fn boundary(&self, ordinal: u64) -> Result<u64> {
+        self.boundary_with(ordinal, false)?
+            .ok_or_else(|| Error::Internal("a waiting index read returned nothing".into()))
+    }
+
+    /// [`BlobReader::boundary`]; with `nowait`, `None` if the index entry
+    /// (of a reader opened without its index in memory) is not in the page
+    /// cache.
+    fn boundary_with(&self, ordinal: u64, nowait: bool) -> Result<Option<u64>> {
         let f = &self.footer;
         if ordinal == f.record_count {
-            return Ok(f.index_offset);
+            return Ok(Some(f.index_offset));
         }
         if ordinal > f.record_count {
             return Err(Error::corruption(
@@ -178,11 +186,17 @@ impl BlobReader {
             ));
         }
         if let Some(offsets) = &self.offsets {
-            return Ok(offsets[ordinal as usize]);
+            return Ok(Some(offsets[ordinal as usize]));
         }
         let at = f.index_offset + 8 * ordinal;
         let mut b = [0u8; 8];
-        self.file.read_exact_at(at, &mut b).ctx(&self.path)?;
+        if nowait {
+            if !self.file.read_cached_at(at, &mut b).ctx(&self.path)? {
+                return Ok(None);
+            }
+        } else {
+            self.file.read_exact_at(at, &mut b).ctx(&self.path)?;
+        }
         let offset = u64::from_le_bytes(b);
         if offset < BLOB_HEADER_LEN as u64 || offset >= f.index_offset {
             return Err(Error::corruption(
@@ -191,11 +205,23 @@ impl BlobReader {
                 format!("blob index entry {ordinal} points outside the records"),
             ));
         }
-        Ok(offset)
+        Ok(Some(offset))
     }
 
     /// Offset of record `ordinal`.
     pub fn offset_of(&self, ordinal: u32) -> Result<u64> {
+        self.check_ordinal(ordinal)?;
+        self.boundary(u64::from(ordinal))
+    }
+
+    /// [`BlobReader::offset_of`] without waiting on the device: `None` if
+    /// the index entry is not in memory.
+    pub fn offset_of_cached(&self, ordinal: u32) -> Result<Option<u64>> {
+        self.check_ordinal(ordinal)?;
+        self.boundary_with(u64::from(ordinal), true)
+    }
+
+    fn check_ordinal(&self, ordinal: u32) -> Result<()> {
         if u64::from(ordinal) >= self.footer.record_count {
             return Err(Error::corruption(
                 &self.path,
@@ -203,7 +229,7 @@ impl BlobReader {
                 format!("blob ordinal {ordinal} out of range"),
             ));
         }
-        self.boundary(u64::from(ordinal))
+        Ok(())
     }
 
     /// Total bytes of record `ordinal` (header, key and value).

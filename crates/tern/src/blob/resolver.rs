@@ -58,8 +58,16 @@ impl BlobResolver {
             return Ok(None);
         };
         let reader = reader?;
+        let offset = if target.moved {
+            match reader.offset_of_cached(target.ordinal)? {
+                Some(o) => o,
+                None => return Ok(None),
+            }
+        } else {
+            target.r.offset
+        };
         reader.read_value_cached(
-            target.offset_in(&reader)?,
+            offset,
             ExpectedRecord {
                 key: user_key,
                 seq,
