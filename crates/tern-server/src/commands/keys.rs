@@ -279,6 +279,8 @@ pub fn flushdb(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     {
         return syntax_error();
     }
+    // The committer committed what was pending before this command ran.
+    tri!(ctx.pending());
     tri!(ctx.store().flush_all().map_err(store_error));
     Reply::Ok
 }

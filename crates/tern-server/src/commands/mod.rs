@@ -129,13 +129,16 @@ impl Ctx<'_> {
             Access::Read => self.state.store.get_at(key, now),
             Access::MemoryOnly => {
                 let r = self.state.store.get_at_cached(key, now);
-                self.needs_io = matches!(r, Err(StoreError::WouldBlock));
+                self.needs_io |= matches!(r, Err(StoreError::WouldBlock));
                 r
             }
         }
     }
 
-    fn pending(&mut self) -> Result<&mut Pending, Reply> {
+    /// The committer's pending writes; an error reply off the committer.
+    /// A command that writes to the engine itself (FLUSHDB) asks for it
+    /// too, to be sure it runs where no other write can interleave.
+    pub fn pending(&mut self) -> Result<&mut Pending, Reply> {
         match &mut self.access {
             Access::Write(p) => Ok(p),
             _ => Err(Reply::err(
