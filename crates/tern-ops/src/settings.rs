@@ -100,6 +100,7 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
             );
             // Few open files: reads reopen files the cache closed under them.
             put("max_open_files", pick(rng, &[2, 8, 1000]).to_string());
+            put("blob_head_size", pick(rng, &[0, 0, 4, 40]).to_string());
         }
         Scale::Small => {
             put(

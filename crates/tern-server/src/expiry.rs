@@ -7,7 +7,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tern::compaction::{CompactionFilter, FilterDecision};
+use tern::compaction::{CompactionFilter, FilterDecision, FilterValue};
 
 use crate::keyspace::{decode_expiry, NS_STRINGS};
 
@@ -28,11 +28,11 @@ impl CompactionFilter for ExpiryFilter {
         "tern-server.expiry"
     }
 
-    fn filter(&self, _output_level: usize, key: &[u8], value: &[u8]) -> FilterDecision {
+    fn filter(&self, _output_level: usize, key: &[u8], value: FilterValue<'_>) -> FilterDecision {
         if key.first() != Some(&NS_STRINGS) {
             return FilterDecision::Keep;
         }
-        match decode_expiry(value) {
+        match decode_expiry(value.bytes()) {
             Ok(Some(t)) if t <= now_ms() => FilterDecision::Remove,
             _ => FilterDecision::Keep,
         }
@@ -49,20 +49,20 @@ mod tests {
         let f = ExpiryFilter;
         let k = engine_key(b"a");
         assert_eq!(
-            f.filter(1, &k, &encode_value(b"v", Some(1))),
+            f.filter(1, &k, FilterValue::Inline(&encode_value(b"v", Some(1)))),
             FilterDecision::Remove
         );
         assert_eq!(
-            f.filter(1, &k, &encode_value(b"v", None)),
+            f.filter(1, &k, FilterValue::Inline(&encode_value(b"v", None))),
             FilterDecision::Keep
         );
         let later = now_ms() + 60_000;
         assert_eq!(
-            f.filter(1, &k, &encode_value(b"v", Some(later))),
+            f.filter(1, &k, FilterValue::Inline(&encode_value(b"v", Some(later)))),
             FilterDecision::Keep
         );
         assert_eq!(
-            f.filter(1, b"mx", &encode_value(b"v", Some(1))),
+            f.filter(1, b"mx", FilterValue::Inline(&encode_value(b"v", Some(1)))),
             FilterDecision::Keep
         );
     }

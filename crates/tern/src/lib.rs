@@ -79,7 +79,7 @@ pub mod internals {
     }
 }
 
-pub use db::{BlobFileStats, Db, LevelStats, ReadOptions, Snapshot, Stats};
+pub use db::{BlobFileStats, Db, LevelStats, ReadOptions, Snapshot, Stats, ValueHead};
 pub use error::{Error, Result};
 pub use format::internal_key::ValueKind;
 pub use format::write_batch::WriteBatch;

@@ -94,8 +94,13 @@ impl tern::compaction::CompactionFilter for DropExpired {
     fn name(&self) -> &str {
         "drop-expired"
     }
-    fn filter(&self, _level: usize, _key: &[u8], value: &[u8]) -> tern::compaction::FilterDecision {
-        if value.starts_with(b"expired") {
+    fn filter(
+        &self,
+        _level: usize,
+        _key: &[u8],
+        value: tern::compaction::FilterValue<'_>,
+    ) -> tern::compaction::FilterDecision {
+        if value.bytes().starts_with(b"expired") {
             tern::compaction::FilterDecision::Remove
         } else {
             tern::compaction::FilterDecision::Keep

@@ -190,6 +190,7 @@ impl Stress {
                 scan_len_hint: Some(hi - lo),
                 // Both ways of reading a batch out of memory, by range.
                 serial_reads: range % 2 == 1,
+                ..ReadOptions::default()
             })
             .map_err(|e| format!("{ctx}: iterator: {e}"))?;
         let mut seen: Vec<Option<Vec<u8>>> = vec![None; hi - lo];
@@ -414,8 +415,7 @@ impl Stress {
                 snapshot: Some(&snap),
                 lower_bound: Some(keys::group_prefix(g)),
                 upper_bound: Some(prefix_end),
-                scan_len_hint: None,
-                serial_reads: false,
+                ..ReadOptions::default()
             })
             .map_err(|e| format!("iterator: {e}"))?;
         it.seek_to_first();

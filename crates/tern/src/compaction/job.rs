@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{CompactionFilter, FilterDecision, Placed, Retention, VersionWalk};
+use super::{CompactionFilter, FilterDecision, FilterValue, Placed, Retention, VersionWalk};
 use crate::blob::BlobCache;
 use crate::cache::OpenFiles;
 use crate::error::{Error, IoContext, Result};
@@ -170,7 +170,7 @@ impl CompactionJob {
             if shadowed || obsolete_tombstone {
                 out.entries_dropped += 1;
                 if parsed.kind == ValueKind::BlobRef {
-                    let r = self.decode_ref(iter.value())?;
+                    let (r, _) = self.decode_ref(iter.value())?;
                     let bytes = blob::record_len(parsed.user_key.len(), r.size as usize);
                     out.dead_refs.push((r.file, r.ordinal, bytes));
                 }
@@ -190,9 +190,47 @@ impl CompactionJob {
                 });
             }
             let Some(o) = output.as_mut() else { break };
+            let decision = match (&self.filter, parsed.kind) {
+                (Some(f), ValueKind::Value) => f.filter(
+                    self.output_level,
+                    parsed.user_key,
+                    FilterValue::Inline(iter.value()),
+                ),
+                (Some(f), ValueKind::BlobRef) => {
+                    let (r, head) = self.decode_ref(iter.value())?;
+                    f.filter(
+                        self.output_level,
+                        parsed.user_key,
+                        FilterValue::Separated { head, size: r.size },
+                    )
+                }
+                _ => FilterDecision::Keep,
+            };
+            if decision != FilterDecision::Keep {
+                if parsed.kind == ValueKind::BlobRef {
+                    // The blob record loses its last reference here.
+                    let (r, _) = self.decode_ref(iter.value())?;
+                    let bytes = blob::record_len(parsed.user_key.len(), r.size as usize);
+                    out.dead_refs.push((r.file, r.ordinal, bytes));
+                }
+                let (kind, value) = match &decision {
+                    FilterDecision::Replace(v) => (ValueKind::Value, v.as_slice()),
+                    _ => (ValueKind::Delete, &[][..]),
+                };
+                scratch.clear();
+                internal_key::append_internal_key(
+                    &mut scratch,
+                    parsed.user_key,
+                    parsed.seq,
+                    kind as u8,
+                );
+                o.builder.add(&scratch, value)?;
+                iter.next();
+                continue;
+            }
             match parsed.kind {
                 ValueKind::BlobRef => {
-                    let r = self.decode_ref(iter.value())?;
+                    let (r, head) = self.decode_ref(iter.value())?;
                     let (file, ordinal, moved) =
                         resolve(&self.live_blobs, &self.lineage, r.file, r.ordinal).map_err(
                             |why| match iter.source() {
@@ -210,7 +248,7 @@ impl CompactionJob {
                             offset,
                             size: r.size,
                         };
-                        o.builder.add(key, &nr.encode())?;
+                        o.builder.add(key, &nr.encode_with_head(head))?;
                         out.refs_rewritten += 1;
                     } else {
                         o.builder.add(key, iter.value())?;
@@ -218,21 +256,6 @@ impl CompactionJob {
                     if o.blob_files.insert(file) {
                         o.builder.add_blob_file(file);
                     }
-                }
-                ValueKind::Value
-                    if self.filter.as_ref().is_some_and(|f| {
-                        f.filter(self.output_level, parsed.user_key, iter.value())
-                            == FilterDecision::Remove
-                    }) =>
-                {
-                    scratch.clear();
-                    internal_key::append_internal_key(
-                        &mut scratch,
-                        parsed.user_key,
-                        parsed.seq,
-                        ValueKind::Delete as u8,
-                    );
-                    o.builder.add(&scratch, &[])?;
                 }
                 _ => o.builder.add(key, iter.value())?,
             }
@@ -246,8 +269,8 @@ impl CompactionJob {
         Ok(())
     }
 
-    fn decode_ref(&self, v: &[u8]) -> Result<BlobRef> {
-        BlobRef::decode(v).map_err(|e| {
+    fn decode_ref<'v>(&self, v: &'v [u8]) -> Result<(BlobRef, &'v [u8])> {
+        BlobRef::decode_with_head(v).map_err(|e| {
             Error::corruption(
                 &self.dir,
                 0,

@@ -13,7 +13,7 @@ pub(crate) mod picker;
 mod retention;
 
 pub use executor::{Executor, LocalExecutor};
-pub use filter::{CompactionFilter, FilterDecision};
+pub use filter::{CompactionFilter, FilterDecision, FilterValue};
 pub use job::{CompactionJob, CompactionOutput, JobContext};
 pub use retention::Retention;
 pub(crate) use retention::{Placed, VersionWalk};

@@ -104,12 +104,14 @@ impl Shared {
                 if let Some(b) = blob.as_mut() {
                     let user_key = internal_key::user_key(it.key());
                     let seq = internal_key::trailer(it.key()) >> 8;
-                    let r = b.add(user_key, seq, it.value())?;
+                    let value = it.value();
+                    let r = b.add(user_key, seq, value)?;
                     let mut ikey = user_key.to_vec();
                     ikey.extend_from_slice(
                         &internal_key::pack_trailer(seq, ValueKind::BlobRef as u8).to_le_bytes(),
                     );
-                    builder.add(&ikey, &r.encode())?;
+                    let head = &value[..self.opts.blob_head_size.min(value.len())];
+                    builder.add(&ikey, &r.encode_with_head(head))?;
                 }
                 it.next();
             }

@@ -30,10 +30,40 @@ pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::{BlobResolver, ScanResolver};
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
+use crate::format::blob::BlobRef;
 use crate::format::internal_key::{self, seek_key, SeqNo, ValueKind};
 use crate::format::write_batch::WriteBatch;
 use crate::iter::{BoxedIter, DbIterator, LevelIterator, MergingIterator};
 use crate::options::{Options, WriteOptions, NUM_LEVELS};
+
+/// A value as [`Db::get_head`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueHead {
+    /// The whole value, or a separated value's head.
+    pub bytes: Vec<u8>,
+    /// `bytes` is only the head of a longer separated value.
+    pub partial: bool,
+}
+
+impl ValueHead {
+    fn whole(bytes: Vec<u8>) -> Self {
+        ValueHead {
+            bytes,
+            partial: false,
+        }
+    }
+}
+
+/// How far a point lookup may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GetMode {
+    /// Read whatever the value needs.
+    Full,
+    /// Only what memory holds.
+    Cached,
+    /// Tables but no blob file.
+    Head,
+}
 
 /// An open Tern store.
 pub struct Db {
@@ -138,7 +168,8 @@ impl Db {
 
     /// The value of `key` as `opts` say (e.g. at a snapshot).
     pub fn get_opt(&self, key: &[u8], opts: &ReadOptions<'_>) -> Result<Option<Vec<u8>>> {
-        self.get_inner(key, opts, false).map(Option::flatten)
+        let found = self.get_inner(key, opts, GetMode::Full)?;
+        Ok(found.flatten().map(|v| v.bytes))
     }
 
     /// The value of `key` if finding it needs no wait on the device: the
@@ -148,23 +179,35 @@ impl Db {
     /// absent. An event loop answers from memory with it and hands the
     /// rest to threads that may block.
     pub fn get_if_cached(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
-        self.get_inner(key, &ReadOptions::default(), true)
+        let found = self.get_inner(key, &ReadOptions::default(), GetMode::Cached)?;
+        Ok(found.map(|v| v.map(|v| v.bytes)))
     }
 
+    /// The value of `key` without reading a blob file: a separated value
+    /// comes back as its head, the first `blob_head_size` bytes kept beside
+    /// its reference ([`ValueHead::partial`]). For checks that need only a
+    /// value's header (existence, type, expiry).
+    pub fn get_head(&self, key: &[u8]) -> Result<Option<ValueHead>> {
+        let found = self.get_inner(key, &ReadOptions::default(), GetMode::Head)?;
+        Ok(found.flatten())
+    }
+
+    /// `Ok(None)`: only in [`GetMode::Cached`], the lookup would wait.
     fn get_inner(
         &self,
         key: &[u8],
         opts: &ReadOptions<'_>,
-        cached_only: bool,
-    ) -> Result<Option<Option<Vec<u8>>>> {
+        mode: GetMode,
+    ) -> Result<Option<Option<ValueHead>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
+        let whole = |bytes| Ok(Some(Some(ValueHead::whole(bytes))));
         let (sv, seq) = self.read_view(opts.snapshot);
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
             if let Some((_, kind, value)) = mem.get(key, seq) {
                 return match kind {
                     ValueKind::Delete => Ok(Some(None)),
-                    ValueKind::Value => Ok(Some(Some(value.to_vec()))),
+                    ValueKind::Value => whole(value.to_vec()),
                     // Writes and WAL replay admit only puts and deletes.
                     ValueKind::BlobRef => {
                         Err(Error::Internal("blob reference in a memtable".to_string()))
@@ -174,7 +217,7 @@ impl Db {
         }
         let lookup = seek_key(key, seq);
         for f in sv.version.files_for_key(key, &lookup) {
-            let (table, found) = if cached_only {
+            let (table, found) = if mode == GetMode::Cached {
                 let Some(table) = self.shared.tables.get_open(f.number) else {
                     return Ok(None);
                 };
@@ -192,15 +235,28 @@ impl Db {
                 let parsed = internal_key::parse(&ikey).map_err(|e| e.in_file(table.path(), 0))?;
                 return match parsed.kind {
                     ValueKind::Delete => Ok(Some(None)),
-                    ValueKind::Value => Ok(Some(Some(value))),
+                    ValueKind::Value => whole(value),
                     ValueKind::BlobRef => {
                         let r = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
-                        if cached_only {
-                            r.resolve_cached((table.path(), 0), key, parsed.seq, &value)
-                                .map(|v| v.map(Some))
-                        } else {
-                            r.resolve((table.path(), 0), key, parsed.seq, &value)
-                                .map(|v| Some(Some(v)))
+                        let at = (table.path(), 0);
+                        match mode {
+                            GetMode::Cached => r
+                                .resolve_cached(at, key, parsed.seq, &value)
+                                .map(|v| v.map(|v| Some(ValueHead::whole(v)))),
+                            GetMode::Full => r.resolve(at, key, parsed.seq, &value).and_then(whole),
+                            GetMode::Head => {
+                                let (r, head) = BlobRef::decode_with_head(&value).map_err(|e| {
+                                    Error::corruption(
+                                        table.path(),
+                                        0,
+                                        format!("bad blob reference: {e}"),
+                                    )
+                                })?;
+                                Ok(Some(Some(ValueHead {
+                                    bytes: head.to_vec(),
+                                    partial: head.len() < r.size as usize,
+                                })))
+                            }
                         }
                     }
                 };
@@ -261,13 +317,16 @@ impl Db {
         let merged: BoxedIter = Box::new(MergingIterator::new(children));
         let pin: crate::iter::db_iter::Pin = sv.version.clone();
         let resolver = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
-        Ok(
-            DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin])
-                .with_resolver(
-                    ScanResolver::new(resolver).serial_reads(opts.serial_reads),
-                    opts.scan_len_hint,
-                ),
-        )
+        let it = DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin])
+            .with_resolver(
+                ScanResolver::new(resolver).serial_reads(opts.serial_reads),
+                opts.scan_len_hint,
+            );
+        Ok(if opts.value_heads {
+            it.heads_only()
+        } else {
+            it
+        })
     }
 
     /// Makes every write acknowledged so far durable (fsyncs the WAL),

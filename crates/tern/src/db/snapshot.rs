@@ -103,4 +103,9 @@ pub struct ReadOptions<'a> {
     /// batches"); this turns that off, for comparison or for a device that
     /// serves one read at a time best. Default: false.
     pub serial_reads: bool,
+    /// Never read blob files: an iterator serves each separated value by
+    /// its head, the first `blob_head_size` bytes kept beside its
+    /// reference (`DbIterator::value_is_head` tells which). For walks that
+    /// need keys and value headers only (counting, expiry). Default: false.
+    pub value_heads: bool,
 }

@@ -333,33 +333,51 @@ pub struct BlobRef {
 impl BlobRef {
     /// Encodes as four varints: file, ordinal, offset, size.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(20);
+        self.encode_with_head(&[])
+    }
+
+    /// Encodes as four varints (file, ordinal, offset, size) followed by
+    /// `head`, the value's first bytes kept beside the reference
+    /// (`blob_head_size`). `head` must be a prefix of the value.
+    pub fn encode_with_head(&self, head: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(20 + head.len());
         put_varint64(&mut v, self.file);
         put_varint64(&mut v, u64::from(self.ordinal));
         put_varint64(&mut v, self.offset);
         put_varint64(&mut v, u64::from(self.size));
+        v.extend_from_slice(head);
         v
     }
 
-    /// Decodes an encoded ref; the whole buffer must be consumed.
+    /// Decodes an encoded ref, ignoring its head.
     pub fn decode(buf: &[u8]) -> Result<BlobRef, DecodeError> {
+        Self::decode_with_head(buf).map(|(r, _)| r)
+    }
+
+    /// Decodes an encoded ref and returns the head that follows it (empty
+    /// when none was kept); the head is never longer than the value.
+    pub fn decode_with_head(buf: &[u8]) -> Result<(BlobRef, &[u8]), DecodeError> {
         let mut r = Reader::new(buf);
         let file = r.varint64()?;
         let ordinal = r.varint32()?;
         let offset = r.varint64()?;
         let size = r.varint32()?;
-        if !r.is_empty() {
+        let head = &buf[r.pos()..];
+        if head.len() > size as usize {
             return Err(DecodeError::new(
                 r.pos(),
-                "trailing bytes after blob reference",
+                "blob reference head is longer than its value",
             ));
         }
-        Ok(BlobRef {
-            file,
-            ordinal,
-            offset,
-            size,
-        })
+        Ok((
+            BlobRef {
+                file,
+                ordinal,
+                offset,
+                size,
+            },
+            head,
+        ))
     }
 }
 
@@ -392,6 +410,15 @@ mod tests {
         };
         assert_eq!(BlobRef::decode(&r.encode()).unwrap(), r);
         assert!(BlobRef::decode(&r.encode()[..3]).is_err());
+        let with_head = r.encode_with_head(b"head");
+        assert_eq!(
+            BlobRef::decode_with_head(&with_head).unwrap(),
+            (r, &b"head"[..])
+        );
+        assert_eq!(BlobRef::decode_with_head(&r.encode()).unwrap().1, b"");
+        // A head longer than the value it starts is damage.
+        let long = BlobRef { size: 3, ..r }.encode_with_head(b"head");
+        assert!(BlobRef::decode(&long).is_err());
         decode_header(&encode_header()).unwrap();
         let f = BlobFooter {
             index_offset: 100,

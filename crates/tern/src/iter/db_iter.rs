@@ -11,6 +11,7 @@ use super::read_ahead::{After, ReadAhead, Staged};
 use super::BoxedIter;
 use crate::blob::{Located, ScanResolver};
 use crate::error::{Error, Result};
+use crate::format::blob::BlobRef;
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ};
 use crate::format::internal_key::{append_internal_key, KIND_FOR_SEEK};
 
@@ -52,6 +53,10 @@ pub struct DbIterator {
     resolver: Option<ScanResolver>,
     /// Forward over separated values: entries read ahead of the caller.
     ahead: ReadAhead,
+    /// Serve separated values by their head (never read a blob file).
+    heads: bool,
+    /// The current value is the head of a separated value.
+    at_head: bool,
     _pins: Vec<Pin>,
 }
 
@@ -77,6 +82,8 @@ impl DbIterator {
             error: None,
             resolver: None,
             ahead: ReadAhead::default(),
+            heads: false,
+            at_head: false,
             _pins: pins,
         }
     }
@@ -87,6 +94,20 @@ impl DbIterator {
         self.resolver = Some(resolver);
         self.ahead = ReadAhead::with_hint(scan_len_hint);
         self
+    }
+
+    /// Serves each separated value by its head, the first bytes kept beside
+    /// its reference (`blob_head_size`), instead of reading blob files;
+    /// [`DbIterator::value_is_head`] tells which values are heads.
+    pub fn heads_only(mut self) -> Self {
+        self.heads = true;
+        self
+    }
+
+    /// Whether the current value is only the head of a separated value
+    /// (with [`DbIterator::heads_only`]). Requires `valid()`.
+    pub fn value_is_head(&self) -> bool {
+        self.at_head
     }
 
     /// A damaged entry at the inner cursor: a corruption of the file and
@@ -140,6 +161,10 @@ impl DbIterator {
             return e.value.as_deref().unwrap_or_default();
         }
         match self.direction {
+            // Checked when the iterator stopped here.
+            Direction::Forward if self.at_head => BlobRef::decode_with_head(self.inner.value())
+                .map(|(_, head)| head)
+                .unwrap_or_default(),
             Direction::Forward => self.inner.value(),
             Direction::Backward => &self.saved_value,
         }
@@ -279,11 +304,19 @@ impl DbIterator {
     /// value (a separated one through a read-ahead batch). With `skipping`,
     /// entries of keys `<= saved_key` are hidden.
     fn find_next_user_entry(&mut self, skipping: bool) {
+        self.at_head = false;
         let Some(kind) = self.advance(skipping) else {
             return;
         };
         if kind == ValueKind::BlobRef {
-            return self.read_ahead();
+            if !self.heads {
+                return self.read_ahead();
+            }
+            if let Err(e) = BlobRef::decode_with_head(self.inner.value()) {
+                let e = self.damaged(format!("bad blob reference: {e}"));
+                return self.fail(e);
+            }
+            self.at_head = true;
         }
         self.valid = true;
         self.saved_key.clear();
@@ -408,6 +441,7 @@ impl DbIterator {
     /// Backward: find the newest visible version of the key before the cursor.
     fn find_prev_user_entry(&mut self) {
         let mut kind = ValueKind::Delete;
+        self.at_head = false;
         while self.inner.valid() {
             let parsed = match internal_key::parse(self.inner.key()) {
                 Ok(p) => p,
@@ -431,7 +465,16 @@ impl DbIterator {
                     self.saved_key.clear();
                     self.saved_key.extend_from_slice(parsed.user_key);
                     self.saved_value.clear();
-                    if kind == ValueKind::BlobRef {
+                    self.at_head = kind == ValueKind::BlobRef && self.heads;
+                    if self.at_head {
+                        match BlobRef::decode_with_head(self.inner.value()) {
+                            Ok((_, head)) => self.saved_value.extend_from_slice(head),
+                            Err(e) => {
+                                let e = self.damaged(format!("bad blob reference: {e}"));
+                                return self.fail(e);
+                            }
+                        }
+                    } else if kind == ValueKind::BlobRef {
                         match self.resolve_backward() {
                             Ok(v) => self.saved_value = v,
                             Err(e) => return self.fail(e),

@@ -300,6 +300,13 @@ settings! {
     /// Default: 512.
     #[serde(serialize_with = "off_when_none")]
     blob_threshold: Option<usize> = Some(512),
+    /// Bytes of each separated value's start also kept beside its
+    /// reference in the tables, so compaction filters and head-only reads
+    /// (`ReadOptions::value_heads`, `Db::get_head`) see them without
+    /// reading a blob file: an application's value header (a type, an
+    /// expiry time) goes there. Values stored before a change keep the
+    /// head they were written with. At most 255. Default: 0.
+    blob_head_size: usize = 0,
     /// Size at which blob files are cut, bytes. Default: 64 MiB.
     blob_file_size: u64 = 64 << 20,
     /// Run blob garbage collection. Default: true.
@@ -396,6 +403,9 @@ impl Settings {
         }
         if self.background_rate_limit == Some(0) {
             return bad("background_rate_limit must be positive (off for unlimited)");
+        }
+        if self.blob_head_size > 255 {
+            return bad("blob_head_size must be at most 255");
         }
         if self.max_value_size > (1 << 30) {
             return bad("max_value_size must be at most 1 GiB");
