@@ -52,6 +52,24 @@ fn expected(i: u32) -> (Vec<u8>, bool) {
     }
 }
 
+/// Every entry of a forward head-only walk: key, value, whether a head.
+fn head_walk(db: &Db) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
+    let mut it = db
+        .iter(ReadOptions {
+            value_heads: true,
+            ..Default::default()
+        })
+        .unwrap();
+    it.seek_to_first();
+    let mut out = Vec::new();
+    while it.valid() {
+        out.push((it.key().to_vec(), it.value().to_vec(), it.value_is_head()));
+        it.next();
+    }
+    it.status().unwrap();
+    out
+}
+
 #[test]
 fn heads_are_served_without_reading_a_blob_file() {
     let (_mem, fault) = fault_fs();
@@ -69,27 +87,18 @@ fn heads_are_served_without_reading_a_blob_file() {
         "a whole separated value needs the blob file, which now fails"
     );
 
+    let forward = head_walk(&db);
+    assert_eq!(forward.len(), N as usize);
+    for (i, (k, v, is_head)) in (0..N).zip(&forward) {
+        let (want, want_head) = expected(i);
+        assert_eq!((k, v, *is_head), (&key(i), &want, want_head), "key {i}");
+    }
     let mut it = db
         .iter(ReadOptions {
             value_heads: true,
             ..Default::default()
         })
         .unwrap();
-    it.seek_to_first();
-    let mut i = 0;
-    while it.valid() {
-        assert_eq!(it.key(), key(i));
-        let (v, is_head) = expected(i);
-        assert_eq!(
-            (it.value(), it.value_is_head()),
-            (&v[..], is_head),
-            "key {i}"
-        );
-        i += 1;
-        it.next();
-    }
-    it.status().unwrap();
-    assert_eq!(i, N);
     // Backward too.
     it.seek_to_last();
     let mut i = N;
@@ -240,23 +249,13 @@ fn heads_survive_compaction_rewriting_refs_to_moved_records() {
     assert!(db.collect_garbage().unwrap() > 0, "GC should run");
     db.compact_range(None, None).unwrap();
     assert!(db.stats().blob_refs_rewritten > 0, "refs were rewritten");
-    let mut it = db
-        .iter(ReadOptions {
-            value_heads: true,
-            ..Default::default()
-        })
-        .unwrap();
-    it.seek_to_first();
-    let mut i = 0;
-    while it.valid() {
-        let v = &latest[i as usize];
+    let walk = head_walk(&db);
+    assert_eq!(walk.len(), N as usize);
+    for (i, (_, got, _)) in walk.iter().enumerate() {
+        let v = &latest[i];
         let want = if v.len() >= 100 { &v[..HEAD] } else { &v[..] };
-        assert_eq!(it.value(), want, "key {i}");
-        i += 1;
-        it.next();
+        assert_eq!(got.as_slice(), want, "key {i}");
     }
-    it.status().unwrap();
-    assert_eq!(i, N);
     for i in 0..N {
         assert_eq!(db.get(&key(i)).unwrap().as_ref(), Some(&latest[i as usize]));
     }
