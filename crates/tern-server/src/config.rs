@@ -205,6 +205,8 @@ impl Config {
     pub fn engine_options(&self) -> tern::Options {
         tern::Options::new(tern::Settings {
             max_value_size: self.proto_max_bulk_len + 64,
+            // Value headers (type, expiry) stay readable without a blob read.
+            blob_head_size: self.engine.blob_head_size.max(crate::keyspace::HEAD_LEN),
             ..self.engine.clone()
         })
     }

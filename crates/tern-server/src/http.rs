@@ -60,7 +60,7 @@ async fn respond(mut sock: TcpStream, state: Arc<State>) -> std::io::Result<()> 
             state
                 .metrics
                 .render_prometheus(state.connected(), state.started.elapsed(), &engine);
-        crate::metrics::render_exec(&mut body, &state.exec);
+        crate::metrics::render_exec(&mut body, &state.exec, &state.store.meta());
         ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
     } else {
         ("404 Not Found", "text/plain", "try /metrics\n".to_string())

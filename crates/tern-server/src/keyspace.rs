@@ -1,34 +1,90 @@
-//! How Redis keys and values are laid out in the engine (format version 1;
+//! How Redis keys and values are laid out in the engine (format version 2;
 //! specified in `docs/format/server.md`).
 //!
-//! Engine key: a one-byte namespace tag, then the Redis key bytes. Strings
-//! of database 0 use [`NS_STRINGS`]; [`NS_META`] holds the server's own
-//! records. Engine value: a version byte, a flags byte, an optional 8-byte
-//! big-endian expiry (unix milliseconds) when [`FLAG_EXPIRES`] is set, then
-//! the payload.
+//! - `'k' ‖ generation ‖ key` → the value: a version byte, a flags byte, an
+//!   optional 8-byte big-endian expiry (unix ms) when [`FLAG_EXPIRES`] is
+//!   set, then the payload. The engine keeps the first [`HEAD_LEN`] bytes
+//!   of a separated value beside its reference, so the header (and with it
+//!   the expiry) is readable without a blob read.
+//! - `'x' ‖ generation ‖ expiry ‖ key` → empty: the expiry index, one entry
+//!   per key with an expiry, which active expiry walks in time order.
+//! - `'m' ‖ "keyspace"` → [`Meta`]: the current generation and exact counts.
+//!
+//! FLUSHDB starts a new generation; keys of older generations are invisible
+//! and compaction drops them.
 
-/// Namespace tag of Redis string keys (database 0).
-pub const NS_STRINGS: u8 = b's';
-/// Namespace tag reserved for the server's own records.
+/// Namespace tag of Redis keys.
+pub const NS_KEYS: u8 = b'k';
+/// Namespace tag of the expiry index.
+pub const NS_EXPIRES: u8 = b'x';
+/// Namespace tag of the server's own records.
 pub const NS_META: u8 = b'm';
+/// Namespace tag of format version 1 strings (migrated at open).
+pub const NS_V1_STRINGS: u8 = b's';
+/// Engine key of the [`Meta`] record.
+pub const META_KEY: &[u8] = b"mkeyspace";
+/// Keyspace format version written by this server.
+pub const FORMAT_VERSION: u8 = 2;
 /// Value format version written by this server.
 pub const VALUE_VERSION: u8 = 1;
 /// Flags bit: an expiry follows the flags byte.
 pub const FLAG_EXPIRES: u8 = 0x01;
-/// Value header length without and with expiry.
+/// Flags bit: compaction dropped the payload of this expired value.
+pub const FLAG_DROPPED: u8 = 0x02;
+/// Value header length without expiry.
 pub const HEADER_LEN: usize = 2;
+/// Value header length with expiry: what the engine must keep beside a
+/// separated value's reference (`blob_head_size`).
+pub const HEAD_LEN: usize = HEADER_LEN + 8;
+/// Length of the tag and generation before a Redis key.
+pub const KEY_PREFIX_LEN: usize = 5;
 
-/// The engine key of Redis key `key`.
-pub fn engine_key(key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(key.len() + 1);
-    k.push(NS_STRINGS);
+/// The engine key of Redis key `key` in generation `gen`.
+pub fn engine_key(gen: u32, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + KEY_PREFIX_LEN);
+    k.push(NS_KEYS);
+    k.extend_from_slice(&gen.to_be_bytes());
     k.extend_from_slice(key);
     k
 }
 
-/// Iteration bounds covering every Redis key: `[NS_STRINGS, NS_STRINGS + 1)`.
-pub fn namespace_bounds() -> (Vec<u8>, Vec<u8>) {
-    (vec![NS_STRINGS], vec![NS_STRINGS + 1])
+/// The expiry index entry of `key` expiring at `at` in generation `gen`.
+pub fn expiry_key(gen: u32, at: u64, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + KEY_PREFIX_LEN + 8);
+    k.push(NS_EXPIRES);
+    k.extend_from_slice(&gen.to_be_bytes());
+    k.extend_from_slice(&at.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// The expiry time and Redis key of an expiry index entry.
+pub fn parse_expiry_key(k: &[u8]) -> Option<(u64, &[u8])> {
+    let rest = k.get(KEY_PREFIX_LEN..)?;
+    let at = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+    Some((at, &rest[8..]))
+}
+
+/// The generation of an engine key of namespace `'k'` or `'x'`.
+pub fn generation_of(k: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(
+        k.get(1..KEY_PREFIX_LEN)?.try_into().ok()?,
+    ))
+}
+
+/// Bounds covering namespace `tag` of generation `gen`.
+pub fn generation_bounds(tag: u8, gen: u32) -> (Vec<u8>, Vec<u8>) {
+    let mut lo = vec![tag];
+    lo.extend_from_slice(&gen.to_be_bytes());
+    let hi = match gen.checked_add(1) {
+        Some(next) => {
+            let mut hi = vec![tag];
+            hi.extend_from_slice(&next.to_be_bytes());
+            hi
+        }
+        None => vec![tag + 1],
+    };
+    (lo, hi)
 }
 
 /// A stored value.
@@ -53,7 +109,7 @@ pub struct DecodeError(pub String);
 
 /// Encodes a value with its optional expiry.
 pub fn encode_value(value: &[u8], expire_at: Option<u64>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.len() + HEADER_LEN + 8);
+    let mut out = Vec::with_capacity(value.len() + HEAD_LEN);
     out.push(VALUE_VERSION);
     match expire_at {
         Some(t) => {
@@ -66,37 +122,168 @@ pub fn encode_value(value: &[u8], expire_at: Option<u64>) -> Vec<u8> {
     out
 }
 
-/// Reads only the expiry of an encoded value (cheap; used by compaction).
-pub fn decode_expiry(raw: &[u8]) -> Result<Option<u64>, DecodeError> {
-    match raw {
-        [VALUE_VERSION, flags, rest @ ..] if flags & FLAG_EXPIRES != 0 => {
-            let b: [u8; 8] = rest
-                .get(..8)
-                .and_then(|s| s.try_into().ok())
-                .ok_or_else(|| DecodeError("value too short for its expiry".into()))?;
-            Ok(Some(u64::from_be_bytes(b)))
-        }
-        [VALUE_VERSION, _, ..] => Ok(None),
-        [v, ..] => Err(DecodeError(format!("unknown value format version {v}"))),
-        [] => Err(DecodeError("empty value".into())),
+/// What a value's header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// When the key expires, unix ms.
+    pub expire_at: Option<u64>,
+    /// Compaction dropped the payload (the value had expired).
+    pub dropped: bool,
+}
+
+impl Header {
+    /// Whether the key is absent at `now`: expired, or its payload gone.
+    pub fn expired(&self, now: u64) -> bool {
+        self.dropped || self.expire_at.is_some_and(|t| t <= now)
     }
+}
+
+/// Reads a value's header from its first bytes (the whole value or the
+/// head the engine kept); `Ok(None)` if `raw` is a head too short to hold
+/// the header (written while `blob_head_size` was smaller).
+pub fn decode_header(raw: &[u8], partial: bool) -> Result<Option<Header>, DecodeError> {
+    match raw {
+        [VALUE_VERSION, flags, rest @ ..] => {
+            if flags & !(FLAG_EXPIRES | FLAG_DROPPED) != 0 {
+                return Err(DecodeError(format!("unknown value flags {flags:#04x}")));
+            }
+            let expire_at = if flags & FLAG_EXPIRES != 0 {
+                match rest.get(..8) {
+                    Some(b) => {
+                        let mut t = [0u8; 8];
+                        t.copy_from_slice(b);
+                        Some(u64::from_be_bytes(t))
+                    }
+                    None if partial => return Ok(None),
+                    None => return Err(DecodeError("value too short for its expiry".into())),
+                }
+            } else {
+                None
+            };
+            Ok(Some(Header {
+                expire_at,
+                dropped: flags & FLAG_DROPPED != 0,
+            }))
+        }
+        [v, ..] if *v != VALUE_VERSION => {
+            Err(DecodeError(format!("unknown value format version {v}")))
+        }
+        _ if partial => Ok(None),
+        _ => Err(DecodeError("value too short for its header".into())),
+    }
+}
+
+/// The stand-in compaction leaves for an expired value: its header with
+/// [`FLAG_DROPPED`] and no payload.
+pub fn dropped_value(expire_at: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEAD_LEN);
+    out.push(VALUE_VERSION);
+    out.push(FLAG_EXPIRES | FLAG_DROPPED);
+    out.extend_from_slice(&expire_at.to_be_bytes());
+    out
 }
 
 /// The entry a stored value holds, or `None` if it has expired at `now`
 /// (unix milliseconds).
 pub fn live_entry(raw: Vec<u8>, now: u64) -> Result<Option<Entry>, DecodeError> {
-    Ok(Some(decode_value(raw)?).filter(|e| !e.expired(now)))
+    let Some(h) = decode_header(&raw, false)? else {
+        return Err(DecodeError("value too short for its header".into()));
+    };
+    if h.expired(now) {
+        return Ok(None);
+    }
+    decode_value(raw).map(Some)
 }
 
 /// Decodes a stored value.
 pub fn decode_value(mut raw: Vec<u8>) -> Result<Entry, DecodeError> {
-    let expire_at = decode_expiry(&raw)?;
-    let skip = HEADER_LEN + if expire_at.is_some() { 8 } else { 0 };
+    let Some(h) = decode_header(&raw, false)? else {
+        return Err(DecodeError("value too short for its header".into()));
+    };
+    let skip = HEADER_LEN + if h.expire_at.is_some() { 8 } else { 0 };
     raw.drain(..skip);
     Ok(Entry {
         value: raw,
-        expire_at,
+        expire_at: h.expire_at,
     })
+}
+
+/// The counts and generation the committer keeps exact; stored in the same
+/// engine batch as the writes that change them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Current generation (FLUSHDB starts the next).
+    pub generation: u32,
+    /// Keys stored, counting expired ones not yet removed (as Redis does).
+    pub keys: u64,
+    /// Of those, keys with an expiry.
+    pub expires: u64,
+    /// Sum of their expiry times, unix ms (for INFO's `avg_ttl`).
+    pub expire_sum: u128,
+}
+
+/// Encoded length of [`Meta`].
+const META_LEN: usize = 1 + 4 + 8 + 8 + 16;
+
+impl Meta {
+    /// Encodes as `version ‖ generation ‖ keys ‖ expires ‖ expire_sum`,
+    /// big-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(META_LEN);
+        v.push(FORMAT_VERSION);
+        v.extend_from_slice(&self.generation.to_be_bytes());
+        v.extend_from_slice(&self.keys.to_be_bytes());
+        v.extend_from_slice(&self.expires.to_be_bytes());
+        v.extend_from_slice(&self.expire_sum.to_be_bytes());
+        v
+    }
+
+    /// Decodes a record written by [`Meta::encode`].
+    pub fn decode(v: &[u8]) -> Result<Meta, DecodeError> {
+        if v.first() != Some(&FORMAT_VERSION) {
+            return Err(DecodeError(format!(
+                "keyspace record of format {:?}; this server reads format {FORMAT_VERSION}",
+                v.first()
+            )));
+        }
+        if v.len() != META_LEN {
+            return Err(DecodeError(format!(
+                "keyspace record of {} bytes, expected {META_LEN}",
+                v.len()
+            )));
+        }
+        let mut at = 1;
+        let mut take = |n: usize| {
+            let s = &v[at..at + n];
+            at += n;
+            s
+        };
+        let mut b4 = [0u8; 4];
+        b4.copy_from_slice(take(4));
+        let mut b8 = [0u8; 8];
+        b8.copy_from_slice(take(8));
+        let keys = u64::from_be_bytes(b8);
+        b8.copy_from_slice(take(8));
+        let expires = u64::from_be_bytes(b8);
+        let mut b16 = [0u8; 16];
+        b16.copy_from_slice(take(16));
+        Ok(Meta {
+            generation: u32::from_be_bytes(b4),
+            keys,
+            expires,
+            expire_sum: u128::from_be_bytes(b16),
+        })
+    }
+
+    /// Average remaining time to live of the keys with an expiry at `now`,
+    /// ms (0 when none), as INFO's `avg_ttl`.
+    pub fn avg_ttl(&self, now: u64) -> u64 {
+        if self.expires == 0 {
+            return 0;
+        }
+        let avg = self.expire_sum / u128::from(self.expires);
+        u64::try_from(avg.saturating_sub(u128::from(now))).unwrap_or(u64::MAX)
+    }
 }
 
 #[cfg(test)]
@@ -104,17 +291,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trip() {
+    fn values_round_trip_and_damage_is_an_error() {
         for exp in [None, Some(0), Some(1_700_000_000_123)] {
             for v in [&b""[..], b"hello"] {
-                let e = decode_value(encode_value(v, exp)).unwrap();
-                assert_eq!(e.value, v);
-                assert_eq!(e.expire_at, exp);
+                let raw = encode_value(v, exp);
+                let e = decode_value(raw.clone()).unwrap();
+                assert_eq!((e.value.as_slice(), e.expire_at), (v, exp));
+                let h = decode_header(&raw[..HEAD_LEN.min(raw.len())], true)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!((h.expire_at, h.dropped), (exp, false));
             }
         }
         assert!(decode_value(vec![]).is_err());
         assert!(decode_value(vec![9, 0]).is_err());
         assert!(decode_value(vec![1, 1, 0]).is_err());
-        assert_eq!(engine_key(b""), vec![NS_STRINGS]);
+        assert!(decode_value(vec![1, 0x80]).is_err(), "unknown flag");
+        // A head cut short by an older blob_head_size: unknown, not damage.
+        assert_eq!(decode_header(&[1, 1, 0], true).unwrap(), None);
+        assert_eq!(decode_header(&[], true).unwrap(), None);
+        let d = decode_header(&dropped_value(7), false).unwrap().unwrap();
+        assert!(d.dropped && d.expired(0));
+        assert_eq!(live_entry(dropped_value(u64::MAX), 0).unwrap(), None);
+    }
+
+    #[test]
+    fn keys_sort_by_generation_then_key_and_index_entries_by_time() {
+        assert!(engine_key(1, b"zz") < engine_key(2, b""));
+        let (lo, hi) = generation_bounds(NS_KEYS, 1);
+        assert!(lo <= engine_key(1, b"") && engine_key(1, b"\xff\xff") < hi);
+        assert_eq!(generation_bounds(NS_KEYS, u32::MAX).1, vec![NS_KEYS + 1]);
+        assert!(expiry_key(0, 5, b"b") < expiry_key(0, 6, b"a"));
+        assert_eq!(
+            parse_expiry_key(&expiry_key(3, 99, b"key")),
+            Some((99, &b"key"[..]))
+        );
+        assert_eq!(generation_of(&expiry_key(3, 99, b"key")), Some(3));
+    }
+
+    #[test]
+    fn meta_round_trips_and_refuses_other_formats() {
+        let m = Meta {
+            generation: 3,
+            keys: 10,
+            expires: 2,
+            expire_sum: 3000,
+        };
+        assert_eq!(Meta::decode(&m.encode()).unwrap(), m);
+        assert_eq!(m.avg_ttl(1000), 500);
+        assert!(Meta::decode(&m.encode()[..10]).is_err());
+        let mut other = m.encode();
+        other[0] = 1;
+        assert!(Meta::decode(&other).is_err());
     }
 }

@@ -42,6 +42,8 @@ pub struct Metrics {
     pub keyspace_misses: AtomicU64,
     /// Commands unknown to the server.
     pub unknown_commands: AtomicU64,
+    /// Keys active expiry deleted.
+    pub expired_keys: AtomicU64,
 }
 
 impl Metrics {
@@ -62,6 +64,7 @@ impl Metrics {
             keyspace_hits: AtomicU64::new(0),
             keyspace_misses: AtomicU64::new(0),
             unknown_commands: AtomicU64::new(0),
+            expired_keys: AtomicU64::new(0),
         }
     }
 
@@ -139,6 +142,12 @@ impl Metrics {
             "tern_keyspace_misses_total",
             "Key lookups that found no live key.",
             self.keyspace_misses.load(Relaxed),
+        );
+        counter(
+            &mut s,
+            "tern_expired_keys_total",
+            "Keys deleted by active expiry once their time to live passed.",
+            self.expired_keys.load(Relaxed),
         );
         counter(
             &mut s,
@@ -220,12 +229,29 @@ impl Metrics {
     }
 }
 
-/// Appends the committer's and the read pool's state: how many jobs wait,
-/// and how long the running commit has taken (a stall shows here).
-pub fn render_exec(s: &mut String, c: &crate::exec::status::ExecStatus) {
+/// Appends the committer's and the read pool's state (how many jobs wait,
+/// how long the running commit has taken: a stall shows here) and the
+/// keyspace counts it keeps.
+pub fn render_exec(
+    s: &mut String,
+    c: &crate::exec::status::ExecStatus,
+    keyspace: &crate::keyspace::Meta,
+) {
     let gauge = |s: &mut String, name: &str, help: &str, v: String| {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
     };
+    gauge(
+        s,
+        "tern_keys",
+        "Keys stored, counting expired keys active expiry has not yet deleted (DBSIZE).",
+        keyspace.keys.to_string(),
+    );
+    gauge(
+        s,
+        "tern_expiring_keys",
+        "Keys with a time to live.",
+        keyspace.expires.to_string(),
+    );
     gauge(
         s,
         "tern_write_queue_jobs",

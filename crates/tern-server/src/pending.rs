@@ -1,23 +1,47 @@
 //! Writes the committer has accepted but not yet committed: one engine
-//! batch, and what it says about each key for commands that read before
-//! they write.
+//! batch, what it says about each key for commands that read before they
+//! write, and the exact key counts it leads to.
+//!
+//! Every put and delete looks up the key's previous state (pending writes
+//! first, then the value's header in the store, never a blob read), so the
+//! counts and the expiry index stay exact: a new key adds one, an
+//! overwrite none; an expiry that changes moves the key's index entry. The
+//! counts go into the same batch as the writes ([`Pending::take`]), so a
+//! crash never separates them.
 
 use std::collections::HashMap;
 
 use tern::{ValueKind, WriteBatch};
 
-use crate::keyspace::{encode_value, engine_key};
+use crate::keyspace::{encode_value, engine_key, expiry_key, Meta, META_KEY};
+use crate::store::{KeyState, Store, StoreResult};
 
 /// The uncommitted writes of one commit group.
-#[derive(Default)]
 pub struct Pending {
     batch: WriteBatch,
     /// Engine key → encoded value (`None`: deleted). Built on the first
     /// read, so a group of plain writes never pays for it.
     overlay: Option<HashMap<Vec<u8>, Option<Vec<u8>>>>,
+    /// Redis key → its state after the pending writes.
+    states: HashMap<Vec<u8>, KeyState>,
+    /// The counts after the pending writes.
+    meta: Meta,
+    /// `meta` differs from the committed counts.
+    meta_changed: bool,
 }
 
 impl Pending {
+    /// Nothing pending, on top of the committed counts `meta`.
+    pub fn new(meta: Meta) -> Self {
+        Pending {
+            batch: WriteBatch::new(),
+            overlay: None,
+            states: HashMap::new(),
+            meta,
+            meta_changed: false,
+        }
+    }
+
     /// Whether nothing is pending.
     pub fn is_empty(&self) -> bool {
         self.batch.is_empty()
@@ -28,23 +52,95 @@ impl Pending {
         self.batch.approximate_size()
     }
 
+    /// The generation the pending writes go to.
+    pub fn generation(&self) -> u32 {
+        self.meta.generation
+    }
+
+    /// The state of Redis key `key` after the pending writes.
+    fn state(&mut self, store: &Store, key: &[u8]) -> StoreResult<KeyState> {
+        if let Some(s) = self.states.get(key) {
+            return Ok(*s);
+        }
+        store.key_state(self.meta.generation, key)
+    }
+
+    /// Moves the counts and the expiry index of `key` from `old` to `new`.
+    fn account(&mut self, key: &[u8], old: KeyState, new: KeyState) {
+        let m = &mut self.meta;
+        // Saturating: a count is never worth a panic on the write path.
+        m.keys = (m.keys + u64::from(new.exists)).saturating_sub(u64::from(old.exists));
+        if old.expire_at != new.expire_at {
+            let gen = m.generation;
+            if let Some(t) = old.expire_at {
+                m.expires = m.expires.saturating_sub(1);
+                m.expire_sum = m.expire_sum.saturating_sub(u128::from(t));
+                self.batch.delete(&expiry_key(gen, t, key));
+            }
+            if let Some(t) = new.expire_at {
+                m.expires += 1;
+                m.expire_sum += u128::from(t);
+                self.batch.put(&expiry_key(gen, t, key), b"");
+            }
+        }
+        self.meta_changed |= old != new;
+        self.states.insert(key.to_vec(), new);
+    }
+
     /// Sets Redis key `key`.
-    pub fn put(&mut self, key: &[u8], value: &[u8], expire_at: Option<u64>) {
-        let k = engine_key(key);
+    pub fn put(
+        &mut self,
+        store: &Store,
+        key: &[u8],
+        value: &[u8],
+        expire_at: Option<u64>,
+    ) -> StoreResult<()> {
+        let old = self.state(store, key)?;
+        let k = engine_key(self.meta.generation, key);
         let v = encode_value(value, expire_at);
         self.batch.put(&k, &v);
         if let Some(o) = &mut self.overlay {
             o.insert(k, Some(v));
         }
+        let new = KeyState {
+            exists: true,
+            expire_at,
+        };
+        self.account(key, old, new);
+        Ok(())
     }
 
-    /// Removes Redis key `key`.
-    pub fn delete(&mut self, key: &[u8]) {
-        let k = engine_key(key);
+    /// Removes Redis key `key` (expired or not); returns whether a record
+    /// existed.
+    pub fn delete(&mut self, store: &Store, key: &[u8]) -> StoreResult<bool> {
+        let old = self.state(store, key)?;
+        if !old.exists {
+            return Ok(false);
+        }
+        let k = engine_key(self.meta.generation, key);
         self.batch.delete(&k);
         if let Some(o) = &mut self.overlay {
             o.insert(k, None);
         }
+        self.account(key, old, KeyState::default());
+        Ok(true)
+    }
+
+    /// Active expiry of the index entry `(at, key)`: deletes `key` if its
+    /// expiry is still `at` and returns true; otherwise drops the entry,
+    /// which no longer describes the key.
+    pub fn expire(&mut self, store: &Store, key: &[u8], at: u64) -> StoreResult<bool> {
+        let s = self.state(store, key)?;
+        if s.exists && s.expire_at == Some(at) {
+            return self.delete(store, key);
+        }
+        tracing::warn!(
+            "tern serve: dropping a stale expiry index entry for a key of {} bytes",
+            key.len()
+        );
+        self.batch
+            .delete(&expiry_key(self.meta.generation, at, key));
+        Ok(false)
     }
 
     /// What the pending writes say about Redis key `key`: `None` if they do
@@ -64,39 +160,28 @@ impl Pending {
             }
             o
         });
-        overlay.get(&engine_key(key)).map(|v| v.as_deref())
+        overlay
+            .get(&engine_key(self.meta.generation, key))
+            .map(|v| v.as_deref())
     }
 
-    /// Takes the batch to commit, leaving nothing pending.
-    pub fn take(&mut self) -> WriteBatch {
+    /// Takes the batch to commit, with the counts record when they changed,
+    /// and the counts it commits; leaves nothing pending.
+    pub fn take(&mut self) -> (WriteBatch, Option<Meta>) {
         self.overlay = None;
-        std::mem::take(&mut self.batch)
+        self.states.clear();
+        let mut batch = std::mem::take(&mut self.batch);
+        let meta = self.meta_changed.then_some(self.meta);
+        if let Some(m) = meta {
+            batch.put(META_KEY, &m.encode());
+        }
+        self.meta_changed = false;
+        (batch, meta)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::keyspace::decode_value;
-
-    #[test]
-    fn later_writes_win_before_and_after_the_overlay_is_built() {
-        let mut p = Pending::default();
-        assert!(p.lookup(b"a").is_none());
-        p.put(b"a", b"1", None);
-        p.put(b"a", b"2", Some(7));
-        p.delete(b"b");
-        let a = decode_value(p.lookup(b"a").unwrap().unwrap().to_vec()).unwrap();
-        assert_eq!((a.value.as_slice(), a.expire_at), (&b"2"[..], Some(7)));
-        assert_eq!(p.lookup(b"b"), Some(None));
-        p.put(b"b", b"3", None);
-        p.delete(b"a");
-        assert_eq!(p.lookup(b"a"), Some(None));
-        let b = decode_value(p.lookup(b"b").unwrap().unwrap().to_vec()).unwrap();
-        assert_eq!(b.value, b"3");
-        assert!(p.lookup(b"c").is_none());
-        let batch = p.take();
-        assert_eq!(batch.len(), 5);
-        assert!(p.is_empty() && p.lookup(b"a").is_none());
+    /// Starts over on top of the committed counts `meta` (after a commit
+    /// failed, or FLUSHDB started a generation).
+    pub fn rebase(&mut self, meta: Meta) {
+        *self = Pending::new(meta);
     }
 }

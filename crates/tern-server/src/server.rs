@@ -128,7 +128,10 @@ async fn bind(
 pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerError> {
     config.validate().map_err(|e| ServerError(e.0))?;
     let mut engine_opts = config.engine_options();
-    engine_opts.compaction_filter = Some(Arc::new(ExpiryFilter));
+    let generation = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    engine_opts.compaction_filter = Some(Arc::new(ExpiryFilter {
+        generation: generation.clone(),
+    }));
     if let Some(fs) = &opts.fs {
         engine_opts.fs = fs.clone();
     }
@@ -167,7 +170,12 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .local_addr()
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
-    let store = Store::new(db, config.appendfsync);
+    let store = Store::open(db, config.appendfsync, generation).map_err(|e| {
+        ServerError(format!(
+            "cannot read the keyspace in {}: {e}",
+            config.dir.display()
+        ))
+    })?;
     let read_threads = match config.read_threads {
         0 => 4 * cores,
         n => n,
@@ -225,6 +233,24 @@ async fn run(
 ) {
     if let Some(m) = metrics {
         tokio::spawn(crate::http::serve(m, state.clone()));
+    }
+    {
+        // Active expiry, ten times a second as Redis does it by default.
+        let st = state.clone();
+        let ex = exec.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let mut shutdown = st.shutdown_signal();
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.changed() => return,
+                }
+                if st.active_expire.load(std::sync::atomic::Ordering::Relaxed) {
+                    ex.committer.expire(st.clone());
+                }
+            }
+        });
     }
     if state.config.appendfsync == AppendFsync::Everysec {
         let st = state.clone();

@@ -73,6 +73,8 @@ pub struct State {
     /// Bytes buffered by all connections' request buffers.
     pub buffered: AtomicUsize,
     shutdown: watch::Sender<bool>,
+    /// Active expiry runs (`DEBUG SET-ACTIVE-EXPIRE`).
+    pub active_expire: std::sync::atomic::AtomicBool,
 }
 
 impl State {
@@ -97,6 +99,7 @@ impl State {
             config_file,
             next_client_id: AtomicU64::new(1),
             buffered: AtomicUsize::new(0),
+            active_expire: std::sync::atomic::AtomicBool::new(true),
             shutdown: watch::channel(false).0,
         }
     }

@@ -1,14 +1,18 @@
 //! The server's view of the engine: Redis keys and values encoded per
-//! [`crate::keyspace`], with expiry applied on read.
+//! [`crate::keyspace`], with expiry applied on read, and the exact key
+//! counts the committer keeps.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tern::{Db, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::config::AppendFsync;
 use crate::expiry::now_ms;
 use crate::keyspace::{
-    self, decode_expiry as decode_expiry_of, decode_value, engine_key, live_entry, Entry,
+    self, decode_header, engine_key, expiry_key, generation_bounds, live_entry, parse_expiry_key,
+    Entry, Header, Meta, KEY_PREFIX_LEN, META_KEY, NS_EXPIRES, NS_KEYS, NS_V1_STRINGS,
 };
 
 /// Why a store operation failed.
@@ -50,10 +54,28 @@ impl From<keyspace::DecodeError> for StoreError {
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// Keys per engine batch when deleting many keys (FLUSHDB).
-const DELETE_BATCH: usize = 1000;
+/// Keys per engine batch when migrating a format 1 store.
+const MIGRATE_BATCH: usize = 1000;
 
-/// The engine plus the durability mode.
+/// What the store holds for one Redis key, read from its header only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyState {
+    /// A record exists (possibly expired but not yet removed).
+    pub exists: bool,
+    /// Its expiry, unix ms.
+    pub expire_at: Option<u64>,
+}
+
+impl From<Header> for KeyState {
+    fn from(h: Header) -> Self {
+        KeyState {
+            exists: true,
+            expire_at: h.expire_at,
+        }
+    }
+}
+
+/// The engine plus the durability mode and the keyspace's counts.
 #[derive(Debug)]
 pub struct Store {
     /// The engine.
@@ -61,16 +83,117 @@ pub struct Store {
     appendfsync: AppendFsync,
     /// Set by unsynced writes, cleared by the once-a-second sync.
     dirty: AtomicBool,
+    /// The current generation; shared with the compaction filter, which
+    /// drops older ones.
+    generation: Arc<AtomicU32>,
+    /// The counts as of the last commit.
+    meta: Mutex<Meta>,
 }
 
 impl Store {
-    /// Wraps an open engine.
-    pub fn new(db: Db, appendfsync: AppendFsync) -> Self {
-        Store {
+    /// Wraps an open engine: reads the keyspace record, moving a format 1
+    /// keyspace to format 2 first (resumable: each batch moves keys
+    /// atomically). `generation` is the compaction filter's.
+    pub fn open(db: Db, appendfsync: AppendFsync, generation: Arc<AtomicU32>) -> StoreResult<Self> {
+        let store = Store {
             db,
             appendfsync,
             dirty: AtomicBool::new(false),
+            generation,
+            meta: Mutex::new(Meta::default()),
+        };
+        let meta = match store.db.get(META_KEY)? {
+            Some(raw) => Meta::decode(&raw)?,
+            None => {
+                let moved = store.migrate_v1()?;
+                if moved > 0 {
+                    tracing::info!("tern serve: moved {moved} keys to keyspace format 2");
+                }
+                let meta = store.recount(0)?;
+                let mut b = WriteBatch::new();
+                b.put(META_KEY, &meta.encode());
+                store.db.write(
+                    b,
+                    WriteOptions {
+                        sync: true,
+                        disable_wal: false,
+                    },
+                )?;
+                meta
+            }
+        };
+        store.generation.store(meta.generation, Ordering::Release);
+        *store.meta.lock() = meta;
+        Ok(store)
+    }
+
+    /// Moves format 1 strings (`'s' ‖ key`) to generation 0 of format 2,
+    /// with their expiry index entries; returns how many moved.
+    fn migrate_v1(&self) -> StoreResult<u64> {
+        let mut moved = 0;
+        loop {
+            let mut it = self.db.iter(ReadOptions {
+                lower_bound: Some(vec![NS_V1_STRINGS]),
+                upper_bound: Some(vec![NS_V1_STRINGS + 1]),
+                scan_len_hint: Some(MIGRATE_BATCH),
+                ..ReadOptions::default()
+            })?;
+            it.seek_to_first();
+            let mut b = WriteBatch::new();
+            let mut n = 0;
+            while it.valid() && n < MIGRATE_BATCH {
+                let key = &it.key()[1..];
+                let value = it.value();
+                if let Some(t) = decode_header(value, false)?.and_then(|h| h.expire_at) {
+                    b.put(&expiry_key(0, t, key), b"");
+                }
+                b.put(&engine_key(0, key), value);
+                b.delete(it.key());
+                n += 1;
+                it.next();
+            }
+            it.status()?;
+            if n == 0 {
+                return Ok(moved);
+            }
+            self.db.write(
+                b,
+                WriteOptions {
+                    sync: true,
+                    disable_wal: false,
+                },
+            )?;
+            moved += n as u64;
         }
+    }
+
+    /// Counts generation `gen` by walking it (headers only): what the
+    /// committer's counts must equal. For opening a store without a
+    /// keyspace record, and for tests.
+    pub fn recount(&self, gen: u32) -> StoreResult<Meta> {
+        let mut meta = Meta {
+            generation: gen,
+            ..Meta::default()
+        };
+        self.walk(gen, b"", usize::MAX, |_, h| {
+            meta.keys += 1;
+            if let Some(t) = h.expire_at {
+                meta.expires += 1;
+                meta.expire_sum += u128::from(t);
+            }
+            true
+        })?;
+        Ok(meta)
+    }
+
+    /// The current generation.
+    pub fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The counts as of the last commit.
+    pub fn meta(&self) -> Meta {
+        *self.meta.lock()
     }
 
     /// Write options for acknowledged writes under the durability mode.
@@ -81,14 +204,14 @@ impl Store {
         }
     }
 
-    /// The live (unexpired) entry of `key`.
+    /// The live entry of `key`.
     pub fn get(&self, key: &[u8]) -> StoreResult<Option<Entry>> {
         self.get_at(key, now_ms())
     }
 
     /// The entry of `key` as of time `now` (unix ms).
     pub fn get_at(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        match self.db.get(&engine_key(key))? {
+        match self.db.get(&engine_key(self.generation(), key))? {
             None => Ok(None),
             Some(raw) => Ok(live_entry(raw, now)?),
         }
@@ -97,23 +220,45 @@ impl Store {
     /// [`Store::get_at`] from memory only: [`StoreError::WouldBlock`] if
     /// the engine would have to read the device.
     pub fn get_at_cached(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        match self.db.get_if_cached(&engine_key(key))? {
+        match self.db.get_if_cached(&engine_key(self.generation(), key))? {
             None => Err(StoreError::WouldBlock),
             Some(None) => Ok(None),
             Some(Some(raw)) => Ok(live_entry(raw, now)?),
         }
     }
 
-    /// Adds a delete of `key` to `batch`.
-    pub fn batch_delete(batch: &mut WriteBatch, key: &[u8]) {
-        batch.delete(&engine_key(key));
+    /// What the store holds for `key` in generation `gen`, from the value's
+    /// header: no blob read unless the engine kept too short a head.
+    pub fn key_state(&self, gen: u32, key: &[u8]) -> StoreResult<KeyState> {
+        let k = engine_key(gen, key);
+        let Some(head) = self.db.get_head(&k)? else {
+            return Ok(KeyState::default());
+        };
+        if let Some(h) = decode_header(&head.bytes, head.partial)? {
+            return Ok(h.into());
+        }
+        self.full_header(&k)
     }
 
-    /// Applies `batch` with the configured durability.
-    pub fn write(&self, batch: WriteBatch) -> StoreResult<()> {
+    /// The header of engine key `k` read from its whole value.
+    fn full_header(&self, k: &[u8]) -> StoreResult<KeyState> {
+        match self.db.get(k)? {
+            None => Ok(KeyState::default()),
+            Some(v) => Ok(decode_header(&v, false)?
+                .map(KeyState::from)
+                .unwrap_or_default()),
+        }
+    }
+
+    /// Applies `batch` with the configured durability, then records `meta`
+    /// as the committed counts (the caller put it in the batch).
+    pub fn commit(&self, batch: WriteBatch, meta: Option<Meta>) -> StoreResult<()> {
         self.db.write(batch, self.write_options())?;
         if self.appendfsync != AppendFsync::Always {
             self.dirty.store(true, Ordering::Relaxed);
+        }
+        if let Some(m) = meta {
+            *self.meta.lock() = m;
         }
         Ok(())
     }
@@ -128,48 +273,67 @@ impl Store {
         Ok(())
     }
 
-    /// Visits live keys in order, starting at the first key `>= from`
-    /// (Redis key bytes), calling `f(key, entry)` until it returns false or
-    /// `limit` entries (live or expired) were examined. Returns the key to
-    /// resume from, or `None` when the keyspace is exhausted.
-    pub fn scan(
+    /// Visits the keys of generation `gen` in order from the first `>=
+    /// from`, reading headers only, calling `f(key, header)` until it
+    /// returns false or `limit` keys were visited. Returns the key to
+    /// resume from, or `None` when the generation is exhausted.
+    fn walk(
         &self,
+        gen: u32,
         from: &[u8],
         limit: usize,
-        mut f: impl FnMut(&[u8], &Entry) -> bool,
+        mut f: impl FnMut(&[u8], Header) -> bool,
     ) -> StoreResult<Option<Vec<u8>>> {
-        let (lo, hi) = keyspace::namespace_bounds();
+        let (lo, hi) = generation_bounds(NS_KEYS, gen);
         let mut it = self.db.iter(ReadOptions {
-            snapshot: None,
             lower_bound: Some(lo),
             upper_bound: Some(hi),
-            // A bounded SCAN reads its values in one batch (the engine adds
-            // the one entry after them, which names where to resume).
-            scan_len_hint: (limit < usize::MAX).then_some(limit),
+            value_heads: true,
             ..ReadOptions::default()
         })?;
-        it.seek(&engine_key(from));
-        let now = now_ms();
+        it.seek(&engine_key(gen, from));
         let mut seen = 0;
         while it.valid() {
             if seen >= limit {
-                return Ok(Some(it.key()[1..].to_vec()));
+                return Ok(Some(it.key()[KEY_PREFIX_LEN..].to_vec()));
             }
             seen += 1;
-            let e = decode_value(it.value().to_vec())?;
-            if !e.expired(now) && !f(&it.key()[1..], &e) {
+            let h = match decode_header(it.value(), it.value_is_head())? {
+                Some(h) => h,
+                None => {
+                    let s = self.full_header(it.key())?;
+                    Header {
+                        expire_at: s.expire_at,
+                        dropped: false,
+                    }
+                }
+            };
+            if !f(&it.key()[KEY_PREFIX_LEN..], h) {
                 it.next();
                 it.status()?;
-                return Ok(if it.valid() {
-                    Some(it.key()[1..].to_vec())
-                } else {
-                    None
-                });
+                return Ok(it.valid().then(|| it.key()[KEY_PREFIX_LEN..].to_vec()));
             }
             it.next();
         }
         it.status()?;
         Ok(None)
+    }
+
+    /// Visits live keys in order, starting at the first key `>= from`
+    /// (Redis key bytes), calling `f(key, expire_at)` until it returns
+    /// false or `limit` keys (live or expired) were examined. Reads keys
+    /// and value headers only. Returns the key to resume from, or `None`
+    /// when the keyspace is exhausted.
+    pub fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        mut f: impl FnMut(&[u8], Option<u64>) -> bool,
+    ) -> StoreResult<Option<Vec<u8>>> {
+        let now = now_ms();
+        self.walk(self.generation(), from, limit, |k, h| {
+            h.expired(now) || f(k, h.expire_at)
+        })
     }
 
     /// The first live key at or after `from`, if any.
@@ -184,18 +348,25 @@ impl Store {
 
     /// The last live key, if any.
     pub fn last_key(&self) -> StoreResult<Option<Vec<u8>>> {
-        let (lo, hi) = keyspace::namespace_bounds();
+        let (lo, hi) = generation_bounds(NS_KEYS, self.generation());
         let mut it = self.db.iter(ReadOptions {
-            snapshot: None,
             lower_bound: Some(lo),
             upper_bound: Some(hi),
+            value_heads: true,
             ..ReadOptions::default()
         })?;
         it.seek_to_last();
         let now = now_ms();
         while it.valid() {
-            if decode_expiry_of(it.value())?.is_none_or(|t| t > now) {
-                return Ok(Some(it.key()[1..].to_vec()));
+            let expired = match decode_header(it.value(), it.value_is_head())? {
+                Some(h) => h.expired(now),
+                None => self
+                    .full_header(it.key())?
+                    .expire_at
+                    .is_some_and(|t| t <= now),
+            };
+            if !expired {
+                return Ok(Some(it.key()[KEY_PREFIX_LEN..].to_vec()));
             }
             it.prev();
         }
@@ -203,27 +374,56 @@ impl Store {
         Ok(None)
     }
 
-    /// Deletes every Redis key, in batches.
-    pub fn flush_all(&self) -> StoreResult<()> {
-        let mut from = Vec::new();
-        loop {
-            let mut keys = Vec::new();
-            let next = self.scan(&from, DELETE_BATCH, |k, _| {
-                keys.push(k.to_vec());
-                true
-            })?;
-            // Expired entries are skipped: compaction drops them.
-            let mut b = WriteBatch::new();
-            for k in &keys {
-                Self::batch_delete(&mut b, k);
+    /// Up to `limit` expiry index entries of generation `gen` due at `now`,
+    /// from time `from` on, oldest first: `(expire_at, key)`.
+    pub fn due_expiries(
+        &self,
+        gen: u32,
+        from: u64,
+        now: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+        let (lo, _) = generation_bounds(NS_EXPIRES, gen);
+        let mut it = self.db.iter(ReadOptions {
+            lower_bound: Some(lo),
+            upper_bound: Some(expiry_key(gen, now.saturating_add(1), b"")),
+            ..ReadOptions::default()
+        })?;
+        it.seek(&expiry_key(gen, from, b""));
+        let mut out = Vec::new();
+        while it.valid() && out.len() < limit {
+            match parse_expiry_key(it.key()) {
+                Some((t, k)) => out.push((t, k.to_vec())),
+                None => {
+                    return Err(StoreError::Format(format!(
+                        "malformed expiry index entry {:?}",
+                        tern::tools::escape_bytes(it.key())
+                    )))
+                }
             }
-            if !b.is_empty() {
-                self.write(b)?;
-            }
-            match next {
-                Some(n) => from = n,
-                None => return Ok(()),
-            }
+            it.next();
         }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// Starts a new, empty generation (FLUSHDB): one small write, whatever
+    /// the number of keys. Older generations become invisible at once, and
+    /// compaction drops them.
+    pub fn flush_all(&self) -> StoreResult<()> {
+        let next = self
+            .meta()
+            .generation
+            .checked_add(1)
+            .ok_or_else(|| StoreError::Format("generation counter exhausted".into()))?;
+        let meta = Meta {
+            generation: next,
+            ..Meta::default()
+        };
+        let mut b = WriteBatch::new();
+        b.put(META_KEY, &meta.encode());
+        self.commit(b, Some(meta))?;
+        self.generation.store(next, Ordering::Release);
+        Ok(())
     }
 }

@@ -149,14 +149,19 @@ impl Ctx<'_> {
 
     /// Sets `key` (committed with the rest of the group).
     pub fn put(&mut self, key: &[u8], value: &[u8], expire_at: Option<u64>) -> Result<(), Reply> {
-        self.pending()?.put(key, value, expire_at);
-        Ok(())
+        let store = &self.state.store;
+        self.pending()?
+            .put(store, key, value, expire_at)
+            .map_err(store_error)
     }
 
     /// Removes `key` (committed with the rest of the group).
     pub fn delete(&mut self, key: &[u8]) -> Result<(), Reply> {
-        self.pending()?.delete(key);
-        Ok(())
+        let store = &self.state.store;
+        self.pending()?
+            .delete(store, key)
+            .map(drop)
+            .map_err(store_error)
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::strings::tri;
-use super::{int_arg, store_error, syntax_error, wrong_arity, Ctx};
+use super::{int_arg, syntax_error, wrong_arity, Ctx};
 use crate::glob::glob_match;
 use crate::metrics::{engine_counters, engine_gauges};
 use crate::resp::Reply;
@@ -13,6 +13,23 @@ use crate::state::{ClientInfo, State};
 
 /// The Redis version the server reports (the command set it follows).
 pub const REDIS_VERSION: &str = "7.0.15";
+
+/// DEBUG SET-ACTIVE-EXPIRE 0|1: turns active expiry off or on, as Redis
+/// does for tests. Expired keys stay absent to every command either way.
+pub fn debug(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let sub = args[1].to_ascii_lowercase();
+    match (sub.as_slice(), args.get(2).map(|a| a.as_slice())) {
+        (b"set-active-expire", Some(v @ (b"0" | b"1"))) if args.len() == 3 => {
+            ctx.state.active_expire.store(v == b"1", Relaxed);
+            Reply::Ok
+        }
+        (b"set-active-expire", _) => syntax_error(),
+        _ => Reply::err(format!(
+            "DEBUG {} is not supported; tern serve has DEBUG SET-ACTIVE-EXPIRE only",
+            String::from_utf8_lossy(&args[1])
+        )),
+    }
+}
 
 /// PING [message]
 pub fn ping(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
@@ -424,7 +441,7 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
                 "rejected_connections",
                 m.rejected_connections.load(Relaxed).to_string(),
             );
-            kv("expired_keys", "0".into());
+            kv("expired_keys", m.expired_keys.load(Relaxed).to_string());
             kv("evicted_keys", "0".into());
             kv("keyspace_hits", m.keyspace_hits.load(Relaxed).to_string());
             kv(
@@ -445,16 +462,14 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             );
         }
         "keyspace" => {
-            let (mut keys, mut expires) = (0u64, 0u64);
-            st.store
-                .scan(b"", usize::MAX, |_, e| {
-                    keys += 1;
-                    expires += e.expire_at.is_some() as u64;
-                    true
-                })
-                .map_err(store_error)?;
-            if keys > 0 {
-                kv("db0", format!("keys={keys},expires={expires},avg_ttl=0"));
+            // Counts the committer keeps exact: no walk of the store.
+            let m = st.store.meta();
+            if m.keys > 0 {
+                let avg_ttl = m.avg_ttl(crate::expiry::now_ms());
+                kv(
+                    "db0",
+                    format!("keys={},expires={},avg_ttl={avg_ttl}", m.keys, m.expires),
+                );
             }
         }
         "tern" => {

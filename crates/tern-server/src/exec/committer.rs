@@ -16,6 +16,7 @@
 //! workers. [`ExecStatus`] makes the wait visible to INFO and metrics.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,6 +27,7 @@ use parking_lot::Mutex;
 use super::status::ExecStatus;
 use super::{Request, JOB_REPLY_BYTES};
 use crate::commands::{execute, store_error, Access, Session};
+use crate::expiry::now_ms;
 use crate::pending::Pending;
 use crate::resp::Reply;
 use crate::state::State;
@@ -59,9 +61,21 @@ pub struct WriteJob {
     pub done: tokio::sync::oneshot::Sender<JobDone>,
 }
 
+/// What the committer's queue carries.
+enum Work {
+    /// Commands to run.
+    Job(WriteJob),
+    /// Delete keys whose expiry has passed.
+    Expire(Arc<State>),
+    /// Finish and stop.
+    Stop,
+}
+
 /// The committer thread and its queue.
 pub struct Committer {
-    tx: Sender<Option<WriteJob>>,
+    tx: Sender<Work>,
+    /// An expiry cycle is queued (at most one is).
+    expire_queued: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     status: Arc<ExecStatus>,
 }
@@ -79,11 +93,14 @@ impl Committer {
     pub fn start(status: Arc<ExecStatus>) -> std::io::Result<Committer> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let st = status.clone();
+        let expire_queued = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let queued = expire_queued.clone();
         let thread = std::thread::Builder::new()
             .name("tern-commit".into())
-            .spawn(move || run(rx, &st))?;
+            .spawn(move || run(rx, &st, &queued))?;
         Ok(Committer {
             tx,
+            expire_queued,
             thread: Mutex::new(Some(thread)),
             status,
         })
@@ -105,51 +122,126 @@ impl Committer {
             requests,
             done,
         };
-        if self.tx.send(Some(job)).is_err() {
+        if self.tx.send(Work::Job(job)).is_err() {
             self.status.write_queue.fetch_sub(1, Relaxed);
             return None;
         }
         rx.await.ok()
     }
 
+    /// Queues an active expiry cycle unless one is queued already.
+    pub fn expire(&self, state: Arc<State>) {
+        if !self.expire_queued.swap(true, Relaxed) && self.tx.send(Work::Expire(state)).is_err() {
+            self.expire_queued.store(false, Relaxed);
+        }
+    }
+
     /// Finishes the queued jobs and stops the thread.
     pub fn stop(&self) {
-        let _ = self.tx.send(None);
+        let _ = self.tx.send(Work::Stop);
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
     }
 }
 
-fn run(rx: Receiver<Option<WriteJob>>, status: &ExecStatus) {
-    while let Ok(Some(first)) = rx.recv() {
-        let mut jobs = vec![first];
+fn run(rx: Receiver<Work>, status: &ExecStatus, expire_queued: &AtomicBool) {
+    let mut expiry = ExpiryCursor::default();
+    let mut next = rx.recv().ok();
+    while let Some(work) = next.take() {
+        let mut jobs = Vec::new();
         let mut stop = false;
-        while jobs.len() < MAX_JOBS {
+        let mut expire = None;
+        match work {
+            Work::Job(j) => jobs.push(j),
+            Work::Expire(state) => expire = Some(state),
+            Work::Stop => stop = true,
+        }
+        while !stop && expire.is_none() && jobs.len() < MAX_JOBS {
             match rx.try_recv() {
-                Ok(Some(j)) => jobs.push(j),
-                Ok(None) => {
-                    stop = true;
-                    break;
-                }
+                Ok(Work::Job(j)) => jobs.push(j),
+                Ok(Work::Expire(state)) => expire = Some(state),
+                Ok(Work::Stop) => stop = true,
                 Err(_) => break,
             }
         }
         status.write_queue.fetch_sub(jobs.len(), Relaxed);
-        let start = status.group_started();
-        let group = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_group(&mut jobs, status)
-        }));
-        status.group_finished(start);
-        // A panic drops the jobs: their connections close, none is told a
-        // write succeeded that may not have.
-        if let Ok(replies) = group {
-            for (job, replies) in jobs.into_iter().zip(replies) {
-                let _ = job.done.send((job.session, job.requests, replies));
+        if !jobs.is_empty() {
+            let start = status.group_started();
+            let group = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_group(&mut jobs, status)
+            }));
+            status.group_finished(start);
+            // A panic drops the jobs: their connections close, none is told a
+            // write succeeded that may not have.
+            if let Ok(replies) = group {
+                for (job, replies) in jobs.into_iter().zip(replies) {
+                    let _ = job.done.send((job.session, job.requests, replies));
+                }
+            }
+        }
+        if let Some(state) = expire {
+            expire_queued.store(false, Relaxed);
+            let start = status.group_started();
+            let cycle = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                expire_cycle(&state, &mut expiry)
+            }));
+            status.group_finished(start);
+            match cycle {
+                Ok(Ok(n)) => {
+                    state.metrics.expired_keys.fetch_add(n, Relaxed);
+                }
+                Ok(Err(e)) => tracing::error!("tern serve: active expiry failed: {e}"),
+                Err(_) => tracing::error!("tern serve: active expiry panicked"),
             }
         }
         if stop {
             break;
+        }
+        next = rx.recv().ok();
+    }
+}
+
+/// Expiry index entries one cycle step reads.
+const EXPIRE_BATCH: usize = 256;
+/// Longest an expiry cycle holds the committer.
+const EXPIRE_BUDGET: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// Where active expiry resumes: entries before it were handled (their
+/// tombstones need not be walked again).
+#[derive(Default)]
+struct ExpiryCursor {
+    generation: u32,
+    from: u64,
+}
+
+/// Deletes keys whose expiry passed, oldest first, through the expiry
+/// index, for up to [`EXPIRE_BUDGET`]; returns how many it deleted. Each
+/// step is one commit, like any other write group.
+fn expire_cycle(state: &State, cursor: &mut ExpiryCursor) -> crate::store::StoreResult<u64> {
+    let store = &state.store;
+    let started = std::time::Instant::now();
+    let mut deleted = 0;
+    loop {
+        let mut pending = Pending::new(store.meta());
+        let gen = pending.generation();
+        if cursor.generation != gen {
+            *cursor = ExpiryCursor {
+                generation: gen,
+                from: 0,
+            };
+        }
+        let due = store.due_expiries(gen, cursor.from, now_ms(), EXPIRE_BATCH)?;
+        for (at, key) in &due {
+            if pending.expire(store, key, *at)? {
+                deleted += 1;
+            }
+            cursor.from = *at;
+        }
+        let (batch, meta) = pending.take();
+        store.commit(batch, meta)?;
+        if due.len() < EXPIRE_BATCH || started.elapsed() >= EXPIRE_BUDGET {
+            return Ok(deleted);
         }
     }
 }
@@ -162,7 +254,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
     let Some(state) = jobs.first().map(|j| j.state.clone()) else {
         return replies;
     };
-    let mut pending = Pending::default();
+    let mut pending = Pending::new(state.store.meta());
     // Per job, how many of its replies a commit has settled; the rest wait
     // on the next commit.
     let mut settled = vec![0; jobs.len()];
@@ -207,9 +299,12 @@ fn commit(
     status: &ExecStatus,
 ) {
     if !pending.is_empty() {
-        let result = state.store.write(pending.take());
+        let (batch, meta) = pending.take();
+        let result = state.store.commit(batch, meta);
         status.commits.fetch_add(1, Relaxed);
         if let Err(e) = result {
+            // The counts stay as last committed.
+            pending.rebase(state.store.meta());
             let err = store_error(e);
             for (r, s) in replies.iter_mut().zip(settled.iter()) {
                 r[*s..].fill(err.clone());

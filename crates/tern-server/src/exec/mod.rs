@@ -42,7 +42,7 @@ pub enum Class {
     /// connection's task from memory only, on the read pool if it would
     /// wait on the device.
     PointRead,
-    /// On the read pool (SCAN, KEYS, DBSIZE, INFO, …).
+    /// On the read pool (SCAN, KEYS, RANDOMKEY, …).
     Read,
     /// On the committer.
     Write,
@@ -79,8 +79,7 @@ impl Request {
             Some(s) if s.flags.contains(&"readonly") && s.flags.contains(&"fast") => {
                 Class::PointRead
             }
-            // INFO reads the keyspace section from the engine.
-            Some(s) if s.flags.contains(&"readonly") || s.name == "info" => Class::Read,
+            Some(s) if s.flags.contains(&"readonly") => Class::Read,
             Some(_) => Class::Inline,
         };
         Request { class, args }

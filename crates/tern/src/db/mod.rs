@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 
 use self::core::{Shared, SuperVersion};
 pub use self::snapshot::{ReadOptions, Snapshot};
+use self::stats::Counters;
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::{BlobResolver, ScanResolver};
 use crate::compaction::Executor;
@@ -201,6 +202,7 @@ impl Db {
     ) -> Result<Option<Option<ValueHead>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
+        Counters::add(&self.shared.counters.point_reads, 1);
         let whole = |bytes| Ok(Some(Some(ValueHead::whole(bytes))));
         let (sv, seq) = self.read_view(opts.snapshot);
         for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
@@ -295,6 +297,7 @@ impl Db {
     /// in `opts`. It starts unpositioned: call a `seek*` method first.
     pub fn iter(&self, opts: ReadOptions<'_>) -> Result<DbIterator> {
         self.shared.check_open()?;
+        Counters::add(&self.shared.counters.iterators, 1);
         let (sv, seq) = self.read_view(opts.snapshot);
         let mut children: Vec<BoxedIter> = Vec::new();
         children.push(Box::new(sv.mem.iter()));

@@ -30,6 +30,8 @@ pub struct Counters {
     pub(crate) slowdowns: AtomicU64,
     pub(crate) stops: AtomicU64,
     pub(crate) wal_bytes_dropped_at_recovery: AtomicU64,
+    pub(crate) point_reads: AtomicU64,
+    pub(crate) iterators: AtomicU64,
 }
 
 impl Counters {
@@ -155,6 +157,10 @@ pub struct Stats {
     /// Table and blob files opened for reads since open; climbing fast while
     /// `open_files` sits at its bound means the bounds are too low.
     pub file_opens: u64,
+    /// Point lookups served (`get`, `get_opt`, `get_if_cached`, `get_head`).
+    pub point_reads: u64,
+    /// Iterators created.
+    pub iterators: u64,
     /// Last sequence number assigned.
     pub last_sequence: u64,
     /// Live snapshots.
@@ -189,6 +195,8 @@ impl Stats {
             gc_runs: c.gc_runs.load(Relaxed),
             blob_refs_rewritten: c.blob_refs_rewritten.load(Relaxed),
             wal_bytes_dropped_at_recovery: c.wal_bytes_dropped_at_recovery.load(Relaxed),
+            point_reads: c.point_reads.load(Relaxed),
+            iterators: c.iterators.load(Relaxed),
             ..Default::default()
         }
     }
