@@ -147,8 +147,13 @@ impl Ctx<'_> {
         }
     }
 
-    /// Sets `key` (committed with the rest of the group).
+    /// Sets `key` (committed with the rest of the group). An expiry that
+    /// has already passed deletes the key instead, as Redis does, so it is
+    /// neither stored nor counted.
     pub fn put(&mut self, key: &[u8], value: &[u8], expire_at: Option<u64>) -> Result<(), Reply> {
+        if expire_at.is_some_and(|t| t <= now_ms()) {
+            return self.delete(key);
+        }
         let store = &self.state.store;
         self.pending()?
             .put(store, key, value, expire_at)
