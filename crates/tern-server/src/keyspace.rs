@@ -38,6 +38,9 @@ pub const HEADER_LEN: usize = 2;
 pub const HEAD_LEN: usize = HEADER_LEN + 8;
 /// Length of the tag and generation before a Redis key.
 pub const KEY_PREFIX_LEN: usize = 5;
+/// Bytes the longest engine key adds to a Redis key (an expiry index
+/// entry: tag, generation, expiry).
+pub const KEY_OVERHEAD: usize = KEY_PREFIX_LEN + 8;
 
 /// The engine key of Redis key `key` in generation `gen`.
 pub fn engine_key(gen: u32, key: &[u8]) -> Vec<u8> {

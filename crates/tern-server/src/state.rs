@@ -67,7 +67,8 @@ pub struct State {
     pub port: u16,
     /// Path of the configuration file, if any (INFO).
     pub config_file: String,
-    /// Longest accepted Redis key, bytes (the engine's limit less the tag).
+    /// Longest accepted Redis key, bytes: the engine's limit less what its
+    /// expiry index entry adds.
     pub max_key_len: usize,
     next_client_id: AtomicU64,
     /// Bytes buffered by all connections' request buffers.
@@ -90,7 +91,10 @@ impl State {
         State {
             store,
             exec,
-            max_key_len: config.engine.max_key_size.saturating_sub(1),
+            max_key_len: config
+                .engine
+                .max_key_size
+                .saturating_sub(crate::keyspace::KEY_OVERHEAD),
             config,
             metrics,
             clients: Mutex::new(BTreeMap::new()),

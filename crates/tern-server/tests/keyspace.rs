@@ -393,3 +393,39 @@ fn a_format_1_store_is_moved_at_open() {
     assert_eq!(store.recount(meta.generation).unwrap(), meta);
     assert_eq!(meta.expires, 1);
 }
+
+#[test]
+fn the_longest_accepted_key_takes_an_expiry_without_failing_its_group() {
+    let t = start();
+    let mut c = t.client();
+    let max = t.server.state().max_key_len;
+    let longest = "k".repeat(max);
+    let too_long = "k".repeat(max + 1);
+    // One pipeline, so the writes share a commit group.
+    let resp = |args: &[&str]| {
+        let mut out = format!("*{}\r\n", args.len());
+        for a in args {
+            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        out
+    };
+    let input = [
+        resp(&["SET", "a", "1"]),
+        resp(&["SET", &longest, "v", "PX", "3600000"]),
+        resp(&["SET", &too_long, "v"]),
+        resp(&["SET", "b", "2"]),
+    ]
+    .concat();
+    let out = common::raw(t.addr(), input.as_bytes());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines[0], "+OK");
+    assert_eq!(lines[1], "+OK", "the longest key, with its index entry");
+    assert!(lines[2].starts_with("-ERR key of"), "{}", lines[2]);
+    assert_eq!(lines[3], "+OK");
+    assert_eq!(
+        run(&mut c, &["GET", &longest]).unwrap(),
+        Value::BulkString(b"v".to_vec())
+    );
+    assert_eq!(dbsize(&mut c), 3);
+}
