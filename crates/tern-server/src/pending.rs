@@ -66,7 +66,7 @@ impl Pending {
     }
 
     /// Moves the counts and the expiry index of `key` from `old` to `new`.
-    fn account(&mut self, key: &[u8], old: KeyState, new: KeyState) {
+    fn account(&mut self, store: &Store, key: &[u8], old: KeyState, new: KeyState) {
         let m = &mut self.meta;
         // Saturating: a count is never worth a panic on the write path.
         m.keys = (m.keys + u64::from(new.exists)).saturating_sub(u64::from(old.exists));
@@ -78,6 +78,7 @@ impl Pending {
                 self.batch.delete(&expiry_key(gen, t, key));
             }
             if let Some(t) = new.expire_at {
+                store.note_expiry(t);
                 m.expires += 1;
                 m.expire_sum += u128::from(t);
                 self.batch.put(&expiry_key(gen, t, key), b"");
@@ -106,7 +107,7 @@ impl Pending {
             exists: true,
             expire_at,
         };
-        self.account(key, old, new);
+        self.account(store, key, old, new);
         Ok(())
     }
 
@@ -122,7 +123,7 @@ impl Pending {
         if let Some(o) = &mut self.overlay {
             o.insert(k, None);
         }
-        self.account(key, old, KeyState::default());
+        self.account(store, key, old, KeyState::default());
         Ok(true)
     }
 

@@ -170,7 +170,13 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .local_addr()
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
-    let store = Store::open(db, config.appendfsync, generation).map_err(|e| {
+    let store = Store::open(
+        db,
+        config.appendfsync,
+        generation,
+        config.engine.max_key_size,
+    )
+    .map_err(|e| {
         ServerError(format!(
             "cannot read the keyspace in {}: {e}",
             config.dir.display()

@@ -2,7 +2,7 @@
 //! [`crate::keyspace`], with expiry applied on read, and the exact key
 //! counts the committer keeps.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -12,7 +12,8 @@ use crate::config::AppendFsync;
 use crate::expiry::now_ms;
 use crate::keyspace::{
     self, decode_header, engine_key, expiry_key, generation_bounds, live_entry, parse_expiry_key,
-    Entry, Header, Meta, KEY_PREFIX_LEN, META_KEY, NS_EXPIRES, NS_KEYS, NS_V1_STRINGS,
+    Entry, Header, Meta, KEY_OVERHEAD, KEY_PREFIX_LEN, META_KEY, NS_EXPIRES, NS_KEYS,
+    NS_V1_STRINGS,
 };
 
 /// Why a store operation failed.
@@ -56,6 +57,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Keys per engine batch when migrating a format 1 store.
 const MIGRATE_BATCH: usize = 1000;
+/// Bytes per engine batch when migrating a format 1 store.
+const MIGRATE_BATCH_BYTES: usize = 4 << 20;
 
 /// What the store holds for one Redis key, read from its header only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,24 +91,34 @@ pub struct Store {
     generation: Arc<AtomicU32>,
     /// The counts as of the last commit.
     meta: Mutex<Meta>,
+    /// The earliest expiry written to the index since active expiry last
+    /// asked (`u64::MAX`: none).
+    expiry_floor: AtomicU64,
 }
 
 impl Store {
     /// Wraps an open engine: reads the keyspace record, moving a format 1
     /// keyspace to format 2 first (resumable: each batch moves keys
-    /// atomically). `generation` is the compaction filter's.
-    pub fn open(db: Db, appendfsync: AppendFsync, generation: Arc<AtomicU32>) -> StoreResult<Self> {
+    /// atomically). `generation` is the compaction filter's;
+    /// `max_key_size` the engine's key limit.
+    pub fn open(
+        db: Db,
+        appendfsync: AppendFsync,
+        generation: Arc<AtomicU32>,
+        max_key_size: usize,
+    ) -> StoreResult<Self> {
         let store = Store {
             db,
             appendfsync,
             dirty: AtomicBool::new(false),
             generation,
             meta: Mutex::new(Meta::default()),
+            expiry_floor: AtomicU64::new(u64::MAX),
         };
         let meta = match store.db.get(META_KEY)? {
             Some(raw) => Meta::decode(&raw)?,
             None => {
-                let moved = store.migrate_v1()?;
+                let moved = store.migrate_v1(max_key_size)?;
                 if moved > 0 {
                     tracing::info!("tern serve: moved {moved} keys to keyspace format 2");
                 }
@@ -129,8 +142,10 @@ impl Store {
 
     /// Moves format 1 strings (`'s' ‖ key`) to generation 0 of format 2,
     /// with their expiry index entries; returns how many moved.
-    fn migrate_v1(&self) -> StoreResult<u64> {
+    fn migrate_v1(&self, max_key_size: usize) -> StoreResult<u64> {
         let mut moved = 0;
+        // Where the next batch starts: past the tombstones of moved keys.
+        let mut from = vec![NS_V1_STRINGS];
         loop {
             let mut it = self.db.iter(ReadOptions {
                 lower_bound: Some(vec![NS_V1_STRINGS]),
@@ -138,11 +153,18 @@ impl Store {
                 scan_len_hint: Some(MIGRATE_BATCH),
                 ..ReadOptions::default()
             })?;
-            it.seek_to_first();
+            it.seek(&from);
             let mut b = WriteBatch::new();
             let mut n = 0;
-            while it.valid() && n < MIGRATE_BATCH {
+            while it.valid() && n < MIGRATE_BATCH && b.approximate_size() < MIGRATE_BATCH_BYTES {
                 let key = &it.key()[1..];
+                let limit = max_key_size.saturating_sub(KEY_OVERHEAD);
+                if key.len() > limit {
+                    return Err(StoreError::Format(format!(
+                        "a format 1 key of {} bytes is longer than the {limit} bytes format 2 allows; raise [engine] max_key_size by {KEY_OVERHEAD} and start again",
+                        key.len()
+                    )));
+                }
                 let value = it.value();
                 if let Some(t) = decode_header(value, false)?.and_then(|h| h.expire_at) {
                     b.put(&expiry_key(0, t, key), b"");
@@ -150,6 +172,9 @@ impl Store {
                 b.put(&engine_key(0, key), value);
                 b.delete(it.key());
                 n += 1;
+                from.clear();
+                from.extend_from_slice(it.key());
+                from.push(0);
                 it.next();
             }
             it.status()?;
@@ -184,6 +209,16 @@ impl Store {
             true
         })?;
         Ok(meta)
+    }
+
+    /// Notes that an index entry expiring at `at` is being written.
+    pub fn note_expiry(&self, at: u64) {
+        self.expiry_floor.fetch_min(at, Ordering::Relaxed);
+    }
+
+    /// The earliest expiry noted since the last call (`u64::MAX`: none).
+    pub fn take_expiry_floor(&self) -> u64 {
+        self.expiry_floor.swap(u64::MAX, Ordering::Relaxed)
     }
 
     /// The current generation.
@@ -422,7 +457,17 @@ impl Store {
         };
         let mut b = WriteBatch::new();
         b.put(META_KEY, &meta.encode());
-        self.commit(b, Some(meta))?;
+        // Synced whatever the durability mode: once the generation moves,
+        // compaction starts dropping the old one, and a flush lost to a
+        // power cut would leave counts for keys that are gone.
+        self.db.write(
+            b,
+            WriteOptions {
+                sync: true,
+                disable_wal: false,
+            },
+        )?;
+        *self.meta.lock() = meta;
         self.generation.store(next, Ordering::Release);
         Ok(())
     }

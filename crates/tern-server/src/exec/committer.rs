@@ -231,15 +231,26 @@ fn expire_cycle(state: &State, cursor: &mut ExpiryCursor) -> crate::store::Store
                 from: 0,
             };
         }
-        let due = store.due_expiries(gen, cursor.from, now_ms(), EXPIRE_BATCH)?;
+        let now = now_ms();
+        // Entries below the cursor were handled, unless one was written
+        // there since (a clock that stepped back) or the clock itself is
+        // now behind the cursor.
+        let floor = store.take_expiry_floor();
+        if floor < cursor.from || now < cursor.from {
+            cursor.from = floor.min(now);
+        }
+        let due = store.due_expiries(gen, cursor.from, now, EXPIRE_BATCH)?;
         for (at, key) in &due {
             if pending.expire(store, key, *at)? {
                 deleted += 1;
             }
-            cursor.from = *at;
         }
         let (batch, meta) = pending.take();
         store.commit(batch, meta)?;
+        // Moved only once the deletes committed.
+        if let Some((at, _)) = due.last() {
+            cursor.from = *at;
+        }
         if due.len() < EXPIRE_BATCH || started.elapsed() >= EXPIRE_BUDGET {
             return Ok(deleted);
         }
@@ -278,6 +289,11 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
             .unwrap_or_else(|_| Reply::err("internal error: the command panicked"));
             reply_bytes += reply.size_hint();
             replies[ji].push(reply);
+            if commits_first(&req.args) {
+                // FLUSHDB committed on its own: a later commit's failure
+                // must not turn its reply into an error.
+                commit(&state, &mut pending, &mut replies, &mut settled, status);
+            }
             if pending.bytes() >= GROUP_MAX_BYTES {
                 commit(&state, &mut pending, &mut replies, &mut settled, status);
             }

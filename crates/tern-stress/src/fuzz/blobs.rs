@@ -123,12 +123,16 @@ pub fn blob_lineage(data: &[u8]) {
     }
 }
 
-/// A blob reference (four varints, nothing after them).
+/// A blob reference (four varints, then the value's head).
 pub fn blob_ref(data: &[u8]) {
-    if let Ok(r) = BlobRef::decode(data) {
+    if let Ok((r, head)) = BlobRef::decode_with_head(data) {
+        assert!(
+            head.len() <= r.size as usize,
+            "a head longer than its value"
+        );
         assert_eq!(
-            BlobRef::decode(&r.encode()),
-            Ok(r),
+            BlobRef::decode_with_head(&r.encode_with_head(head)),
+            Ok((r, head)),
             "a ref does not round-trip"
         );
     }
