@@ -52,14 +52,18 @@ fn expected(i: u32) -> (Vec<u8>, bool) {
     }
 }
 
+/// An iterator that serves separated values by their head.
+fn heads_iter(db: &Db) -> tern::DbIterator {
+    db.iter(ReadOptions {
+        value_heads: true,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 /// Every entry of a forward head-only walk: key, value, whether a head.
 fn head_walk(db: &Db) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
-    let mut it = db
-        .iter(ReadOptions {
-            value_heads: true,
-            ..Default::default()
-        })
-        .unwrap();
+    let mut it = heads_iter(db);
     it.seek_to_first();
     let mut out = Vec::new();
     while it.valid() {
@@ -93,13 +97,8 @@ fn heads_are_served_without_reading_a_blob_file() {
         let (want, want_head) = expected(i);
         assert_eq!((k, v, *is_head), (&key(i), &want, want_head), "key {i}");
     }
-    let mut it = db
-        .iter(ReadOptions {
-            value_heads: true,
-            ..Default::default()
-        })
-        .unwrap();
     // Backward too.
+    let mut it = heads_iter(&db);
     it.seek_to_last();
     let mut i = N;
     while it.valid() {

@@ -167,12 +167,14 @@ impl CompactionJob {
             let obsolete_tombstone = parsed.kind == ValueKind::Delete
                 && stripe == 0
                 && !self.in_deeper_levels(parsed.user_key);
+            let blob_ref = match parsed.kind {
+                ValueKind::BlobRef => Some(self.decode_ref(iter.value())?),
+                _ => None,
+            };
             if shadowed || obsolete_tombstone {
                 out.entries_dropped += 1;
-                if parsed.kind == ValueKind::BlobRef {
-                    let (r, _) = self.decode_ref(iter.value())?;
-                    let bytes = blob::record_len(parsed.user_key.len(), r.size as usize);
-                    out.dead_refs.push((r.file, r.ordinal, bytes));
+                if let Some((r, _)) = &blob_ref {
+                    out.dead_refs.push(dead_ref(parsed.user_key, r));
                 }
                 iter.next();
                 continue;
@@ -190,28 +192,23 @@ impl CompactionJob {
                 });
             }
             let Some(o) = output.as_mut() else { break };
-            let decision = match (&self.filter, parsed.kind) {
-                (Some(f), ValueKind::Value) => f.filter(
+            let decision = match (&self.filter, &blob_ref, parsed.kind) {
+                (Some(f), Some((r, head)), _) => f.filter(
+                    self.output_level,
+                    parsed.user_key,
+                    FilterValue::Separated { head, size: r.size },
+                ),
+                (Some(f), None, ValueKind::Value) => f.filter(
                     self.output_level,
                     parsed.user_key,
                     FilterValue::Inline(iter.value()),
                 ),
-                (Some(f), ValueKind::BlobRef) => {
-                    let (r, head) = self.decode_ref(iter.value())?;
-                    f.filter(
-                        self.output_level,
-                        parsed.user_key,
-                        FilterValue::Separated { head, size: r.size },
-                    )
-                }
                 _ => FilterDecision::Keep,
             };
             if decision != FilterDecision::Keep {
-                if parsed.kind == ValueKind::BlobRef {
+                if let Some((r, _)) = &blob_ref {
                     // The blob record loses its last reference here.
-                    let (r, _) = self.decode_ref(iter.value())?;
-                    let bytes = blob::record_len(parsed.user_key.len(), r.size as usize);
-                    out.dead_refs.push((r.file, r.ordinal, bytes));
+                    out.dead_refs.push(dead_ref(parsed.user_key, r));
                 }
                 let (kind, value) = match &decision {
                     FilterDecision::Replace(v) => (ValueKind::Value, v.as_slice()),
@@ -228,9 +225,8 @@ impl CompactionJob {
                 iter.next();
                 continue;
             }
-            match parsed.kind {
-                ValueKind::BlobRef => {
-                    let (r, head) = self.decode_ref(iter.value())?;
+            match blob_ref {
+                Some((r, head)) => {
                     let (file, ordinal, moved) =
                         resolve(&self.live_blobs, &self.lineage, r.file, r.ordinal).map_err(
                             |why| match iter.source() {
@@ -257,7 +253,7 @@ impl CompactionJob {
                         o.builder.add_blob_file(file);
                     }
                 }
-                _ => o.builder.add(key, iter.value())?,
+                None => o.builder.add(key, iter.value())?,
             }
             iter.next();
         }
@@ -269,6 +265,7 @@ impl CompactionJob {
         Ok(())
     }
 
+    /// Decodes a ref and the head kept beside it.
     fn decode_ref<'v>(&self, v: &'v [u8]) -> Result<(BlobRef, &'v [u8])> {
         BlobRef::decode_with_head(v).map_err(|e| {
             Error::corruption(
@@ -299,4 +296,11 @@ impl Output {
         let s = self.builder.finish()?;
         Ok(s.into_file_meta(self.number, self.blob_files.into_iter().collect()))
     }
+}
+
+/// The dead-record entry for a ref whose last reference compaction drops:
+/// file, ordinal and the record's bytes.
+fn dead_ref(user_key: &[u8], r: &BlobRef) -> (u64, u32, u64) {
+    let bytes = blob::record_len(user_key.len(), r.size as usize);
+    (r.file, r.ordinal, bytes)
 }

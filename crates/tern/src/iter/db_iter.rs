@@ -55,8 +55,10 @@ pub struct DbIterator {
     ahead: ReadAhead,
     /// Serve separated values by their head (never read a blob file).
     heads: bool,
-    /// The current value is the head of a separated value.
-    at_head: bool,
+    /// The current value is the head of a separated value: where the head
+    /// starts in the inner cursor's value (forward; backward the head is
+    /// copied to `saved_value`).
+    head: Option<usize>,
     _pins: Vec<Pin>,
 }
 
@@ -83,7 +85,7 @@ impl DbIterator {
             resolver: None,
             ahead: ReadAhead::default(),
             heads: false,
-            at_head: false,
+            head: None,
             _pins: pins,
         }
     }
@@ -107,7 +109,7 @@ impl DbIterator {
     /// Whether the current value is only the head of a separated value
     /// (with [`DbIterator::heads_only`]). Requires `valid()`.
     pub fn value_is_head(&self) -> bool {
-        self.at_head
+        self.head.is_some()
     }
 
     /// A damaged entry at the inner cursor: a corruption of the file and
@@ -116,6 +118,15 @@ impl DbIterator {
         match self.inner.source() {
             Some((file, block)) => Error::corruption(file, block, reason),
             None => Error::Internal(format!("malformed key in a memtable: {reason}")),
+        }
+    }
+
+    /// Where the head starts in the blob reference at the inner cursor.
+    fn head_start(&self) -> Result<usize> {
+        let v = self.inner.value();
+        match BlobRef::decode_with_head(v) {
+            Ok((_, head)) => Ok(v.len() - head.len()),
+            Err(e) => Err(self.damaged(format!("bad blob reference: {e}"))),
         }
     }
 
@@ -161,11 +172,7 @@ impl DbIterator {
             return e.value.as_deref().unwrap_or_default();
         }
         match self.direction {
-            // Checked when the iterator stopped here.
-            Direction::Forward if self.at_head => BlobRef::decode_with_head(self.inner.value())
-                .map(|(_, head)| head)
-                .unwrap_or_default(),
-            Direction::Forward => self.inner.value(),
+            Direction::Forward => &self.inner.value()[self.head.unwrap_or(0)..],
             Direction::Backward => &self.saved_value,
         }
     }
@@ -304,7 +311,7 @@ impl DbIterator {
     /// value (a separated one through a read-ahead batch). With `skipping`,
     /// entries of keys `<= saved_key` are hidden.
     fn find_next_user_entry(&mut self, skipping: bool) {
-        self.at_head = false;
+        self.head = None;
         let Some(kind) = self.advance(skipping) else {
             return;
         };
@@ -312,11 +319,10 @@ impl DbIterator {
             if !self.heads {
                 return self.read_ahead();
             }
-            if let Err(e) = BlobRef::decode_with_head(self.inner.value()) {
-                let e = self.damaged(format!("bad blob reference: {e}"));
-                return self.fail(e);
+            match self.head_start() {
+                Ok(at) => self.head = Some(at),
+                Err(e) => return self.fail(e),
             }
-            self.at_head = true;
         }
         self.valid = true;
         self.saved_key.clear();
@@ -441,7 +447,7 @@ impl DbIterator {
     /// Backward: find the newest visible version of the key before the cursor.
     fn find_prev_user_entry(&mut self) {
         let mut kind = ValueKind::Delete;
-        self.at_head = false;
+        self.head = None;
         while self.inner.valid() {
             let parsed = match internal_key::parse(self.inner.key()) {
                 Ok(p) => p,
@@ -458,6 +464,7 @@ impl DbIterator {
                     break;
                 }
                 kind = parsed.kind;
+                self.head = None;
                 if kind == ValueKind::Delete {
                     self.saved_key.clear();
                     self.saved_value.clear();
@@ -465,14 +472,14 @@ impl DbIterator {
                     self.saved_key.clear();
                     self.saved_key.extend_from_slice(parsed.user_key);
                     self.saved_value.clear();
-                    self.at_head = kind == ValueKind::BlobRef && self.heads;
-                    if self.at_head {
-                        match BlobRef::decode_with_head(self.inner.value()) {
-                            Ok((_, head)) => self.saved_value.extend_from_slice(head),
-                            Err(e) => {
-                                let e = self.damaged(format!("bad blob reference: {e}"));
-                                return self.fail(e);
+                    if kind == ValueKind::BlobRef && self.heads {
+                        match self.head_start() {
+                            Ok(at) => {
+                                self.saved_value
+                                    .extend_from_slice(&self.inner.value()[at..]);
+                                self.head = Some(0);
                             }
+                            Err(e) => return self.fail(e),
                         }
                     } else if kind == ValueKind::BlobRef {
                         match self.resolve_backward() {
