@@ -26,8 +26,8 @@ pub struct Pending {
     states: HashMap<Vec<u8>, KeyState>,
     /// The counts after the pending writes.
     meta: Meta,
-    /// `meta` differs from the committed counts.
-    meta_changed: bool,
+    /// The counts as last committed.
+    committed: Meta,
 }
 
 impl Pending {
@@ -38,7 +38,7 @@ impl Pending {
             overlay: None,
             states: HashMap::new(),
             meta,
-            meta_changed: false,
+            committed: meta,
         }
     }
 
@@ -57,12 +57,13 @@ impl Pending {
         self.meta.generation
     }
 
-    /// The state of Redis key `key` after the pending writes.
-    fn state(&mut self, store: &Store, key: &[u8]) -> StoreResult<KeyState> {
-        if let Some(s) = self.states.get(key) {
-            return Ok(*s);
+    /// The state of Redis key `key` (engine key `k`) after the pending
+    /// writes.
+    fn state(&self, store: &Store, key: &[u8], k: &[u8]) -> StoreResult<KeyState> {
+        match self.states.get(key) {
+            Some(s) => Ok(*s),
+            None => store.key_state(k),
         }
-        store.key_state(self.meta.generation, key)
     }
 
     /// Moves the counts and the expiry index of `key` from `old` to `new`.
@@ -84,7 +85,6 @@ impl Pending {
                 self.batch.put(&expiry_key(gen, t, key), b"");
             }
         }
-        self.meta_changed |= old != new;
         self.states.insert(key.to_vec(), new);
     }
 
@@ -96,8 +96,8 @@ impl Pending {
         value: &[u8],
         expire_at: Option<u64>,
     ) -> StoreResult<()> {
-        let old = self.state(store, key)?;
         let k = engine_key(self.meta.generation, key);
+        let old = self.state(store, key, &k)?;
         let v = encode_value(value, expire_at);
         self.batch.put(&k, &v);
         if let Some(o) = &mut self.overlay {
@@ -114,26 +114,32 @@ impl Pending {
     /// Removes Redis key `key` (expired or not); returns whether a record
     /// existed.
     pub fn delete(&mut self, store: &Store, key: &[u8]) -> StoreResult<bool> {
-        let old = self.state(store, key)?;
-        if !old.exists {
-            return Ok(false);
-        }
         let k = engine_key(self.meta.generation, key);
+        let old = self.state(store, key, &k)?;
+        Ok(self.remove(store, key, k, old))
+    }
+
+    /// Removes `key` (engine key `k`) whose state is `old`, if it exists.
+    fn remove(&mut self, store: &Store, key: &[u8], k: Vec<u8>, old: KeyState) -> bool {
+        if !old.exists {
+            return false;
+        }
         self.batch.delete(&k);
         if let Some(o) = &mut self.overlay {
             o.insert(k, None);
         }
         self.account(store, key, old, KeyState::default());
-        Ok(true)
+        true
     }
 
     /// Active expiry of the index entry `(at, key)`: deletes `key` if its
     /// expiry is still `at` and returns true; otherwise drops the entry,
     /// which no longer describes the key.
     pub fn expire(&mut self, store: &Store, key: &[u8], at: u64) -> StoreResult<bool> {
-        let s = self.state(store, key)?;
+        let k = engine_key(self.meta.generation, key);
+        let s = self.state(store, key, &k)?;
         if s.exists && s.expire_at == Some(at) {
-            return self.delete(store, key);
+            return Ok(self.remove(store, key, k, s));
         }
         tracing::warn!(
             "tern serve: dropping a stale expiry index entry for a key of {} bytes",
@@ -172,11 +178,11 @@ impl Pending {
         self.overlay = None;
         self.states.clear();
         let mut batch = std::mem::take(&mut self.batch);
-        let meta = self.meta_changed.then_some(self.meta);
+        let meta = (self.meta != self.committed).then_some(self.meta);
         if let Some(m) = meta {
             batch.put(META_KEY, &m.encode());
         }
-        self.meta_changed = false;
+        self.committed = self.meta;
         (batch, meta)
     }
 

@@ -125,13 +125,7 @@ impl Store {
                 let meta = store.recount(0)?;
                 let mut b = WriteBatch::new();
                 b.put(META_KEY, &meta.encode());
-                store.db.write(
-                    b,
-                    WriteOptions {
-                        sync: true,
-                        disable_wal: false,
-                    },
-                )?;
+                store.db.write(b, WriteOptions::synced())?;
                 meta
             }
         };
@@ -181,13 +175,7 @@ impl Store {
             if n == 0 {
                 return Ok(moved);
             }
-            self.db.write(
-                b,
-                WriteOptions {
-                    sync: true,
-                    disable_wal: false,
-                },
-            )?;
+            self.db.write(b, WriteOptions::synced())?;
             moved += n as u64;
         }
     }
@@ -262,27 +250,38 @@ impl Store {
         }
     }
 
-    /// What the store holds for `key` in generation `gen`, from the value's
-    /// header: no blob read unless the engine kept too short a head.
-    pub fn key_state(&self, gen: u32, key: &[u8]) -> StoreResult<KeyState> {
-        let k = engine_key(gen, key);
-        let Some(head) = self.db.get_head(&k)? else {
+    /// What the store holds under engine key `k`, from the value's header:
+    /// no blob read unless the engine kept too short a head.
+    pub fn key_state(&self, k: &[u8]) -> StoreResult<KeyState> {
+        let Some(head) = self.db.get_head(k)? else {
             return Ok(KeyState::default());
         };
-        if let Some(h) = decode_header(&head.bytes, head.partial)? {
-            return Ok(h.into());
-        }
-        self.full_header(&k)
+        let h = self.header(k, &head.bytes, head.partial)?;
+        Ok(h.map(KeyState::from).unwrap_or_default())
     }
 
-    /// The header of engine key `k` read from its whole value.
-    fn full_header(&self, k: &[u8]) -> StoreResult<KeyState> {
-        match self.db.get(k)? {
-            None => Ok(KeyState::default()),
-            Some(v) => Ok(decode_header(&v, false)?
-                .map(KeyState::from)
-                .unwrap_or_default()),
+    /// The header of engine key `k` from `bytes`, its value or the head the
+    /// engine kept (`partial`); the whole value is read only when the head
+    /// is too short to hold the header. `None` if the key is gone by then.
+    fn header(&self, k: &[u8], bytes: &[u8], partial: bool) -> StoreResult<Option<Header>> {
+        if let Some(h) = decode_header(bytes, partial)? {
+            return Ok(Some(h));
         }
+        match self.db.get(k)? {
+            None => Ok(None),
+            Some(v) => Ok(decode_header(&v, false)?),
+        }
+    }
+
+    /// A head-only iterator over the keys of generation `gen`.
+    fn key_iter(&self, gen: u32) -> StoreResult<tern::DbIterator> {
+        let (lo, hi) = generation_bounds(NS_KEYS, gen);
+        Ok(self.db.iter(ReadOptions {
+            lower_bound: Some(lo),
+            upper_bound: Some(hi),
+            value_heads: true,
+            ..ReadOptions::default()
+        })?)
     }
 
     /// Applies `batch` with the configured durability, then records `meta`
@@ -319,13 +318,7 @@ impl Store {
         limit: usize,
         mut f: impl FnMut(&[u8], Header) -> bool,
     ) -> StoreResult<Option<Vec<u8>>> {
-        let (lo, hi) = generation_bounds(NS_KEYS, gen);
-        let mut it = self.db.iter(ReadOptions {
-            lower_bound: Some(lo),
-            upper_bound: Some(hi),
-            value_heads: true,
-            ..ReadOptions::default()
-        })?;
+        let mut it = self.key_iter(gen)?;
         it.seek(&engine_key(gen, from));
         let mut seen = 0;
         while it.valid() {
@@ -333,15 +326,9 @@ impl Store {
                 return Ok(Some(it.key()[KEY_PREFIX_LEN..].to_vec()));
             }
             seen += 1;
-            let h = match decode_header(it.value(), it.value_is_head())? {
-                Some(h) => h,
-                None => {
-                    let s = self.full_header(it.key())?;
-                    Header {
-                        expire_at: s.expire_at,
-                        dropped: false,
-                    }
-                }
+            let Some(h) = self.header(it.key(), it.value(), it.value_is_head())? else {
+                it.next();
+                continue;
             };
             if !f(&it.key()[KEY_PREFIX_LEN..], h) {
                 it.next();
@@ -383,24 +370,12 @@ impl Store {
 
     /// The last live key, if any.
     pub fn last_key(&self) -> StoreResult<Option<Vec<u8>>> {
-        let (lo, hi) = generation_bounds(NS_KEYS, self.generation());
-        let mut it = self.db.iter(ReadOptions {
-            lower_bound: Some(lo),
-            upper_bound: Some(hi),
-            value_heads: true,
-            ..ReadOptions::default()
-        })?;
+        let mut it = self.key_iter(self.generation())?;
         it.seek_to_last();
         let now = now_ms();
         while it.valid() {
-            let expired = match decode_header(it.value(), it.value_is_head())? {
-                Some(h) => h.expired(now),
-                None => self
-                    .full_header(it.key())?
-                    .expire_at
-                    .is_some_and(|t| t <= now),
-            };
-            if !expired {
+            let header = self.header(it.key(), it.value(), it.value_is_head())?;
+            if header.is_some_and(|h| !h.expired(now)) {
                 return Ok(Some(it.key()[KEY_PREFIX_LEN..].to_vec()));
             }
             it.prev();
@@ -460,13 +435,7 @@ impl Store {
         // Synced whatever the durability mode: once the generation moves,
         // compaction starts dropping the old one, and a flush lost to a
         // power cut would leave counts for keys that are gone.
-        self.db.write(
-            b,
-            WriteOptions {
-                sync: true,
-                disable_wal: false,
-            },
-        )?;
+        self.db.write(b, WriteOptions::synced())?;
         *self.meta.lock() = meta;
         self.generation.store(next, Ordering::Release);
         Ok(())
