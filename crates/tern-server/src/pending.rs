@@ -186,8 +186,9 @@ impl Pending {
         (batch, meta)
     }
 
-    /// Starts over on top of the committed counts `meta` (after a commit
-    /// failed, or FLUSHDB started a generation).
+    /// Starts over on top of the committed counts `meta` (the committer
+    /// does after each commit: it may have failed, or FLUSHDB may have
+    /// started a generation).
     pub fn rebase(&mut self, meta: Meta) {
         *self = Pending::new(meta);
     }

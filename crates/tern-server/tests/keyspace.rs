@@ -429,3 +429,34 @@ fn the_longest_accepted_key_takes_an_expiry_without_failing_its_group() {
     );
     assert_eq!(dbsize(&mut c), 3);
 }
+
+#[test]
+fn writes_after_flushall_in_one_pipeline_land_in_the_new_generation() {
+    let t = start();
+    let mut c = t.client();
+    let replies: Vec<Value> = redis::pipe()
+        .cmd("SET")
+        .arg("a")
+        .arg("1")
+        .cmd("SET")
+        .arg("gone")
+        .arg("x")
+        .cmd("FLUSHALL")
+        .cmd("SET")
+        .arg("b")
+        .arg("2")
+        .cmd("INCR")
+        .arg("a")
+        .cmd("PEXPIRE")
+        .arg("b")
+        .arg(3_600_000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(replies[4], Value::Int(1), "INCR sees the flush");
+    assert_eq!(dbsize(&mut c), 2);
+    assert_eq!(run(&mut c, &["GET", "gone"]).unwrap(), Value::Nil);
+    let store = &t.server.state().store;
+    let meta = store.meta();
+    assert_eq!((meta.generation, meta.keys, meta.expires), (1, 2, 1));
+    assert_eq!(store.recount(meta.generation).unwrap(), meta);
+}

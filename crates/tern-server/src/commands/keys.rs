@@ -273,13 +273,10 @@ pub fn flushdb(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     {
         return syntax_error();
     }
-    // The committer committed what was pending before this command ran.
+    // The committer committed what was pending before this command ran,
+    // and starts the next writes from the new generation.
     tri!(ctx.pending());
-    let store = &ctx.state.store;
-    let flushed = store.flush_all().map_err(store_error);
-    let meta = store.meta();
-    tri!(ctx.pending()).rebase(meta);
-    tri!(flushed);
+    tri!(ctx.store().flush_all().map_err(store_error));
     Reply::Ok
 }
 

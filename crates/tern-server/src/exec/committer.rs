@@ -147,8 +147,7 @@ impl Committer {
 
 fn run(rx: Receiver<Work>, status: &ExecStatus, expire_queued: &AtomicBool) {
     let mut expiry = ExpiryCursor::default();
-    let mut next = rx.recv().ok();
-    while let Some(work) = next.take() {
+    while let Ok(work) = rx.recv() {
         let mut jobs = Vec::new();
         let mut stop = false;
         let mut expire = None;
@@ -198,7 +197,6 @@ fn run(rx: Receiver<Work>, status: &ExecStatus, expire_queued: &AtomicBool) {
         if stop {
             break;
         }
-        next = rx.recv().ok();
     }
 }
 
@@ -275,7 +273,11 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
             let Some(req) = job.requests.pop_front() else {
                 break;
             };
-            if commits_first(&req.args) {
+            // FLUSHDB writes to the engine itself: it runs between two
+            // commits, so a later commit's failure cannot turn its reply
+            // into an error.
+            let alone = commits_first(&req.args);
+            if alone {
                 commit(&state, &mut pending, &mut replies, &mut settled, status);
             }
             let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -289,12 +291,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
             .unwrap_or_else(|_| Reply::err("internal error: the command panicked"));
             reply_bytes += reply.size_hint();
             replies[ji].push(reply);
-            if commits_first(&req.args) {
-                // FLUSHDB committed on its own: a later commit's failure
-                // must not turn its reply into an error.
-                commit(&state, &mut pending, &mut replies, &mut settled, status);
-            }
-            if pending.bytes() >= GROUP_MAX_BYTES {
+            if alone || pending.bytes() >= GROUP_MAX_BYTES {
                 commit(&state, &mut pending, &mut replies, &mut settled, status);
             }
         }
@@ -306,7 +303,9 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
 /// Commits what is pending. Every reply given since the last commit waits
 /// on this one, not only those that wrote: a command that wrote nothing may
 /// have read a pending write (SET NX seeing a key a failed commit never
-/// made). If the commit fails, they all become the error.
+/// made). If the commit fails, they all become the error. Either way the
+/// next writes start from the store's committed counts and generation
+/// (which FLUSHDB changes without going through `pending`).
 fn commit(
     state: &State,
     pending: &mut Pending,
@@ -319,14 +318,13 @@ fn commit(
         let result = state.store.commit(batch, meta);
         status.commits.fetch_add(1, Relaxed);
         if let Err(e) = result {
-            // The counts stay as last committed.
-            pending.rebase(state.store.meta());
             let err = store_error(e);
             for (r, s) in replies.iter_mut().zip(settled.iter()) {
                 r[*s..].fill(err.clone());
             }
         }
     }
+    pending.rebase(state.store.meta());
     for (r, s) in replies.iter().zip(settled.iter_mut()) {
         *s = r.len();
     }
