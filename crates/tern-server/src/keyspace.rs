@@ -106,6 +106,13 @@ impl Entry {
     }
 }
 
+/// `N` bytes of `v` from `at`; the caller has checked the length.
+fn array<const N: usize>(v: &[u8], at: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&v[at..at + N]);
+    a
+}
+
 /// A stored value that this version cannot read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub String);
@@ -150,18 +157,14 @@ pub fn decode_header(raw: &[u8], partial: bool) -> Result<Option<Header>, Decode
             if flags & !(FLAG_EXPIRES | FLAG_DROPPED) != 0 {
                 return Err(DecodeError(format!("unknown value flags {flags:#04x}")));
             }
-            let expire_at = if flags & FLAG_EXPIRES != 0 {
-                match rest.get(..8) {
-                    Some(b) => {
-                        let mut t = [0u8; 8];
-                        t.copy_from_slice(b);
-                        Some(u64::from_be_bytes(t))
-                    }
-                    None if partial => return Ok(None),
-                    None => return Err(DecodeError("value too short for its expiry".into())),
-                }
-            } else {
+            let expire_at = if flags & FLAG_EXPIRES == 0 {
                 None
+            } else if rest.len() >= 8 {
+                Some(u64::from_be_bytes(array(rest, 0)))
+            } else if partial {
+                return Ok(None);
+            } else {
+                return Err(DecodeError("value too short for its expiry".into()));
             };
             Ok(Some(Header {
                 expire_at,
@@ -255,26 +258,11 @@ impl Meta {
                 v.len()
             )));
         }
-        let mut at = 1;
-        let mut take = |n: usize| {
-            let s = &v[at..at + n];
-            at += n;
-            s
-        };
-        let mut b4 = [0u8; 4];
-        b4.copy_from_slice(take(4));
-        let mut b8 = [0u8; 8];
-        b8.copy_from_slice(take(8));
-        let keys = u64::from_be_bytes(b8);
-        b8.copy_from_slice(take(8));
-        let expires = u64::from_be_bytes(b8);
-        let mut b16 = [0u8; 16];
-        b16.copy_from_slice(take(16));
         Ok(Meta {
-            generation: u32::from_be_bytes(b4),
-            keys,
-            expires,
-            expire_sum: u128::from_be_bytes(b16),
+            generation: u32::from_be_bytes(array(v, 1)),
+            keys: u64::from_be_bytes(array(v, 5)),
+            expires: u64::from_be_bytes(array(v, 13)),
+            expire_sum: u128::from_be_bytes(array(v, 21)),
         })
     }
 

@@ -230,6 +230,26 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     })
 }
 
+/// Runs `tick` every `period` until the server shuts down.
+fn every<F, Fut>(state: &Arc<State>, period: Duration, mut tick: F)
+where
+    F: FnMut(Arc<State>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let st = state.clone();
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(period);
+        let mut shutdown = st.shutdown_signal();
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            tick(st.clone()).await;
+        }
+    });
+}
+
 async fn run(
     listener: TcpListener,
     metrics: Option<TcpListener>,
@@ -240,39 +260,19 @@ async fn run(
     if let Some(m) = metrics {
         tokio::spawn(crate::http::serve(m, state.clone()));
     }
-    {
-        // Active expiry, ten times a second as Redis does it by default.
-        let st = state.clone();
-        let ex = exec.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            let mut shutdown = st.shutdown_signal();
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = shutdown.changed() => return,
-                }
-                if st.active_expire.load(std::sync::atomic::Ordering::Relaxed) {
-                    ex.committer.expire(st.clone());
-                }
-            }
-        });
-    }
+    // Active expiry, ten times a second as Redis does it by default.
+    let ex = exec.clone();
+    every(&state, Duration::from_millis(100), move |st| {
+        if st.active_expire.load(std::sync::atomic::Ordering::Relaxed) {
+            ex.committer.expire(st);
+        }
+        async {}
+    });
     if state.config.appendfsync == AppendFsync::Everysec {
-        let st = state.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            let mut shutdown = st.shutdown_signal();
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = shutdown.changed() => return,
-                }
-                let s = st.clone();
-                let r = tokio::task::spawn_blocking(move || s.store.sync_if_dirty()).await;
-                if let Ok(Err(e)) = r {
-                    tracing::error!("tern serve: the once-a-second WAL sync failed: {e}");
-                }
+        every(&state, Duration::from_secs(1), |st| async move {
+            let r = tokio::task::spawn_blocking(move || st.store.sync_if_dirty()).await;
+            if let Ok(Err(e)) = r {
+                tracing::error!("tern serve: the once-a-second WAL sync failed: {e}");
             }
         });
     }
