@@ -53,7 +53,7 @@ pub fn engine_key(gen: u32, key: &[u8]) -> Vec<u8> {
 
 /// The expiry index entry of `key` expiring at `at` in generation `gen`.
 pub fn expiry_key(gen: u32, at: u64, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(key.len() + KEY_PREFIX_LEN + 8);
+    let mut k = Vec::with_capacity(key.len() + KEY_OVERHEAD);
     k.push(NS_EXPIRES);
     k.extend_from_slice(&gen.to_be_bytes());
     k.extend_from_slice(&at.to_be_bytes());
@@ -97,13 +97,6 @@ pub struct Entry {
     pub value: Vec<u8>,
     /// When it expires, unix milliseconds; `None`: never.
     pub expire_at: Option<u64>,
-}
-
-impl Entry {
-    /// Whether the entry has expired at `now` (unix milliseconds).
-    pub fn expired(&self, now: u64) -> bool {
-        self.expire_at.is_some_and(|t| t <= now)
-    }
 }
 
 /// `N` bytes of `v` from `at`; the caller has checked the length.
@@ -192,26 +185,29 @@ pub fn dropped_value(expire_at: u64) -> Vec<u8> {
 /// The entry a stored value holds, or `None` if it has expired at `now`
 /// (unix milliseconds).
 pub fn live_entry(raw: Vec<u8>, now: u64) -> Result<Option<Entry>, DecodeError> {
-    let Some(h) = decode_header(&raw, false)? else {
-        return Err(DecodeError("value too short for its header".into()));
-    };
-    if h.expired(now) {
-        return Ok(None);
-    }
-    decode_value(raw).map(Some)
+    let h = whole_header(&raw)?;
+    Ok((!h.expired(now)).then(|| entry(raw, h)))
 }
 
 /// Decodes a stored value.
-pub fn decode_value(mut raw: Vec<u8>) -> Result<Entry, DecodeError> {
-    let Some(h) = decode_header(&raw, false)? else {
-        return Err(DecodeError("value too short for its header".into()));
-    };
+pub fn decode_value(raw: Vec<u8>) -> Result<Entry, DecodeError> {
+    let h = whole_header(&raw)?;
+    Ok(entry(raw, h))
+}
+
+/// The header of a whole stored value.
+fn whole_header(raw: &[u8]) -> Result<Header, DecodeError> {
+    decode_header(raw, false)?.ok_or_else(|| DecodeError("value too short for its header".into()))
+}
+
+/// The entry of stored value `raw`, whose header is `h`.
+fn entry(mut raw: Vec<u8>, h: Header) -> Entry {
     let skip = HEADER_LEN + if h.expire_at.is_some() { 8 } else { 0 };
     raw.drain(..skip);
-    Ok(Entry {
+    Entry {
         value: raw,
         expire_at: h.expire_at,
-    })
+    }
 }
 
 /// The counts and generation the committer keeps exact; stored in the same

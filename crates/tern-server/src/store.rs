@@ -227,11 +227,6 @@ impl Store {
         }
     }
 
-    /// The live entry of `key`.
-    pub fn get(&self, key: &[u8]) -> StoreResult<Option<Entry>> {
-        self.get_at(key, now_ms())
-    }
-
     /// The entry of `key` as of time `now` (unix ms).
     pub fn get_at(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
         match self.db.get(&engine_key(self.generation(), key))? {
