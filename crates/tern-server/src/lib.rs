@@ -17,6 +17,7 @@ pub mod exec;
 pub mod expiry;
 pub mod glob;
 pub mod http;
+pub mod key_cache;
 pub mod keyspace;
 pub mod metrics;
 pub mod pending;

@@ -3,7 +3,8 @@
 //! write, and the exact key counts it leads to.
 //!
 //! Every put and delete looks up the key's previous state (pending writes
-//! first, then the value's header in the store, never a blob read), so the
+//! first, then the committer's [`KeyCache`], then the value's header in the
+//! store, never a blob read), so the
 //! counts and the expiry index stay exact: a new key adds one, an
 //! overwrite none; an expiry that changes moves the key's index entry. The
 //! counts go into the same batch as the writes ([`Pending::take`]), so a
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 
 use tern::{ValueKind, WriteBatch};
 
+use crate::key_cache::KeyCache;
 use crate::keyspace::{encode_value, engine_key, expiry_key, Meta, META_KEY};
 use crate::store::{KeyState, Store, StoreResult};
 
@@ -28,18 +30,30 @@ pub struct Pending {
     meta: Meta,
     /// The counts as last committed.
     committed: Meta,
+    /// States of the last batch taken, until it is known to have committed.
+    unsettled: HashMap<Vec<u8>, KeyState>,
+    /// What earlier commits left each key.
+    cache: KeyCache,
 }
 
 impl Pending {
-    /// Nothing pending, on top of the committed counts `meta`.
-    pub fn new(meta: Meta) -> Self {
+    /// Nothing pending, on top of the committed counts `meta`, knowing
+    /// what `cache` remembers of earlier commits.
+    pub fn new(meta: Meta, cache: KeyCache) -> Self {
         Pending {
             batch: WriteBatch::new(),
             overlay: None,
             states: HashMap::new(),
             meta,
             committed: meta,
+            unsettled: HashMap::new(),
+            cache,
         }
+    }
+
+    /// Hands back the cache (once the last batch has settled).
+    pub fn into_cache(self) -> KeyCache {
+        self.cache
     }
 
     /// Whether nothing is pending.
@@ -60,10 +74,13 @@ impl Pending {
     /// The state of Redis key `key` (engine key `k`) after the pending
     /// writes.
     fn state(&self, store: &Store, key: &[u8], k: &[u8]) -> StoreResult<KeyState> {
-        match self.states.get(key) {
-            Some(s) => Ok(*s),
-            None => store.key_state(k),
+        if let Some(s) = self.states.get(key) {
+            return Ok(*s);
         }
+        if let Some(s) = self.cache.get(self.meta.generation, key) {
+            return Ok(s);
+        }
+        store.key_state(k)
     }
 
     /// Moves the counts and the expiry index of `key` from `old` to `new`.
@@ -173,10 +190,11 @@ impl Pending {
     }
 
     /// Takes the batch to commit, with the counts record when they changed,
-    /// and the counts it commits; leaves nothing pending.
+    /// and the counts it commits; leaves nothing pending. The caller
+    /// reports the commit's outcome through [`Pending::settle`].
     pub fn take(&mut self) -> (WriteBatch, Option<Meta>) {
         self.overlay = None;
-        self.states.clear();
+        self.unsettled = std::mem::take(&mut self.states);
         let mut batch = std::mem::take(&mut self.batch);
         let meta = (self.meta != self.committed).then_some(self.meta);
         if let Some(m) = meta {
@@ -186,10 +204,75 @@ impl Pending {
         (batch, meta)
     }
 
-    /// Starts over on top of the committed counts `meta` (the committer
-    /// does after each commit: it may have failed, or FLUSHDB may have
-    /// started a generation).
-    pub fn rebase(&mut self, meta: Meta) {
-        *self = Pending::new(meta);
+    /// Records whether the batch last taken `committed`, and starts over on
+    /// top of the committed counts `meta` (the committer does after each
+    /// commit: it may have failed, or FLUSHDB may have started a
+    /// generation). A failed commit makes the cache forget everything: the
+    /// engine may or may not hold the batch.
+    pub fn settle(&mut self, committed: bool, meta: Meta) {
+        let unsettled = std::mem::take(&mut self.unsettled);
+        if committed {
+            self.cache.extend(self.meta.generation, unsettled);
+        } else {
+            self.cache.clear();
+        }
+        let cache = std::mem::take(&mut self.cache);
+        *self = Pending::new(meta, cache);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::atomic::AtomicU32;
+    use std::sync::Arc;
+
+    use tern::io::MemFs;
+
+    use super::*;
+    use crate::config::AppendFsync;
+
+    fn store() -> Store {
+        let opts = tern::Options {
+            fs: MemFs::new(),
+            ..tern::Options::default()
+        };
+        let db = tern::Db::open("/db", opts).unwrap();
+        Store::open(db, AppendFsync::Always, Arc::new(AtomicU32::new(0)), 1024).unwrap()
+    }
+
+    /// Puts `key` in its own batch, commits it if `commit`, and settles.
+    fn put_and_settle(p: &mut Pending, s: &Store, key: &[u8], commit: bool) {
+        p.put(s, key, b"v", None).unwrap();
+        let (batch, meta) = p.take();
+        let ok = commit && s.commit(batch, meta).is_ok();
+        p.settle(ok, s.meta());
+    }
+
+    #[test]
+    fn a_committed_write_is_remembered_so_the_next_one_reads_nothing() {
+        let s = store();
+        let mut p = Pending::new(s.meta(), KeyCache::default());
+        put_and_settle(&mut p, &s, b"a", true);
+        let reads = s.db.stats().point_reads;
+        put_and_settle(&mut p, &s, b"a", true);
+        assert_eq!(s.db.stats().point_reads, reads);
+        assert_eq!(s.meta().keys, 1);
+        assert_eq!(s.recount(s.meta().generation).unwrap(), s.meta());
+    }
+
+    #[test]
+    fn a_failed_commit_leaves_no_state_behind() {
+        let s = store();
+        let mut p = Pending::new(s.meta(), KeyCache::default());
+        put_and_settle(&mut p, &s, b"b", true);
+        // This batch never reaches the engine: `a` must not be remembered
+        // as existing, and what was remembered before may be stale too.
+        put_and_settle(&mut p, &s, b"a", false);
+        assert_eq!(p.cache.len(), 0);
+        put_and_settle(&mut p, &s, b"a", true);
+        assert_eq!(s.meta().keys, 2, "a is a new key");
+        assert_eq!(s.recount(s.meta().generation).unwrap(), s.meta());
     }
 }

@@ -28,6 +28,7 @@ use super::status::ExecStatus;
 use super::{Request, JOB_REPLY_BYTES};
 use crate::commands::{execute, store_error, Access, Session};
 use crate::expiry::now_ms;
+use crate::key_cache::KeyCache;
 use crate::pending::Pending;
 use crate::resp::Reply;
 use crate::state::State;
@@ -147,6 +148,9 @@ impl Committer {
 
 fn run(rx: Receiver<Work>, status: &ExecStatus, expire_queued: &AtomicBool) {
     let mut expiry = ExpiryCursor::default();
+    // Taken by each group and handed back; a group that panics leaves an
+    // empty one, which is still exact.
+    let mut cache = KeyCache::default();
     while let Ok(work) = rx.recv() {
         let mut jobs = Vec::new();
         let mut stop = false;
@@ -168,7 +172,7 @@ fn run(rx: Receiver<Work>, status: &ExecStatus, expire_queued: &AtomicBool) {
         if !jobs.is_empty() {
             let start = status.group_started();
             let group = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_group(&mut jobs, status)
+                run_group(&mut jobs, status, &mut cache)
             }));
             status.group_finished(start);
             // A panic drops the jobs: their connections close, none is told a
@@ -183,7 +187,7 @@ fn run(rx: Receiver<Work>, status: &ExecStatus, expire_queued: &AtomicBool) {
             expire_queued.store(false, Relaxed);
             let start = status.group_started();
             let cycle = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                expire_cycle(&state, &mut expiry)
+                expire_cycle(&state, &mut expiry, &mut cache)
             }));
             status.group_finished(start);
             match cycle {
@@ -216,12 +220,26 @@ struct ExpiryCursor {
 /// Deletes keys whose expiry passed, oldest first, through the expiry
 /// index, for up to [`EXPIRE_BUDGET`]; returns how many it deleted. Each
 /// step is one commit, like any other write group.
-fn expire_cycle(state: &State, cursor: &mut ExpiryCursor) -> crate::store::StoreResult<u64> {
+fn expire_cycle(
+    state: &State,
+    cursor: &mut ExpiryCursor,
+    cache: &mut KeyCache,
+) -> crate::store::StoreResult<u64> {
     let store = &state.store;
+    let mut pending = Pending::new(store.meta(), std::mem::take(cache));
+    let result = expire_steps(store, cursor, &mut pending);
+    *cache = pending.into_cache();
+    result
+}
+
+fn expire_steps(
+    store: &crate::store::Store,
+    cursor: &mut ExpiryCursor,
+    pending: &mut Pending,
+) -> crate::store::StoreResult<u64> {
     let started = std::time::Instant::now();
     let mut deleted = 0;
     loop {
-        let mut pending = Pending::new(store.meta());
         let gen = pending.generation();
         if cursor.generation != gen {
             *cursor = ExpiryCursor {
@@ -244,7 +262,9 @@ fn expire_cycle(state: &State, cursor: &mut ExpiryCursor) -> crate::store::Store
             }
         }
         let (batch, meta) = pending.take();
-        store.commit(batch, meta)?;
+        let result = store.commit(batch, meta);
+        pending.settle(result.is_ok(), store.meta());
+        result?;
         // Moved only once the deletes committed.
         if let Some((at, _)) = due.last() {
             cursor.from = *at;
@@ -255,7 +275,7 @@ fn expire_cycle(state: &State, cursor: &mut ExpiryCursor) -> crate::store::Store
     }
 }
 
-fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
+fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -> Vec<Vec<Reply>> {
     let mut replies: Vec<Vec<Reply>> = jobs
         .iter()
         .map(|j| Vec::with_capacity(j.requests.len()))
@@ -263,7 +283,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
     let Some(state) = jobs.first().map(|j| j.state.clone()) else {
         return replies;
     };
-    let mut pending = Pending::new(state.store.meta());
+    let mut pending = Pending::new(state.store.meta(), std::mem::take(cache));
     // Per job, how many of its replies a commit has settled; the rest wait
     // on the next commit.
     let mut settled = vec![0; jobs.len()];
@@ -297,6 +317,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus) -> Vec<Vec<Reply>> {
         }
     }
     commit(&state, &mut pending, &mut replies, &mut settled, status);
+    *cache = pending.into_cache();
     replies
 }
 
@@ -313,18 +334,20 @@ fn commit(
     settled: &mut [usize],
     status: &ExecStatus,
 ) {
+    let mut committed = true;
     if !pending.is_empty() {
         let (batch, meta) = pending.take();
         let result = state.store.commit(batch, meta);
         status.commits.fetch_add(1, Relaxed);
         if let Err(e) = result {
+            committed = false;
             let err = store_error(e);
             for (r, s) in replies.iter_mut().zip(settled.iter()) {
                 r[*s..].fill(err.clone());
             }
         }
     }
-    pending.rebase(state.store.meta());
+    pending.settle(committed, state.store.meta());
     for (r, s) in replies.iter().zip(settled.iter_mut()) {
         *s = r.len();
     }
