@@ -86,3 +86,6 @@ pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
 pub use options::NUM_LEVELS;
 pub use options::{Compression, Options, SettingValue, Settings, WriteOptions};
+/// The names of a store's table (`NNNNNN.sst`) and blob (`NNNNNN.blob`)
+/// files.
+pub use wal::{blob_file_name, table_file_name};

@@ -95,3 +95,70 @@ fn disabled_auto_compaction_never_stalls_writes_on_l0() {
     assert_eq!(db.stats().levels[0].files, 0);
     assert_eq!(db.get(&key(5)).unwrap(), Some(value(5, 7)));
 }
+
+/// Runs each compaction locally, then asks `check_output` about the honest
+/// result and about copies that misreport it; records what it answered.
+struct CheckingExecutor {
+    answers: std::sync::Mutex<Vec<(&'static str, bool)>>,
+}
+
+impl tern::compaction::Executor for CheckingExecutor {
+    fn execute(
+        &self,
+        job: &tern::compaction::CompactionJob,
+        ctx: &tern::compaction::JobContext,
+    ) -> tern::Result<tern::compaction::CompactionOutput> {
+        let out = job.run(ctx)?;
+        let mut answers = self.answers.lock().unwrap();
+        answers.push(("honest", job.check_output(ctx, &out).is_ok()));
+        if let Some(first) = out.files.first() {
+            let lie = |what: &'static str, f: &dyn Fn(&mut tern::compaction::FileMeta)| {
+                let mut bad = out.clone();
+                f(&mut bad.files[0]);
+                (what, job.check_output(ctx, &bad).is_ok())
+            };
+            answers.push(lie("count", &|m| m.num_entries += 1));
+            answers.push(lie("deletions", &|m| m.num_deletions += 1));
+            answers.push(lie("size", &|m| m.file_size += 1));
+            answers.push(lie("smallest", &|m| {
+                m.smallest = out.files[0].largest.clone()
+            }));
+            answers.push(lie("blob files", &|m| m.blob_files.push(999_999)));
+            let mut overlap = out.clone();
+            overlap.files.push(first.clone());
+            answers.push(("overlap", job.check_output(ctx, &overlap).is_ok()));
+            let mut dead = out.clone();
+            dead.dead_refs.push((999_999, 0, 10));
+            answers.push(("dead ref", job.check_output(ctx, &dead).is_ok()));
+        }
+        Ok(out)
+    }
+}
+
+#[test]
+fn check_output_accepts_a_true_result_and_refuses_every_misreport() {
+    let fs = MemFs::new();
+    let exec = std::sync::Arc::new(CheckingExecutor {
+        answers: std::sync::Mutex::new(Vec::new()),
+    });
+    let db = Db::open_with_executor(DIR, small_opts(fs), Some(exec.clone())).unwrap();
+    for round in 0..2 {
+        for i in 0..400 {
+            db.put(&key(i), &value(i, round)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    let answers = exec.answers.lock().unwrap();
+    assert!(
+        answers.iter().any(|(w, _)| *w == "count"),
+        "no compaction with outputs ran"
+    );
+    for (what, accepted) in answers.iter() {
+        assert_eq!(
+            *accepted,
+            *what == "honest",
+            "check_output on the {what} case"
+        );
+    }
+}

@@ -42,6 +42,16 @@ impl<'a> FilterValue<'a> {
     }
 }
 
+/// How a worker in another process rebuilds a filter: a name it has
+/// registered and parameters for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteFilter {
+    /// The name the worker knows the filter by.
+    pub name: String,
+    /// Whatever the filter needs to decide as it would here.
+    pub params: Vec<u8>,
+}
+
 /// Decides, during compaction, whether values are still wanted.
 ///
 /// Called for the newest surviving version of a key in each snapshot stripe,
@@ -52,4 +62,9 @@ pub trait CompactionFilter: Send + Sync {
     fn name(&self) -> &str;
     /// Decides for `value` of user key `key`, being written to `output_level`.
     fn filter(&self, output_level: usize, key: &[u8], value: FilterValue<'_>) -> FilterDecision;
+    /// How to rebuild this filter in another process; `None` (the default)
+    /// keeps every job that uses it on the store's own threads.
+    fn remote(&self) -> Option<RemoteFilter> {
+        None
+    }
 }

@@ -4,6 +4,7 @@
 //! file I/O, no access to the store), and an [`Executor`] decides where a job
 //! runs. Installing the result is the store's business: one version edit.
 
+mod check;
 #[cfg(test)]
 mod datadriven_tests;
 mod executor;
@@ -12,8 +13,10 @@ mod job;
 pub(crate) mod picker;
 mod retention;
 
+pub use crate::sst::TableOptions;
+pub use crate::version::{FileMeta, Relocation, Relocations};
 pub use executor::{Executor, LocalExecutor};
-pub use filter::{CompactionFilter, FilterDecision, FilterValue};
+pub use filter::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
 pub use job::{CompactionJob, CompactionOutput, JobContext};
 pub use retention::Retention;
 pub(crate) use retention::{Placed, VersionWalk};

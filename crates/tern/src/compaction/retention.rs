@@ -23,6 +23,11 @@ impl Retention {
         Retention { snapshots }
     }
 
+    /// The snapshots, ascending.
+    pub fn snapshots(&self) -> &[SeqNo] {
+        &self.snapshots
+    }
+
     /// The stripe of `seq`: the index of the oldest snapshot that sees it,
     /// or `snapshots.len()` for versions newer than every snapshot.
     pub fn stripe(&self, seq: SeqNo) -> usize {

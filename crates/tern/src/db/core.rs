@@ -184,6 +184,14 @@ impl Shared {
             }
             return Err(e);
         }
+        for (_, f) in &edit.new_files {
+            self.executor
+                .file_added(&self.dir.join(crate::wal::table_file_name(f.number)));
+        }
+        for b in &edit.blob_files_added {
+            self.executor
+                .file_added(&self.dir.join(crate::wal::blob_file_name(b.number)));
+        }
         // Blob files leave the version when deleted or retired by GC.
         let retired = edit.relocations.iter().map(|(_, r)| r.old_file);
         state
@@ -254,7 +262,9 @@ impl Shared {
         }
         self.sync_points.hit("remove_files:before");
         for path in paths {
-            let _ = self.fs.remove_file(&path);
+            if self.fs.remove_file(&path).is_ok() {
+                self.executor.file_removed(&path);
+            }
         }
         self.state.lock().removals_in_flight -= 1;
         self.bg_done.notify_all();

@@ -4,7 +4,6 @@ use std::sync::atomic::Ordering;
 
 use super::core::Shared;
 use super::stats::Counters;
-use crate::blob::BlobReader;
 use crate::error::{Error, Result};
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::gc::{picker, GcContext, GcInput, GcJob, GcOutput};
@@ -63,35 +62,16 @@ impl Shared {
     /// lineage, and carries over dead marks that arrived while the job ran.
     fn install_gc(&self, job: &GcJob, output: GcOutput) -> Result<()> {
         let remove_outputs = || job.remove_outputs(&self.fs);
-        if let Err(why) = check_output_matches_job(job, &output) {
-            remove_outputs();
-            return Err(Error::Internal(format!("GC output refused: {why}")));
-        }
-        // The outputs may come from another process or machine: their
-        // indexes must check before the inputs are retired for them. Read
-        // them before taking the state lock.
-        let mut readers = Vec::with_capacity(output.files.len());
-        for f in &output.files {
-            let path = job.output_path(f.meta.number);
-            let checked = BlobReader::open(&self.fs, &path, f.meta.number).and_then(|r| {
-                // The file must say what the executor reported of it.
-                if r.record_count() != f.meta.record_count || r.lineage()? != f.lineage {
-                    return Err(Error::corruption(
-                        &path,
-                        0,
-                        "GC output disagrees with what its job reported (record count or lineage)",
-                    ));
-                }
-                Ok(r)
-            });
-            match checked {
-                Ok(r) => readers.push(r),
-                Err(e) => {
-                    remove_outputs();
-                    return Err(e);
-                }
+        // The outputs may come from another process or machine: they must
+        // check before the inputs are retired for them. Read them before
+        // taking the state lock.
+        let readers = match job.open_outputs(&self.fs, &output) {
+            Ok(r) => r,
+            Err(e) => {
+                remove_outputs();
+                return Err(e);
             }
-        }
+        };
         let mut state = self.state.lock();
         let v = state.versions.current();
         if job
@@ -164,46 +144,4 @@ impl Shared {
         self.finish_install(state);
         Ok(())
     }
-}
-
-/// Checks an executor's result against its job before anything of it is
-/// trusted: every output under a number the job reserved, each once, and
-/// the outputs' lineage naming the job's inputs, each once, in order.
-fn check_output_matches_job(job: &GcJob, output: &GcOutput) -> std::result::Result<(), String> {
-    let mut numbers = std::collections::BTreeSet::new();
-    for f in &output.files {
-        if !job.output_numbers.contains(&f.meta.number) {
-            return Err(format!(
-                "output {} is a file number the job did not reserve ({:?})",
-                f.meta.number, job.output_numbers
-            ));
-        }
-        if !numbers.insert(f.meta.number) {
-            return Err(format!("output {} is reported twice", f.meta.number));
-        }
-    }
-    let covered: Vec<u64> = output
-        .files
-        .iter()
-        .flat_map(|f| f.lineage.iter().map(|e| e.old_file))
-        .collect();
-    let inputs: Vec<u64> = job.inputs.iter().map(|i| i.number).collect();
-    if covered != inputs {
-        return Err(format!(
-            "the outputs' lineage covers files {covered:?}, the job's inputs are {inputs:?}"
-        ));
-    }
-    // Lineage translates ordinals by the dead set the copy skipped: any
-    // other set would send refs to the wrong records.
-    let entries = output.files.iter().flat_map(|f| f.lineage.iter());
-    if let Some((e, _)) = entries
-        .zip(&job.inputs)
-        .find(|(e, input)| e.dead != input.dead)
-    {
-        return Err(format!(
-            "the lineage of file {} skips other records than the job's dead set",
-            e.old_file
-        ));
-    }
-    Ok(())
 }

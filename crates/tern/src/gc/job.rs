@@ -189,3 +189,79 @@ fn finish(o: OpenOutput) -> Result<GcOutputFile> {
         lineage: o.lineage,
     })
 }
+
+impl GcJob {
+    /// Checks that `output` is what this job may produce, reading each
+    /// output file's index from `self.dir` through `ctx.fs`: outputs only
+    /// under numbers the job reserved, each once; their lineage covering
+    /// the inputs, each once, in order, with the job's dead sets; and each
+    /// file holding the record count and lineage reported. Executors that
+    /// run GC elsewhere call it before returning; the store checks again.
+    pub fn check_output(&self, ctx: &GcContext, output: &GcOutput) -> Result<()> {
+        self.open_outputs(&ctx.fs, output).map(drop)
+    }
+
+    /// [`GcJob::check_output`], keeping the outputs' readers.
+    pub(crate) fn open_outputs(&self, fs: &FsRef, output: &GcOutput) -> Result<Vec<BlobReader>> {
+        if let Err(why) = check_output_matches_job(self, output) {
+            return Err(Error::Internal(format!("GC output refused: {why}")));
+        }
+        let mut readers = Vec::with_capacity(output.files.len());
+        for f in &output.files {
+            let path = self.output_path(f.meta.number);
+            let r = BlobReader::open(fs, &path, f.meta.number)?;
+            // The file must say what the executor reported of it.
+            if r.record_count() != f.meta.record_count || r.lineage()? != f.lineage {
+                return Err(Error::corruption(
+                    &path,
+                    0,
+                    "GC output disagrees with what its job reported (record count or lineage)",
+                ));
+            }
+            readers.push(r);
+        }
+        Ok(readers)
+    }
+}
+
+/// Checks an executor's result against its job before anything of it is
+/// trusted: every output under a number the job reserved, each once, and
+/// the outputs' lineage naming the job's inputs, each once, in order.
+fn check_output_matches_job(job: &GcJob, output: &GcOutput) -> std::result::Result<(), String> {
+    let mut numbers = std::collections::BTreeSet::new();
+    for f in &output.files {
+        if !job.output_numbers.contains(&f.meta.number) {
+            return Err(format!(
+                "output {} is a file number the job did not reserve ({:?})",
+                f.meta.number, job.output_numbers
+            ));
+        }
+        if !numbers.insert(f.meta.number) {
+            return Err(format!("output {} is reported twice", f.meta.number));
+        }
+    }
+    let covered: Vec<u64> = output
+        .files
+        .iter()
+        .flat_map(|f| f.lineage.iter().map(|e| e.old_file))
+        .collect();
+    let inputs: Vec<u64> = job.inputs.iter().map(|i| i.number).collect();
+    if covered != inputs {
+        return Err(format!(
+            "the outputs' lineage covers files {covered:?}, the job's inputs are {inputs:?}"
+        ));
+    }
+    // Lineage translates ordinals by the dead set the copy skipped: any
+    // other set would send refs to the wrong records.
+    let entries = output.files.iter().flat_map(|f| f.lineage.iter());
+    if let Some((e, _)) = entries
+        .zip(&job.inputs)
+        .find(|(e, input)| e.dead != input.dead)
+    {
+        return Err(format!(
+            "the lineage of file {} skips other records than the job's dead set",
+            e.old_file
+        ));
+    }
+    Ok(())
+}

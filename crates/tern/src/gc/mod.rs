@@ -11,4 +11,6 @@
 mod job;
 pub(crate) mod picker;
 
+pub use crate::format::blob::LineageEntry;
+pub use crate::version::BlobMeta;
 pub use job::{GcContext, GcInput, GcJob, GcOutput, GcOutputFile};

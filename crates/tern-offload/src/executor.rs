@@ -1,0 +1,513 @@
+//! The store side: an [`Executor`] that ships jobs to workers through the
+//! shared tier and installs only what it has verified.
+//!
+//! Inputs: every table and blob file the store installs is queued for
+//! upload as it appears ([`Executor::file_added`]), and uploaded on demand
+//! if a job needs it first; its size and CRC-32C are taken as it is read
+//! for the upload, and go into the spec. Outputs: downloaded into the
+//! store's directory under file numbers the store chose (a compaction's)
+//! or reserved (a GC's: any other number is refused before a byte is
+//! written), their checksums checked as they arrive, then every entry
+//! checked by the engine ([`CompactionJob::check_output`],
+//! [`GcJob::check_output`]). Whatever fails, the outputs are removed and,
+//! unless fallback is off, the job runs on the calling thread as if
+//! offload were off.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tern::compaction::{CompactionJob, CompactionOutput, Executor, FileMeta, JobContext};
+use tern::gc::{GcContext, GcJob, GcOutput};
+use tern::io::FsRef;
+use tern::table_file_name;
+
+use crate::error::{OffloadError, Result};
+use crate::proto::{self, job_spec, result_manifest};
+use crate::runner::JobRunner;
+use crate::shared::SharedTier;
+use crate::spec;
+
+/// How the store offloads.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// Names this store's files in the shared tier (`stores/<id>/…`):
+    /// letters, digits, `-` and `_`; unique per store sharing the tier.
+    pub store_id: String,
+    /// Longest wait for a job's result before the store runs it itself.
+    pub deadline: Duration,
+    /// Run a job locally when offloading it fails (the default). Off,
+    /// the job fails instead and the store retries it later: for tests,
+    /// so remote failures cannot hide behind local runs.
+    pub fallback: bool,
+}
+
+impl RemoteOptions {
+    /// Options for store `store_id` with the defaults: a 10-minute
+    /// deadline, fallback on.
+    pub fn new(store_id: &str) -> Self {
+        RemoteOptions {
+            store_id: store_id.to_string(),
+            deadline: Duration::from_secs(600),
+            fallback: true,
+        }
+    }
+}
+
+/// What the executor has done, by outcome.
+#[derive(Debug, Default)]
+pub struct OffloadStats {
+    /// Compactions run by workers and installed.
+    pub remote_compactions: AtomicU64,
+    /// GC jobs run by workers and installed.
+    pub remote_gcs: AtomicU64,
+    /// Jobs run locally because offloading them failed or was impossible.
+    pub local_jobs: AtomicU64,
+    /// Fallbacks because the job cannot leave the process (its compaction
+    /// filter has no remote form).
+    pub fallback_unsupported: AtomicU64,
+    /// Fallbacks because an input could not be uploaded.
+    pub fallback_upload: AtomicU64,
+    /// Fallbacks because no worker delivered a result in time.
+    pub fallback_remote: AtomicU64,
+    /// Fallbacks because a result failed its checks.
+    pub fallback_verify: AtomicU64,
+    /// Input files uploaded.
+    pub files_uploaded: AtomicU64,
+    /// Bytes uploaded.
+    pub bytes_uploaded: AtomicU64,
+    /// Bytes of outputs downloaded.
+    pub bytes_downloaded: AtomicU64,
+}
+
+/// Why one offload attempt failed, for the counters.
+enum Failure {
+    Unsupported,
+    Upload(OffloadError),
+    Remote(OffloadError),
+    Verify(OffloadError),
+}
+
+impl Failure {
+    fn describe(&self) -> String {
+        match self {
+            Failure::Unsupported => "its compaction filter cannot run elsewhere".into(),
+            Failure::Upload(e) => format!("uploading an input failed: {e}"),
+            Failure::Remote(e) => format!("no worker delivered: {e}"),
+            Failure::Verify(e) => format!("the result failed its checks: {e}"),
+        }
+    }
+}
+
+/// What goes to the uploader thread.
+enum Upload {
+    Added(PathBuf),
+    Removed(PathBuf),
+    /// Answered once everything queued before it is handled.
+    Flush(crossbeam_channel::Sender<()>),
+}
+
+struct Inner {
+    tier: SharedTier,
+    runner: Arc<dyn JobRunner>,
+    opts: RemoteOptions,
+    fs: FsRef,
+    rt: tokio::runtime::Runtime,
+    /// File name → its object, for files uploaded.
+    uploaded: Mutex<HashMap<String, proto::FileRef>>,
+    stats: OffloadStats,
+    /// Makes job ids unique across restarts of the store.
+    id_base: u64,
+    next_job: AtomicU64,
+}
+
+/// Runs the store's compactions and GC jobs on workers (see the module
+/// docs). Give it to `Db::open_with_executor`.
+pub struct RemoteExecutor {
+    inner: Arc<Inner>,
+    uploads: crossbeam_channel::Sender<Upload>,
+}
+
+impl std::fmt::Debug for RemoteExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteExecutor")
+            .field("tier", &self.inner.tier.url())
+            .field("opts", &self.inner.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteExecutor {
+    /// An executor for the store whose files `fs` reads, shipping jobs
+    /// through `tier` to `runner`.
+    pub fn new(
+        tier: SharedTier,
+        runner: Arc<dyn JobRunner>,
+        opts: RemoteOptions,
+        fs: FsRef,
+    ) -> Result<RemoteExecutor> {
+        if !crate::worker::id_ok(&opts.store_id) {
+            return Err(OffloadError::Invalid(format!(
+                "store id {:?} is not 1 to 128 letters, digits, '-' or '_'",
+                opts.store_id
+            )));
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tern-offload")
+            .enable_all()
+            .build()
+            .map_err(|e| OffloadError::Invalid(format!("cannot start the offload runtime: {e}")))?;
+        let id_base = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let inner = Arc::new(Inner {
+            tier,
+            runner,
+            opts,
+            fs,
+            rt,
+            uploaded: Mutex::new(HashMap::new()),
+            stats: OffloadStats::default(),
+            id_base,
+            next_job: AtomicU64::new(0),
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("tern-upload".into())
+            .spawn(move || {
+                // Ends when the executor (and so the sender) is dropped.
+                while let Ok(msg) = rx.recv() {
+                    let Some(inner) = weak.upgrade() else { return };
+                    inner.handle(msg);
+                }
+            })
+            .map_err(|e| OffloadError::Invalid(format!("cannot start the uploader: {e}")))?;
+        Ok(RemoteExecutor { inner, uploads: tx })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &OffloadStats {
+        &self.inner.stats
+    }
+
+    /// Waits until every file queued for upload so far is uploaded (or its
+    /// upload failed).
+    pub fn wait_for_uploads(&self) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.uploads.send(Upload::Flush(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+}
+
+fn file_name(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    (name.ends_with(".sst") || name.ends_with(".blob")).then(|| name.to_string())
+}
+
+impl Inner {
+    fn object_path(&self, name: &str) -> String {
+        format!("stores/{}/{name}", self.opts.store_id)
+    }
+
+    fn handle(&self, msg: Upload) {
+        match msg {
+            Upload::Added(path) => {
+                if let Err(e) = self.ensure_uploaded(&path) {
+                    // The job that needs it tries again.
+                    tracing::warn!("tern offload: uploading {} failed: {e}", path.display());
+                }
+            }
+            Upload::Removed(path) => {
+                let Some(name) = file_name(&path) else { return };
+                self.uploaded.lock().remove(&name);
+                let obj = self.object_path(&name);
+                if let Err(e) = self.rt.block_on(self.tier.delete(&obj)) {
+                    tracing::warn!("tern offload: deleting {obj} from the shared tier failed: {e}");
+                }
+            }
+            Upload::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// The object of the local file `path`, uploading it first if needed.
+    fn ensure_uploaded(&self, path: &Path) -> Result<proto::FileRef> {
+        let name = file_name(path).ok_or_else(|| {
+            OffloadError::Invalid(format!("{} is not a table or blob file", path.display()))
+        })?;
+        if let Some(r) = self.uploaded.lock().get(&name) {
+            return Ok(r.clone());
+        }
+        let r = self
+            .rt
+            .block_on(self.tier.upload(path, &self.object_path(&name)))?;
+        self.stats.files_uploaded.fetch_add(1, Relaxed);
+        self.stats.bytes_uploaded.fetch_add(r.size, Relaxed);
+        self.uploaded.lock().insert(name, r.clone());
+        Ok(r)
+    }
+
+    fn new_job_id(&self) -> String {
+        let n = self.next_job.fetch_add(1, Relaxed);
+        format!("{}-{:x}-{n}", self.opts.store_id, self.id_base)
+    }
+
+    /// Has `kind` run remotely and returns the committed manifest's kind,
+    /// with a guard that deletes the attempt's objects once dropped (after
+    /// the caller fetched them).
+    fn run_remote(&self, kind: job_spec::Kind) -> Result<(result_manifest::Kind, Cleanup)> {
+        let job_id = self.new_job_id();
+        let spec = proto::JobSpec {
+            job_id: job_id.clone(),
+            store: self.opts.store_id.clone(),
+            kind: Some(kind),
+        };
+        let manifest = self
+            .rt
+            .block_on(self.runner.run(spec, self.opts.deadline))?;
+        if manifest.job_id != job_id {
+            return Err(OffloadError::Invalid(format!(
+                "asked for job {job_id}, got the result of {}",
+                manifest.job_id
+            )));
+        }
+        let cleanup = Cleanup {
+            tier: self.tier.clone(),
+            prefix: crate::worker::attempt_prefix(&job_id, manifest.attempt),
+            handle: self.rt.handle().clone(),
+        };
+        let kind = manifest
+            .kind
+            .ok_or_else(|| OffloadError::Invalid("result manifest of no known kind".into()))?;
+        Ok((kind, cleanup))
+    }
+
+    /// Downloads `r` to `path` through the store's file system, synced.
+    fn fetch(&self, r: &proto::FileRef, path: &Path) -> Result<()> {
+        let mut file = self.fs.create(path).map_err(crate::error::io_err(path))?;
+        self.rt.block_on(self.tier.download(r, |chunk| {
+            file.append(chunk).map_err(crate::error::io_err(path))
+        }))?;
+        file.sync().map_err(crate::error::io_err(path))?;
+        self.stats.bytes_downloaded.fetch_add(r.size, Relaxed);
+        Ok(())
+    }
+
+    fn try_compaction(
+        &self,
+        job: &CompactionJob,
+        ctx: &JobContext,
+    ) -> std::result::Result<CompactionOutput, Failure> {
+        if job.filter.as_ref().is_some_and(|f| f.remote().is_none()) {
+            return Err(Failure::Unsupported);
+        }
+        let mut refs = Vec::with_capacity(job.inputs.len());
+        for f in &job.inputs {
+            let path = job.dir.join(table_file_name(f.number));
+            refs.push(self.ensure_uploaded(&path).map_err(Failure::Upload)?);
+        }
+        let spec = spec::compaction_spec(job, refs).ok_or(Failure::Unsupported)?;
+        let (kind, _cleanup) = self
+            .run_remote(job_spec::Kind::Compaction(spec))
+            .map_err(Failure::Remote)?;
+        let result_manifest::Kind::Compaction(result) = kind else {
+            return Err(Failure::Verify(OffloadError::Invalid(
+                "a compaction's result is not a compaction result".into(),
+            )));
+        };
+        let mut out = CompactionOutput {
+            bytes_read: result.bytes_read,
+            entries_read: result.entries_read,
+            entries_dropped: result.entries_dropped,
+            dead_refs: result
+                .dead_refs
+                .iter()
+                .map(|d| (d.file, d.ordinal, d.bytes))
+                .collect(),
+            ..CompactionOutput::default()
+        };
+        let fetched = self.fetch_tables(job, ctx, &result, &mut out.files);
+        let checked = fetched
+            .and_then(|()| job.check_output(ctx, &out).map_err(OffloadError::from))
+            .and_then(|()| {
+                ctx.fs
+                    .sync_dir(&job.dir)
+                    .map_err(crate::error::io_err(&job.dir))
+            });
+        if let Err(e) = checked {
+            for f in &out.files {
+                let _ = ctx.fs.remove_file(&job.dir.join(table_file_name(f.number)));
+            }
+            return Err(Failure::Verify(e));
+        }
+        out.bytes_written = out.files.iter().map(|f| f.file_size).sum();
+        Ok(out)
+    }
+
+    /// Downloads a compaction's tables under fresh numbers, recording each
+    /// in `files` as soon as it exists (so a failure can remove it).
+    fn fetch_tables(
+        &self,
+        job: &CompactionJob,
+        ctx: &JobContext,
+        result: &proto::CompactionResult,
+        files: &mut Vec<FileMeta>,
+    ) -> Result<()> {
+        for o in &result.outputs {
+            let (Some(file), Some(meta)) = (&o.file, &o.meta) else {
+                return Err(OffloadError::Invalid(
+                    "compaction output without its file or record".into(),
+                ));
+            };
+            let number = ctx
+                .next_file_number
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            files.push(spec::file_meta(number, file.size, meta));
+            self.fetch(file, &job.dir.join(table_file_name(number)))?;
+        }
+        Ok(())
+    }
+
+    fn try_gc(&self, job: &GcJob, ctx: &GcContext) -> std::result::Result<GcOutput, Failure> {
+        let mut refs = Vec::with_capacity(job.inputs.len());
+        for i in &job.inputs {
+            let path = job.dir.join(tern::blob_file_name(i.number));
+            refs.push(self.ensure_uploaded(&path).map_err(Failure::Upload)?);
+        }
+        let (kind, _cleanup) = self
+            .run_remote(job_spec::Kind::Gc(spec::gc_spec(job, refs)))
+            .map_err(Failure::Remote)?;
+        let result_manifest::Kind::Gc(result) = kind else {
+            return Err(Failure::Verify(OffloadError::Invalid(
+                "a GC job's result is not a GC result".into(),
+            )));
+        };
+        let done = self.fetch_gc(job, &result).and_then(|out| {
+            job.check_output(ctx, &out)?;
+            ctx.fs
+                .sync_dir(&job.dir)
+                .map_err(crate::error::io_err(&job.dir))?;
+            Ok(out)
+        });
+        done.map_err(|e| {
+            job.remove_outputs(&ctx.fs);
+            Failure::Verify(e)
+        })
+    }
+
+    fn fetch_gc(&self, job: &GcJob, result: &proto::GcResult) -> Result<GcOutput> {
+        let out = spec::gc_output(result)?;
+        let mut seen = std::collections::BTreeSet::new();
+        for (o, f) in result.outputs.iter().zip(&out.files) {
+            let n = f.meta.number;
+            // Never write under a number the job did not reserve: it may
+            // name a live file.
+            if !job.output_numbers.contains(&n) || !seen.insert(n) {
+                return Err(OffloadError::Invalid(format!(
+                    "GC result names output file {n}, not one of the job's unused reserved numbers {:?}",
+                    job.output_numbers
+                )));
+            }
+            let file = o
+                .file
+                .as_ref()
+                .ok_or_else(|| OffloadError::Invalid("GC output without its file".into()))?;
+            self.fetch(file, &job.output_path(n))?;
+        }
+        Ok(out)
+    }
+
+    fn fell_back(&self, what: &str, f: &Failure) {
+        let c = match f {
+            Failure::Unsupported => &self.stats.fallback_unsupported,
+            Failure::Upload(_) => &self.stats.fallback_upload,
+            Failure::Remote(_) => &self.stats.fallback_remote,
+            Failure::Verify(_) => &self.stats.fallback_verify,
+        };
+        c.fetch_add(1, Relaxed);
+        if !matches!(f, Failure::Unsupported) {
+            tracing::warn!("tern offload: {what} not offloaded: {}", f.describe());
+        }
+    }
+}
+
+/// Deletes an attempt's objects in the background when dropped (objects it
+/// misses are left to the orphan sweep).
+struct Cleanup {
+    tier: SharedTier,
+    prefix: String,
+    handle: tokio::runtime::Handle,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let tier = self.tier.clone();
+        let prefix = std::mem::take(&mut self.prefix);
+        self.handle.spawn(async move {
+            if let Ok(objects) = tier.list(&prefix).await {
+                for o in objects {
+                    let _ = tier.delete(&o.path).await;
+                }
+            }
+        });
+    }
+}
+
+impl Executor for RemoteExecutor {
+    fn file_added(&self, path: &Path) {
+        let _ = self.uploads.send(Upload::Added(path.to_path_buf()));
+    }
+
+    fn file_removed(&self, path: &Path) {
+        let _ = self.uploads.send(Upload::Removed(path.to_path_buf()));
+    }
+
+    fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> tern::Result<CompactionOutput> {
+        let inner = &self.inner;
+        match inner.try_compaction(job, ctx) {
+            Ok(out) => {
+                inner.stats.remote_compactions.fetch_add(1, Relaxed);
+                Ok(out)
+            }
+            Err(f) => {
+                inner.fell_back("a compaction", &f);
+                if !inner.opts.fallback && !matches!(f, Failure::Unsupported) {
+                    return Err(tern::Error::Internal(format!(
+                        "offloaded compaction failed and local fallback is off: {}",
+                        f.describe()
+                    )));
+                }
+                inner.stats.local_jobs.fetch_add(1, Relaxed);
+                job.run(ctx)
+            }
+        }
+    }
+
+    fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<GcOutput> {
+        let inner = &self.inner;
+        match inner.try_gc(job, ctx) {
+            Ok(out) => {
+                inner.stats.remote_gcs.fetch_add(1, Relaxed);
+                Ok(out)
+            }
+            Err(f) => {
+                inner.fell_back("a GC job", &f);
+                if !inner.opts.fallback {
+                    return Err(tern::Error::Internal(format!(
+                        "offloaded GC failed and local fallback is off: {}",
+                        f.describe()
+                    )));
+                }
+                inner.stats.local_jobs.fetch_add(1, Relaxed);
+                job.run(ctx)
+            }
+        }
+    }
+}

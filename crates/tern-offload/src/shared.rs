@@ -1,0 +1,240 @@
+//! The shared tier: where stores put their immutable files and workers put
+//! their outputs, through `object_store` (a local directory or S3).
+//!
+//! Layout under the URL's path (`docs/format/offload.md`):
+//! `stores/<store>/NNNNNN.{sst,blob}` for inputs, uploaded once each;
+//! `jobs/<job>/<attempt>/…` for one attempt's outputs, with
+//! `result.pb` written last and create-only.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::{Path as ObjPath, PathPart};
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, WriteMultipart};
+
+use crate::error::{io_err, OffloadError, Result};
+use crate::proto::FileRef;
+
+/// Files up to this size go up in one request; larger ones in parts.
+const SINGLE_PUT_MAX: usize = 8 << 20;
+/// Bytes read from a local file at a time.
+const CHUNK: usize = 1 << 20;
+
+/// A handle on the shared tier.
+#[derive(Debug, Clone)]
+pub struct SharedTier {
+    store: Arc<dyn ObjectStore>,
+    root: ObjPath,
+    url: String,
+}
+
+/// One object listed.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    /// Its path relative to the tier's root.
+    pub path: String,
+    /// When it was last written.
+    pub last_modified: std::time::SystemTime,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+impl SharedTier {
+    /// Opens the tier at `url`: `file:///dir` (created if missing) or
+    /// `s3://bucket/prefix`. S3 settings come from `options` (keys as
+    /// `object_store`'s S3 builder names them: `aws_endpoint`,
+    /// `aws_allow_http`, `aws_region`, …) and from `AWS_*` variables in the
+    /// environment.
+    pub fn open(url: &str, options: &[(String, String)]) -> Result<SharedTier> {
+        let bad = |why: String| OffloadError::Url {
+            url: url.to_string(),
+            why,
+        };
+        let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        if parsed.scheme() == "file" {
+            let dir = parsed
+                .to_file_path()
+                .map_err(|()| bad("not a local path".into()))?;
+            std::fs::create_dir_all(&dir).map_err(|e| bad(format!("cannot create it: {e}")))?;
+        }
+        let mut opts: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("AWS_"))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
+        opts.extend(options.iter().cloned());
+        let (store, root) =
+            object_store::parse_url_opts(&parsed, opts).map_err(|e| bad(e.to_string()))?;
+        Ok(SharedTier {
+            store: Arc::from(store),
+            root,
+            url: url.to_string(),
+        })
+    }
+
+    /// The URL it was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The object path of `rel` (slash-separated, relative to the root).
+    fn path(&self, rel: &str) -> ObjPath {
+        self.root
+            .parts()
+            .chain(rel.split('/').filter(|s| !s.is_empty()).map(PathPart::from))
+            .collect()
+    }
+
+    /// Uploads the local file `local` to `rel`, replacing any object there,
+    /// and returns its reference (size and CRC-32C of what was read).
+    pub async fn upload(&self, local: &std::path::Path, rel: &str) -> Result<FileRef> {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::File::open(local).await.map_err(io_err(local))?;
+        let path = self.path(rel);
+        let mut crc = 0u32;
+        let mut size = 0u64;
+        let mut first = Vec::with_capacity(CHUNK);
+        // Read up to SINGLE_PUT_MAX + 1 bytes to decide how to send it.
+        loop {
+            let n = (&mut file)
+                .take((SINGLE_PUT_MAX + 1 - first.len()) as u64)
+                .read_to_end(&mut first)
+                .await
+                .map_err(io_err(local))?;
+            if n == 0 || first.len() > SINGLE_PUT_MAX {
+                break;
+            }
+        }
+        crc = crc32c::crc32c_append(crc, &first);
+        size += first.len() as u64;
+        if first.len() <= SINGLE_PUT_MAX {
+            self.store
+                .put(&path, PutPayload::from(Bytes::from(first)))
+                .await?;
+        } else {
+            let upload = self.store.put_multipart(&path).await?;
+            let mut w = WriteMultipart::new(upload);
+            w.write(&first);
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                let n = file.read(&mut buf).await.map_err(io_err(local))?;
+                if n == 0 {
+                    break;
+                }
+                crc = crc32c::crc32c_append(crc, &buf[..n]);
+                size += n as u64;
+                w.wait_for_capacity(4).await?;
+                w.write(&buf[..n]);
+            }
+            w.finish().await?;
+        }
+        Ok(FileRef {
+            path: rel.to_string(),
+            size,
+            crc32c: crc,
+        })
+    }
+
+    /// Streams the object `r` names into `sink`, checking its size and
+    /// checksum as it goes; fails on any difference (the sink has then
+    /// seen bytes that must be thrown away).
+    pub async fn download(
+        &self,
+        r: &FileRef,
+        mut sink: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let got = self.store.get(&self.path(&r.path)).await?;
+        let mut stream = got.into_stream();
+        let mut crc = 0u32;
+        let mut size = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            size += chunk.len() as u64;
+            if size > r.size {
+                return Err(OffloadError::Invalid(format!(
+                    "{} in the shared tier is longer than the {} bytes expected",
+                    r.path, r.size
+                )));
+            }
+            crc = crc32c::crc32c_append(crc, &chunk);
+            sink(&chunk)?;
+        }
+        if size != r.size || crc != r.crc32c {
+            return Err(OffloadError::Invalid(format!(
+                "{} in the shared tier is {size} bytes with CRC-32C {crc:08x}; expected {} bytes with {:08x}",
+                r.path, r.size, r.crc32c
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` to `rel` only if nothing is there yet; `Ok(false)` if
+    /// something was.
+    pub async fn put_new(&self, rel: &str, bytes: Vec<u8>) -> Result<bool> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .store
+            .put_opts(&self.path(rel), PutPayload::from(Bytes::from(bytes)), opts)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes `bytes` to `rel`, replacing whatever is there.
+    pub async fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
+        self.store
+            .put(&self.path(rel), PutPayload::from(Bytes::from(bytes)))
+            .await?;
+        Ok(())
+    }
+
+    /// The object at `rel`; `None` if there is none.
+    pub async fn get(&self, rel: &str) -> Result<Option<Bytes>> {
+        match self.store.get(&self.path(rel)).await {
+            Ok(r) => Ok(Some(r.bytes().await?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes the object at `rel` (nothing there is not an error).
+    pub async fn delete(&self, rel: &str) -> Result<()> {
+        match self.store.delete(&self.path(rel)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every object under `prefix` (a directory-like path), recursively.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<Listed>> {
+        let root_parts = self.root.parts().count();
+        let p = self.path(prefix);
+        let mut stream = self.store.list(Some(&p));
+        let mut out = Vec::new();
+        while let Some(meta) = stream.next().await {
+            let meta = match meta {
+                Ok(m) => m,
+                Err(object_store::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let rel: Vec<String> = meta
+                .location
+                .parts()
+                .skip(root_parts)
+                .map(|p| p.as_ref().to_string())
+                .collect();
+            out.push(Listed {
+                path: rel.join("/"),
+                last_modified: meta.last_modified.into(),
+                size: meta.size,
+            });
+        }
+        Ok(out)
+    }
+}

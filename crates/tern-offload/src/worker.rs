@@ -1,0 +1,168 @@
+//! What a worker does with one attempt of a job: download the inputs from
+//! the shared tier, run the engine's job code on them, upload the outputs
+//! and commit the attempt by writing its result manifest.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use prost::Message;
+use tern::compaction::JobContext;
+use tern::gc::GcContext;
+use tern::io::PosixFs;
+use tern::{blob_file_name, table_file_name};
+
+use crate::error::{io_err, OffloadError, Result};
+use crate::filters::FilterRegistry;
+use crate::proto::{self, job_spec, result_manifest};
+use crate::shared::SharedTier;
+use crate::spec;
+
+/// Where attempt `attempt` of job `job` puts its files in the shared tier.
+pub fn attempt_prefix(job: &str, attempt: u32) -> String {
+    format!("jobs/{job}/{attempt}")
+}
+
+/// The result manifest's path in the shared tier.
+pub fn manifest_path(job: &str, attempt: u32) -> String {
+    format!("{}/result.pb", attempt_prefix(job, attempt))
+}
+
+/// Removes a scratch directory when the attempt ends, however it ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Downloads `r` to `path`, checking it, and syncs it.
+async fn fetch(tier: &SharedTier, r: &proto::FileRef, path: &Path) -> Result<()> {
+    let mut file = std::fs::File::create(path).map_err(io_err(path))?;
+    tier.download(r, |chunk| file.write_all(chunk).map_err(io_err(path)))
+        .await?;
+    file.sync_all().map_err(io_err(path))
+}
+
+/// Whether `id` may name a job or store: 1 to 128 letters, digits, `-`, `_`.
+pub fn id_ok(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Runs attempt `attempt` of `job` as worker `worker`, in a scratch
+/// directory under `scratch_root`, and commits it. Returns the manifest
+/// written. Fails without committing if anything goes wrong, or if the
+/// attempt was committed already (its manifest exists).
+pub async fn run_job(
+    tier: &SharedTier,
+    job: &proto::JobSpec,
+    attempt: u32,
+    worker: &str,
+    scratch_root: &Path,
+    filters: &FilterRegistry,
+) -> Result<proto::ResultManifest> {
+    if !id_ok(&job.job_id) {
+        return Err(OffloadError::Invalid(format!(
+            "job id {:?} is not 1 to 128 letters, digits, '-' or '_'",
+            job.job_id
+        )));
+    }
+    let dir = scratch_root.join(format!("{}-{attempt}", job.job_id));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    let _scratch = Scratch(dir.clone());
+    let prefix = attempt_prefix(&job.job_id, attempt);
+    let kind = match &job.kind {
+        Some(job_spec::Kind::Compaction(c)) => {
+            result_manifest::Kind::Compaction(compact(tier, c, &dir, &prefix, filters).await?)
+        }
+        Some(job_spec::Kind::Gc(g)) => result_manifest::Kind::Gc(gc(tier, g, &dir, &prefix).await?),
+        None => return Err(OffloadError::Invalid("job spec of no known kind".into())),
+    };
+    let manifest = proto::ResultManifest {
+        job_id: job.job_id.clone(),
+        attempt,
+        worker: worker.to_string(),
+        kind: Some(kind),
+    };
+    let path = manifest_path(&job.job_id, attempt);
+    if !tier.put_new(&path, manifest.encode_to_vec()).await? {
+        return Err(OffloadError::Invalid(format!(
+            "attempt {attempt} of job {} was committed already",
+            job.job_id
+        )));
+    }
+    Ok(manifest)
+}
+
+async fn compact(
+    tier: &SharedTier,
+    c: &proto::CompactionSpec,
+    dir: &Path,
+    prefix: &str,
+    filters: &FilterRegistry,
+) -> Result<proto::CompactionResult> {
+    for i in &c.inputs {
+        let file = i
+            .file
+            .as_ref()
+            .ok_or_else(|| OffloadError::Invalid("compaction input without its file".into()))?;
+        fetch(tier, file, &dir.join(table_file_name(i.number))).await?;
+    }
+    let job = spec::compaction_job(c, dir.to_path_buf(), filters)?;
+    // Outputs are numbered after the inputs so no name collides; the store
+    // numbers them anew when it takes them.
+    let first = c.inputs.iter().map(|i| i.number).max().unwrap_or(0) + 1;
+    let ctx = JobContext {
+        fs: Arc::new(PosixFs),
+        next_file_number: Arc::new(AtomicU64::new(first)),
+        rate_limiter: None,
+    };
+    let out = tokio::task::spawn_blocking(move || job.run(&ctx))
+        .await
+        .map_err(|e| OffloadError::Invalid(format!("compaction task failed: {e}")))??;
+    let mut files = Vec::with_capacity(out.files.len());
+    for (i, f) in out.files.iter().enumerate() {
+        let local = dir.join(table_file_name(f.number));
+        files.push(tier.upload(&local, &format!("{prefix}/{i:06}.sst")).await?);
+    }
+    Ok(spec::compaction_result(&out, files))
+}
+
+async fn gc(
+    tier: &SharedTier,
+    g: &proto::GcSpec,
+    dir: &Path,
+    prefix: &str,
+) -> Result<proto::GcResult> {
+    for i in &g.inputs {
+        let file = i
+            .file
+            .as_ref()
+            .ok_or_else(|| OffloadError::Invalid("GC input without its file".into()))?;
+        fetch(tier, file, &dir.join(blob_file_name(i.number))).await?;
+    }
+    let job = spec::gc_job(g, dir.to_path_buf())?;
+    let ctx = GcContext {
+        fs: Arc::new(PosixFs),
+        rate_limiter: None,
+    };
+    let out = tokio::task::spawn_blocking(move || job.run(&ctx))
+        .await
+        .map_err(|e| OffloadError::Invalid(format!("GC task failed: {e}")))??;
+    let mut files = Vec::with_capacity(out.files.len());
+    for f in &out.files {
+        let name = blob_file_name(f.meta.number);
+        files.push(
+            tier.upload(&dir.join(&name), &format!("{prefix}/{name}"))
+                .await?,
+        );
+    }
+    Ok(spec::gc_result(&out, files))
+}

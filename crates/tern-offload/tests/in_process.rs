@@ -1,0 +1,316 @@
+//! Compaction and GC offloaded through a shared tier on a local directory,
+//! run by the worker code in this process: results that check are
+//! installed, and every kind of damaged or missing result is refused, with
+//! the job run locally (or, with fallback off, failing) and no data lost.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use prost::Message;
+use tern::compaction::Executor;
+use tern::io::PosixFs;
+use tern::{Db, Options};
+use tern_offload::proto::{self, result_manifest};
+use tern_offload::{
+    FilterRegistry, InProcessRunner, JobRunner, OffloadError, RemoteExecutor, RemoteOptions,
+    SharedTier,
+};
+
+fn opts() -> Options {
+    Options {
+        settings: tern::Settings {
+            write_buffer_size: 64 << 10,
+            target_file_size: 32 << 10,
+            max_bytes_for_level_base: 256 << 10,
+            block_size: 1 << 10,
+            blob_file_size: 64 << 10,
+            ..tern::Settings::default()
+        },
+        ..Options::default()
+    }
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Three rounds of overwrites of 600 keys with 600-byte (separated) values,
+/// then a compaction of everything and GC: every job kind runs.
+fn churn(db: &Db) -> Model {
+    let mut model = Model::new();
+    for round in 0..3u32 {
+        for i in 0..600u32 {
+            let k = format!("key{i:06}").into_bytes();
+            let mut v = format!("value-{i}-round-{round}-").into_bytes();
+            v.resize(600, b'a' + (round % 26) as u8);
+            db.put(&k, &v).unwrap();
+            model.insert(k, v);
+        }
+        db.flush().unwrap();
+    }
+    for i in (0..600u32).step_by(3) {
+        let k = format!("key{i:06}").into_bytes();
+        db.delete(&k).unwrap();
+        model.remove(&k);
+    }
+    db.flush().unwrap();
+    model
+}
+
+fn compact_and_collect(db: &Db) -> tern::Result<usize> {
+    db.compact_range(None, None)?;
+    db.collect_garbage()
+}
+
+fn assert_matches(db: &Db, model: &Model) {
+    let mut it = db.iter(tern::ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let mut seen = Model::new();
+    while it.valid() {
+        seen.insert(it.key().to_vec(), it.value().to_vec());
+        it.next();
+    }
+    it.status().unwrap();
+    assert_eq!(seen.len(), model.len(), "key count");
+    assert!(seen == *model, "the store's contents differ from the model");
+}
+
+fn check_clean(dir: &Path) {
+    let report = tern::tools::check::check_store(dir, Arc::new(PosixFs)).unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "tern check: {:?}",
+        report.problems
+    );
+}
+
+/// A store, its tier and its executor.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    dir: std::path::PathBuf,
+    tier: SharedTier,
+    scratch: std::path::PathBuf,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let scratch = tmp.path().join("scratch");
+    let url = format!("file://{}", tmp.path().join("tier").display());
+    let tier = SharedTier::open(&url, &[]).unwrap();
+    Setup {
+        _tmp: tmp,
+        dir,
+        tier,
+        scratch,
+    }
+}
+
+fn open(s: &Setup, runner: Arc<dyn JobRunner>, fallback: bool) -> (Db, Arc<RemoteExecutor>) {
+    open_with(s, runner, fallback, opts())
+}
+
+fn open_with(
+    s: &Setup,
+    runner: Arc<dyn JobRunner>,
+    fallback: bool,
+    opts: Options,
+) -> (Db, Arc<RemoteExecutor>) {
+    let mut ro = RemoteOptions::new("store1");
+    ro.fallback = fallback;
+    ro.deadline = Duration::from_secs(30);
+    let exec =
+        Arc::new(RemoteExecutor::new(s.tier.clone(), runner, ro, Arc::new(PosixFs)).unwrap());
+    let db = Db::open_with_executor(&s.dir, opts, Some(exec.clone() as Arc<dyn Executor>)).unwrap();
+    (db, exec)
+}
+
+fn in_process(s: &Setup) -> InProcessRunner {
+    InProcessRunner::new(s.tier.clone(), s.scratch.clone(), FilterRegistry::new())
+}
+
+#[test]
+fn compaction_and_gc_run_remotely_and_their_results_are_installed() {
+    let s = setup();
+    let (db, exec) = open(&s, Arc::new(in_process(&s)), false);
+    let model = churn(&db);
+    let gcs = compact_and_collect(&db).unwrap();
+    db.wait_for_background().unwrap();
+    let st = exec.stats();
+    assert!(
+        st.remote_compactions.load(Relaxed) > 0,
+        "no compaction ran remotely"
+    );
+    assert!(
+        st.remote_gcs.load(Relaxed) > 0,
+        "no GC ran remotely ({gcs} by collect_garbage, stats {st:?})"
+    );
+    assert_eq!(
+        st.local_jobs.load(Relaxed),
+        0,
+        "with fallback off nothing runs locally"
+    );
+    assert!(st.files_uploaded.load(Relaxed) > 0 && st.bytes_downloaded.load(Relaxed) > 0);
+    let engine = db.stats();
+    assert!(engine.blob_live_bytes > 0);
+    assert_matches(&db, &model);
+    db.close().unwrap();
+    drop(db);
+    check_clean(&s.dir);
+    // The store reopens as a plain one, with the same contents.
+    let db = Db::open(&s.dir, opts()).unwrap();
+    assert_matches(&db, &model);
+    // The attempts' objects are removed once installed; inputs stay while live.
+    exec.wait_for_uploads();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let left = rt.block_on(s.tier.list("jobs")).unwrap();
+    assert!(left.len() <= 2, "attempt objects left behind: {left:?}");
+}
+
+/// Runs jobs in process, then damages the first committed result with
+/// `damage` before the store sees it.
+struct Damaging {
+    inner: InProcessRunner,
+    tier: SharedTier,
+    damage: Damage,
+    damaged: std::sync::atomic::AtomicU32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    /// A byte of the first output flipped: its checksum no longer matches.
+    FlipByte,
+    /// A byte flipped and the manifest's checksum updated to match: only
+    /// the table's own checks can catch it.
+    FlipByteWithValidChecksum,
+    /// The manifest claims one entry more than the table holds.
+    WrongCount,
+    /// No result at all.
+    Fail,
+}
+
+impl JobRunner for Damaging {
+    fn run(
+        &self,
+        job: proto::JobSpec,
+        deadline: Duration,
+    ) -> BoxFuture<'_, tern_offload::Result<proto::ResultManifest>> {
+        Box::pin(async move {
+            let mut m = self.inner.run(job, deadline).await?;
+            let Some(result_manifest::Kind::Compaction(c)) = &mut m.kind else {
+                return Ok(m);
+            };
+            // Only the first compaction that produced something.
+            if c.outputs.is_empty() || self.damaged.fetch_add(1, Relaxed) > 0 {
+                return Ok(m);
+            }
+            let out = &mut c.outputs[0];
+            let file = out.file.as_mut().unwrap();
+            match self.damage {
+                Damage::Fail => {
+                    return Err(OffloadError::Invalid("the worker died".into()));
+                }
+                Damage::WrongCount => out.meta.as_mut().unwrap().num_entries += 1,
+                Damage::FlipByte | Damage::FlipByteWithValidChecksum => {
+                    let mut bytes = self.tier.get(&file.path).await?.unwrap().to_vec();
+                    bytes[100] ^= 0x40;
+                    if matches!(self.damage, Damage::FlipByteWithValidChecksum) {
+                        file.crc32c = crc32c::crc32c(&bytes);
+                    }
+                    self.tier.put(&file.path, bytes).await?;
+                }
+            }
+            // What the store reads is the manifest returned; keep the
+            // committed one in step, as a lying worker would.
+            let path = format!("jobs/{}/{}/result.pb", m.job_id, m.attempt);
+            self.tier.put(&path, m.encode_to_vec()).await?;
+            Ok(m)
+        })
+    }
+}
+
+fn damaged_result_is_refused_and_the_job_runs_locally(damage: Damage) {
+    let s = setup();
+    let runner = Damaging {
+        inner: in_process(&s),
+        tier: s.tier.clone(),
+        damage,
+        damaged: std::sync::atomic::AtomicU32::new(0),
+    };
+    let (db, exec) = open(&s, Arc::new(runner), true);
+    let model = churn(&db);
+    compact_and_collect(&db).unwrap();
+    db.wait_for_background().unwrap();
+    let st = exec.stats();
+    let refused = match damage {
+        Damage::Fail => st.fallback_remote.load(Relaxed),
+        _ => st.fallback_verify.load(Relaxed),
+    };
+    assert!(
+        refused >= 1,
+        "{damage:?}: the damaged result was not refused"
+    );
+    assert!(
+        st.local_jobs.load(Relaxed) >= 1,
+        "{damage:?}: the job did not run locally"
+    );
+    assert!(
+        st.remote_compactions.load(Relaxed) >= 1,
+        "{damage:?}: later jobs stopped offloading"
+    );
+    assert_matches(&db, &model);
+    db.close().unwrap();
+    drop(db);
+    check_clean(&s.dir);
+}
+
+#[test]
+fn an_output_whose_checksum_fails_is_refused() {
+    damaged_result_is_refused_and_the_job_runs_locally(Damage::FlipByte);
+}
+
+#[test]
+fn a_damaged_output_with_a_matching_checksum_is_refused() {
+    damaged_result_is_refused_and_the_job_runs_locally(Damage::FlipByteWithValidChecksum);
+}
+
+#[test]
+fn a_result_that_misreports_its_outputs_is_refused() {
+    damaged_result_is_refused_and_the_job_runs_locally(Damage::WrongCount);
+}
+
+#[test]
+fn a_job_no_worker_finishes_runs_locally() {
+    damaged_result_is_refused_and_the_job_runs_locally(Damage::Fail);
+}
+
+#[test]
+fn with_fallback_off_a_failed_job_fails_instead_of_running_locally() {
+    let s = setup();
+    let runner = Damaging {
+        inner: in_process(&s),
+        tier: s.tier.clone(),
+        damage: Damage::FlipByte,
+        damaged: std::sync::atomic::AtomicU32::new(0),
+    };
+    // Only the compaction asked for runs, so it is the one damaged.
+    let mut o = opts();
+    o.disable_auto_compactions = true;
+    let (db, exec) = open_with(&s, Arc::new(runner), false, o);
+    let model = churn(&db);
+    let first = db.compact_range(None, None);
+    assert!(
+        first.is_err(),
+        "the damaged compaction must fail, not run locally"
+    );
+    assert_eq!(exec.stats().local_jobs.load(Relaxed), 0);
+    // The next attempt goes to a worker again and succeeds.
+    compact_and_collect(&db).unwrap();
+    assert_matches(&db, &model);
+    db.close().unwrap();
+    drop(db);
+    check_clean(&s.dir);
+}
