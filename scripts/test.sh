@@ -30,6 +30,12 @@ apt_install() {
 # The server's differential test compares replies with a real redis-server;
 # the CI smoke run uses redis-cli and redis-benchmark.
 apt_install redis-server redis-tools
+# The offload tests put the shared tier on an S3 server too.
+if ! command -v moto_server >/dev/null 2>&1; then
+  echo "== installing moto[server] (an S3 server for the offload tests)"
+  python3 -m pip install -q 'moto[server]' >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages 'moto[server]' >/dev/null
+fi
 
 # Tests write what they exercised ("key count" lines) here; the summary at
 # the end fails on a check that ran nothing. A caller (.ci/run) that sets it

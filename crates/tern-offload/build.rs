@@ -4,6 +4,6 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/offload.proto");
     let fds = protox::compile(["offload.proto"], ["proto"])?;
-    prost_build::Config::new().compile_fds(fds)?;
+    tonic_prost_build::compile_fds(fds)?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod inspect;
+mod offload;
 mod serve;
 mod stress;
 
@@ -56,6 +57,10 @@ enum Command {
     Bench(bench::Args),
     /// Serve the store over the Redis protocol (RESP2/RESP3).
     Serve(serve::Args),
+    /// Run the offload control plane, or show its status.
+    Coordinator(offload::CoordinatorArgs),
+    /// Run compaction and GC jobs for stores, over a shared tier.
+    Worker(offload::WorkerArgs),
 }
 
 /// Why a command could not do its job: what failed, and what to try.
@@ -111,6 +116,8 @@ fn main() -> ExitCode {
         Command::Stress(args) => stress::run(args),
         Command::Bench(args) => Ok(bench::run(args)),
         Command::Serve(args) => serve::run(args),
+        Command::Coordinator(args) => offload::coordinator(args),
+        Command::Worker(args) => offload::worker(args),
     };
     match result {
         Ok(code) => code,

@@ -15,6 +15,7 @@
 //! the store's files except through that check. Protocol and formats:
 //! `docs/offload.md`, `docs/format/offload.md`.
 
+pub mod coordinator;
 pub mod error;
 pub mod executor;
 pub mod filters;
@@ -22,6 +23,7 @@ pub mod runner;
 pub mod shared;
 pub mod spec;
 pub mod worker;
+pub mod worker_daemon;
 
 /// The protocol's messages, generated from `proto/offload.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -32,5 +34,5 @@ pub mod proto {
 pub use error::{OffloadError, Result};
 pub use executor::{OffloadStats, RemoteExecutor, RemoteOptions};
 pub use filters::FilterRegistry;
-pub use runner::{InProcessRunner, JobRunner};
+pub use runner::{GrpcRunner, InProcessRunner, JobRunner};
 pub use shared::SharedTier;

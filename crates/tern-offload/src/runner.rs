@@ -11,7 +11,7 @@ use crate::error::{OffloadError, Result};
 use crate::filters::FilterRegistry;
 use crate::proto;
 use crate::shared::SharedTier;
-use crate::worker;
+use crate::worker::{self, WorkerEnv};
 
 /// Gets jobs run by workers and returns the committed attempt's manifest.
 pub trait JobRunner: Send + Sync {
@@ -30,9 +30,7 @@ pub trait JobRunner: Send + Sync {
 /// threads.
 #[derive(Debug)]
 pub struct InProcessRunner {
-    tier: SharedTier,
-    scratch: PathBuf,
-    filters: FilterRegistry,
+    env: WorkerEnv,
     attempts: AtomicU32,
 }
 
@@ -40,9 +38,13 @@ impl InProcessRunner {
     /// A runner working in `scratch` (a local directory) with `filters`.
     pub fn new(tier: SharedTier, scratch: PathBuf, filters: FilterRegistry) -> Self {
         InProcessRunner {
-            tier,
-            scratch,
-            filters,
+            env: WorkerEnv {
+                tier,
+                name: "in-process".into(),
+                scratch,
+                filters,
+                commit_delay: Duration::ZERO,
+            },
             attempts: AtomicU32::new(0),
         }
     }
@@ -56,17 +58,108 @@ impl JobRunner for InProcessRunner {
     ) -> BoxFuture<'_, Result<proto::ResultManifest>> {
         Box::pin(async move {
             let attempt = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
-            let run = worker::run_job(
-                &self.tier,
-                &job,
-                attempt,
-                "in-process",
-                &self.scratch,
-                &self.filters,
-            );
+            let run = worker::run_job(&self.env, &job, attempt);
             tokio::time::timeout(deadline, run)
                 .await
                 .map_err(|_| OffloadError::Timeout(deadline))?
+        })
+    }
+}
+
+/// Gets jobs run through a `tern coordinator` over gRPC.
+#[derive(Debug)]
+pub struct GrpcRunner {
+    endpoint: tonic::transport::Endpoint,
+    /// Made on first use, inside the runtime the connection lives in.
+    client: std::sync::OnceLock<
+        proto::coordinator_client::CoordinatorClient<tonic::transport::Channel>,
+    >,
+}
+
+impl GrpcRunner {
+    /// A runner for the coordinator at `url` (`http://host:port`). Connects
+    /// on first use and reconnects as needed.
+    pub fn new(url: &str) -> Result<Self> {
+        let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
+            .map_err(|e| OffloadError::Invalid(format!("bad coordinator URL {url:?}: {e}")))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(30));
+        Ok(GrpcRunner {
+            endpoint,
+            client: std::sync::OnceLock::new(),
+        })
+    }
+}
+
+fn rpc(e: tonic::Status) -> OffloadError {
+    OffloadError::Invalid(format!("coordinator: {}", e.message()))
+}
+
+impl JobRunner for GrpcRunner {
+    fn run(
+        &self,
+        job: proto::JobSpec,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<proto::ResultManifest>> {
+        Box::pin(async move {
+            let until = tokio::time::Instant::now() + deadline;
+            let mut client = self
+                .client
+                .get_or_init(|| {
+                    proto::coordinator_client::CoordinatorClient::new(self.endpoint.connect_lazy())
+                })
+                .clone();
+            let job_id = job.job_id.clone();
+            let priority = match &job.kind {
+                Some(proto::job_spec::Kind::Compaction(c)) => c.output_level,
+                _ => 0,
+            };
+            let submit = proto::SubmitRequest {
+                job: Some(job),
+                priority,
+            };
+            let r = tokio::time::timeout_at(until, client.submit(submit))
+                .await
+                .map_err(|_| OffloadError::Timeout(deadline))?
+                .map_err(rpc)?
+                .into_inner();
+            if !r.accepted {
+                return Err(OffloadError::Invalid(format!(
+                    "coordinator refused the job: {}",
+                    r.reason
+                )));
+            }
+            loop {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return Err(OffloadError::Timeout(deadline));
+                }
+                let ask = proto::AwaitRequest {
+                    job_id: job_id.clone(),
+                    wait_ms: left.min(Duration::from_secs(5)).as_millis() as u32,
+                };
+                let r = match tokio::time::timeout_at(until, client.r#await(ask)).await {
+                    Err(_) => return Err(OffloadError::Timeout(deadline)),
+                    Ok(r) => r.map_err(rpc)?.into_inner(),
+                };
+                use proto::await_reply::State;
+                match State::try_from(r.state).unwrap_or(State::Unknown) {
+                    State::Pending => continue,
+                    State::Done => {
+                        return r.result.ok_or_else(|| {
+                            OffloadError::Invalid("coordinator: done without a result".into())
+                        })
+                    }
+                    State::Failed => {
+                        return Err(OffloadError::Invalid(format!("job failed: {}", r.reason)))
+                    }
+                    State::Unknown => {
+                        return Err(OffloadError::Invalid(
+                            "the coordinator lost the job (it restarted?)".into(),
+                        ))
+                    }
+                }
+            }
         })
     }
 }

@@ -55,25 +55,39 @@ pub fn id_ok(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Runs attempt `attempt` of `job` as worker `worker`, in a scratch
-/// directory under `scratch_root`, and commits it. Returns the manifest
-/// written. Fails without committing if anything goes wrong, or if the
-/// attempt was committed already (its manifest exists).
+/// What a worker runs attempts with.
+#[derive(Debug, Clone)]
+pub struct WorkerEnv {
+    /// The shared tier.
+    pub tier: SharedTier,
+    /// The worker's name, recorded in each manifest.
+    pub name: String,
+    /// Each attempt works in a directory of its own under this one.
+    pub scratch: PathBuf,
+    /// The compaction filters it can rebuild.
+    pub filters: FilterRegistry,
+    /// Waits this long between uploading the outputs and committing: a
+    /// fault-injection knob for tests of slow, frozen and killed workers
+    /// (zero otherwise).
+    pub commit_delay: std::time::Duration,
+}
+
+/// Runs attempt `attempt` of `job` in `env` and commits it. Returns the
+/// manifest written. Fails without committing if anything goes wrong, or
+/// if the attempt was committed already (its manifest exists).
 pub async fn run_job(
-    tier: &SharedTier,
+    env: &WorkerEnv,
     job: &proto::JobSpec,
     attempt: u32,
-    worker: &str,
-    scratch_root: &Path,
-    filters: &FilterRegistry,
 ) -> Result<proto::ResultManifest> {
+    let (tier, filters) = (&env.tier, &env.filters);
     if !id_ok(&job.job_id) {
         return Err(OffloadError::Invalid(format!(
             "job id {:?} is not 1 to 128 letters, digits, '-' or '_'",
             job.job_id
         )));
     }
-    let dir = scratch_root.join(format!("{}-{attempt}", job.job_id));
+    let dir = env.scratch.join(format!("{}-{attempt}", job.job_id));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let _scratch = Scratch(dir.clone());
@@ -85,10 +99,13 @@ pub async fn run_job(
         Some(job_spec::Kind::Gc(g)) => result_manifest::Kind::Gc(gc(tier, g, &dir, &prefix).await?),
         None => return Err(OffloadError::Invalid("job spec of no known kind".into())),
     };
+    if !env.commit_delay.is_zero() {
+        tokio::time::sleep(env.commit_delay).await;
+    }
     let manifest = proto::ResultManifest {
         job_id: job.job_id.clone(),
         attempt,
-        worker: worker.to_string(),
+        worker: env.name.clone(),
         kind: Some(kind),
     };
     let path = manifest_path(&job.job_id, attempt);

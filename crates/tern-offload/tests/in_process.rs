@@ -4,133 +4,19 @@
 //! the job run locally (or, with fallback off, failing) and no data lost.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-use std::path::Path;
+mod common;
+
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::*;
+
 use futures::future::BoxFuture;
 use prost::Message;
-use tern::compaction::Executor;
-use tern::io::PosixFs;
-use tern::{Db, Options};
+use tern::Db;
 use tern_offload::proto::{self, result_manifest};
-use tern_offload::{
-    FilterRegistry, InProcessRunner, JobRunner, OffloadError, RemoteExecutor, RemoteOptions,
-    SharedTier,
-};
-
-fn opts() -> Options {
-    Options {
-        settings: tern::Settings {
-            write_buffer_size: 64 << 10,
-            target_file_size: 32 << 10,
-            max_bytes_for_level_base: 256 << 10,
-            block_size: 1 << 10,
-            blob_file_size: 64 << 10,
-            ..tern::Settings::default()
-        },
-        ..Options::default()
-    }
-}
-
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-/// Three rounds of overwrites of 600 keys with 600-byte (separated) values,
-/// then a compaction of everything and GC: every job kind runs.
-fn churn(db: &Db) -> Model {
-    let mut model = Model::new();
-    for round in 0..3u32 {
-        for i in 0..600u32 {
-            let k = format!("key{i:06}").into_bytes();
-            let mut v = format!("value-{i}-round-{round}-").into_bytes();
-            v.resize(600, b'a' + (round % 26) as u8);
-            db.put(&k, &v).unwrap();
-            model.insert(k, v);
-        }
-        db.flush().unwrap();
-    }
-    for i in (0..600u32).step_by(3) {
-        let k = format!("key{i:06}").into_bytes();
-        db.delete(&k).unwrap();
-        model.remove(&k);
-    }
-    db.flush().unwrap();
-    model
-}
-
-fn compact_and_collect(db: &Db) -> tern::Result<usize> {
-    db.compact_range(None, None)?;
-    db.collect_garbage()
-}
-
-fn assert_matches(db: &Db, model: &Model) {
-    let mut it = db.iter(tern::ReadOptions::default()).unwrap();
-    it.seek_to_first();
-    let mut seen = Model::new();
-    while it.valid() {
-        seen.insert(it.key().to_vec(), it.value().to_vec());
-        it.next();
-    }
-    it.status().unwrap();
-    assert_eq!(seen.len(), model.len(), "key count");
-    assert!(seen == *model, "the store's contents differ from the model");
-}
-
-fn check_clean(dir: &Path) {
-    let report = tern::tools::check::check_store(dir, Arc::new(PosixFs)).unwrap();
-    assert!(
-        report.problems.is_empty(),
-        "tern check: {:?}",
-        report.problems
-    );
-}
-
-/// A store, its tier and its executor.
-struct Setup {
-    _tmp: tempfile::TempDir,
-    dir: std::path::PathBuf,
-    tier: SharedTier,
-    scratch: std::path::PathBuf,
-}
-
-fn setup() -> Setup {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("db");
-    let scratch = tmp.path().join("scratch");
-    let url = format!("file://{}", tmp.path().join("tier").display());
-    let tier = SharedTier::open(&url, &[]).unwrap();
-    Setup {
-        _tmp: tmp,
-        dir,
-        tier,
-        scratch,
-    }
-}
-
-fn open(s: &Setup, runner: Arc<dyn JobRunner>, fallback: bool) -> (Db, Arc<RemoteExecutor>) {
-    open_with(s, runner, fallback, opts())
-}
-
-fn open_with(
-    s: &Setup,
-    runner: Arc<dyn JobRunner>,
-    fallback: bool,
-    opts: Options,
-) -> (Db, Arc<RemoteExecutor>) {
-    let mut ro = RemoteOptions::new("store1");
-    ro.fallback = fallback;
-    ro.deadline = Duration::from_secs(30);
-    let exec =
-        Arc::new(RemoteExecutor::new(s.tier.clone(), runner, ro, Arc::new(PosixFs)).unwrap());
-    let db = Db::open_with_executor(&s.dir, opts, Some(exec.clone() as Arc<dyn Executor>)).unwrap();
-    (db, exec)
-}
-
-fn in_process(s: &Setup) -> InProcessRunner {
-    InProcessRunner::new(s.tier.clone(), s.scratch.clone(), FilterRegistry::new())
-}
+use tern_offload::{InProcessRunner, JobRunner, OffloadError, SharedTier};
 
 #[test]
 fn compaction_and_gc_run_remotely_and_their_results_are_installed() {

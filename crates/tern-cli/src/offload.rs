@@ -1,0 +1,217 @@
+//! `tern coordinator` and `tern worker`: the offload service's processes.
+//! See docs/offload.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tern_offload::coordinator::Limits;
+use tern_offload::worker_daemon::WorkerOptions;
+use tern_offload::{FilterRegistry, SharedTier};
+
+use crate::Failure;
+
+/// Flags of `tern coordinator`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tern coordinator --listen 127.0.0.1:7700\n  \
+    tern coordinator status --coordinator http://127.0.0.1:7700")]
+pub struct CoordinatorArgs {
+    #[command(subcommand)]
+    action: Option<CoordinatorAction>,
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    listen: String,
+    /// A worker silent this long (ms) is taken for dead; its jobs go to others.
+    #[arg(long, default_value_t = 3000)]
+    lease_ms: u64,
+    /// A job whose progress stands still this long (s) is given to another worker.
+    #[arg(long, default_value_t = 30)]
+    progress_timeout_s: u64,
+    /// Attempts per job before its store is told to run it itself.
+    #[arg(long, default_value_t = 3)]
+    max_attempts: u32,
+    /// Queued jobs beyond which new ones are refused (their stores run them).
+    #[arg(long, default_value_t = 1024)]
+    max_queue: usize,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum CoordinatorAction {
+    /// Show a running coordinator's workers, queue and jobs.
+    Status {
+        /// The coordinator, http://host:port.
+        #[arg(long, default_value = "http://127.0.0.1:7700")]
+        coordinator: String,
+    },
+}
+
+/// Flags of `tern worker`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example:\n  \
+    tern worker --coordinator http://127.0.0.1:7700 --shared file:///srv/tern-shared --slots 2\n\n\
+    S3 settings for an s3:// tier come from AWS_* variables (AWS_ENDPOINT, \
+    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP, AWS_REGION).")]
+pub struct WorkerArgs {
+    /// The coordinator, http://host:port.
+    #[arg(long, default_value = "http://127.0.0.1:7700")]
+    coordinator: String,
+    /// The shared tier: file:///dir or s3://bucket/prefix.
+    #[arg(long)]
+    shared: String,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 1)]
+    slots: u32,
+    /// Scratch directory for inputs and outputs [default: a temporary one].
+    #[arg(long)]
+    scratch: Option<PathBuf>,
+    /// Name shown in `tern coordinator status` [default: host and pid].
+    #[arg(long)]
+    name: Option<String>,
+    /// Longest a shutdown (SIGTERM, Ctrl-C) waits for running jobs, seconds.
+    #[arg(long, default_value_t = 60)]
+    grace_s: u64,
+    /// Fault injection for tests: wait this long before committing each job.
+    #[arg(long, default_value_t = 0, hide = true)]
+    commit_delay_ms: u64,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(format!("cannot start the runtime: {e}")))
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Runs `tern coordinator`.
+pub fn coordinator(args: CoordinatorArgs) -> Result<ExitCode, Failure> {
+    let rt = runtime()?;
+    if let Some(CoordinatorAction::Status { coordinator }) = args.action {
+        return rt.block_on(status(&coordinator));
+    }
+    let limits = Limits {
+        lease: Duration::from_millis(args.lease_ms),
+        progress_timeout: Duration::from_secs(args.progress_timeout_s),
+        max_attempts: args.max_attempts,
+        max_queue: args.max_queue,
+        ..Limits::default()
+    };
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| {
+                Failure::new(format!("cannot listen on {}: {e}", args.listen))
+                    .hint("pick another address with --listen")
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Failure::new(e.to_string()))?;
+        eprintln!("tern coordinator: listening on http://{addr}");
+        tern_offload::coordinator::serve(listener, limits, terminated())
+            .await
+            .map_err(|e| Failure::new(format!("coordinator stopped: {e}")))
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn status(url: &str) -> Result<ExitCode, Failure> {
+    let mut client =
+        tern_offload::proto::coordinator_client::CoordinatorClient::connect(url.to_string())
+            .await
+            .map_err(|e| {
+                Failure::new(format!("cannot reach the coordinator at {url}: {e}"))
+                    .hint("is `tern coordinator` running? pass its address with --coordinator")
+            })?;
+    let s = client
+        .status(tern_offload::proto::StatusRequest {})
+        .await
+        .map_err(|e| Failure::new(format!("status failed: {}", e.message())))?
+        .into_inner();
+    println!(
+        "jobs: {} submitted, {} done, {} failed (run by their stores), {} reassigned, {} refused",
+        s.submitted, s.done, s.failed, s.reassigned, s.refused
+    );
+    println!("workers: {}", s.workers.len());
+    for w in &s.workers {
+        println!(
+            "  {:<6} {:<24} {}/{} slots busy, lease {} ms left",
+            w.worker_id, w.name, w.running, w.slots, w.lease_left_ms
+        );
+    }
+    let active: Vec<_> = s
+        .jobs
+        .iter()
+        .filter(|j| j.state == "queued" || j.state == "running")
+        .collect();
+    println!("queued or running: {}", active.len());
+    for j in active {
+        println!(
+            "  {:<40} {:<10} {:<8} attempt {} {} {} bytes, {} ms old",
+            j.job_id, j.kind, j.state, j.attempt, j.worker_id, j.progress, j.age_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The filters a worker built into `tern` can rebuild.
+fn filters() -> FilterRegistry {
+    FilterRegistry::new()
+}
+
+/// Runs `tern worker`.
+pub fn worker(args: WorkerArgs) -> Result<ExitCode, Failure> {
+    let tier = SharedTier::open(&args.shared, &[]).map_err(|e| Failure::new(e.to_string()))?;
+    let tmp;
+    let scratch = match args.scratch {
+        Some(s) => s,
+        None => {
+            tmp = tempfile::tempdir()
+                .map_err(|e| Failure::new(format!("no scratch directory: {e}")))?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let name = args.name.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        format!("{}:{}", host.trim(), std::process::id())
+    });
+    let opts = WorkerOptions {
+        coordinator: args.coordinator,
+        name,
+        slots: args.slots.max(1),
+        scratch,
+        poll_every: Duration::from_millis(200),
+        grace: Duration::from_secs(args.grace_s),
+        commit_delay: Duration::from_millis(args.commit_delay_ms),
+    };
+    eprintln!(
+        "tern worker {}: {} slots, coordinator {}, shared tier {}",
+        opts.name,
+        opts.slots,
+        opts.coordinator,
+        tier.url()
+    );
+    runtime()?
+        .block_on(tern_offload::worker_daemon::run(
+            opts,
+            tier,
+            filters(),
+            terminated(),
+        ))
+        .map_err(|e| Failure::new(format!("worker stopped: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,693 @@
+//! The coordinator's state machine: jobs, attempts and workers, with time
+//! passed in, so every transition is a plain function call (and tested as
+//! one).
+//!
+//! A job is queued, then running as attempt n on one worker, then done or
+//! failed. An attempt ends when its worker finishes it, when the worker's
+//! lease runs out (it stopped polling: dead, frozen or cut off), or when
+//! its progress counter stops growing for `progress_timeout` (the worker
+//! polls but the job is stuck). An ended attempt's job is queued again and
+//! the next dispatch makes attempt n+1; a finish from any other attempt is
+//! refused, so a zombie's result is never used. After `max_attempts` the
+//! job fails and its store runs it itself.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use crate::proto::{self, await_reply, job_spec};
+
+/// The coordinator's limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// A worker that has not polled for this long is taken for dead.
+    pub lease: Duration,
+    /// An attempt whose progress has not grown for this long is abandoned.
+    pub progress_timeout: Duration,
+    /// Attempts a job gets before it fails.
+    pub max_attempts: u32,
+    /// Jobs queued (not running) beyond which submissions are refused.
+    pub max_queue: usize,
+    /// How long a finished job's outcome is kept for its store to collect.
+    pub keep_finished: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            lease: Duration::from_secs(3),
+            progress_timeout: Duration::from_secs(30),
+            max_attempts: 3,
+            max_queue: 1024,
+            keep_finished: Duration::from_secs(120),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Compaction,
+    Gc,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Compaction => "compaction",
+            Kind::Gc => "gc",
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Queued,
+    Running {
+        worker: String,
+        progress: u64,
+        progress_at: Instant,
+    },
+    Done(Box<proto::ResultManifest>),
+    Failed(String),
+}
+
+#[derive(Debug)]
+struct Job {
+    spec: proto::JobSpec,
+    kind: Kind,
+    /// Queue position: priority, then submission order.
+    key: (u32, u64),
+    attempt: u32,
+    state: State,
+    submitted: Instant,
+    finished: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Worker {
+    name: String,
+    slots: u32,
+    /// (job, attempt) it runs.
+    running: BTreeSet<(String, u32)>,
+    lease_until: Instant,
+    draining: bool,
+    /// Attempts to tell it to drop at its next poll.
+    cancel: Vec<(String, u32)>,
+}
+
+/// A queued job: its queue position (priority, submission order) and id.
+type Queued = ((u32, u64), String);
+
+/// Counters since start.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    /// Jobs accepted.
+    pub submitted: u64,
+    /// Jobs done.
+    pub done: u64,
+    /// Jobs failed (their stores ran them).
+    pub failed: u64,
+    /// Attempts ended by a lease or progress timeout and given to another.
+    pub reassigned: u64,
+    /// Submissions refused (no worker, queue full).
+    pub refused: u64,
+}
+
+/// Jobs and workers.
+#[derive(Debug)]
+pub struct Queue {
+    limits: Limits,
+    jobs: HashMap<String, Job>,
+    /// Queued jobs per kind, in dispatch order.
+    queued: BTreeMap<Kind, BTreeSet<Queued>>,
+    workers: HashMap<String, Worker>,
+    next_worker: u64,
+    seq: u64,
+    /// The kind dispatched last: kinds alternate when both wait, so
+    /// compactions cannot starve GC or the other way round.
+    last_kind: Kind,
+    /// What happened so far.
+    pub counters: Counters,
+}
+
+impl Queue {
+    /// An empty queue.
+    pub fn new(limits: Limits) -> Self {
+        Queue {
+            limits,
+            jobs: HashMap::new(),
+            queued: BTreeMap::new(),
+            workers: HashMap::new(),
+            next_worker: 0,
+            seq: 0,
+            last_kind: Kind::Gc,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn live_workers(&self) -> impl Iterator<Item = &Worker> {
+        self.workers.values().filter(|w| !w.draining)
+    }
+
+    /// Accepts `spec` with `priority` (smaller first), or says why not.
+    pub fn submit(
+        &mut self,
+        spec: proto::JobSpec,
+        priority: u32,
+        now: Instant,
+    ) -> Result<(), String> {
+        let refuse = |q: &mut Queue, why: String| {
+            q.counters.refused += 1;
+            Err(why)
+        };
+        let kind = match spec.kind {
+            Some(job_spec::Kind::Compaction(_)) => Kind::Compaction,
+            Some(job_spec::Kind::Gc(_)) => Kind::Gc,
+            None => return refuse(self, "job of no known kind".into()),
+        };
+        if !crate::worker::id_ok(&spec.job_id) {
+            return refuse(self, format!("bad job id {:?}", spec.job_id));
+        }
+        if self.jobs.contains_key(&spec.job_id) {
+            return refuse(self, format!("job {} was submitted already", spec.job_id));
+        }
+        if self.live_workers().next().is_none() {
+            return refuse(self, "no worker is registered".into());
+        }
+        let queued: usize = self.queued.values().map(BTreeSet::len).sum();
+        if queued >= self.limits.max_queue {
+            return refuse(self, format!("{queued} jobs are queued already"));
+        }
+        self.seq += 1;
+        let key = (priority, self.seq);
+        let id = spec.job_id.clone();
+        self.queued
+            .entry(kind)
+            .or_default()
+            .insert((key, id.clone()));
+        self.jobs.insert(
+            id,
+            Job {
+                spec,
+                kind,
+                key,
+                attempt: 0,
+                state: State::Queued,
+                submitted: now,
+                finished: None,
+            },
+        );
+        self.counters.submitted += 1;
+        Ok(())
+    }
+
+    /// Where job `id` stands, for its store.
+    pub fn outcome(&self, id: &str) -> proto::AwaitReply {
+        let Some(job) = self.jobs.get(id) else {
+            return proto::AwaitReply {
+                state: await_reply::State::Unknown as i32,
+                ..Default::default()
+            };
+        };
+        let (state, result, reason) = match &job.state {
+            State::Queued | State::Running { .. } => {
+                (await_reply::State::Pending, None, String::new())
+            }
+            State::Done(m) => (await_reply::State::Done, Some((**m).clone()), String::new()),
+            State::Failed(why) => (await_reply::State::Failed, None, why.clone()),
+        };
+        proto::AwaitReply {
+            state: state as i32,
+            result,
+            reason,
+            attempt: job.attempt,
+        }
+    }
+
+    /// Registers a worker; returns its id.
+    pub fn register(&mut self, name: &str, slots: u32, now: Instant) -> String {
+        self.next_worker += 1;
+        let id = format!("w{}", self.next_worker);
+        self.workers.insert(
+            id.clone(),
+            Worker {
+                name: name.to_string(),
+                slots: slots.max(1),
+                running: BTreeSet::new(),
+                lease_until: now + self.limits.lease,
+                draining: false,
+                cancel: Vec::new(),
+            },
+        );
+        id
+    }
+
+    /// A worker's poll: renews its lease, records its progress, and hands
+    /// it what to cancel and what to start.
+    pub fn poll(&mut self, req: &proto::PollRequest, now: Instant) -> proto::PollReply {
+        let Some(w) = self.workers.get_mut(&req.worker_id) else {
+            return proto::PollReply {
+                reregister: true,
+                ..Default::default()
+            };
+        };
+        w.lease_until = now + self.limits.lease;
+        w.draining |= req.draining;
+        let mut cancel: Vec<proto::Running> = w
+            .cancel
+            .drain(..)
+            .map(|(job_id, attempt)| proto::Running {
+                job_id,
+                attempt,
+                progress: 0,
+            })
+            .collect();
+        for r in &req.running {
+            let current = self
+                .jobs
+                .get_mut(&r.job_id)
+                .and_then(|j| match &mut j.state {
+                    State::Running {
+                        worker,
+                        progress,
+                        progress_at,
+                    } if j.attempt == r.attempt && *worker == req.worker_id => {
+                        if r.progress > *progress {
+                            *progress = r.progress;
+                            *progress_at = now;
+                        }
+                        Some(())
+                    }
+                    _ => None,
+                });
+            if current.is_none() && !cancel.iter().any(|c| c.job_id == r.job_id) {
+                cancel.push(r.clone());
+            }
+        }
+        let mut assign = Vec::new();
+        let mut free = req.free_slots;
+        while free > 0 && !req.draining && self.may_take(&req.worker_id) {
+            let Some(a) = self.dispatch(&req.worker_id, now) else {
+                break;
+            };
+            assign.push(a);
+            free -= 1;
+        }
+        proto::PollReply {
+            assign,
+            cancel,
+            reregister: false,
+        }
+    }
+
+    /// Whether `worker` is among the least loaded workers with room (so
+    /// work spreads instead of going to whoever polls first).
+    fn may_take(&self, worker: &str) -> bool {
+        let Some(w) = self.workers.get(worker) else {
+            return false;
+        };
+        let load = |w: &Worker| w.running.len() as u64 * 1000 / u64::from(w.slots);
+        if w.running.len() >= w.slots as usize {
+            return false;
+        }
+        let mine = load(w);
+        self.live_workers()
+            .filter(|o| o.running.len() < o.slots as usize)
+            .all(|o| load(o) >= mine)
+    }
+
+    /// Starts the next job on `worker`.
+    fn dispatch(&mut self, worker: &str, now: Instant) -> Option<proto::Assignment> {
+        let other = match self.last_kind {
+            Kind::Compaction => Kind::Gc,
+            Kind::Gc => Kind::Compaction,
+        };
+        let kind = [other, self.last_kind]
+            .into_iter()
+            .find(|k| self.queued.get(k).is_some_and(|q| !q.is_empty()))?;
+        let (_, id) = self.queued.get_mut(&kind)?.pop_first()?;
+        self.last_kind = kind;
+        let job = self.jobs.get_mut(&id)?;
+        job.attempt += 1;
+        job.state = State::Running {
+            worker: worker.to_string(),
+            progress: 0,
+            progress_at: now,
+        };
+        if let Some(w) = self.workers.get_mut(worker) {
+            w.running.insert((id.clone(), job.attempt));
+        }
+        Some(proto::Assignment {
+            job: Some(job.spec.clone()),
+            attempt: job.attempt,
+        })
+    }
+
+    /// A worker reports attempt `attempt` of job `id` finished, with its
+    /// manifest or an error. Returns whether the report was for the
+    /// current attempt (otherwise it is ignored).
+    pub fn finish(
+        &mut self,
+        worker: &str,
+        id: &str,
+        attempt: u32,
+        outcome: Result<proto::ResultManifest, String>,
+        now: Instant,
+    ) -> bool {
+        if let Some(w) = self.workers.get_mut(worker) {
+            w.running.remove(&(id.to_string(), attempt));
+        }
+        let current = self.jobs.get(id).is_some_and(|j| {
+            j.attempt == attempt
+                && matches!(&j.state, State::Running { worker: w, .. } if w == worker)
+        });
+        if !current {
+            return false;
+        }
+        match outcome {
+            Ok(m) if m.job_id == id && m.attempt == attempt => {
+                if let Some(j) = self.jobs.get_mut(id) {
+                    j.state = State::Done(Box::new(m));
+                    j.finished = Some(now);
+                }
+                self.counters.done += 1;
+            }
+            Ok(_) => self.retry(id, "the worker sent another attempt's manifest".into(), now),
+            Err(why) => self.retry(id, why, now),
+        }
+        true
+    }
+
+    /// Ends job `id`'s current attempt: queues it again, or fails it after
+    /// its last attempt.
+    fn retry(&mut self, id: &str, why: String, now: Instant) {
+        let max = self.limits.max_attempts;
+        let Some(j) = self.jobs.get_mut(id) else {
+            return;
+        };
+        if j.attempt >= max {
+            j.state = State::Failed(format!("{max} attempts failed, the last: {why}"));
+            j.finished = Some(now);
+            self.counters.failed += 1;
+            return;
+        }
+        tracing::info!(
+            "tern coordinator: job {id} attempt {} ended: {why}",
+            j.attempt
+        );
+        j.state = State::Queued;
+        self.queued
+            .entry(j.kind)
+            .or_default()
+            .insert((j.key, id.to_string()));
+    }
+
+    /// Ends attempts whose worker's lease ran out or whose progress
+    /// stalled, and forgets old outcomes. Returns whether anything
+    /// changed.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        let mut ended: Vec<(String, String)> = Vec::new();
+        let dead: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.lease_until <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in dead {
+            if let Some(w) = self.workers.remove(&id) {
+                tracing::warn!(
+                    "tern coordinator: worker {id} ({}) missed its lease; its {} attempts go to others",
+                    w.name,
+                    w.running.len()
+                );
+                for (job, attempt) in w.running {
+                    if self.jobs.get(&job).is_some_and(|j| j.attempt == attempt) {
+                        ended.push((job, "its worker stopped answering".into()));
+                    }
+                }
+            }
+        }
+        for (id, j) in &self.jobs {
+            if let State::Running {
+                worker,
+                progress_at,
+                ..
+            } = &j.state
+            {
+                if now.duration_since(*progress_at) >= self.limits.progress_timeout {
+                    if let Some(w) = self.workers.get_mut(worker) {
+                        w.running.remove(&(id.clone(), j.attempt));
+                        w.cancel.push((id.clone(), j.attempt));
+                    }
+                    ended.push((id.clone(), "it made no progress".into()));
+                }
+            }
+        }
+        let changed = !ended.is_empty();
+        for (job, why) in ended {
+            self.counters.reassigned += 1;
+            self.retry(&job, why, now);
+        }
+        let keep = self.limits.keep_finished;
+        self.jobs
+            .retain(|_, j| j.finished.is_none_or(|t| now.duration_since(t) < keep));
+        changed
+    }
+
+    /// Everything, for `tern coordinator status`.
+    pub fn status(&self, now: Instant) -> proto::StatusReply {
+        let mut workers: Vec<proto::WorkerStatus> = self
+            .workers
+            .iter()
+            .map(|(id, w)| proto::WorkerStatus {
+                worker_id: id.clone(),
+                name: w.name.clone(),
+                slots: w.slots,
+                running: w.running.len() as u32,
+                lease_left_ms: w.lease_until.saturating_duration_since(now).as_millis() as u64,
+            })
+            .collect();
+        workers.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+        let mut jobs: Vec<proto::JobStatus> = self
+            .jobs
+            .iter()
+            .map(|(id, j)| {
+                let (state, worker, progress) = match &j.state {
+                    State::Queued => ("queued", String::new(), 0),
+                    State::Running {
+                        worker, progress, ..
+                    } => ("running", worker.clone(), *progress),
+                    State::Done(_) => ("done", String::new(), 0),
+                    State::Failed(_) => ("failed", String::new(), 0),
+                };
+                proto::JobStatus {
+                    job_id: id.clone(),
+                    store: j.spec.store.clone(),
+                    kind: j.kind.name().into(),
+                    state: state.into(),
+                    attempt: j.attempt,
+                    worker_id: worker,
+                    progress,
+                    age_ms: now.duration_since(j.submitted).as_millis() as u64,
+                }
+            })
+            .collect();
+        jobs.sort_by_key(|j| std::cmp::Reverse(j.age_ms));
+        let c = self.counters;
+        proto::StatusReply {
+            workers,
+            jobs,
+            submitted: c.submitted,
+            done: c.done,
+            failed: c.failed,
+            reassigned: c.reassigned,
+            refused: c.refused,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn spec(id: &str, gc: bool) -> proto::JobSpec {
+        proto::JobSpec {
+            job_id: id.into(),
+            store: "s".into(),
+            kind: Some(if gc {
+                job_spec::Kind::Gc(proto::GcSpec::default())
+            } else {
+                job_spec::Kind::Compaction(proto::CompactionSpec::default())
+            }),
+        }
+    }
+
+    fn poll(
+        q: &mut Queue,
+        w: &str,
+        free: u32,
+        running: &[(&str, u32, u64)],
+        now: Instant,
+    ) -> proto::PollReply {
+        q.poll(
+            &proto::PollRequest {
+                worker_id: w.into(),
+                free_slots: free,
+                running: running
+                    .iter()
+                    .map(|&(j, a, p)| proto::Running {
+                        job_id: j.into(),
+                        attempt: a,
+                        progress: p,
+                    })
+                    .collect(),
+                draining: false,
+            },
+            now,
+        )
+    }
+
+    fn manifest(id: &str, attempt: u32) -> proto::ResultManifest {
+        proto::ResultManifest {
+            job_id: id.into(),
+            attempt,
+            ..Default::default()
+        }
+    }
+
+    fn state(q: &Queue, id: &str) -> await_reply::State {
+        await_reply::State::try_from(q.outcome(id).state).unwrap()
+    }
+
+    #[test]
+    fn without_workers_a_job_is_refused_so_its_store_runs_it() {
+        let mut q = Queue::new(Limits::default());
+        assert!(q.submit(spec("a", false), 0, Instant::now()).is_err());
+        assert_eq!(q.counters.refused, 1);
+    }
+
+    #[test]
+    fn a_finished_attempt_is_the_outcome_and_a_stale_one_is_ignored() {
+        let t = Instant::now();
+        let mut q = Queue::new(Limits::default());
+        let w1 = q.register("one", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        let r = poll(&mut q, &w1, 1, &[], t);
+        assert_eq!(r.assign.len(), 1);
+        assert_eq!(r.assign[0].attempt, 1);
+        assert_eq!(state(&q, "a"), await_reply::State::Pending);
+        assert!(
+            !q.finish(&w1, "a", 2, Ok(manifest("a", 2)), t),
+            "not the current attempt"
+        );
+        assert!(q.finish(&w1, "a", 1, Ok(manifest("a", 1)), t));
+        assert_eq!(state(&q, "a"), await_reply::State::Done);
+        assert_eq!(q.outcome("a").result.unwrap().attempt, 1);
+    }
+
+    #[test]
+    fn a_worker_that_stops_polling_loses_its_attempt_to_another() {
+        let t = Instant::now();
+        let limits = Limits::default();
+        let lease = limits.lease;
+        let mut q = Queue::new(limits);
+        let w1 = q.register("one", 1, t);
+        let w2 = q.register("two", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        assert_eq!(poll(&mut q, &w1, 1, &[], t).assign.len(), 1);
+        // w2 keeps polling, w1 is silent past its lease.
+        let later = t + lease / 2;
+        poll(&mut q, &w2, 1, &[], later);
+        let later = t + lease + Duration::from_millis(1);
+        assert!(q.tick(later));
+        assert_eq!(q.counters.reassigned, 1);
+        let r = poll(&mut q, &w2, 1, &[], later);
+        assert_eq!(r.assign[0].attempt, 2);
+        // The frozen worker wakes and reports: it must re-register, and its
+        // result is not used.
+        assert!(poll(&mut q, &w1, 1, &[("a", 1, 10)], later).reregister);
+        assert!(!q.finish(&w1, "a", 1, Ok(manifest("a", 1)), later));
+        assert!(q.finish(&w2, "a", 2, Ok(manifest("a", 2)), later));
+        assert_eq!(q.outcome("a").result.unwrap().attempt, 2);
+    }
+
+    #[test]
+    fn an_attempt_without_progress_is_cancelled_and_retried() {
+        let t = Instant::now();
+        let limits = Limits {
+            lease: Duration::from_secs(100),
+            ..Limits::default()
+        };
+        let timeout = limits.progress_timeout;
+        let mut q = Queue::new(limits);
+        let w1 = q.register("one", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        poll(&mut q, &w1, 1, &[], t);
+        // Progress moves once, then stops while the worker keeps polling.
+        poll(&mut q, &w1, 0, &[("a", 1, 5)], t + timeout / 2);
+        assert!(!q.tick(t + timeout));
+        let stuck = t + timeout / 2 + timeout;
+        poll(&mut q, &w1, 0, &[("a", 1, 5)], stuck);
+        assert!(q.tick(stuck));
+        let r = poll(&mut q, &w1, 1, &[("a", 1, 5)], stuck);
+        assert_eq!(r.cancel.len(), 1, "the stuck attempt is cancelled");
+        assert_eq!(r.assign.len(), 1);
+        assert_eq!(r.assign[0].attempt, 2);
+    }
+
+    #[test]
+    fn after_its_last_attempt_a_job_fails() {
+        let t = Instant::now();
+        let mut q = Queue::new(Limits {
+            max_attempts: 2,
+            ..Limits::default()
+        });
+        let w = q.register("one", 1, t);
+        q.submit(spec("a", true), 0, t).unwrap();
+        for attempt in 1..=2 {
+            let r = poll(&mut q, &w, 1, &[], t);
+            assert_eq!(r.assign[0].attempt, attempt);
+            assert!(q.finish(&w, "a", attempt, Err("disk full".into()), t));
+        }
+        assert_eq!(state(&q, "a"), await_reply::State::Failed);
+        assert!(q.outcome("a").reason.contains("disk full"));
+    }
+
+    #[test]
+    fn kinds_alternate_priorities_order_and_load_spreads() {
+        let t = Instant::now();
+        let mut q = Queue::new(Limits::default());
+        let w1 = q.register("one", 4, t);
+        let w2 = q.register("two", 4, t);
+        q.submit(spec("c-low", false), 5, t).unwrap();
+        q.submit(spec("c-high", false), 0, t).unwrap();
+        q.submit(spec("g1", true), 0, t).unwrap();
+        q.submit(spec("g2", true), 0, t).unwrap();
+        // A worker takes jobs only while no other with room is less loaded.
+        let first = poll(&mut q, &w1, 4, &[], t);
+        assert_eq!(first.assign.len(), 1, "after one, w2 is less loaded");
+        let second = poll(&mut q, &w2, 4, &[], t);
+        assert_eq!(
+            second.assign.len(),
+            2,
+            "w2 takes one to catch up and one more"
+        );
+        let third = poll(&mut q, &w1, 3, &[], t);
+        assert_eq!(third.assign.len(), 1, "the last one");
+        let order: Vec<String> = [first, second, third]
+            .iter()
+            .flat_map(|r| {
+                r.assign
+                    .iter()
+                    .map(|a| a.job.as_ref().unwrap().job_id.clone())
+            })
+            .collect();
+        assert_eq!(order, ["c-high", "g1", "c-low", "g2"]);
+    }
+}
