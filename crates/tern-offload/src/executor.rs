@@ -115,7 +115,10 @@ struct Inner {
     runner: Arc<dyn JobRunner>,
     opts: RemoteOptions,
     fs: FsRef,
-    rt: tokio::runtime::Runtime,
+    /// Owned so it lives as long as the executor; shut down without
+    /// waiting when dropped (possibly inside another runtime).
+    runtime: Option<tokio::runtime::Runtime>,
+    rt: tokio::runtime::Handle,
     /// File name → its object, for files uploaded.
     uploaded: Mutex<HashMap<String, proto::FileRef>>,
     stats: OffloadStats,
@@ -169,7 +172,8 @@ impl RemoteExecutor {
             runner,
             opts,
             fs,
-            rt,
+            rt: rt.handle().clone(),
+            runtime: Some(rt),
             uploaded: Mutex::new(HashMap::new()),
             stats: OffloadStats::default(),
             id_base,
@@ -247,7 +251,7 @@ impl Inner {
         }
         let r = self
             .rt
-            .block_on(self.tier.upload(path, &self.object_path(&name)))?;
+            .block_on(self.tier.upload(path, &self.object_path(&name), None))?;
         self.stats.files_uploaded.fetch_add(1, Relaxed);
         self.stats.bytes_uploaded.fetch_add(r.size, Relaxed);
         self.uploaded.lock().insert(name, r.clone());
@@ -281,7 +285,7 @@ impl Inner {
         let cleanup = Cleanup {
             tier: self.tier.clone(),
             prefix: crate::worker::attempt_prefix(&job_id, manifest.attempt),
-            handle: self.rt.handle().clone(),
+            handle: self.rt.clone(),
         };
         let kind = manifest
             .kind
@@ -434,6 +438,14 @@ impl Inner {
         c.fetch_add(1, Relaxed);
         if !matches!(f, Failure::Unsupported) {
             tracing::warn!("tern offload: {what} not offloaded: {}", f.describe());
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
         }
     }
 }

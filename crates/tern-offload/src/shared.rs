@@ -86,8 +86,19 @@ impl SharedTier {
     }
 
     /// Uploads the local file `local` to `rel`, replacing any object there,
-    /// and returns its reference (size and CRC-32C of what was read).
-    pub async fn upload(&self, local: &std::path::Path, rel: &str) -> Result<FileRef> {
+    /// and returns its reference (size and CRC-32C of what was read). Adds
+    /// the bytes sent to `progress` as it goes.
+    pub async fn upload(
+        &self,
+        local: &std::path::Path,
+        rel: &str,
+        progress: Option<&std::sync::atomic::AtomicU64>,
+    ) -> Result<FileRef> {
+        let count = |n: usize| {
+            if let Some(p) = progress {
+                p.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
         use tokio::io::AsyncReadExt;
         let mut file = tokio::fs::File::open(local).await.map_err(io_err(local))?;
         let path = self.path(rel);
@@ -107,6 +118,7 @@ impl SharedTier {
         }
         crc = crc32c::crc32c_append(crc, &first);
         size += first.len() as u64;
+        count(first.len());
         if first.len() <= SINGLE_PUT_MAX {
             self.store
                 .put(&path, PutPayload::from(Bytes::from(first)))
@@ -123,6 +135,7 @@ impl SharedTier {
                 }
                 crc = crc32c::crc32c_append(crc, &buf[..n]);
                 size += n as u64;
+                count(n);
                 w.wait_for_capacity(4).await?;
                 w.write(&buf[..n]);
             }

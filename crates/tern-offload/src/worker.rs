@@ -39,10 +39,18 @@ impl Drop for Scratch {
 }
 
 /// Downloads `r` to `path`, checking it, and syncs it.
-async fn fetch(tier: &SharedTier, r: &proto::FileRef, path: &Path) -> Result<()> {
+async fn fetch(
+    tier: &SharedTier,
+    r: &proto::FileRef,
+    path: &Path,
+    progress: &AtomicU64,
+) -> Result<()> {
     let mut file = std::fs::File::create(path).map_err(io_err(path))?;
-    tier.download(r, |chunk| file.write_all(chunk).map_err(io_err(path)))
-        .await?;
+    tier.download(r, |chunk| {
+        progress.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        file.write_all(chunk).map_err(io_err(path))
+    })
+    .await?;
     file.sync_all().map_err(io_err(path))
 }
 
@@ -75,10 +83,15 @@ pub struct WorkerEnv {
 /// Runs attempt `attempt` of `job` in `env` and commits it. Returns the
 /// manifest written. Fails without committing if anything goes wrong, or
 /// if the attempt was committed already (its manifest exists).
+///
+/// `progress` grows with every byte downloaded and uploaded; the worker
+/// adds the bytes its scratch directory holds and reports the sum, so a
+/// stuck attempt shows as a number that stops growing.
 pub async fn run_job(
     env: &WorkerEnv,
     job: &proto::JobSpec,
     attempt: u32,
+    progress: &AtomicU64,
 ) -> Result<proto::ResultManifest> {
     let (tier, filters) = (&env.tier, &env.filters);
     if !id_ok(&job.job_id) {
@@ -93,10 +106,12 @@ pub async fn run_job(
     let _scratch = Scratch(dir.clone());
     let prefix = attempt_prefix(&job.job_id, attempt);
     let kind = match &job.kind {
-        Some(job_spec::Kind::Compaction(c)) => {
-            result_manifest::Kind::Compaction(compact(tier, c, &dir, &prefix, filters).await?)
+        Some(job_spec::Kind::Compaction(c)) => result_manifest::Kind::Compaction(
+            compact(tier, c, &dir, &prefix, filters, progress).await?,
+        ),
+        Some(job_spec::Kind::Gc(g)) => {
+            result_manifest::Kind::Gc(gc(tier, g, &dir, &prefix, progress).await?)
         }
-        Some(job_spec::Kind::Gc(g)) => result_manifest::Kind::Gc(gc(tier, g, &dir, &prefix).await?),
         None => return Err(OffloadError::Invalid("job spec of no known kind".into())),
     };
     if !env.commit_delay.is_zero() {
@@ -124,13 +139,14 @@ async fn compact(
     dir: &Path,
     prefix: &str,
     filters: &FilterRegistry,
+    progress: &AtomicU64,
 ) -> Result<proto::CompactionResult> {
     for i in &c.inputs {
         let file = i
             .file
             .as_ref()
             .ok_or_else(|| OffloadError::Invalid("compaction input without its file".into()))?;
-        fetch(tier, file, &dir.join(table_file_name(i.number))).await?;
+        fetch(tier, file, &dir.join(table_file_name(i.number)), progress).await?;
     }
     let job = spec::compaction_job(c, dir.to_path_buf(), filters)?;
     // Outputs are numbered after the inputs so no name collides; the store
@@ -147,7 +163,8 @@ async fn compact(
     let mut files = Vec::with_capacity(out.files.len());
     for (i, f) in out.files.iter().enumerate() {
         let local = dir.join(table_file_name(f.number));
-        files.push(tier.upload(&local, &format!("{prefix}/{i:06}.sst")).await?);
+        let rel = format!("{prefix}/{i:06}.sst");
+        files.push(tier.upload(&local, &rel, Some(progress)).await?);
     }
     Ok(spec::compaction_result(&out, files))
 }
@@ -157,13 +174,14 @@ async fn gc(
     g: &proto::GcSpec,
     dir: &Path,
     prefix: &str,
+    progress: &AtomicU64,
 ) -> Result<proto::GcResult> {
     for i in &g.inputs {
         let file = i
             .file
             .as_ref()
             .ok_or_else(|| OffloadError::Invalid("GC input without its file".into()))?;
-        fetch(tier, file, &dir.join(blob_file_name(i.number))).await?;
+        fetch(tier, file, &dir.join(blob_file_name(i.number)), progress).await?;
     }
     let job = spec::gc_job(g, dir.to_path_buf())?;
     let ctx = GcContext {
@@ -177,8 +195,12 @@ async fn gc(
     for f in &out.files {
         let name = blob_file_name(f.meta.number);
         files.push(
-            tier.upload(&dir.join(&name), &format!("{prefix}/{name}"))
-                .await?,
+            tier.upload(
+                &dir.join(&name),
+                &format!("{prefix}/{name}"),
+                Some(progress),
+            )
+            .await?,
         );
     }
     Ok(spec::gc_result(&out, files))

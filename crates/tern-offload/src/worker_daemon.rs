@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +45,23 @@ type Key = (String, u32);
 struct Attempt {
     task: tokio::task::JoinHandle<()>,
     dir: PathBuf,
+    /// Bytes downloaded and uploaded so far.
+    moved: Arc<AtomicU64>,
+}
+
+impl Attempt {
+    /// What the coordinator sees grow while the attempt works: bytes moved
+    /// plus bytes in its scratch directory (inputs, then outputs).
+    fn progress(&self) -> u64 {
+        self.moved.load(Relaxed) + dir_bytes(&self.dir)
+    }
+
+    /// Stops it and removes its scratch directory. Engine work already
+    /// started on the blocking pool finishes, but nothing of it is used.
+    fn abandon(self) {
+        self.task.abort();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Bytes in the files of `dir` (an attempt's progress).
@@ -130,13 +148,7 @@ pub async fn run(
                 result,
                 error,
             };
-            match client.finish(req).await {
-                Ok(r) if !r.get_ref().accepted => tracing::info!(
-                    "tern worker: job {job_id} attempt {attempt} was given to another worker; result dropped"
-                ),
-                Ok(_) => {}
-                Err(e) => tracing::warn!("tern worker: reporting job {job_id} failed: {}", e.message()),
-            }
+            report_finish(&mut client, req).await;
         }
         let draining = draining_since.is_some();
         if let Some(since) = draining_since {
@@ -157,7 +169,7 @@ pub async fn run(
                 .map(|((job_id, attempt), a)| proto::Running {
                     job_id: job_id.clone(),
                     attempt: *attempt,
-                    progress: dir_bytes(&a.dir),
+                    progress: a.progress(),
                 })
                 .collect(),
             draining,
@@ -189,11 +201,43 @@ pub async fn run(
             let dir = opts.scratch.join(format!("{}-{}", job.job_id, a.attempt));
             let (env, done) = (env.clone(), done_tx.clone());
             let k = key.clone();
+            let moved = Arc::new(AtomicU64::new(0));
+            let counter = moved.clone();
             let task = tokio::spawn(async move {
-                let r = crate::worker::run_job(&env, &job, k.1).await;
+                let r = crate::worker::run_job(&env, &job, k.1, &counter).await;
                 let _ = done.send((k, r));
             });
-            running.insert(key, Attempt { task, dir });
+            running.insert(key, Attempt { task, dir, moved });
+        }
+    }
+}
+
+/// Reports a finished attempt, retrying a few times: a lost report would
+/// leave the attempt to time out and count as a failure.
+async fn report_finish(
+    client: &mut CoordinatorClient<tonic::transport::Channel>,
+    req: proto::FinishRequest,
+) {
+    for attempt in 0..5u32 {
+        match client.finish(req.clone()).await {
+            Ok(r) => {
+                if !r.get_ref().accepted {
+                    tracing::info!(
+                        "tern worker: job {} attempt {} was given to another worker; result dropped",
+                        req.job_id,
+                        req.attempt
+                    );
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "tern worker: reporting job {} failed: {}",
+                    req.job_id,
+                    e.message()
+                );
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
         }
     }
 }
@@ -205,7 +249,7 @@ async fn hand_back(
     running: &mut HashMap<Key, Attempt>,
 ) {
     for ((job_id, attempt), a) in running.drain() {
-        a.task.abort();
+        a.abandon();
         let req = proto::FinishRequest {
             worker_id: id.to_string(),
             job_id,

@@ -96,6 +96,29 @@ fn disabled_auto_compaction_never_stalls_writes_on_l0() {
     assert_eq!(db.get(&key(5)).unwrap(), Some(value(5, 7)));
 }
 
+/// The first blob reference in table `number` of `dir`.
+fn first_blob_ref(
+    ctx: &tern::compaction::JobContext,
+    dir: &std::path::Path,
+    number: u64,
+) -> Option<(u64, u32)> {
+    use tern::internals::format::blob::BlobRef;
+    use tern::internals::format::internal_key::parse;
+    use tern::internals::iter::InternalIterator;
+    let path = dir.join(tern::table_file_name(number));
+    let table = tern::internals::sst::Table::open(&ctx.fs, &path, number, None).unwrap();
+    let mut it = table.iter();
+    it.seek_to_first();
+    while it.valid() {
+        if parse(it.key()).unwrap().kind == tern::ValueKind::BlobRef {
+            let (r, _) = BlobRef::decode_with_head(it.value()).unwrap();
+            return Some((r.file, r.ordinal));
+        }
+        it.next();
+    }
+    None
+}
+
 /// Runs each compaction locally, then asks `check_output` about the honest
 /// result and about copies that misreport it; records what it answered.
 struct CheckingExecutor {
@@ -130,6 +153,18 @@ impl tern::compaction::Executor for CheckingExecutor {
             let mut dead = out.clone();
             dead.dead_refs.push((999_999, 0, 10));
             answers.push(("dead ref", job.check_output(ctx, &dead).is_ok()));
+            answers.push(lie("sequence range", &|m| m.largest_seq += 1));
+            let mut none = out.clone();
+            none.files.clear();
+            answers.push(("no outputs", job.check_output(ctx, &none).is_ok()));
+            let mut dropped = out.clone();
+            dropped.entries_dropped += 1;
+            answers.push(("dropped count", job.check_output(ctx, &dropped).is_ok()));
+            if let Some((file, ordinal)) = first_blob_ref(ctx, &job.dir, first.number) {
+                let mut kept = out.clone();
+                kept.dead_refs.push((file, ordinal, 10));
+                answers.push(("dead ref kept", job.check_output(ctx, &kept).is_ok()));
+            }
         }
         Ok(out)
     }

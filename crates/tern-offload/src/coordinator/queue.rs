@@ -125,6 +125,8 @@ pub struct Queue {
     /// The kind dispatched last: kinds alternate when both wait, so
     /// compactions cannot starve GC or the other way round.
     last_kind: Kind,
+    /// Since when no live worker has been registered.
+    workerless_since: Option<Instant>,
     /// What happened so far.
     pub counters: Counters,
 }
@@ -140,6 +142,7 @@ impl Queue {
             next_worker: 0,
             seq: 0,
             last_kind: Kind::Gc,
+            workerless_since: None,
             counters: Counters::default(),
         }
     }
@@ -284,7 +287,11 @@ impl Queue {
                     }
                     _ => None,
                 });
-            if current.is_none() && !cancel.iter().any(|c| c.job_id == r.job_id) {
+            if current.is_none()
+                && !cancel
+                    .iter()
+                    .any(|c| c.job_id == r.job_id && c.attempt == r.attempt)
+            {
                 cancel.push(r.clone());
             }
         }
@@ -407,10 +414,10 @@ impl Queue {
     }
 
     /// Ends attempts whose worker's lease ran out or whose progress
-    /// stalled, and forgets old outcomes. Returns whether anything
-    /// changed.
+    /// stalled, fails queued jobs once no worker has been left for a
+    /// lease, and forgets old outcomes. Returns whether anything changed.
     pub fn tick(&mut self, now: Instant) -> bool {
-        let mut ended: Vec<(String, String)> = Vec::new();
+        let mut ended: BTreeMap<String, String> = BTreeMap::new();
         let dead: Vec<String> = self
             .workers
             .iter()
@@ -426,7 +433,7 @@ impl Queue {
                 );
                 for (job, attempt) in w.running {
                     if self.jobs.get(&job).is_some_and(|j| j.attempt == attempt) {
-                        ended.push((job, "its worker stopped answering".into()));
+                        ended.insert(job, "its worker stopped answering".into());
                     }
                 }
             }
@@ -443,19 +450,42 @@ impl Queue {
                         w.running.remove(&(id.clone(), j.attempt));
                         w.cancel.push((id.clone(), j.attempt));
                     }
-                    ended.push((id.clone(), "it made no progress".into()));
+                    ended
+                        .entry(id.clone())
+                        .or_insert_with(|| "it made no progress".into());
                 }
             }
         }
-        let changed = !ended.is_empty();
+        let mut changed = !ended.is_empty();
         for (job, why) in ended {
             self.counters.reassigned += 1;
             self.retry(&job, why, now);
+        }
+        if self.live_workers().next().is_some() {
+            self.workerless_since = None;
+        } else {
+            let since = *self.workerless_since.get_or_insert(now);
+            if now.duration_since(since) >= self.limits.lease {
+                changed |= self.fail_queued("no worker is left to run it", now);
+            }
         }
         let keep = self.limits.keep_finished;
         self.jobs
             .retain(|_, j| j.finished.is_none_or(|t| now.duration_since(t) < keep));
         changed
+    }
+
+    /// Fails every queued job with `why`; returns whether there was one.
+    fn fail_queued(&mut self, why: &str, now: Instant) -> bool {
+        let queued: Vec<Queued> = self.queued.values_mut().flat_map(std::mem::take).collect();
+        for (_, id) in &queued {
+            if let Some(j) = self.jobs.get_mut(id) {
+                j.state = State::Failed(why.to_string());
+                j.finished = Some(now);
+                self.counters.failed += 1;
+            }
+        }
+        !queued.is_empty()
     }
 
     /// Everything, for `tern coordinator status`.
@@ -639,6 +669,49 @@ mod tests {
         assert_eq!(r.cancel.len(), 1, "the stuck attempt is cancelled");
         assert_eq!(r.assign.len(), 1);
         assert_eq!(r.assign[0].attempt, 2);
+    }
+
+    #[test]
+    fn queued_jobs_fail_once_no_worker_is_left() {
+        let t = Instant::now();
+        let limits = Limits::default();
+        let lease = limits.lease;
+        let mut q = Queue::new(limits);
+        let w = q.register("one", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        q.submit(spec("b", false), 0, t).unwrap();
+        poll(&mut q, &w, 1, &[], t);
+        // The only worker dies: its attempt and the queued job must not wait
+        // for a worker that may never come.
+        let later = t + lease + Duration::from_millis(1);
+        q.tick(later);
+        assert_eq!(
+            state(&q, "a"),
+            await_reply::State::Pending,
+            "re-queued first"
+        );
+        q.tick(later + lease);
+        assert_eq!(state(&q, "a"), await_reply::State::Failed);
+        assert_eq!(state(&q, "b"), await_reply::State::Failed);
+        assert!(q.outcome("b").reason.contains("no worker"));
+    }
+
+    #[test]
+    fn a_stuck_attempt_of_a_dead_worker_is_retried_once() {
+        let t = Instant::now();
+        let limits = Limits {
+            lease: Duration::from_secs(10),
+            progress_timeout: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        let mut q = Queue::new(limits);
+        let w1 = q.register("one", 1, t);
+        let _w2 = q.register("two", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        poll(&mut q, &w1, 1, &[], t);
+        // Lease and progress run out at the same tick: one retry, not two.
+        q.tick(t + Duration::from_secs(11));
+        assert_eq!(q.counters.reassigned, 1);
     }
 
     #[test]

@@ -17,10 +17,17 @@ impl CompactionJob {
     /// output table in `self.dir` through `ctx.fs`: each file has the size
     /// and entry counts reported, verifies (checksums, structure, key
     /// order), starts and ends at the reported keys, holds only keys and
-    /// sequence numbers of the inputs' ranges and refs to blob files the
-    /// inputs referred to; the outputs do not overlap and hold no more
-    /// entries than the inputs; dropped refs name the inputs' blob files.
-    /// Any disagreement is corruption, reported with the file.
+    /// sequence numbers of the inputs' ranges (and of its reported range)
+    /// and refs to blob files the inputs referred to; the outputs do not
+    /// overlap; every input entry was read and is either kept or counted
+    /// dropped; dropped refs name the inputs' blob files and no record an
+    /// output still refers to. Any disagreement is an error, naming the
+    /// file where there is one.
+    ///
+    /// It checks that the result is well formed and consistent with its
+    /// inputs, not that the executor applied the retention rules right: a
+    /// tombstone or a version dropped by a wrong rule is not caught (that
+    /// would take merging the inputs again).
     pub fn check_output(&self, ctx: &JobContext, output: &CompactionOutput) -> Result<()> {
         let input_blobs: BTreeSet<u64> = self
             .inputs
@@ -55,6 +62,8 @@ impl CompactionJob {
         let max_seq = self.inputs.iter().map(|f| f.largest_seq).max().unwrap_or(0);
         let input_entries: u64 = self.inputs.iter().map(|f| f.num_entries).sum();
         let mut total = 0u64;
+        // Every blob record the outputs still refer to.
+        let mut kept_refs: BTreeSet<(u64, u32)> = BTreeSet::new();
         let mut prev_largest: Option<&[u8]> = None;
         for f in &output.files {
             let path = self.dir.join(table_file_name(f.number));
@@ -83,6 +92,7 @@ impl CompactionJob {
             let mut first: Option<Vec<u8>> = None;
             let mut last: Vec<u8> = Vec::new();
             let mut refs = BTreeSet::new();
+            let (mut seq_lo, mut seq_hi) = (u64::MAX, 0u64);
             while iter.valid() {
                 let key = iter.key();
                 let p = internal_key::parse(key)
@@ -111,9 +121,12 @@ impl CompactionJob {
                             ));
                         }
                         refs.insert(r.file);
+                        kept_refs.insert((r.file, r.ordinal));
                     }
                     ValueKind::Value => {}
                 }
+                seq_lo = seq_lo.min(p.seq);
+                seq_hi = seq_hi.max(p.seq);
                 if first.is_none() {
                     first = Some(key.to_vec());
                 }
@@ -143,6 +156,15 @@ impl CompactionJob {
                     "first or last key differs from what its job reported".into(),
                 ));
             }
+            if (seq_lo, seq_hi) != (f.smallest_seq, f.largest_seq) {
+                return Err(bad(
+                    0,
+                    format!(
+                        "holds sequence numbers {seq_lo}..={seq_hi}, its job reported {}..={}",
+                        f.smallest_seq, f.largest_seq
+                    ),
+                ));
+            }
             if refs != reported {
                 return Err(bad(
                     0,
@@ -151,19 +173,27 @@ impl CompactionJob {
             }
             total += entries;
         }
-        if total > input_entries {
-            return Err(Error::Internal(format!(
-                "compaction outputs hold {total} entries, more than the inputs' {input_entries}"
-            )));
-        }
-        if let Some((file, _, _)) = output
-            .dead_refs
-            .iter()
-            .find(|(file, _, _)| !input_blobs.contains(file))
+        // Every input entry is either in an output or dropped: an output
+        // lost or duplicated shows here.
+        if output.entries_read != input_entries
+            || output.entries_read.checked_sub(output.entries_dropped) != Some(total)
         {
             return Err(Error::Internal(format!(
-                "compaction reported a dropped ref to blob file {file}, which no input refers to"
+                "compaction read {} of the inputs' {input_entries} entries, dropped {} and kept {total}",
+                output.entries_read, output.entries_dropped
             )));
+        }
+        for &(file, ordinal, _) in &output.dead_refs {
+            if !input_blobs.contains(&file) {
+                return Err(Error::Internal(format!(
+                    "compaction reported a dropped ref to blob file {file}, which no input refers to"
+                )));
+            }
+            if kept_refs.contains(&(file, ordinal)) {
+                return Err(Error::Internal(format!(
+                    "compaction reported blob record {file}/{ordinal} dead, but an output still refers to it"
+                )));
+            }
         }
         Ok(())
     }

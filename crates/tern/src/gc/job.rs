@@ -194,11 +194,16 @@ impl GcJob {
     /// Checks that `output` is what this job may produce, reading each
     /// output file's index from `self.dir` through `ctx.fs`: outputs only
     /// under numbers the job reserved, each once; their lineage covering
-    /// the inputs, each once, in order, with the job's dead sets; and each
-    /// file holding the record count and lineage reported. Executors that
+    /// the inputs, each once, in order, with the job's dead sets and bases
+    /// that follow the live records; and each file holding the record count
+    /// and lineage reported, every record passing its checksum. Executors that
     /// run GC elsewhere call it before returning; the store checks again.
     pub fn check_output(&self, ctx: &GcContext, output: &GcOutput) -> Result<()> {
-        self.open_outputs(&ctx.fs, output).map(drop)
+        // Every record's checksum too: the outputs were made elsewhere.
+        for r in self.open_outputs(&ctx.fs, output)? {
+            r.verify()?;
+        }
+        Ok(())
     }
 
     /// [`GcJob::check_output`], keeping the outputs' readers.
@@ -263,5 +268,122 @@ fn check_output_matches_job(job: &GcJob, output: &GcOutput) -> std::result::Resu
             e.old_file
         ));
     }
+    // Each output holds its inputs' live records in order: an input's base
+    // is the live records before it in that output, and the output holds
+    // all of them. Any other numbers translate refs to the wrong records.
+    let mut inputs = job.inputs.iter();
+    for f in &output.files {
+        let mut next: u64 = 0;
+        for e in &f.lineage {
+            let Some(input) = inputs.next() else {
+                return Err("the outputs' lineage names more inputs than the job has".into());
+            };
+            if u64::from(e.base) != next {
+                return Err(format!(
+                    "the lineage of file {} puts its records at {} in output {}, after {next} live records",
+                    e.old_file, e.base, f.meta.number
+                ));
+            }
+            let dead_in_file = match input.record_count {
+                0 => 0,
+                n => input.dead.rank(u32::try_from(n - 1).unwrap_or(u32::MAX)),
+            };
+            next += input.record_count.saturating_sub(dead_in_file);
+        }
+        if f.meta.record_count != next {
+            return Err(format!(
+                "output {} reports {} records, its inputs have {next} live ones",
+                f.meta.number, f.meta.record_count
+            ));
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod check_tests {
+    use super::*;
+
+    fn input(number: u64, record_count: u64, dead: &[u32]) -> GcInput {
+        GcInput {
+            number,
+            record_count,
+            dead: dead.iter().copied().collect(),
+        }
+    }
+
+    fn entry(old_file: u64, base: u32, dead: &[u32]) -> LineageEntry {
+        LineageEntry {
+            old_file,
+            base,
+            dead: dead.iter().copied().collect(),
+        }
+    }
+
+    fn output(number: u64, record_count: u64, lineage: Vec<LineageEntry>) -> GcOutputFile {
+        GcOutputFile {
+            meta: BlobMeta {
+                number,
+                file_size: 0,
+                record_count,
+                data_bytes: 0,
+            },
+            lineage,
+        }
+    }
+
+    /// Two inputs of 4 and 3 records, one dead record each, copied into
+    /// output 10: 3 + 2 live records, the second input based at 3.
+    fn job_and_true_output() -> (GcJob, GcOutput) {
+        let job = GcJob {
+            dir: PathBuf::from("/db"),
+            inputs: vec![input(1, 4, &[0]), input(2, 3, &[2])],
+            output_numbers: vec![10, 11],
+            output_file_size: 1 << 20,
+        };
+        let out = GcOutput {
+            files: vec![output(10, 5, vec![entry(1, 0, &[0]), entry(2, 3, &[2])])],
+            bytes_read: 0,
+            bytes_written: 0,
+            records_relocated: 5,
+            records_dropped: 2,
+        };
+        (job, out)
+    }
+
+    #[test]
+    fn a_true_result_passes() {
+        let (job, out) = job_and_true_output();
+        check_output_matches_job(&job, &out).unwrap();
+    }
+
+    #[test]
+    fn lineage_whose_bases_do_not_follow_the_live_records_is_refused() {
+        let (job, mut out) = job_and_true_output();
+        out.files[0].lineage[1].base = 0;
+        assert!(check_output_matches_job(&job, &out).is_err());
+        let (job, mut out) = job_and_true_output();
+        out.files[0].lineage[1].base = u32::MAX - 1;
+        assert!(check_output_matches_job(&job, &out).is_err());
+    }
+
+    #[test]
+    fn an_output_whose_record_count_is_not_its_inputs_live_records_is_refused() {
+        let (job, mut out) = job_and_true_output();
+        out.files[0].meta.record_count = 6;
+        assert!(check_output_matches_job(&job, &out).is_err());
+    }
+
+    #[test]
+    fn a_second_output_starts_its_bases_at_zero() {
+        let (job, mut out) = job_and_true_output();
+        out.files = vec![
+            output(10, 3, vec![entry(1, 0, &[0])]),
+            output(11, 2, vec![entry(2, 0, &[2])]),
+        ];
+        check_output_matches_job(&job, &out).unwrap();
+        out.files[1].lineage[0].base = 3;
+        assert!(check_output_matches_job(&job, &out).is_err());
+    }
 }
