@@ -14,28 +14,8 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
 
-# Installs Debian packages that are missing (as root, or through sudo).
-apt_install() {
-  local missing=()
-  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  command -v apt-get >/dev/null 2>&1 || { echo "need packages ${missing[*]} (no apt-get here)" >&2; return 1; }
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "== installing ${missing[*]}"
-  $sudo apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 ||
-    { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${missing[@]}" >/dev/null; }
-}
-
-# The server's differential test compares replies with a real redis-server;
-# the CI smoke run uses redis-cli and redis-benchmark.
-apt_install redis-server redis-tools
-# The offload tests put the shared tier on an S3 server too.
-if ! command -v moto_server >/dev/null 2>&1; then
-  echo "== installing moto[server] (an S3 server for the offload tests)"
-  python3 -m pip install -q 'moto[server]' >/dev/null 2>&1 ||
-    python3 -m pip install -q --break-system-packages 'moto[server]' >/dev/null
-fi
+# protoc, etcd, moto, redis-server (see scripts/deps.sh).
+source "$(dirname "$0")/deps.sh"
 
 # Tests write what they exercised ("key count" lines) here; the summary at
 # the end fails on a check that ran nothing. A caller (.ci/run) that sets it

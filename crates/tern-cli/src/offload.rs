@@ -34,6 +34,14 @@ pub struct CoordinatorArgs {
     /// Queued jobs beyond which new ones are refused (their stores run them).
     #[arg(long, default_value_t = 1024)]
     max_queue: usize,
+    /// Keep jobs in etcd (comma-separated endpoints, http://host:2379), so a
+    /// restart loses nothing; coordinators sharing --etcd-prefix elect one
+    /// leader and the others stand by. Without it the queue lives in memory.
+    #[arg(long)]
+    etcd: Option<String>,
+    /// Key prefix in etcd.
+    #[arg(long, default_value = "/tern/offload")]
+    etcd_prefix: String,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -121,10 +129,19 @@ pub fn coordinator(args: CoordinatorArgs) -> Result<ExitCode, Failure> {
         let addr = listener
             .local_addr()
             .map_err(|e| Failure::new(e.to_string()))?;
+        let etcd = args.etcd.map(|e| tern_offload::coordinator::EtcdConfig {
+            endpoints: e.split(',').map(str::to_string).collect(),
+            prefix: args.etcd_prefix.clone(),
+            id: format!("{addr}/{}", std::process::id()),
+        });
         eprintln!("tern coordinator: listening on http://{addr}");
-        tern_offload::coordinator::serve(listener, limits, terminated())
+        tern_offload::coordinator::serve(listener, limits, etcd, terminated())
             .await
-            .map_err(|e| Failure::new(format!("coordinator stopped: {e}")))
+            .map_err(|e| {
+                Failure::new(format!("coordinator stopped: {e}")).hint(
+                    "check that etcd is reachable; a standby or a restart takes over from etcd",
+                )
+            })
     })?;
     Ok(ExitCode::SUCCESS)
 }

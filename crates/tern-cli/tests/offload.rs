@@ -42,13 +42,20 @@ impl Proc {
 
 /// Starts `tern coordinator` on a free port; returns it and its URL.
 fn coordinator(lease_ms: u64) -> (Proc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--lease-ms"])
+    coordinator_at("127.0.0.1:0", lease_ms, None)
+}
+
+/// Starts `tern coordinator` on `listen`, keeping its jobs in the etcd at
+/// `etcd` if given; returns it and its URL.
+fn coordinator_at(listen: &str, lease_ms: u64, etcd: Option<&str>) -> (Proc, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tern"));
+    cmd.args(["coordinator", "--listen", listen, "--lease-ms"])
         .arg(lease_ms.to_string())
-        .args(["--progress-timeout-s", "20"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .args(["--progress-timeout-s", "20"]);
+    if let Some(e) = etcd {
+        cmd.args(["--etcd", e]);
+    }
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let url = first
@@ -58,6 +65,65 @@ fn coordinator(lease_ms: u64) -> (Proc, String) {
         .to_string();
     std::thread::spawn(move || for _ in lines {});
     (Proc(child), url)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts an etcd with its data in `dir`; returns it and its client URL.
+/// `None` (in a run declared partial) if etcd is not installed.
+fn etcd(dir: &Path) -> Option<(Proc, String)> {
+    if Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        assert!(
+            std::env::var("TERN_PARTIAL").is_ok_and(|v| v == "1"),
+            "etcd is not on PATH; install it (apt-get install etcd-server), run scripts/test.sh, \
+             or set TERN_PARTIAL=1 to skip this test knowingly"
+        );
+        eprintln!("SKIPPED (TERN_PARTIAL=1): etcd is not on PATH");
+        return None;
+    }
+    let (client, peer) = (free_port(), free_port());
+    let url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .arg("--data-dir")
+        .arg(dir)
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+        ])
+        .args(["--initial-cluster", &format!("default={peer_url}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "etcd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some((Proc(child), url))
 }
 
 /// Starts `tern worker`, waiting `delay_ms` before committing each job.
@@ -174,8 +240,12 @@ fn store_dirs() -> Store {
 }
 
 fn open(s: &Store, url: &str) -> (Arc<Db>, Arc<RemoteExecutor>) {
+    open_with_fallback(s, url, false)
+}
+
+fn open_with_fallback(s: &Store, url: &str, fallback: bool) -> (Arc<Db>, Arc<RemoteExecutor>) {
     let mut ro = RemoteOptions::new("store1");
-    ro.fallback = false;
+    ro.fallback = fallback;
     ro.deadline = Duration::from_secs(60);
     let tier = SharedTier::open(&s.tier_url, &[]).unwrap();
     let runner = Arc::new(GrpcRunner::new(url).unwrap());
@@ -267,4 +337,69 @@ fn a_frozen_worker_loses_its_job_and_abandons_it_when_thawed() {
     assert_eq!(st.failed, 0, "{st:?}");
     db.collect_garbage().unwrap();
     finish(&s, db, &exec, &model);
+}
+
+#[test]
+fn a_coordinator_killed_mid_queue_is_replaced_from_etcd_and_the_job_completes() {
+    let s = store_dirs();
+    let Some((_etcd, etcd_url)) = etcd(&s._tmp.path().join("etcd")) else {
+        return;
+    };
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (first, url) = coordinator_at(&listen, 1000, Some(&etcd_url));
+    let _worker = worker(&url, &s.tier_url, &s.scratch, "slow", 2000);
+    let (db, exec) = open(&s, &url);
+    let model = churn(&db);
+    let compacting = {
+        let db = db.clone();
+        std::thread::spawn(move || db.compact_range(None, None))
+    };
+    wait_status(&url, "a job running", |st| running_on(st, "slow"));
+    first.signal("-KILL");
+    drop(first);
+    // The replacement waits out the dead one's leadership, restores the
+    // queue from etcd, and the job runs again as a new attempt.
+    let (_second, url2) = coordinator_at(&listen, 1000, Some(&etcd_url));
+    assert_eq!(url, url2);
+    compacting.join().unwrap().unwrap();
+    finish(&s, db, &exec, &model);
+}
+
+#[test]
+fn with_etcd_unreachable_the_coordinator_stops_and_the_store_runs_jobs_itself() {
+    let s = store_dirs();
+    let Some((etcd, etcd_url)) = etcd(&s._tmp.path().join("etcd")) else {
+        return;
+    };
+    let (mut coord, url) = coordinator_at("127.0.0.1:0", 1000, Some(&etcd_url));
+    let _worker = worker(&url, &s.tier_url, &s.scratch, "w", 0);
+    wait_status(&url, "the worker to register", |st| st.workers.len() == 1);
+    let (db, exec) = open_with_fallback(&s, &url, true);
+    let model = churn(&db);
+    etcd.signal("-KILL");
+    // Without etcd the coordinator cannot keep its leadership: it stops
+    // rather than act on state it cannot record.
+    let start = Instant::now();
+    while coord.0.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the coordinator kept running"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!coord.0.try_wait().unwrap().unwrap().success());
+    db.compact_range(None, None).unwrap();
+    db.collect_garbage().unwrap();
+    let st = exec.stats();
+    assert!(st.local_jobs.load(Relaxed) >= 1, "nothing ran locally");
+    assert!(st.fallback_remote.load(Relaxed) >= 1);
+    assert_intact(&db, &model);
+    db.close().unwrap();
+    drop(db);
+    let report = tern::tools::check::check_store(&s.dir, Arc::new(PosixFs)).unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "tern check: {:?}",
+        report.problems
+    );
 }

@@ -141,7 +141,15 @@ impl JobRunner for GrpcRunner {
                 };
                 let r = match tokio::time::timeout_at(until, client.r#await(ask)).await {
                     Err(_) => return Err(OffloadError::Timeout(deadline)),
-                    Ok(r) => r.map_err(rpc)?.into_inner(),
+                    Ok(Ok(r)) => r.into_inner(),
+                    Ok(Err(e)) => {
+                        // The coordinator may be restarting; a persistent
+                        // one still has the job. Ask again until the
+                        // deadline.
+                        tracing::debug!("tern offload: awaiting {job_id}: {}", e.message());
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
                 };
                 use proto::await_reply::State;
                 match State::try_from(r.state).unwrap_or(State::Unknown) {

@@ -3,6 +3,7 @@
 //! The state machine is [`queue::Queue`]; this module serves it over gRPC
 //! and runs its clock.
 
+pub mod etcd;
 pub mod queue;
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
 use crate::proto::{self, coordinator_server};
+pub use etcd::EtcdState;
 pub use queue::{Limits, Queue};
 
 /// How often the coordinator checks leases and progress.
@@ -26,15 +28,43 @@ pub struct Coordinator {
     queue: Mutex<Queue>,
     /// Woken on every change an awaiting store may care about.
     changed: Notify,
+    /// Where the jobs are kept, if anywhere but memory.
+    etcd: Option<tokio::sync::Mutex<EtcdState>>,
+    /// Set when a write to etcd failed: the coordinator must stop.
+    failed: tokio::sync::watch::Sender<bool>,
 }
 
 impl Coordinator {
-    /// A coordinator with `limits`.
+    /// A coordinator with `limits`, its state in memory only.
     pub fn new(limits: Limits) -> Arc<Self> {
+        Self::with_state(Queue::new(limits), None)
+    }
+
+    fn with_state(queue: Queue, etcd: Option<EtcdState>) -> Arc<Self> {
         Arc::new(Coordinator {
-            queue: Mutex::new(Queue::new(limits)),
+            queue: Mutex::new(queue),
             changed: Notify::new(),
+            etcd: etcd.map(tokio::sync::Mutex::new),
+            failed: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// Writes what changed to etcd (nothing without etcd) before a reply
+    /// depends on it. A failure stops the coordinator: its memory may be
+    /// ahead of etcd, and the next leader starts from etcd.
+    async fn flush(&self) -> Result<(), Status> {
+        let Some(etcd) = &self.etcd else {
+            return Ok(());
+        };
+        // Taken under the etcd lock, so changes are written in order.
+        let mut etcd = etcd.lock().await;
+        let (changed, removed) = self.queue.lock().take_changes();
+        if let Err(e) = etcd.persist(&changed, &removed).await {
+            tracing::error!("tern coordinator: {e}");
+            let _ = self.failed.send(true);
+            return Err(Status::unavailable(format!("coordinator stopping: {e}")));
+        }
+        Ok(())
     }
 
     /// A snapshot for status displays and metrics.
@@ -48,6 +78,9 @@ impl Coordinator {
         loop {
             every.tick().await;
             if self.queue.lock().tick(Instant::now()) {
+                if self.flush().await.is_err() {
+                    return;
+                }
                 self.changed.notify_waiters();
             }
         }
@@ -127,6 +160,7 @@ impl coordinator_server::Coordinator for Service {
     ) -> Result<Response<proto::PollReply>, Status> {
         let req = req.into_inner();
         let reply = self.0.queue.lock().poll(&req, Instant::now());
+        self.0.flush().await?;
         Ok(Response::new(reply))
     }
 
@@ -162,20 +196,86 @@ impl coordinator_server::Coordinator for Service {
     }
 }
 
+/// Where a coordinator keeps its state.
+#[derive(Debug, Clone)]
+pub struct EtcdConfig {
+    /// etcd endpoints, `http://host:port`.
+    pub endpoints: Vec<String>,
+    /// Key prefix; coordinators sharing it elect one leader.
+    pub prefix: String,
+    /// This coordinator's id in the election.
+    pub id: String,
+}
+
 /// Serves a coordinator with `limits` on `listener` until `shutdown`
-/// completes.
+/// completes. With `etcd`, it first waits to lead (standing by while
+/// another coordinator does), starts from the jobs etcd holds, writes every
+/// change there before replying, and stops with an error when it loses
+/// leadership or a write fails.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     limits: Limits,
+    etcd: Option<EtcdConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
-    let coordinator = Coordinator::new(limits);
+) -> crate::Result<()> {
+    let mut lost = None;
+    let coordinator = match etcd {
+        None => Coordinator::new(limits),
+        Some(cfg) => {
+            let mut state =
+                EtcdState::elect(&cfg.endpoints, &cfg.prefix, &cfg.id, limits.lease * 3).await?;
+            let records = state.load().await?;
+            tracing::info!(
+                "tern coordinator: leading under {}, {} jobs restored",
+                cfg.prefix,
+                records.len()
+            );
+            let queue = Queue::restore(limits, records, Instant::now());
+            lost = Some(state.lost());
+            Coordinator::with_state(queue, Some(state))
+        }
+    };
     tokio::spawn(coordinator.clone().clock());
+    let stopped = {
+        let c = coordinator.clone();
+        let mut failed = c.failed.subscribe();
+        async move {
+            let lost = async {
+                match lost {
+                    Some(mut rx) => {
+                        let _ = rx.wait_for(|l| *l).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown => false,
+                _ = failed.wait_for(|f| *f) => true,
+                () = lost => true,
+            }
+        }
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .add_service(coordinator_server::CoordinatorServer::new(Service(
             coordinator,
         )))
-        .serve_with_incoming_shutdown(incoming, shutdown)
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = rx.await;
+        });
+    let watcher = tokio::spawn(async move {
+        let failed = stopped.await;
+        let _ = tx.send(());
+        failed
+    });
+    server
         .await
+        .map_err(|e| crate::OffloadError::Invalid(format!("gRPC server: {e}")))?;
+    match watcher.await {
+        Ok(true) => Err(crate::OffloadError::Invalid(
+            "lost leadership or could not write to etcd; stopped".into(),
+        )),
+        _ => Ok(()),
+    }
 }

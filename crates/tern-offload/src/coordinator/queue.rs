@@ -82,6 +82,27 @@ struct Job {
     finished: Option<Instant>,
 }
 
+impl Job {
+    fn record(&self) -> proto::JobRecord {
+        let (state, worker_id, result, reason) = match &self.state {
+            State::Queued => ("queued", String::new(), None, String::new()),
+            State::Running { worker, .. } => ("running", worker.clone(), None, String::new()),
+            State::Done(m) => ("done", String::new(), Some((**m).clone()), String::new()),
+            State::Failed(why) => ("failed", String::new(), None, why.clone()),
+        };
+        proto::JobRecord {
+            job: Some(self.spec.clone()),
+            priority: self.key.0,
+            seq: self.key.1,
+            attempt: self.attempt,
+            state: state.into(),
+            worker_id,
+            result,
+            reason,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Worker {
     name: String,
@@ -127,6 +148,10 @@ pub struct Queue {
     last_kind: Kind,
     /// Since when no live worker has been registered.
     workerless_since: Option<Instant>,
+    /// Jobs changed, and jobs forgotten, since the last
+    /// [`Queue::take_changes`] (what a persistent coordinator writes).
+    dirty: BTreeSet<String>,
+    removed: Vec<String>,
     /// What happened so far.
     pub counters: Counters,
 }
@@ -143,6 +168,8 @@ impl Queue {
             seq: 0,
             last_kind: Kind::Gc,
             workerless_since: None,
+            dirty: BTreeSet::new(),
+            removed: Vec::new(),
             counters: Counters::default(),
         }
     }
@@ -192,6 +219,7 @@ impl Queue {
             .entry(kind)
             .or_default()
             .insert((key, id.clone()));
+        self.dirty.insert(id.clone());
         self.jobs.insert(
             id,
             Job {
@@ -338,6 +366,7 @@ impl Queue {
             .find(|k| self.queued.get(k).is_some_and(|q| !q.is_empty()))?;
         let (_, id) = self.queued.get_mut(&kind)?.pop_first()?;
         self.last_kind = kind;
+        self.dirty.insert(id.clone());
         let job = self.jobs.get_mut(&id)?;
         job.attempt += 1;
         job.state = State::Running {
@@ -375,6 +404,7 @@ impl Queue {
         if !current {
             return false;
         }
+        self.dirty.insert(id.to_string());
         match outcome {
             Ok(m) if m.job_id == id && m.attempt == attempt => {
                 if let Some(j) = self.jobs.get_mut(id) {
@@ -470,15 +500,82 @@ impl Queue {
             }
         }
         let keep = self.limits.keep_finished;
-        self.jobs
-            .retain(|_, j| j.finished.is_none_or(|t| now.duration_since(t) < keep));
-        changed
+        let removed = &mut self.removed;
+        self.jobs.retain(|id, j| {
+            let keep = j.finished.is_none_or(|t| now.duration_since(t) < keep);
+            if !keep {
+                removed.push(id.clone());
+            }
+            keep
+        });
+        changed || !self.removed.is_empty()
+    }
+
+    /// The records of the jobs changed since the last call, and the ids of
+    /// those forgotten.
+    pub fn take_changes(&mut self) -> (Vec<proto::JobRecord>, Vec<String>) {
+        let ids = std::mem::take(&mut self.dirty);
+        let records = ids
+            .iter()
+            .filter_map(|id| self.jobs.get(id).map(|j| j.record()))
+            .collect();
+        (records, std::mem::take(&mut self.removed))
+    }
+
+    /// A queue holding `records` (as [`Queue::take_changes`] gave them out
+    /// before a restart). Workers are not restored: they register again.
+    /// A job that was running is queued again, so its next dispatch is a
+    /// new attempt and whatever the old one reports is refused.
+    pub fn restore(limits: Limits, records: Vec<proto::JobRecord>, now: Instant) -> Queue {
+        let mut q = Queue::new(limits);
+        for r in records {
+            let Some(spec) = r.job else { continue };
+            let kind = match spec.kind {
+                Some(job_spec::Kind::Compaction(_)) => Kind::Compaction,
+                Some(job_spec::Kind::Gc(_)) => Kind::Gc,
+                None => continue,
+            };
+            let key = (r.priority, r.seq);
+            q.seq = q.seq.max(r.seq);
+            let (state, finished) = match r.state.as_str() {
+                "done" => match r.result {
+                    Some(m) => (State::Done(Box::new(m)), Some(now)),
+                    None => (State::Queued, None),
+                },
+                "failed" => (State::Failed(r.reason), Some(now)),
+                _ => (State::Queued, None),
+            };
+            if matches!(state, State::Queued) {
+                q.queued
+                    .entry(kind)
+                    .or_default()
+                    .insert((key, spec.job_id.clone()));
+                if r.state == "running" {
+                    // Written back with its new state at the next flush.
+                    q.dirty.insert(spec.job_id.clone());
+                }
+            }
+            q.jobs.insert(
+                spec.job_id.clone(),
+                Job {
+                    spec,
+                    kind,
+                    key,
+                    attempt: r.attempt,
+                    state,
+                    submitted: now,
+                    finished,
+                },
+            );
+        }
+        q
     }
 
     /// Fails every queued job with `why`; returns whether there was one.
     fn fail_queued(&mut self, why: &str, now: Instant) -> bool {
         let queued: Vec<Queued> = self.queued.values_mut().flat_map(std::mem::take).collect();
         for (_, id) in &queued {
+            self.dirty.insert(id.clone());
             if let Some(j) = self.jobs.get_mut(id) {
                 j.state = State::Failed(why.to_string());
                 j.finished = Some(now);
@@ -712,6 +809,40 @@ mod tests {
         // Lease and progress run out at the same tick: one retry, not two.
         q.tick(t + Duration::from_secs(11));
         assert_eq!(q.counters.reassigned, 1);
+    }
+
+    #[test]
+    fn a_restored_queue_keeps_every_job_and_starts_running_ones_over() {
+        let t = Instant::now();
+        let mut q = Queue::new(Limits::default());
+        let w = q.register("one", 2, t);
+        q.submit(spec("done", false), 0, t).unwrap();
+        q.submit(spec("running", true), 0, t).unwrap();
+        q.submit(spec("queued", false), 1, t).unwrap();
+        poll(&mut q, &w, 1, &[], t);
+        poll(&mut q, &w, 1, &[], t);
+        assert!(q.finish(&w, "done", 1, Ok(manifest("done", 1)), t));
+        let (records, removed) = q.take_changes();
+        assert_eq!(records.len(), 3);
+        assert!(removed.is_empty());
+        // The coordinator restarts with what it wrote.
+        let mut r = Queue::restore(Limits::default(), records, t);
+        assert_eq!(r.outcome("done").result.unwrap().attempt, 1);
+        assert_eq!(state(&r, "running"), await_reply::State::Pending);
+        let w2 = r.register("two", 2, t);
+        let a = poll(&mut r, &w2, 2, &[], t);
+        let got: Vec<(String, u32)> = a
+            .assign
+            .iter()
+            .map(|a| (a.job.as_ref().unwrap().job_id.clone(), a.attempt))
+            .collect();
+        assert!(
+            got.contains(&("running".into(), 2)),
+            "a new attempt: {got:?}"
+        );
+        assert!(got.contains(&("queued".into(), 1)), "{got:?}");
+        // The old attempt's worker cannot finish it.
+        assert!(!r.finish(&w, "running", 1, Ok(manifest("running", 1)), t));
     }
 
     #[test]
