@@ -185,9 +185,15 @@ async fn status(url: &str) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The filters a worker built into `tern` can rebuild.
+/// The filters a worker built into `tern` can rebuild: `tern serve`'s
+/// expiry filter.
 fn filters() -> FilterRegistry {
-    FilterRegistry::new()
+    let mut r = FilterRegistry::new();
+    r.register(
+        tern_server::expiry::EXPIRY_FILTER,
+        tern_server::expiry::ExpiryFilter::from_remote,
+    );
+    r
 }
 
 /// Runs `tern worker`.

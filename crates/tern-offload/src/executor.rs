@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tern::compaction::{CompactionJob, CompactionOutput, Executor, FileMeta, JobContext};
+use tern::compaction::{CompactionJob, CompactionOutput, Executor, JobContext};
 use tern::gc::{GcContext, GcJob, GcOutput};
 use tern::io::FsRef;
-use tern::table_file_name;
+use tern::{table_file_name, FileMeta};
 
 use crate::error::{OffloadError, Result};
 use crate::proto::{self, job_spec, result_manifest};

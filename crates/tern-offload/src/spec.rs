@@ -10,11 +10,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use roaring::RoaringBitmap;
-use tern::compaction::{
-    CompactionJob, CompactionOutput, FileMeta, Relocations, RemoteFilter, Retention, TableOptions,
-};
-use tern::gc::{BlobMeta, GcInput, GcJob, GcOutput, GcOutputFile, LineageEntry};
-use tern::Compression;
+use tern::compaction::{CompactionJob, CompactionOutput, RemoteFilter, Retention};
+use tern::gc::{GcInput, GcJob, GcOutput, GcOutputFile};
+use tern::{BlobMeta, Compression, FileMeta, LineageEntry, Relocations, TableOptions};
 
 use crate::error::{OffloadError, Result};
 use crate::filters::FilterRegistry;

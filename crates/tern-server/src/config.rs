@@ -88,6 +88,9 @@ pub struct Config {
     /// Threads that run read commands against the engine; 0: four per
     /// core. Reads that wait on the disk hold one each.
     pub read_threads: usize,
+    /// Compaction and GC on workers (the `[offload]` table); off when
+    /// absent. See docs/offload.md.
+    pub offload: Option<OffloadConfig>,
     /// Engine settings (the `[engine]` table, names as in
     /// [`tern::Settings`]). `max_value_size` follows `proto-max-bulk-len`.
     pub engine: tern::Settings,
@@ -112,8 +115,38 @@ impl Default for Config {
             threads: 0,
             read_threads: 0,
             engine: tern::Settings::default(),
+            offload: None,
         }
     }
+}
+
+/// The `[offload]` table: where the coordinator and the shared tier are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct OffloadConfig {
+    /// The coordinator, `http://host:port`.
+    pub coordinator: String,
+    /// The shared tier: `file:///dir` or `s3://bucket/prefix` (S3 settings
+    /// from `AWS_*` variables).
+    pub shared: String,
+    /// Names this store's files in the shared tier; default: derived from
+    /// the data directory's path.
+    #[serde(default)]
+    pub store_id: Option<String>,
+    /// Run a job locally when offloading it fails (default true).
+    #[serde(default = "yes")]
+    pub fallback: bool,
+    /// Longest wait for a job's result, seconds (default 600).
+    #[serde(default = "default_deadline")]
+    pub deadline_secs: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_deadline() -> u64 {
+    600
 }
 
 /// A configuration that cannot be used, with what to fix.

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tern::compaction::{CompactionFilter, FilterDecision, FilterValue};
+use tern::compaction::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
 
 use crate::keyspace::{decode_header, dropped_value, generation_of, NS_EXPIRES, NS_KEYS};
 
@@ -34,9 +34,38 @@ pub struct ExpiryFilter {
     pub generation: Arc<AtomicU32>,
 }
 
+/// The name offload workers know [`ExpiryFilter`] by.
+pub const EXPIRY_FILTER: &str = "tern-server.expiry";
+
+impl ExpiryFilter {
+    /// Rebuilds the filter a store sent ([`CompactionFilter::remote`]): its
+    /// generation as 4 little-endian bytes. A FLUSHDB while the job runs
+    /// leaves the job on the older generation, which only keeps more than
+    /// needed until the next compaction.
+    pub fn from_remote(params: &[u8]) -> Result<Arc<dyn CompactionFilter>, String> {
+        let g: [u8; 4] = params
+            .try_into()
+            .map_err(|_| format!("{EXPIRY_FILTER} takes 4 bytes, got {}", params.len()))?;
+        Ok(Arc::new(ExpiryFilter {
+            generation: Arc::new(AtomicU32::new(u32::from_le_bytes(g))),
+        }))
+    }
+}
+
 impl CompactionFilter for ExpiryFilter {
     fn name(&self) -> &str {
-        "tern-server.expiry"
+        EXPIRY_FILTER
+    }
+
+    fn remote(&self) -> Option<RemoteFilter> {
+        Some(RemoteFilter {
+            name: EXPIRY_FILTER.into(),
+            params: self
+                .generation
+                .load(Ordering::Acquire)
+                .to_le_bytes()
+                .to_vec(),
+        })
     }
 
     fn filter(&self, _output_level: usize, key: &[u8], value: FilterValue<'_>) -> FilterDecision {

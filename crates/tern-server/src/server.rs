@@ -123,6 +123,32 @@ async fn bind(
     }
 }
 
+/// The executor that sends the store's compactions and GC to `tern
+/// coordinator`'s workers ([`crate::config::OffloadConfig`]).
+fn offload_executor(
+    o: &crate::config::OffloadConfig,
+    dir: &std::path::Path,
+    fs: tern::io::FsRef,
+) -> Result<Arc<tern_offload::RemoteExecutor>, ServerError> {
+    let bad = |e: tern_offload::OffloadError| ServerError(format!("[offload]: {e}"));
+    let store_id = match &o.store_id {
+        Some(id) => id.clone(),
+        None => {
+            // Stable across restarts, distinct per data directory.
+            let path = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+            let h = xxhash_rust::xxh3::xxh3_64(path.to_string_lossy().as_bytes());
+            format!("serve-{h:016x}")
+        }
+    };
+    let tier = tern_offload::SharedTier::open(&o.shared, &[]).map_err(bad)?;
+    let runner = Arc::new(tern_offload::GrpcRunner::new(&o.coordinator).map_err(bad)?);
+    let mut ro = tern_offload::RemoteOptions::new(&store_id);
+    ro.fallback = o.fallback;
+    ro.deadline = std::time::Duration::from_secs(o.deadline_secs.max(1));
+    let exec = tern_offload::RemoteExecutor::new(tier, runner, ro, fs).map_err(bad)?;
+    Ok(Arc::new(exec))
+}
+
 /// Opens the engine in `config.dir`, binds the listeners and serves in the
 /// background; returns once clients can connect.
 pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerError> {
@@ -135,7 +161,14 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     if let Some(fs) = &opts.fs {
         engine_opts.fs = fs.clone();
     }
-    let db = tern::Db::open(&config.dir, engine_opts).map_err(|e| {
+    let offload = match &config.offload {
+        None => None,
+        Some(o) => Some(offload_executor(o, &config.dir, engine_opts.fs.clone())?),
+    };
+    let executor = offload
+        .clone()
+        .map(|e| e as Arc<dyn tern::compaction::Executor>);
+    let db = tern::Db::open_with_executor(&config.dir, engine_opts, executor).map_err(|e| {
         ServerError(format!(
             "cannot open the data directory {}: {e}; check that it is writable and that no other server uses it",
             config.dir.display()
@@ -191,14 +224,16 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .map_err(|e| ServerError(format!("cannot start the engine threads: {e}")))?;
     let counters =
         crate::metrics::Metrics::new(crate::commands::table::COMMANDS.iter().map(|c| c.name));
-    let state = Arc::new(State::new(
+    let mut state = State::new(
         store,
         exec_status,
         config,
         counters,
         addr.port(),
         opts.config_file.clone(),
-    ));
+    );
+    state.offload = offload;
+    let state = Arc::new(state);
 
     let st = state.clone();
     let thread = std::thread::Builder::new()

@@ -74,6 +74,9 @@ pub struct State {
     /// Bytes buffered by all connections' request buffers.
     pub buffered: AtomicUsize,
     shutdown: watch::Sender<bool>,
+    /// The executor running compactions and GC on workers, if offload is
+    /// on (INFO reports its counters).
+    pub offload: Option<Arc<tern_offload::RemoteExecutor>>,
     /// Active expiry runs (`DEBUG SET-ACTIVE-EXPIRE`).
     pub active_expire: std::sync::atomic::AtomicBool,
 }
@@ -104,6 +107,7 @@ impl State {
             next_client_id: AtomicU64::new(1),
             buffered: AtomicUsize::new(0),
             active_expire: std::sync::atomic::AtomicBool::new(true),
+            offload: None,
             shutdown: watch::channel(false).0,
         }
     }

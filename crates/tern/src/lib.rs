@@ -81,11 +81,16 @@ pub mod internals {
 
 pub use db::{BlobFileStats, Db, LevelStats, ReadOptions, Snapshot, Stats, ValueHead};
 pub use error::{Error, Result};
+/// What compaction and GC jobs read and report (see [`compaction`] and
+/// [`gc`]): table and blob file records, table options, GC lineage.
+pub use format::blob::LineageEntry;
 pub use format::internal_key::ValueKind;
 pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
 pub use options::NUM_LEVELS;
 pub use options::{Compression, Options, SettingValue, Settings, WriteOptions};
+pub use sst::TableOptions;
+pub use version::{BlobMeta, FileMeta, Relocation, Relocations};
 /// The names of a store's table (`NNNNNN.sst`) and blob (`NNNNNN.blob`)
 /// files.
 pub use wal::{blob_file_name, table_file_name};

@@ -135,7 +135,7 @@ impl tern::compaction::Executor for CheckingExecutor {
         let mut answers = self.answers.lock().unwrap();
         answers.push(("honest", job.check_output(ctx, &out).is_ok()));
         if let Some(first) = out.files.first() {
-            let lie = |what: &'static str, f: &dyn Fn(&mut tern::compaction::FileMeta)| {
+            let lie = |what: &'static str, f: &dyn Fn(&mut tern::FileMeta)| {
                 let mut bad = out.clone();
                 f(&mut bad.files[0]);
                 (what, job.check_output(ctx, &bad).is_ok())

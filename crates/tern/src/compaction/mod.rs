@@ -13,8 +13,6 @@ mod job;
 pub(crate) mod picker;
 mod retention;
 
-pub use crate::sst::TableOptions;
-pub use crate::version::{FileMeta, Relocation, Relocations};
 pub use executor::{Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
 pub use job::{CompactionJob, CompactionOutput, JobContext};

@@ -11,6 +11,4 @@
 mod job;
 pub(crate) mod picker;
 
-pub use crate::format::blob::LineageEntry;
-pub use crate::version::BlobMeta;
 pub use job::{GcContext, GcInput, GcJob, GcOutput, GcOutputFile};
