@@ -13,7 +13,7 @@
 //! unless fallback is off, the job runs on the calling thread as if
 //! offload were off.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -43,6 +43,11 @@ pub struct RemoteOptions {
     /// the job fails instead and the store retries it later: for tests,
     /// so remote failures cannot hide behind local runs.
     pub fallback: bool,
+    /// Objects of this store's that nothing uses (attempts that were never
+    /// installed, files the store deleted or no longer tracks) are deleted
+    /// once this old; the sweep runs every tenth of it, at least every
+    /// minute.
+    pub orphan_grace: Duration,
 }
 
 impl RemoteOptions {
@@ -53,6 +58,7 @@ impl RemoteOptions {
             store_id: store_id.to_string(),
             deadline: Duration::from_secs(600),
             fallback: true,
+            orphan_grace: Duration::from_secs(3600),
         }
     }
 }
@@ -81,6 +87,8 @@ pub struct OffloadStats {
     pub bytes_uploaded: AtomicU64,
     /// Bytes of outputs downloaded.
     pub bytes_downloaded: AtomicU64,
+    /// Orphaned objects deleted from the shared tier.
+    pub orphans_deleted: AtomicU64,
 }
 
 /// Why one offload attempt failed, for the counters.
@@ -125,6 +133,8 @@ struct Inner {
     /// Makes job ids unique across restarts of the store.
     id_base: u64,
     next_job: AtomicU64,
+    /// Jobs submitted and not yet settled: the sweep leaves them alone.
+    in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
 /// Runs the store's compactions and GC jobs on workers (see the module
@@ -178,16 +188,33 @@ impl RemoteExecutor {
             stats: OffloadStats::default(),
             id_base,
             next_job: AtomicU64::new(0),
+            in_flight: Arc::new(Mutex::new(HashSet::new())),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let weak = Arc::downgrade(&inner);
+        let grace = inner.opts.orphan_grace;
         std::thread::Builder::new()
             .name("tern-upload".into())
             .spawn(move || {
+                let every = (grace / 10).max(Duration::from_secs(60));
                 // Ends when the executor (and so the sender) is dropped.
-                while let Ok(msg) = rx.recv() {
+                loop {
+                    let msg = match rx.recv_timeout(every) {
+                        Ok(m) => Some(m),
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                    };
                     let Some(inner) = weak.upgrade() else { return };
-                    inner.handle(msg);
+                    match msg {
+                        Some(m) => inner.handle(m),
+                        None => {
+                            if let Err(e) = inner.sweep(grace) {
+                                tracing::warn!(
+                                    "tern offload: sweeping the shared tier failed: {e}"
+                                );
+                            }
+                        }
+                    }
                 }
             })
             .map_err(|e| OffloadError::Invalid(format!("cannot start the uploader: {e}")))?;
@@ -197,6 +224,15 @@ impl RemoteExecutor {
     /// The counters.
     pub fn stats(&self) -> &OffloadStats {
         &self.inner.stats
+    }
+
+    /// Deletes this store's objects in the shared tier that nothing uses
+    /// and that are at least `grace` old: attempts of jobs no longer in
+    /// flight (a zombie's outputs, an attempt whose cleanup was missed) and
+    /// input files the store does not hold uploaded. Returns how many it
+    /// deleted. Runs by itself every tenth of `orphan_grace`.
+    pub fn sweep(&self, grace: Duration) -> Result<u64> {
+        self.inner.sweep(grace)
     }
 
     /// Waits until every file queued for upload so far is uploaded (or its
@@ -258,6 +294,39 @@ impl Inner {
         Ok(r)
     }
 
+    /// Whether job id `job` is one of this store's (`<store>-<hex>-<n>`).
+    fn ours(&self, job: &str) -> bool {
+        job.strip_prefix(&self.opts.store_id)
+            .and_then(|r| r.strip_prefix('-'))
+            .is_some_and(|r| r.matches('-').count() == 1)
+    }
+
+    fn sweep(&self, grace: Duration) -> Result<u64> {
+        let now = std::time::SystemTime::now();
+        let old = |t: std::time::SystemTime| now.duration_since(t).is_ok_and(|age| age >= grace);
+        let mut doomed = Vec::new();
+        for o in self.rt.block_on(self.tier.list("jobs"))? {
+            let job = o.path.split('/').nth(1).unwrap_or_default();
+            if self.ours(job) && !self.in_flight.lock().contains(job) && old(o.last_modified) {
+                doomed.push(o.path);
+            }
+        }
+        let mine = format!("stores/{}", self.opts.store_id);
+        for o in self.rt.block_on(self.tier.list(&mine))? {
+            let name = o.path.rsplit('/').next().unwrap_or_default();
+            if !self.uploaded.lock().contains_key(name) && old(o.last_modified) {
+                doomed.push(o.path);
+            }
+        }
+        let mut deleted = 0;
+        for path in doomed {
+            self.rt.block_on(self.tier.delete(&path))?;
+            deleted += 1;
+        }
+        self.stats.orphans_deleted.fetch_add(deleted, Relaxed);
+        Ok(deleted)
+    }
+
     fn new_job_id(&self) -> String {
         let n = self.next_job.fetch_add(1, Relaxed);
         format!("{}-{:x}-{n}", self.opts.store_id, self.id_base)
@@ -268,6 +337,12 @@ impl Inner {
     /// the caller fetched them).
     fn run_remote(&self, kind: job_spec::Kind) -> Result<(result_manifest::Kind, Cleanup)> {
         let job_id = self.new_job_id();
+        // Settled when the guard returned drops (or now, on failure).
+        let settle = InFlight {
+            set: self.in_flight.clone(),
+            job: job_id.clone(),
+        };
+        self.in_flight.lock().insert(job_id.clone());
         let spec = proto::JobSpec {
             job_id: job_id.clone(),
             store: self.opts.store_id.clone(),
@@ -286,6 +361,7 @@ impl Inner {
             tier: self.tier.clone(),
             prefix: crate::worker::attempt_prefix(&job_id, manifest.attempt),
             handle: self.rt.clone(),
+            _settle: settle,
         };
         let kind = manifest
             .kind
@@ -450,12 +526,25 @@ impl Drop for Inner {
     }
 }
 
+/// Removes a job from the in-flight set when dropped.
+struct InFlight {
+    set: Arc<Mutex<HashSet<String>>>,
+    job: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.set.lock().remove(&self.job);
+    }
+}
+
 /// Deletes an attempt's objects in the background when dropped (objects it
 /// misses are left to the orphan sweep).
 struct Cleanup {
     tier: SharedTier,
     prefix: String,
     handle: tokio::runtime::Handle,
+    _settle: InFlight,
 }
 
 impl Drop for Cleanup {

@@ -200,3 +200,45 @@ fn with_fallback_off_a_failed_job_fails_instead_of_running_locally() {
     drop(db);
     check_clean(&s.dir);
 }
+
+#[test]
+fn the_sweep_deletes_this_stores_orphans_and_nothing_in_use() {
+    let s = setup();
+    let (db, exec) = open(&s, Arc::new(in_process(&s)), false);
+    let model = churn(&db);
+    compact_and_collect(&db).unwrap();
+    exec.wait_for_uploads();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let put = |path: &str| rt.block_on(s.tier.put(path, b"orphan".to_vec())).unwrap();
+    put("jobs/store1-abc-7/1/000000.sst");
+    put("jobs/store1-abc-7/1/result.pb");
+    put("stores/store1/999999.sst");
+    // Another store's, whose id starts like this one's.
+    put("jobs/store1-x-abc-7/1/000000.sst");
+    put("stores/store10/000001.sst");
+    let live_before = rt.block_on(s.tier.list("stores/store1")).unwrap().len();
+    assert_eq!(exec.sweep(Duration::ZERO).unwrap(), 3);
+    let left = |p: &str| rt.block_on(s.tier.list(p)).unwrap();
+    assert!(left("jobs/store1-abc-7").is_empty());
+    assert_eq!(left("jobs/store1-x-abc-7").len(), 1, "another store's job");
+    assert_eq!(left("stores/store10").len(), 1, "another store's file");
+    assert_eq!(
+        left("stores/store1").len(),
+        live_before - 1,
+        "live inputs stay"
+    );
+    // Offloading goes on, and nothing was lost.
+    let before = exec.stats().remote_compactions.load(Relaxed);
+    for i in 0..300u32 {
+        db.put(format!("key{i:06}").as_bytes(), &[b'z'; 700])
+            .unwrap();
+    }
+    db.flush().unwrap();
+    db.compact_range(None, None).unwrap();
+    assert!(exec.stats().remote_compactions.load(Relaxed) > before);
+    let mut model = model;
+    for i in 0..300u32 {
+        model.insert(format!("key{i:06}").into_bytes(), vec![b'z'; 700]);
+    }
+    assert_matches(&db, &model);
+}
