@@ -403,3 +403,143 @@ fn with_etcd_unreachable_the_coordinator_stops_and_the_store_runs_jobs_itself() 
         report.problems
     );
 }
+
+/// A network namespace joined to this one by a veth pair on a private
+/// /30: this side `10.<a>.<b>.1`, the namespace's `10.<a>.<b>.2`. Removed
+/// when dropped.
+struct Netns {
+    name: String,
+    host_if: String,
+    host_ip: String,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Netns {
+    /// `None` (in a run declared partial) where namespaces cannot be made.
+    fn new() -> Option<Netns> {
+        let id = std::process::id() % 60_000;
+        let name = format!("tern{id}");
+        let (host_if, ns_if) = (format!("tn{id}h"), format!("tn{id}w"));
+        let (a, b) = (100 + id / 250 % 100, id % 250);
+        let host_ip = format!("10.{a}.{b}.1");
+        let ns_ip = format!("10.{a}.{b}.2");
+        let made = ip(&["netns", "add", &name]);
+        let n = Netns {
+            name,
+            host_if,
+            host_ip,
+        };
+        let ok =
+            made && ip(&[
+                "link", "add", &n.host_if, "type", "veth", "peer", "name", &ns_if,
+            ]) && ip(&["link", "set", &ns_if, "netns", &n.name])
+                && ip(&[
+                    "addr",
+                    "add",
+                    &format!("{}/30", n.host_ip),
+                    "dev",
+                    &n.host_if,
+                ])
+                && ip(&["link", "set", &n.host_if, "up"])
+                && ip(&[
+                    "-n",
+                    &n.name,
+                    "addr",
+                    "add",
+                    &format!("{ns_ip}/30"),
+                    "dev",
+                    &ns_if,
+                ])
+                && ip(&["-n", &n.name, "link", "set", &ns_if, "up"])
+                && ip(&["-n", &n.name, "link", "set", "lo", "up"]);
+        if ok {
+            return Some(n);
+        }
+        assert!(
+            std::env::var("TERN_PARTIAL").is_ok_and(|v| v == "1"),
+            "cannot make a network namespace (needs root and iproute2); run as root, \
+             or set TERN_PARTIAL=1 to skip this test knowingly"
+        );
+        eprintln!("SKIPPED (TERN_PARTIAL=1): no network namespaces here");
+        None
+    }
+
+    /// Cuts (or restores) the link.
+    fn link(&self, up: bool) {
+        assert!(ip(&[
+            "link",
+            "set",
+            &self.host_if,
+            if up { "up" } else { "down" }
+        ]));
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        ip(&["link", "del", &self.host_if]);
+        ip(&["netns", "del", &self.name]);
+    }
+}
+
+#[test]
+fn a_worker_on_another_host_cut_off_mid_job_loses_it_and_no_write_is_lost() {
+    let Some(ns) = Netns::new() else { return };
+    let s = store_dirs();
+    let port = free_port();
+    let (_coord, _) = coordinator_at(&format!("0.0.0.0:{port}"), 1000, None);
+    let url = format!("http://127.0.0.1:{port}");
+    let remote_url = format!("http://{}:{port}", ns.host_ip);
+    // The remote worker runs in the namespace and reaches the coordinator
+    // over the veth link only; the shared tier is a directory both see.
+    let remote = Proc(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.name])
+            .arg(env!("CARGO_BIN_EXE_tern"))
+            .args([
+                "worker",
+                "--coordinator",
+                &remote_url,
+                "--shared",
+                &s.tier_url,
+            ])
+            .args(["--name", "remote", "--commit-delay-ms", "3000", "--scratch"])
+            .arg(s.scratch.join("remote"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_status(&url, "the remote worker to register", |st| {
+        st.workers.iter().any(|w| w.name == "remote")
+    });
+    let (db, exec) = open(&s, &url);
+    let model = churn(&db);
+    let compacting = {
+        let db = db.clone();
+        std::thread::spawn(move || db.compact_range(None, None))
+    };
+    wait_status(&url, "a job running on the remote worker", |st| {
+        running_on(st, "remote")
+    });
+    ns.link(false);
+    let _local = worker(&url, &s.tier_url, &s.scratch, "local", 0);
+    compacting.join().unwrap().unwrap();
+    let st = status(&url);
+    assert!(st.reassigned >= 1, "{st:?}");
+    // The link comes back: the remote worker re-registers and abandons
+    // the attempt it lost.
+    ns.link(true);
+    wait_status(&url, "the remote worker to come back", |st| {
+        st.workers.iter().any(|w| w.name == "remote")
+    });
+    drop(remote);
+    finish(&s, db, &exec, &model);
+}
