@@ -91,6 +91,70 @@ pub struct OffloadStats {
     pub orphans_deleted: AtomicU64,
 }
 
+impl OffloadStats {
+    /// Every counter: name, what it counts, value (for INFO and metrics).
+    pub fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let c = |name, help, v: &AtomicU64| (name, help, v.load(Relaxed));
+        vec![
+            c(
+                "remote_compactions",
+                "Compactions run by workers and installed.",
+                &self.remote_compactions,
+            ),
+            c(
+                "remote_gcs",
+                "GC jobs run by workers and installed.",
+                &self.remote_gcs,
+            ),
+            c(
+                "local_jobs",
+                "Jobs run locally because offloading them failed or was impossible.",
+                &self.local_jobs,
+            ),
+            c(
+                "fallback_unsupported",
+                "Jobs kept local: their compaction filter has no remote form.",
+                &self.fallback_unsupported,
+            ),
+            c(
+                "fallback_upload",
+                "Jobs run locally: an input could not be uploaded.",
+                &self.fallback_upload,
+            ),
+            c(
+                "fallback_remote",
+                "Jobs run locally: no worker delivered a result in time.",
+                &self.fallback_remote,
+            ),
+            c(
+                "fallback_verify",
+                "Jobs run locally: a result failed its checks.",
+                &self.fallback_verify,
+            ),
+            c(
+                "files_uploaded",
+                "Input files uploaded to the shared tier.",
+                &self.files_uploaded,
+            ),
+            c(
+                "bytes_uploaded",
+                "Bytes uploaded to the shared tier.",
+                &self.bytes_uploaded,
+            ),
+            c(
+                "bytes_downloaded",
+                "Bytes of outputs downloaded from the shared tier.",
+                &self.bytes_downloaded,
+            ),
+            c(
+                "orphans_deleted",
+                "Orphaned objects deleted from the shared tier.",
+                &self.orphans_deleted,
+            ),
+        ]
+    }
+}
+
 /// Why one offload attempt failed, for the counters.
 enum Failure {
     Unsupported,

@@ -61,6 +61,9 @@ async fn respond(mut sock: TcpStream, state: Arc<State>) -> std::io::Result<()> 
                 .metrics
                 .render_prometheus(state.connected(), state.started.elapsed(), &engine);
         crate::metrics::render_exec(&mut body, &state.exec, &state.store.meta());
+        if let Some(o) = &state.offload {
+            crate::metrics::render_offload(&mut body, o.stats());
+        }
         ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
     } else {
         ("404 Not Found", "text/plain", "try /metrics\n".to_string())

@@ -277,6 +277,16 @@ pub fn render_exec(
     );
 }
 
+/// Appends the offload executor's counters (`tern_offload_*_total`).
+pub fn render_offload(s: &mut String, o: &tern_offload::OffloadStats) {
+    for (name, help, v) in o.counters() {
+        let _ = writeln!(
+            s,
+            "# HELP tern_offload_{name}_total {help}\n# TYPE tern_offload_{name}_total counter\ntern_offload_{name}_total {v}"
+        );
+    }
+}
+
 /// Cumulative engine counters: name, help, value.
 pub fn engine_counters(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> {
     vec![

@@ -107,4 +107,16 @@ fn compactions_with_the_expiry_filter_run_on_a_worker() {
     }
     let n: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
     assert_eq!(n, 600);
+    // The same counters for Prometheus.
+    let mut http = std::net::TcpStream::connect(t.server.metrics_addr().unwrap()).unwrap();
+    use std::io::{Read, Write};
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    http.read_to_string(&mut body).unwrap();
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("tern_offload_remote_compactions_total "))
+        .unwrap_or_else(|| panic!("no offload counters in /metrics"));
+    assert_ne!(line, "tern_offload_remote_compactions_total 0");
 }

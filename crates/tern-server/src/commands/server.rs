@@ -488,19 +488,8 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             kv("write_commits", c.commits.load(Relaxed).to_string());
             kv("read_queue_jobs", c.read_queue.load(Relaxed).to_string());
             if let Some(o) = &st.offload {
-                let o = o.stats();
-                for (name, v) in [
-                    ("offload_remote_compactions", &o.remote_compactions),
-                    ("offload_remote_gcs", &o.remote_gcs),
-                    ("offload_local_jobs", &o.local_jobs),
-                    ("offload_fallback_unsupported", &o.fallback_unsupported),
-                    ("offload_fallback_upload", &o.fallback_upload),
-                    ("offload_fallback_remote", &o.fallback_remote),
-                    ("offload_fallback_verify", &o.fallback_verify),
-                    ("offload_bytes_uploaded", &o.bytes_uploaded),
-                    ("offload_bytes_downloaded", &o.bytes_downloaded),
-                ] {
-                    kv(name, v.load(Relaxed).to_string());
+                for (name, _, v) in o.stats().counters() {
+                    kv(&format!("offload_{name}"), v.to_string());
                 }
             }
             let e = st.store.db.stats();
