@@ -543,3 +543,41 @@ fn a_worker_on_another_host_cut_off_mid_job_loses_it_and_no_write_is_lost() {
     drop(remote);
     finish(&s, db, &exec, &model);
 }
+
+#[test]
+fn a_worker_told_to_stop_finishes_its_job_first() {
+    let s = store_dirs();
+    let (_coord, url) = coordinator(1000);
+    let mut w = worker(&url, &s.tier_url, &s.scratch, "leaving", 1500);
+    let (db, exec) = open(&s, &url);
+    let model = churn(&db);
+    let compacting = {
+        let db = db.clone();
+        std::thread::spawn(move || db.compact_range(None, None))
+    };
+    wait_status(&url, "a job running", |st| running_on(st, "leaving"));
+    w.signal("-TERM");
+    // It takes nothing new, finishes the job it has, and exits cleanly.
+    let start = Instant::now();
+    let exit = loop {
+        if let Some(st) = w.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the worker did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+    let st = status(&url);
+    assert_eq!(
+        st.reassigned, 0,
+        "the job was finished, not abandoned: {st:?}"
+    );
+    assert!(st.done >= 1, "{st:?}");
+    // The rest of the compaction needs a worker.
+    let _next = worker(&url, &s.tier_url, &s.scratch, "next", 0);
+    compacting.join().unwrap().unwrap();
+    finish(&s, db, &exec, &model);
+}
