@@ -449,15 +449,16 @@ impl Inner {
         job: &CompactionJob,
         ctx: &JobContext,
     ) -> std::result::Result<CompactionOutput, Failure> {
-        if job.filter.as_ref().is_some_and(|f| f.remote().is_none()) {
-            return Err(Failure::Unsupported);
-        }
+        let filter = match &job.filter {
+            None => None,
+            Some(f) => Some(f.remote().ok_or(Failure::Unsupported)?),
+        };
         let mut refs = Vec::with_capacity(job.inputs.len());
         for f in &job.inputs {
             let path = job.dir.join(table_file_name(f.number));
             refs.push(self.ensure_uploaded(&path).map_err(Failure::Upload)?);
         }
-        let spec = spec::compaction_spec(job, refs).ok_or(Failure::Unsupported)?;
+        let spec = spec::compaction_spec(job, refs, filter);
         let (kind, _cleanup) = self
             .run_remote(job_spec::Kind::Compaction(spec))
             .map_err(Failure::Remote)?;
@@ -568,7 +569,24 @@ impl Inner {
         Ok(out)
     }
 
-    fn fell_back(&self, what: &str, f: &Failure) {
+    /// The outcome of offloading one job: the remote result (counted in
+    /// `remote`), or after a failure the job run here by `local`, unless
+    /// fallback is off. A job that cannot leave the process always runs
+    /// here.
+    fn settle<T>(
+        &self,
+        what: &str,
+        tried: std::result::Result<T, Failure>,
+        remote: &AtomicU64,
+        local: impl FnOnce() -> tern::Result<T>,
+    ) -> tern::Result<T> {
+        let f = match tried {
+            Ok(out) => {
+                remote.fetch_add(1, Relaxed);
+                return Ok(out);
+            }
+            Err(f) => f,
+        };
         let c = match f {
             Failure::Unsupported => &self.stats.fallback_unsupported,
             Failure::Upload(_) => &self.stats.fallback_upload,
@@ -577,8 +595,16 @@ impl Inner {
         };
         c.fetch_add(1, Relaxed);
         if !matches!(f, Failure::Unsupported) {
+            if !self.opts.fallback {
+                return Err(tern::Error::Internal(format!(
+                    "offloaded {what} failed and local fallback is off: {}",
+                    f.describe()
+                )));
+            }
             tracing::warn!("tern offload: {what} not offloaded: {}", f.describe());
         }
+        self.stats.local_jobs.fetch_add(1, Relaxed);
+        local()
     }
 }
 
@@ -636,43 +662,21 @@ impl Executor for RemoteExecutor {
 
     fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> tern::Result<CompactionOutput> {
         let inner = &self.inner;
-        match inner.try_compaction(job, ctx) {
-            Ok(out) => {
-                inner.stats.remote_compactions.fetch_add(1, Relaxed);
-                Ok(out)
-            }
-            Err(f) => {
-                inner.fell_back("a compaction", &f);
-                if !inner.opts.fallback && !matches!(f, Failure::Unsupported) {
-                    return Err(tern::Error::Internal(format!(
-                        "offloaded compaction failed and local fallback is off: {}",
-                        f.describe()
-                    )));
-                }
-                inner.stats.local_jobs.fetch_add(1, Relaxed);
-                job.run(ctx)
-            }
-        }
+        inner.settle(
+            "compaction",
+            inner.try_compaction(job, ctx),
+            &inner.stats.remote_compactions,
+            || job.run(ctx),
+        )
     }
 
     fn execute_gc(&self, job: &GcJob, ctx: &GcContext) -> tern::Result<GcOutput> {
         let inner = &self.inner;
-        match inner.try_gc(job, ctx) {
-            Ok(out) => {
-                inner.stats.remote_gcs.fetch_add(1, Relaxed);
-                Ok(out)
-            }
-            Err(f) => {
-                inner.fell_back("a GC job", &f);
-                if !inner.opts.fallback {
-                    return Err(tern::Error::Internal(format!(
-                        "offloaded GC failed and local fallback is off: {}",
-                        f.describe()
-                    )));
-                }
-                inner.stats.local_jobs.fetch_add(1, Relaxed);
-                job.run(ctx)
-            }
-        }
+        inner.settle(
+            "GC job",
+            inner.try_gc(job, ctx),
+            &inner.stats.remote_gcs,
+            || job.run(ctx),
+        )
     }
 }

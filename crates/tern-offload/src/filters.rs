@@ -28,11 +28,6 @@ impl FilterRegistry {
         self
     }
 
-    /// Whether `name` is known.
-    pub fn knows(&self, name: &str) -> bool {
-        self.factories.contains_key(name)
-    }
-
     /// Rebuilds the filter `spec` describes.
     pub fn build(
         &self,

@@ -81,15 +81,20 @@ impl GrpcRunner {
     /// A runner for the coordinator at `url` (`http://host:port`). Connects
     /// on first use and reconnects as needed.
     pub fn new(url: &str) -> Result<Self> {
-        let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
-            .map_err(|e| OffloadError::Invalid(format!("bad coordinator URL {url:?}: {e}")))?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(30));
         Ok(GrpcRunner {
-            endpoint,
+            endpoint: coordinator_endpoint(url, Duration::from_secs(30))?,
             client: std::sync::OnceLock::new(),
         })
     }
+}
+
+/// The gRPC endpoint of the coordinator at `url`, with `timeout` per
+/// request.
+pub fn coordinator_endpoint(url: &str, timeout: Duration) -> Result<tonic::transport::Endpoint> {
+    Ok(tonic::transport::Endpoint::from_shared(url.to_string())
+        .map_err(|e| OffloadError::Invalid(format!("bad coordinator URL {url:?}: {e}")))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(timeout))
 }
 
 fn rpc(e: tonic::Status) -> OffloadError {

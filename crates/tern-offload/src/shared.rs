@@ -36,8 +36,6 @@ pub struct Listed {
     pub path: String,
     /// When it was last written.
     pub last_modified: std::time::SystemTime,
-    /// Its size in bytes.
-    pub size: u64,
 }
 
 impl SharedTier {
@@ -245,7 +243,6 @@ impl SharedTier {
             out.push(Listed {
                 path: rel.join("/"),
                 last_modified: meta.last_modified.into(),
-                size: meta.size,
             });
         }
         Ok(out)

@@ -72,25 +72,20 @@ fn compression(name: &str) -> Result<Compression> {
 }
 
 /// The spec of compaction `job`, whose inputs (in `job.inputs` order) are
-/// in the shared tier as `files`. `None` if the job cannot leave the
-/// process (its filter has no remote form).
+/// in the shared tier as `files` and whose filter's remote form is
+/// `filter`.
 pub fn compaction_spec(
     job: &CompactionJob,
     files: Vec<proto::FileRef>,
-) -> Option<proto::CompactionSpec> {
-    let filter = match &job.filter {
-        None => None,
-        Some(f) => {
-            let RemoteFilter { name, params } = f.remote()?;
-            Some(proto::FilterSpec { name, params })
-        }
-    };
+    filter: Option<RemoteFilter>,
+) -> proto::CompactionSpec {
+    let filter = filter.map(|RemoteFilter { name, params }| proto::FilterSpec { name, params });
     let blob_files: BTreeSet<u64> = job
         .inputs
         .iter()
         .flat_map(|f| f.blob_files.iter().copied())
         .collect();
-    Some(proto::CompactionSpec {
+    proto::CompactionSpec {
         inputs: job
             .inputs
             .iter()
@@ -125,7 +120,7 @@ pub fn compaction_spec(
         }),
         filter,
         blob_files: blob_files.into_iter().collect(),
-    })
+    }
 }
 
 /// The job `spec` describes, reading its inputs from `dir` (where the

@@ -133,6 +133,32 @@ pub async fn run_job(
     Ok(manifest)
 }
 
+/// Downloads each input (its file, the name it takes in `dir`), checking
+/// it.
+async fn fetch_inputs(
+    tier: &SharedTier,
+    inputs: Vec<(Option<&proto::FileRef>, String)>,
+    dir: &Path,
+    progress: &AtomicU64,
+) -> Result<()> {
+    for (file, name) in inputs {
+        let file =
+            file.ok_or_else(|| OffloadError::Invalid("job input without its file".into()))?;
+        fetch(tier, file, &dir.join(name), progress).await?;
+    }
+    Ok(())
+}
+
+/// Runs the engine's job code on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    job: impl FnOnce() -> tern::Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(job)
+        .await
+        .map_err(|e| OffloadError::Invalid(format!("the job's task failed: {e}")))?
+        .map_err(OffloadError::from)
+}
+
 async fn compact(
     tier: &SharedTier,
     c: &proto::CompactionSpec,
@@ -141,13 +167,12 @@ async fn compact(
     filters: &FilterRegistry,
     progress: &AtomicU64,
 ) -> Result<proto::CompactionResult> {
-    for i in &c.inputs {
-        let file = i
-            .file
-            .as_ref()
-            .ok_or_else(|| OffloadError::Invalid("compaction input without its file".into()))?;
-        fetch(tier, file, &dir.join(table_file_name(i.number)), progress).await?;
-    }
+    let inputs: Vec<_> = c
+        .inputs
+        .iter()
+        .map(|i| (i.file.as_ref(), table_file_name(i.number)))
+        .collect();
+    fetch_inputs(tier, inputs, dir, progress).await?;
     let job = spec::compaction_job(c, dir.to_path_buf(), filters)?;
     // Outputs are numbered after the inputs so no name collides; the store
     // numbers them anew when it takes them.
@@ -157,9 +182,7 @@ async fn compact(
         next_file_number: Arc::new(AtomicU64::new(first)),
         rate_limiter: None,
     };
-    let out = tokio::task::spawn_blocking(move || job.run(&ctx))
-        .await
-        .map_err(|e| OffloadError::Invalid(format!("compaction task failed: {e}")))??;
+    let out = blocking(move || job.run(&ctx)).await?;
     let mut files = Vec::with_capacity(out.files.len());
     for (i, f) in out.files.iter().enumerate() {
         let local = dir.join(table_file_name(f.number));
@@ -176,21 +199,18 @@ async fn gc(
     prefix: &str,
     progress: &AtomicU64,
 ) -> Result<proto::GcResult> {
-    for i in &g.inputs {
-        let file = i
-            .file
-            .as_ref()
-            .ok_or_else(|| OffloadError::Invalid("GC input without its file".into()))?;
-        fetch(tier, file, &dir.join(blob_file_name(i.number)), progress).await?;
-    }
+    let inputs: Vec<_> = g
+        .inputs
+        .iter()
+        .map(|i| (i.file.as_ref(), blob_file_name(i.number)))
+        .collect();
+    fetch_inputs(tier, inputs, dir, progress).await?;
     let job = spec::gc_job(g, dir.to_path_buf())?;
     let ctx = GcContext {
         fs: Arc::new(PosixFs),
         rate_limiter: None,
     };
-    let out = tokio::task::spawn_blocking(move || job.run(&ctx))
-        .await
-        .map_err(|e| OffloadError::Invalid(format!("GC task failed: {e}")))??;
+    let out = blocking(move || job.run(&ctx)).await?;
     let mut files = Vec::with_capacity(out.files.len());
     for f in &out.files {
         let name = blob_file_name(f.meta.number);

@@ -92,10 +92,7 @@ pub async fn run(
         commit_delay: opts.commit_delay,
     });
     std::fs::create_dir_all(&opts.scratch).map_err(crate::error::io_err(&opts.scratch))?;
-    let endpoint = tonic::transport::Endpoint::from_shared(opts.coordinator.clone())
-        .map_err(|e| crate::OffloadError::Invalid(format!("bad coordinator URL: {e}")))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10));
+    let endpoint = crate::runner::coordinator_endpoint(&opts.coordinator, Duration::from_secs(10))?;
     let mut client = CoordinatorClient::new(endpoint.connect_lazy());
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Key, Result<proto::ResultManifest>)>();
     let mut running: HashMap<Key, Attempt> = HashMap::new();

@@ -11,7 +11,7 @@
 //! The cache is exact or absent, never stale: it holds only states that
 //! committed, forgets everything when a commit fails (the engine's state is
 //! then unknown to it) and when the generation changes (FLUSHDB). Memory is
-//! bounded by [`KeyCache::capacity`]: when full, half the entries, picked
+//! bounded by its capacity: when full, half the entries, picked
 //! by the map's iteration order, are dropped, and their keys are read from
 //! the engine again when next written. The map keeps the standard library's
 //! keyed hasher, since clients choose the keys.
@@ -20,7 +20,8 @@ use std::collections::HashMap;
 
 use crate::store::KeyState;
 
-/// Memory the cache may use by default: about a million 30-byte keys.
+/// Memory the cache may use by default: about 700,000 keys of 30 bytes
+/// (each costs its length plus [`ENTRY_OVERHEAD`]).
 pub const DEFAULT_CAPACITY: usize = 64 << 20;
 
 /// Bytes one entry costs besides its key: the key's `Vec`, the state and
@@ -51,11 +52,6 @@ impl KeyCache {
             bytes: 0,
             capacity,
         }
-    }
-
-    /// The most bytes it holds.
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 
     /// Entries held.
