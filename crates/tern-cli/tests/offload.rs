@@ -5,19 +5,20 @@
 //! check` must pass.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+#[path = "../../tern-offload/tests/common/mod.rs"]
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tern::compaction::Executor;
-use tern::io::PosixFs;
-use tern::{Db, Options};
+use common::{assert_matches, check_clean, churn, setup, Model, Setup};
+use tern::Db;
 use tern_offload::proto::coordinator_client::CoordinatorClient;
-use tern_offload::{GrpcRunner, RemoteExecutor, RemoteOptions, SharedTier};
+use tern_offload::{GrpcRunner, RemoteExecutor};
 
 /// A child process, killed when dropped.
 struct Proc(Child);
@@ -126,7 +127,9 @@ fn etcd(dir: &Path) -> Option<(Proc, String)> {
     Some((Proc(child), url))
 }
 
-/// Starts `tern worker`, waiting `delay_ms` before committing each job.
+/// Starts `tern worker`, waiting `delay_ms` before committing each job,
+/// and returns once it has registered (a job submitted before then would
+/// find no worker).
 fn worker(url: &str, tier: &str, scratch: &Path, name: &str, delay_ms: u64) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_tern"))
         .args([
@@ -144,7 +147,11 @@ fn worker(url: &str, tier: &str, scratch: &Path, name: &str, delay_ms: u64) -> P
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    Proc(child)
+    let p = Proc(child);
+    wait_status(url, "the worker to register", |st| {
+        st.workers.iter().any(|w| w.name == name)
+    });
+    p
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -179,80 +186,36 @@ fn wait_status(url: &str, what: &str, f: impl Fn(&tern_offload::proto::StatusRep
     }
 }
 
-fn opts() -> Options {
-    Options {
-        settings: tern::Settings {
-            write_buffer_size: 64 << 10,
-            target_file_size: 32 << 10,
-            max_bytes_for_level_base: 256 << 10,
-            block_size: 1 << 10,
-            blob_file_size: 64 << 10,
-            disable_auto_compactions: true,
-            ..tern::Settings::default()
-        },
-        ..Options::default()
-    }
-}
-
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-fn churn(db: &Db) -> Model {
-    let mut model = Model::new();
-    for round in 0..3u32 {
-        for i in 0..500u32 {
-            let k = format!("key{i:06}").into_bytes();
-            let mut v = format!("value-{i}-round-{round}-").into_bytes();
-            v.resize(700, b'a' + round as u8);
-            db.put(&k, &v).unwrap();
-            model.insert(k, v);
-        }
-        db.flush().unwrap();
-    }
-    model
-}
-
-fn assert_intact(db: &Db, model: &Model) {
-    for (k, v) in model {
-        assert_eq!(
-            db.get(k).unwrap().as_ref(),
-            Some(v),
-            "key {}",
-            String::from_utf8_lossy(k)
-        );
-    }
-}
-
-struct Store {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    tier_url: String,
-    scratch: PathBuf,
-}
-
-fn store_dirs() -> Store {
-    let tmp = tempfile::tempdir().unwrap();
-    Store {
-        dir: tmp.path().join("db"),
-        tier_url: format!("file://{}", tmp.path().join("tier").display()),
-        scratch: tmp.path().join("scratch"),
-        _tmp: tmp,
-    }
-}
-
-fn open(s: &Store, url: &str) -> (Arc<Db>, Arc<RemoteExecutor>) {
-    open_with_fallback(s, url, false)
-}
-
-fn open_with_fallback(s: &Store, url: &str, fallback: bool) -> (Arc<Db>, Arc<RemoteExecutor>) {
-    let mut ro = RemoteOptions::new("store1");
-    ro.fallback = fallback;
-    ro.deadline = Duration::from_secs(60);
-    let tier = SharedTier::open(&s.tier_url, &[]).unwrap();
+/// A store with auto compactions off, so the jobs that run are those a
+/// test asks for; its compactions and GC go through the coordinator at
+/// `url` (fallback on or off).
+fn open(s: &Setup, url: &str, fallback: bool) -> (Arc<Db>, Arc<RemoteExecutor>) {
+    let mut opts = common::opts();
+    opts.disable_auto_compactions = true;
     let runner = Arc::new(GrpcRunner::new(url).unwrap());
-    let exec = Arc::new(RemoteExecutor::new(tier, runner, ro, Arc::new(PosixFs)).unwrap());
-    let db =
-        Db::open_with_executor(&s.dir, opts(), Some(exec.clone() as Arc<dyn Executor>)).unwrap();
+    let (db, exec) = common::open_with(s, runner, fallback, opts);
     (Arc::new(db), exec)
+}
+
+/// Compacts everything on another thread.
+fn compact_in_background(db: &Arc<Db>) -> std::thread::JoinHandle<tern::Result<()>> {
+    let db = db.clone();
+    std::thread::spawn(move || db.compact_range(None, None))
+}
+
+/// Waits (up to 30 s) for `p` to exit.
+fn wait_exit(p: &mut Proc) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = p.0.try_wait().unwrap() {
+            return st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the process kept running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn running_on(s: &tern_offload::proto::StatusReply, name: &str) -> bool {
@@ -264,38 +227,31 @@ fn running_on(s: &tern_offload::proto::StatusReply, name: &str) -> bool {
         .any(|j| j.state == "running" && j.worker_id == w.worker_id)
 }
 
-fn finish(s: &Store, db: Arc<Db>, exec: &RemoteExecutor, model: &Model) {
-    assert_intact(&db, model);
+fn finish(s: &Setup, db: Arc<Db>, exec: &RemoteExecutor, model: &Model) {
+    assert_matches(&db, model);
     assert!(exec.stats().remote_compactions.load(Relaxed) > 0);
     assert_eq!(exec.stats().local_jobs.load(Relaxed), 0, "fallback is off");
     db.close().unwrap();
     drop(db);
-    let report = tern::tools::check::check_store(&s.dir, Arc::new(PosixFs)).unwrap();
-    assert!(
-        report.problems.is_empty(),
-        "tern check: {:?}",
-        report.problems
-    );
-    let db = Db::open(&s.dir, opts()).unwrap();
-    assert_intact(&db, model);
+    check_clean(&s.dir);
+    let db = Db::open(&s.dir, common::opts()).unwrap();
+    assert_matches(&db, model);
 }
 
 #[test]
 fn a_worker_killed_mid_job_loses_it_to_another_and_no_write_is_lost() {
-    let s = store_dirs();
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
     let (_coord, url) = coordinator(1000);
-    let slow = worker(&url, &s.tier_url, &s.scratch, "slow", 5000);
-    let (db, exec) = open(&s, &url);
+    let slow = worker(&url, &tier_url, &s.scratch, "slow", 5000);
+    let (db, exec) = open(&s, &url, false);
     let model = churn(&db);
-    let compacting = {
-        let db = db.clone();
-        std::thread::spawn(move || db.compact_range(None, None))
-    };
+    let compacting = compact_in_background(&db);
     wait_status(&url, "a job running on the slow worker", |st| {
         running_on(st, "slow")
     });
     slow.signal("-KILL");
-    let _fast = worker(&url, &s.tier_url, &s.scratch, "fast", 0);
+    let _fast = worker(&url, &tier_url, &s.scratch, "fast", 0);
     compacting.join().unwrap().unwrap();
     db.collect_garbage().unwrap();
     let st = status(&url);
@@ -308,20 +264,18 @@ fn a_worker_killed_mid_job_loses_it_to_another_and_no_write_is_lost() {
 
 #[test]
 fn a_frozen_worker_loses_its_job_and_abandons_it_when_thawed() {
-    let s = store_dirs();
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
     let (_coord, url) = coordinator(1000);
-    let frozen = worker(&url, &s.tier_url, &s.scratch, "frozen", 3000);
-    let (db, exec) = open(&s, &url);
+    let frozen = worker(&url, &tier_url, &s.scratch, "frozen", 3000);
+    let (db, exec) = open(&s, &url, false);
     let model = churn(&db);
-    let compacting = {
-        let db = db.clone();
-        std::thread::spawn(move || db.compact_range(None, None))
-    };
+    let compacting = compact_in_background(&db);
     wait_status(&url, "a job running on the worker", |st| {
         running_on(st, "frozen")
     });
     frozen.signal("-STOP");
-    let _other = worker(&url, &s.tier_url, &s.scratch, "other", 0);
+    let _other = worker(&url, &tier_url, &s.scratch, "other", 0);
     compacting.join().unwrap().unwrap();
     // Thawed, the frozen worker finds it lost its lease: it registers
     // again and is told to abandon its stale attempt (or, had it committed
@@ -341,19 +295,17 @@ fn a_frozen_worker_loses_its_job_and_abandons_it_when_thawed() {
 
 #[test]
 fn a_coordinator_killed_mid_queue_is_replaced_from_etcd_and_the_job_completes() {
-    let s = store_dirs();
-    let Some((_etcd, etcd_url)) = etcd(&s._tmp.path().join("etcd")) else {
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
+    let Some((_etcd, etcd_url)) = etcd(&s.dir.with_file_name("etcd")) else {
         return;
     };
     let listen = format!("127.0.0.1:{}", free_port());
     let (first, url) = coordinator_at(&listen, 1000, Some(&etcd_url));
-    let _worker = worker(&url, &s.tier_url, &s.scratch, "slow", 2000);
-    let (db, exec) = open(&s, &url);
+    let _worker = worker(&url, &tier_url, &s.scratch, "slow", 2000);
+    let (db, exec) = open(&s, &url, false);
     let model = churn(&db);
-    let compacting = {
-        let db = db.clone();
-        std::thread::spawn(move || db.compact_range(None, None))
-    };
+    let compacting = compact_in_background(&db);
     wait_status(&url, "a job running", |st| running_on(st, "slow"));
     first.signal("-KILL");
     drop(first);
@@ -367,41 +319,28 @@ fn a_coordinator_killed_mid_queue_is_replaced_from_etcd_and_the_job_completes() 
 
 #[test]
 fn with_etcd_unreachable_the_coordinator_stops_and_the_store_runs_jobs_itself() {
-    let s = store_dirs();
-    let Some((etcd, etcd_url)) = etcd(&s._tmp.path().join("etcd")) else {
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
+    let Some((etcd, etcd_url)) = etcd(&s.dir.with_file_name("etcd")) else {
         return;
     };
     let (mut coord, url) = coordinator_at("127.0.0.1:0", 1000, Some(&etcd_url));
-    let _worker = worker(&url, &s.tier_url, &s.scratch, "w", 0);
-    wait_status(&url, "the worker to register", |st| st.workers.len() == 1);
-    let (db, exec) = open_with_fallback(&s, &url, true);
+    let _worker = worker(&url, &tier_url, &s.scratch, "w", 0);
+    let (db, exec) = open(&s, &url, true);
     let model = churn(&db);
     etcd.signal("-KILL");
     // Without etcd the coordinator cannot keep its leadership: it stops
     // rather than act on state it cannot record.
-    let start = Instant::now();
-    while coord.0.try_wait().unwrap().is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the coordinator kept running"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(!coord.0.try_wait().unwrap().unwrap().success());
+    assert!(!wait_exit(&mut coord).success());
     db.compact_range(None, None).unwrap();
     db.collect_garbage().unwrap();
     let st = exec.stats();
     assert!(st.local_jobs.load(Relaxed) >= 1, "nothing ran locally");
     assert!(st.fallback_remote.load(Relaxed) >= 1);
-    assert_intact(&db, &model);
+    assert_matches(&db, &model);
     db.close().unwrap();
     drop(db);
-    let report = tern::tools::check::check_store(&s.dir, Arc::new(PosixFs)).unwrap();
-    assert!(
-        report.problems.is_empty(),
-        "tern check: {:?}",
-        report.problems
-    );
+    check_clean(&s.dir);
 }
 
 /// A network namespace joined to this one by a veth pair on a private
@@ -493,7 +432,8 @@ impl Drop for Netns {
 #[test]
 fn a_worker_on_another_host_cut_off_mid_job_loses_it_and_no_write_is_lost() {
     let Some(ns) = Netns::new() else { return };
-    let s = store_dirs();
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
     let port = free_port();
     let (_coord, _) = coordinator_at(&format!("0.0.0.0:{port}"), 1000, None);
     let url = format!("http://127.0.0.1:{port}");
@@ -509,7 +449,7 @@ fn a_worker_on_another_host_cut_off_mid_job_loses_it_and_no_write_is_lost() {
                 "--coordinator",
                 &remote_url,
                 "--shared",
-                &s.tier_url,
+                &tier_url,
             ])
             .args(["--name", "remote", "--commit-delay-ms", "3000", "--scratch"])
             .arg(s.scratch.join("remote"))
@@ -520,17 +460,14 @@ fn a_worker_on_another_host_cut_off_mid_job_loses_it_and_no_write_is_lost() {
     wait_status(&url, "the remote worker to register", |st| {
         st.workers.iter().any(|w| w.name == "remote")
     });
-    let (db, exec) = open(&s, &url);
+    let (db, exec) = open(&s, &url, false);
     let model = churn(&db);
-    let compacting = {
-        let db = db.clone();
-        std::thread::spawn(move || db.compact_range(None, None))
-    };
+    let compacting = compact_in_background(&db);
     wait_status(&url, "a job running on the remote worker", |st| {
         running_on(st, "remote")
     });
     ns.link(false);
-    let _local = worker(&url, &s.tier_url, &s.scratch, "local", 0);
+    let _local = worker(&url, &tier_url, &s.scratch, "local", 0);
     compacting.join().unwrap().unwrap();
     let st = status(&url);
     assert!(st.reassigned >= 1, "{st:?}");
@@ -546,29 +483,20 @@ fn a_worker_on_another_host_cut_off_mid_job_loses_it_and_no_write_is_lost() {
 
 #[test]
 fn a_worker_told_to_stop_finishes_its_job_first() {
-    let s = store_dirs();
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
     let (_coord, url) = coordinator(1000);
-    let mut w = worker(&url, &s.tier_url, &s.scratch, "leaving", 1500);
-    let (db, exec) = open(&s, &url);
+    let mut w = worker(&url, &tier_url, &s.scratch, "leaving", 1500);
+    let (db, exec) = open(&s, &url, false);
     let model = churn(&db);
-    let compacting = {
-        let db = db.clone();
-        std::thread::spawn(move || db.compact_range(None, None))
-    };
+    let compacting = compact_in_background(&db);
     wait_status(&url, "a job running", |st| running_on(st, "leaving"));
+    // The rest of the compaction needs a worker: one is there before the
+    // first leaves, so no job finds none.
+    let _next = worker(&url, &tier_url, &s.scratch, "next", 0);
     w.signal("-TERM");
     // It takes nothing new, finishes the job it has, and exits cleanly.
-    let start = Instant::now();
-    let exit = loop {
-        if let Some(st) = w.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the worker did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let exit = wait_exit(&mut w);
     assert!(exit.success(), "{exit:?}");
     let st = status(&url);
     assert_eq!(
@@ -576,8 +504,6 @@ fn a_worker_told_to_stop_finishes_its_job_first() {
         "the job was finished, not abandoned: {st:?}"
     );
     assert!(st.done >= 1, "{st:?}");
-    // The rest of the compaction needs a worker.
-    let _next = worker(&url, &s.tier_url, &s.scratch, "next", 0);
     compacting.join().unwrap().unwrap();
     finish(&s, db, &exec, &model);
 }

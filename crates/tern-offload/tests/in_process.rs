@@ -65,7 +65,10 @@ fn compaction_and_gc_run_remotely_and_their_results_are_installed() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!rt.block_on(s.tier.list("stores/store1")).unwrap().is_empty());
+    assert!(!rt
+        .block_on(s.tier.list("stores/store1"))
+        .unwrap()
+        .is_empty());
 }
 
 /// Runs jobs in process, then damages the first committed result with
