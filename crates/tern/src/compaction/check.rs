@@ -85,6 +85,9 @@ impl CompactionJob {
                     ),
                 ));
             }
+            // Two passes: `verify` checks what iteration does not (the
+            // index against the blocks, which point reads rely on); the
+            // scan below checks what the result means.
             let verified = table.verify()?;
             let mut iter = table.iter();
             iter.seek_to_first();
