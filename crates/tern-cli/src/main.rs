@@ -108,7 +108,26 @@ impl From<std::io::Error> for Failure {
     }
 }
 
+/// What is logged unless `RUST_LOG` says otherwise: warnings from
+/// everything, and what the services do (a worker's jobs, a server's
+/// one-off migrations).
+const DEFAULT_LOG: &str = "warn,tern_offload=info,tern_server=info";
+
+/// Sends `tracing` events to standard error, filtered by `RUST_LOG` (for
+/// example `RUST_LOG=debug`) or [`DEFAULT_LOG`].
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
 fn main() -> ExitCode {
+    init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),

@@ -17,6 +17,7 @@ const EXIT_PROBLEMS: u8 = 1;
 #[command(after_help = "Examples:\n  \
     tern stress --dir /tmp/stress --duration 60\n  \
     tern stress --dir /tmp/stress --crash-loop 200 --sync true\n  \
+    tern stress --dir /tmp/stress --crash-loop 50 --offload --blob-threshold 0 --gc on\n  \
     tern stress --sim --crashes 100 --seed 7\n  \
     tern stress --sim --replay /tmp/tern-sim-7.shrunk.history\n\n\
     Every option left out is drawn from the seed; the first line printed is a \
@@ -51,12 +52,18 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 cfg.args.max_run_ms.max(cfg.args.min_run_ms),
             ),
             seed: cfg.seed,
+            engine_flags: cfg.args.engine_flags_given(),
+            offload: cfg.args.offload,
         };
         eprintln!("stress: {}", cfg.command_line());
         crash_loop::run(&lc, &mut log).map(|r| {
             format!(
-                "crash loop passed: {} kills, {} operations, {} in-flight writes at restarts ({} applied)",
-                r.kills, r.ops, r.in_flight, r.in_flight_applied
+                "crash loop passed: {} kills, {} operations, {}{} in-flight writes at restarts ({} applied)",
+                r.kills,
+                r.ops,
+                r.offload_part(lc.offload),
+                r.in_flight,
+                r.in_flight_applied,
             )
         })
     } else if cfg.args.sim {

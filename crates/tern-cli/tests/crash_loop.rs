@@ -1,22 +1,24 @@
-//! A short kill -9 crash loop of `tern stress`, in both sync modes: after
-//! every SIGKILL the store must pass `tern check` and hold every
-//! acknowledged write (plus or minus the writes in flight).
-//! `TERN_CRASH_KILLS=<n>` sets the kills per sync mode (default 10).
+//! Short kill -9 crash loops of `tern stress`: in both sync modes, and
+//! with compactions and GC offloaded to workers. After every SIGKILL the
+//! store must pass `tern check` and hold every acknowledged write (plus or
+//! minus the writes in flight). `TERN_CRASH_KILLS=<n>` sets the kills per
+//! loop (default 10, 8 with offload).
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
 
-fn crash_loop(sync: bool) {
-    let kills = std::env::var("TERN_CRASH_KILLS").unwrap_or_else(|_| "10".into());
+/// Runs `tern stress --crash-loop` with `flags` on a fresh store; returns
+/// its output, which must end in a passed loop.
+fn run_loop(default_kills: &str, flags: &[&str]) -> String {
+    let kills = std::env::var("TERN_CRASH_KILLS").unwrap_or_else(|_| default_kills.into());
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("db");
     let out = Command::new(env!("CARGO_BIN_EXE_tern"))
         .arg("stress")
         .arg("--dir")
-        .arg(&dir)
-        .args(["--crash-loop", &kills, "--sync", &sync.to_string()])
+        .arg(tmp.path().join("db"))
+        .args(["--crash-loop", &kills])
         .args(["--keys", "5000", "--groups", "200", "--threads", "3"])
-        .args(["--min-run-ms", "150", "--max-run-ms", "900"])
+        .args(flags)
         .output()
         .unwrap();
     let text = format!(
@@ -27,30 +29,42 @@ fn crash_loop(sync: bool) {
     eprintln!("{text}");
     assert!(out.status.success(), "crash loop failed:\n{text}");
     assert!(text.contains("crash loop passed"), "{text}");
-    // "crash-loop: N kills, ..." is the loop's last line.
-    let kills: u64 = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("crash-loop: "))
-        .filter_map(|l| l.split(" kills,").next()?.parse().ok())
-        .next_back()
-        .unwrap_or(0);
-    tern_stress::ci_summary(&format!("crash_loop_kills_sync_{sync}"), kills);
-    let batches: u64 = text
-        .lines()
-        .filter(|l| l.starts_with("crash-loop: ") && l.ends_with(": OK"))
-        .filter_map(|l| {
-            l.split(" in-flight batches whole")
-                .next()?
-                .rsplit(' ')
-                .next()?
-                .parse()
-                .ok()
+    text
+}
+
+/// The number just before `marker` in the last line that has it.
+fn number_before(text: &str, marker: &str) -> u64 {
+    text.lines()
+        .rfind(|l| l.contains(marker))
+        .and_then(|l| {
+            let before = l.split(marker).next()?.rsplit([' ', '(']).next()?;
+            before.parse().ok()
         })
-        .next_back()
-        .unwrap_or(0);
+        .unwrap_or_else(|| panic!("no number before {marker:?} in:\n{text}"))
+}
+
+fn crash_loop(sync: bool) {
+    let text = run_loop(
+        "10",
+        &[
+            "--sync",
+            &sync.to_string(),
+            "--min-run-ms",
+            "150",
+            "--max-run-ms",
+            "900",
+        ],
+    );
+    tern_stress::ci_summary(
+        &format!("crash_loop_kills_sync_{sync}"),
+        number_before(&text, " kills,"),
+    );
     // Printed, not required: a kill lands mid-batch about once in seven,
     // so a short loop can catch none.
-    tern_stress::ci_summary("crash_loop_batches_in_flight", batches);
+    tern_stress::ci_summary(
+        "crash_loop_batches_in_flight",
+        number_before(&text, " in-flight batches whole"),
+    );
 }
 
 #[test]
@@ -61,4 +75,43 @@ fn crash_loop_sync_true() {
 #[test]
 fn crash_loop_sync_false() {
     crash_loop(false);
+}
+
+/// The loop with compactions and GC on two `tern worker`s (local fallback
+/// off): every store killed with jobs in flight must come back whole,
+/// whatever the workers deliver after the kill.
+#[test]
+fn crash_loop_with_offloaded_jobs_in_flight() {
+    let text = run_loop(
+        "8",
+        &[
+            "--offload",
+            "--sync",
+            "true",
+            "--min-run-ms",
+            "300",
+            "--max-run-ms",
+            "1200",
+            // Small memtables and every value separated: many flushes,
+            // compactions and GC jobs per run.
+            "--write-buffer-size",
+            "65536",
+            "--l0-trigger",
+            "2",
+            "--blob-threshold",
+            "0",
+            "--gc",
+            "on",
+            "--gc-ratio",
+            "0.2",
+        ],
+    );
+    let offloaded = number_before(&text, " offloaded jobs");
+    let in_flight = number_before(&text, " kills with jobs in flight");
+    assert!(offloaded > 0, "no job ran on a worker:\n{text}");
+    assert!(
+        in_flight > 0,
+        "no kill found a job on a worker, so the loop tested nothing offload-specific:\n{text}"
+    );
+    tern_stress::ci_summary("crash_loop_offload_kills_with_jobs_in_flight", in_flight);
 }

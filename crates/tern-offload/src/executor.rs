@@ -51,6 +51,14 @@ pub struct RemoteOptions {
 }
 
 impl RemoteOptions {
+    /// A store id stable across restarts and distinct per data directory:
+    /// `<kind>-<hash of the directory's absolute path>`.
+    pub fn id_for_dir(kind: &str, dir: &Path) -> String {
+        let path = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let h = xxhash_rust::xxh3::xxh3_64(path.to_string_lossy().as_bytes());
+        format!("{kind}-{h:016x}")
+    }
+
     /// Options for store `store_id` with the defaults: a 10-minute
     /// deadline, fallback on.
     pub fn new(store_id: &str) -> Self {
@@ -297,6 +305,11 @@ impl RemoteExecutor {
     /// deleted. Runs by itself every tenth of `orphan_grace`.
     pub fn sweep(&self, grace: Duration) -> Result<u64> {
         self.inner.sweep(grace)
+    }
+
+    /// Jobs submitted to workers and not yet settled.
+    pub fn jobs_in_flight(&self) -> usize {
+        self.inner.in_flight.lock().len()
     }
 
     /// Waits until every file queued for upload so far is uploaded (or its

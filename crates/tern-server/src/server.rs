@@ -133,12 +133,7 @@ fn offload_executor(
     let bad = |e: tern_offload::OffloadError| ServerError(format!("[offload]: {e}"));
     let store_id = match &o.store_id {
         Some(id) => id.clone(),
-        None => {
-            // Stable across restarts, distinct per data directory.
-            let path = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-            let h = xxhash_rust::xxh3::xxh3_64(path.to_string_lossy().as_bytes());
-            format!("serve-{h:016x}")
-        }
+        None => tern_offload::RemoteOptions::id_for_dir("serve", dir),
     };
     let tier = tern_offload::SharedTier::open(&o.shared, &[]).map_err(bad)?;
     let runner = Arc::new(tern_offload::GrpcRunner::new(&o.coordinator).map_err(bad)?);

@@ -54,6 +54,24 @@ pub struct StressArgs {
     /// times; then verify once more.
     #[arg(long, value_name = "KILLS")]
     pub crash_loop: Option<u64>,
+    /// `--crash-loop`: start a `tern coordinator` and two `tern worker`s
+    /// for the loop (shared tier `<dir>.shared`) and send every run's
+    /// compactions and GC jobs to them, local fallback off, so each kill
+    /// lands with offloaded jobs in flight.
+    #[arg(long)]
+    pub offload: bool,
+    /// Send compactions and GC jobs to the `tern coordinator` at this URL
+    /// (with `--offload-shared`).
+    #[arg(long, value_name = "URL", requires = "offload_shared")]
+    pub offload_coordinator: Option<String>,
+    /// The offload shared tier: `file:///dir` or `s3://bucket/prefix`.
+    #[arg(long, value_name = "URL", requires = "offload_coordinator")]
+    pub offload_shared: Option<String>,
+    /// With offload: run a job locally when offloading it fails (`on`,
+    /// the default) or fail it (`off`: the store retries it later, and a
+    /// remote failure cannot hide behind a local run).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub offload_fallback: Option<bool>,
     /// `--crash-loop`: shortest run before a kill, milliseconds.
     #[arg(long, default_value_t = 300)]
     pub min_run_ms: u64,
@@ -148,6 +166,47 @@ pub struct StressArgs {
     /// `--set background_rate_limit=8M`.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub settings: Vec<String>,
+}
+
+impl StressArgs {
+    /// The engine flags given on the command line (not drawn), as
+    /// arguments: a crash loop passes them to every child, which draws
+    /// the rest from its own seed.
+    pub fn engine_flags_given(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let mut add = |flag: &str, value: Option<String>| {
+            if let Some(value) = value {
+                v.push(flag.to_string());
+                v.push(value);
+            }
+        };
+        fn s<T: std::fmt::Display>(o: Option<T>) -> Option<String> {
+            o.map(|x| x.to_string())
+        }
+        add("--write-buffer-size", s(self.write_buffer_size));
+        add("--max-write-buffer-number", s(self.max_write_buffer_number));
+        add("--l0-trigger", s(self.l0_trigger));
+        add("--level-base", s(self.level_base));
+        add("--target-file-size", s(self.target_file_size));
+        add("--block-size", s(self.block_size));
+        add("--bloom-bits", s(self.bloom_bits));
+        add("--compression", self.compression.clone());
+        add("--block-cache", s(self.block_cache));
+        add("--manifest-size", s(self.manifest_size));
+        add(
+            "--blob-threshold",
+            self.blob_threshold
+                .map(|t| t.0.map_or_else(|| "off".to_string(), |n| n.to_string())),
+        );
+        add("--blob-file-size", s(self.blob_file_size));
+        add("--gc-ratio", s(self.gc_ratio));
+        add("--gc", self.gc.map(|g| on_off(g).to_string()));
+        add("--max-open-files", s(self.max_open_files));
+        for pair in &self.settings {
+            add("--set", Some(pair.clone()));
+        }
+        v
+    }
 }
 
 /// A `--blob-threshold` value: a byte count, or separation off.
@@ -342,6 +401,23 @@ impl StressConfig {
             return Err("--threads must be at least 1".into());
         }
         let weights = resolve_weights(&args)?;
+        let remote = args.offload_coordinator.is_some();
+        if args.sim && (args.offload || remote) {
+            return Err("--sim runs on simulated files that no worker can read: \
+                        drop --offload and --offload-coordinator"
+                .into());
+        }
+        if args.offload && args.crash_loop.is_none() {
+            return Err(
+                "--offload starts a coordinator and workers for --crash-loop; \
+                        for a single run point --offload-coordinator and --offload-shared \
+                        at running ones"
+                    .into(),
+            );
+        }
+        if args.offload && remote {
+            return Err("--offload starts its own coordinator: drop --offload-coordinator".into());
+        }
         if !args.sim && args.dir.is_none() {
             return Err("--dir is required (or --sim for an in-process run)".into());
         }
@@ -396,6 +472,15 @@ impl StressConfig {
                 a.min_run_ms, a.max_run_ms
             );
         }
+        if a.offload {
+            s += " --offload";
+        }
+        if let (Some(c), Some(t)) = (&a.offload_coordinator, &a.offload_shared) {
+            s += &format!(" --offload-coordinator {c} --offload-shared {t}");
+        }
+        if let Some(f) = a.offload_fallback {
+            s += &format!(" --offload-fallback {}", on_off(f));
+        }
         if let Some(n) = a.ops {
             s += &format!(" --ops {n}");
         }
@@ -412,6 +497,22 @@ impl StressConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crash_loop_passes_on_exactly_the_engine_flags_given() {
+        let args = StressArgs {
+            write_buffer_size: Some(65536),
+            blob_threshold: Some(BlobThreshold(None)),
+            gc: Some(true),
+            settings: vec!["background_rate_limit=8M".into()],
+            ..StressArgs::default()
+        };
+        assert_eq!(
+            args.engine_flags_given().join(" "),
+            "--write-buffer-size 65536 --blob-threshold off --gc on --set background_rate_limit=8M"
+        );
+        assert!(StressArgs::default().engine_flags_given().is_empty());
+    }
 
     #[test]
     fn weights_are_checked_for_the_mode_before_the_run() {

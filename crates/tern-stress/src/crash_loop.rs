@@ -40,6 +40,11 @@ pub struct CrashLoopConfig {
     pub run_ms: (u64, u64),
     /// Seed for the delays and the runs' seeds.
     pub seed: u64,
+    /// Engine flags for every child (the rest each draws from its seed).
+    pub engine_flags: Vec<String>,
+    /// Start a coordinator and workers ([`crate::offload::Service`]) and
+    /// offload every run's compactions and GC to them, fallback off.
+    pub offload: bool,
 }
 
 /// What a crash loop did.
@@ -59,6 +64,27 @@ pub struct CrashLoopReport {
     /// Multi-key batches found in flight at a restart (each was checked to
     /// have applied whole or not at all).
     pub batches_in_flight: u64,
+    /// With offload: jobs workers ran and the killed runs installed, by
+    /// their last progress lines.
+    pub offloaded: u64,
+    /// With offload: kills whose run's last progress line showed jobs on
+    /// workers.
+    pub kills_with_jobs_in_flight: u64,
+}
+
+impl CrashLoopReport {
+    /// "N offloaded jobs (K kills with jobs in flight), " for a loop with
+    /// offload on, else nothing.
+    pub fn offload_part(&self, offload: bool) -> String {
+        if offload {
+            format!(
+                "{} offloaded jobs ({} kills with jobs in flight), ",
+                self.offloaded, self.kills_with_jobs_in_flight
+            )
+        } else {
+            String::new()
+        }
+    }
 }
 
 /// Environment variable with extra `tern stress` flags for every child run
@@ -92,7 +118,7 @@ fn batches_in_flight(text: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn stress_command(cfg: &CrashLoopConfig, seed: u64) -> Command {
+fn stress_command(cfg: &CrashLoopConfig, seed: u64, extra: &[String]) -> Command {
     let mut c = Command::new(&cfg.program);
     c.arg("stress")
         .arg("--dir")
@@ -110,6 +136,8 @@ fn stress_command(cfg: &CrashLoopConfig, seed: u64) -> Command {
             "--progress-every",
             "0.2",
         ])
+        .args(&cfg.engine_flags)
+        .args(extra)
         .args(
             std::env::var(EXTRA_FLAGS_ENV)
                 .unwrap_or_default()
@@ -139,10 +167,25 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
     let mut report = CrashLoopReport::default();
     let started = Instant::now();
     let mut idle_runs = 0u32;
+    let service = if cfg.offload {
+        let svc = crate::offload::Service::start(&cfg.program, &cfg.dir)?;
+        let _ = writeln!(
+            log,
+            "crash-loop: offloading to {} with two workers, shared tier {}",
+            svc.coordinator, svc.shared
+        );
+        Some(svc)
+    } else {
+        None
+    };
+    let extra = service
+        .as_ref()
+        .map(crate::offload::Service::flags)
+        .unwrap_or_default();
     for i in 0..cfg.kills {
         let seed = rng.gen_range(0..1_000_000_000u64);
         let delay = Duration::from_millis(rng.gen_range(cfg.run_ms.0..=cfg.run_ms.1));
-        let mut child = stress_command(cfg, seed)
+        let mut child = stress_command(cfg, seed, &extra)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", cfg.program.display()))?;
         let mut out = child.stdout.take();
@@ -210,10 +253,14 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
             report.in_flight_applied += m;
         }
         report.batches_in_flight += batches_in_flight(&text);
+        report.offloaded += last_number_after(&text, "offloaded ").unwrap_or(0);
+        if last_number_after(&text, "jobs in flight ").is_some_and(|n| n > 0) {
+            report.kills_with_jobs_in_flight += 1;
+        }
         check_dir(&cfg.dir).map_err(|e| format!("after kill {i} (seed {seed}): {e}\n{text}"))?;
         let _ = writeln!(
             log,
-            "crash-loop: [{:.0}s] kill {}/{} after {:?} (sync={}), {} ops so far, {} gc jobs, {} in-flight writes at restarts ({} applied)",
+            "crash-loop: [{:.0}s] kill {}/{} after {:?} (sync={}), {} ops so far, {} gc jobs, {}{} in-flight writes at restarts ({} applied)",
             started.elapsed().as_secs_f64(),
             i + 1,
             cfg.kills,
@@ -221,6 +268,7 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
             cfg.sync,
             report.ops,
             report.gc_runs,
+            report.offload_part(cfg.offload),
             report.in_flight,
             report.in_flight_applied
         );
@@ -229,7 +277,7 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
     if cfg.kills > 0 && report.ops == 0 {
         return Err("no killed run reported a single operation".to_string());
     }
-    let out = stress_command(cfg, cfg.seed)
+    let out = stress_command(cfg, cfg.seed, &extra)
         .arg("--verify-only")
         .output()
         .map_err(|e| format!("cannot start {}: {e}", cfg.program.display()))?;
@@ -247,9 +295,13 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
     }
     report.batches_in_flight += batches_in_flight(&text);
     check_dir(&cfg.dir).map_err(|e| format!("after the final verification: {e}"))?;
+    if service.is_some() && report.kills > 0 && report.offloaded == 0 {
+        return Err("offload was on, yet no killed run reported a job run by a worker".into());
+    }
+    let offload = report.offload_part(cfg.offload);
     let _ = writeln!(
         log,
-        "crash-loop: {} kills, {} ops, {} gc jobs, {} in-flight writes at restarts ({} applied), {} in-flight batches whole: OK",
+        "crash-loop: {} kills, {} ops, {} gc jobs, {offload}{} in-flight writes at restarts ({} applied), {} in-flight batches whole: OK",
         report.kills,
         report.ops,
         report.gc_runs,
@@ -274,5 +326,9 @@ mod tests {
         let v = "stress: start-up verification of 5 slots passed in 1ms: 3 writes were in flight, 2 of them applied; 4 batches in flight were whole";
         assert_eq!(in_flight(v), Some((3, 2)));
         assert_eq!(batches_in_flight(v), 4);
+        let o =
+            "stress: [0.4s] ops 250 (put 3), gc jobs 7, offloaded 5 (local 0), jobs in flight 2";
+        assert_eq!(last_number_after(o, "offloaded "), Some(5));
+        assert_eq!(last_number_after(o, "jobs in flight "), Some(2));
     }
 }

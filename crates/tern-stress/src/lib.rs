@@ -7,6 +7,7 @@
 //!   moment, check, restart and verify, repeatedly;
 //! - [`sim`]: the store on simulated files with random I/O errors and
 //!   simulated power failures, checked against the durability contract;
+//! - [`offload`]: the same with compactions and GC on `tern worker`s;
 //! - [`fuzz`]: the decoder harnesses behind the fuzz targets in `fuzz/`.
 //!
 //! See `docs/reliability.md` for how to run each and what it checks.
@@ -18,6 +19,7 @@ pub mod crash_loop;
 pub mod expected;
 pub mod fuzz;
 pub mod keys;
+pub mod offload;
 pub mod runner;
 pub mod sim;
 

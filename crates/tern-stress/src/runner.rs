@@ -110,6 +110,19 @@ pub struct RunReport {
     pub gc_runs: u64,
 }
 
+/// The offload part of a progress line: jobs workers ran, jobs run
+/// locally, jobs on workers now.
+fn offload_line(e: &tern_offload::RemoteExecutor) -> String {
+    let st = e.stats();
+    let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    format!(
+        ", offloaded {} (local {}), jobs in flight {}",
+        g(&st.remote_compactions) + g(&st.remote_gcs),
+        g(&st.local_jobs),
+        e.jobs_in_flight()
+    )
+}
+
 /// Runs [`tern::tools::check::check_store`] on the closed store at `dir` and fails
 /// on any problem it reports (blob files and every blob reference included).
 pub fn check_dir(dir: &std::path::Path) -> Result<(), String> {
@@ -137,7 +150,11 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     let slots = a.keys + a.groups;
     let exp = ExpectedState::open(&exp_path, slots).map_err(|e| e.to_string())?;
     let t0 = Instant::now();
-    let db = Db::open(&dir, cfg.knobs.options())
+    let offload = crate::offload::executor(a, &dir)?;
+    let executor = offload
+        .clone()
+        .map(|e| e as Arc<dyn tern::compaction::Executor>);
+    let db = Db::open_with_executor(&dir, cfg.knobs.options(), executor)
         .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
     w(
         log,
@@ -229,10 +246,11 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
             w(
                 log,
                 format!(
-                    "stress: [{:.1}s] {}, gc jobs {}",
+                    "stress: [{:.1}s] {}, gc jobs {}{}",
                     start.elapsed().as_secs_f64(),
                     s.counters.line(),
-                    s.db.stats().gc_runs
+                    s.db.stats().gc_runs,
+                    offload.as_deref().map(offload_line).unwrap_or_default()
                 ),
             );
             next_progress = now + progress_every;
@@ -268,9 +286,10 @@ pub fn run(cfg: &StressConfig, log: &mut dyn Write) -> Result<RunReport, String>
     w(
         log,
         format!(
-            "stress: done in {secs:.1}s, {verifications} periodic verifications, {} ({:.0} ops/s), gc jobs {gc_runs}",
+            "stress: done in {secs:.1}s, {verifications} periodic verifications, {} ({:.0} ops/s), gc jobs {gc_runs}{}",
             s.counters.line(),
-            ops as f64 / secs.max(1e-9)
+            ops as f64 / secs.max(1e-9),
+            offload.as_deref().map(offload_line).unwrap_or_default()
         ),
     );
     Ok(RunReport {
