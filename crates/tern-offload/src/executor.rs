@@ -412,7 +412,11 @@ impl Inner {
     /// Has `kind` run remotely and returns the committed manifest's kind,
     /// with a guard that deletes the attempt's objects once dropped (after
     /// the caller fetched them).
-    fn run_remote(&self, kind: job_spec::Kind) -> Result<(result_manifest::Kind, Cleanup)> {
+    fn run_remote(
+        &self,
+        kind: job_spec::Kind,
+        priority: u32,
+    ) -> Result<(result_manifest::Kind, Cleanup)> {
         let job_id = self.new_job_id();
         // Settled when the guard returned drops (or now, on failure).
         let settle = InFlight {
@@ -427,7 +431,7 @@ impl Inner {
         };
         let manifest = self
             .rt
-            .block_on(self.runner.run(spec, self.opts.deadline))?;
+            .block_on(self.runner.run(spec, priority, self.opts.deadline))?;
         if manifest.job_id != job_id {
             return Err(OffloadError::Invalid(format!(
                 "asked for job {job_id}, got the result of {}",
@@ -473,7 +477,10 @@ impl Inner {
         }
         let spec = spec::compaction_spec(job, refs, filter);
         let (kind, _cleanup) = self
-            .run_remote(job_spec::Kind::Compaction(spec))
+            .run_remote(
+                job_spec::Kind::Compaction(spec),
+                spec::compaction_priority(job),
+            )
             .map_err(Failure::Remote)?;
         let result_manifest::Kind::Compaction(result) = kind else {
             return Err(Failure::Verify(OffloadError::Invalid(
@@ -540,7 +547,10 @@ impl Inner {
             refs.push(self.ensure_uploaded(&path).map_err(Failure::Upload)?);
         }
         let (kind, _cleanup) = self
-            .run_remote(job_spec::Kind::Gc(spec::gc_spec(job, refs)))
+            .run_remote(
+                job_spec::Kind::Gc(spec::gc_spec(job, refs)),
+                spec::gc_priority(job),
+            )
             .map_err(Failure::Remote)?;
         let result_manifest::Kind::Gc(result) = kind else {
             return Err(Failure::Verify(OffloadError::Invalid(

@@ -19,6 +19,7 @@ pub mod coordinator;
 pub mod error;
 pub mod executor;
 pub mod filters;
+pub mod local;
 pub mod runner;
 pub mod shared;
 pub mod spec;
@@ -34,5 +35,6 @@ pub mod proto {
 pub use error::{OffloadError, Result};
 pub use executor::{OffloadStats, RemoteExecutor, RemoteOptions};
 pub use filters::FilterRegistry;
+pub use local::{LocalService, LocalServiceOptions};
 pub use runner::{GrpcRunner, InProcessRunner, JobRunner};
 pub use shared::SharedTier;

@@ -15,11 +15,13 @@ use crate::worker::{self, WorkerEnv};
 
 /// Gets jobs run by workers and returns the committed attempt's manifest.
 pub trait JobRunner: Send + Sync {
-    /// Has `job` run and returns the manifest of the attempt that
-    /// committed it, or fails within `deadline`.
+    /// Has `job` run, queued at `priority` (smaller first among jobs of
+    /// its kind), and returns the manifest of the attempt that committed
+    /// it, or fails within `deadline`.
     fn run(
         &self,
         job: proto::JobSpec,
+        priority: u32,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<proto::ResultManifest>>;
 }
@@ -54,6 +56,7 @@ impl JobRunner for InProcessRunner {
     fn run(
         &self,
         job: proto::JobSpec,
+        _priority: u32,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<proto::ResultManifest>> {
         Box::pin(async move {
@@ -105,6 +108,7 @@ impl JobRunner for GrpcRunner {
     fn run(
         &self,
         job: proto::JobSpec,
+        priority: u32,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<proto::ResultManifest>> {
         Box::pin(async move {
@@ -116,10 +120,6 @@ impl JobRunner for GrpcRunner {
                 })
                 .clone();
             let job_id = job.job_id.clone();
-            let priority = match &job.kind {
-                Some(proto::job_spec::Kind::Compaction(c)) => c.output_level,
-                _ => 0,
-            };
             let submit = proto::SubmitRequest {
                 job: Some(job),
                 priority,

@@ -177,7 +177,36 @@ pub fn compaction_job(
         filter,
         live_blobs: spec.blob_files.iter().copied().collect(),
         lineage: Relocations::new(),
+        // Scheduling only: the job's output does not depend on them.
+        source_level: 0,
+        score: 0.0,
     })
+}
+
+/// Score steps a compaction's priority tells apart (per 1/1000).
+const SCORE_STEPS: u32 = (1 << 20) - 1;
+
+/// The queue position of compaction `job` among compactions, smaller
+/// first: jobs out of L0 first (they hold writes back), then by the
+/// picker's score, higher first; the coordinator breaks ties by age.
+pub fn compaction_priority(job: &CompactionJob) -> u32 {
+    let level = job.source_level.min(15) as u32;
+    let score = (job.score.max(0.0) * 1000.0).min(f64::from(SCORE_STEPS)) as u32;
+    (level << 20) | (SCORE_STEPS - score)
+}
+
+/// The queue position of GC `job` among GC jobs, smaller first: the more
+/// of its inputs' records are dead, the sooner (it frees the most space
+/// per byte it copies).
+pub fn gc_priority(job: &GcJob) -> u32 {
+    let records: u64 = job.inputs.iter().map(|i| i.record_count).sum();
+    let dead: u64 = job.inputs.iter().map(|i| i.dead.len()).sum();
+    let ratio = if records == 0 {
+        1.0
+    } else {
+        dead as f64 / records as f64
+    };
+    ((1.0 - ratio.clamp(0.0, 1.0)) * 1_000_000.0) as u32
 }
 
 /// The spec of GC `job`, whose inputs (in order) are in the shared tier as
@@ -316,5 +345,69 @@ pub fn gc_result(out: &GcOutput, files: Vec<proto::FileRef>) -> proto::GcResult 
         bytes_read: out.bytes_read,
         records_relocated: out.records_relocated,
         records_dropped: out.records_dropped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compaction(source_level: usize, score: f64) -> CompactionJob {
+        CompactionJob {
+            dir: PathBuf::new(),
+            inputs: Vec::new(),
+            output_level: source_level + 1,
+            retention: Retention::new(Vec::new()),
+            deeper_ranges: Vec::new(),
+            target_file_size: 1 << 20,
+            table_options: TableOptions::default(),
+            filter: None,
+            live_blobs: BTreeSet::new(),
+            lineage: Relocations::new(),
+            source_level,
+            score,
+        }
+    }
+
+    fn gc(inputs: &[(u64, u32)]) -> GcJob {
+        GcJob {
+            dir: PathBuf::new(),
+            inputs: inputs
+                .iter()
+                .enumerate()
+                .map(|(i, &(records, dead))| GcInput {
+                    number: i as u64 + 1,
+                    record_count: records,
+                    dead: (0..dead).collect(),
+                })
+                .collect(),
+            output_numbers: vec![100],
+            output_file_size: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn l0_compactions_come_first_then_higher_scores() {
+        let p = |level, score| compaction_priority(&compaction(level, score));
+        assert!(p(0, 1.0) < p(1, 50.0), "L0 before any deeper level");
+        assert!(p(1, 3.0) < p(1, 1.5), "higher score first");
+        assert!(p(1, 1.5) < p(2, 9.0));
+        assert!(
+            p(0, 0.0) > p(0, 1.0),
+            "a manual compaction after scored ones"
+        );
+        assert_eq!(p(2, 1e12), p(2, 2e12), "scores saturate, never wrap");
+    }
+
+    #[test]
+    fn gc_jobs_with_more_garbage_come_first() {
+        let p = |inputs: &[(u64, u32)]| gc_priority(&gc(inputs));
+        assert!(p(&[(100, 90)]) < p(&[(100, 50)]));
+        assert!(
+            p(&[(100, 90), (100, 10)]) > p(&[(100, 60)]),
+            "by all inputs together"
+        );
+        assert_eq!(p(&[(100, 100)]), 0);
+        assert_eq!(p(&[]), 0, "nothing to copy: free");
     }
 }

@@ -97,10 +97,11 @@ impl JobRunner for Damaging {
     fn run(
         &self,
         job: proto::JobSpec,
+        priority: u32,
         deadline: Duration,
     ) -> BoxFuture<'_, tern_offload::Result<proto::ResultManifest>> {
         Box::pin(async move {
-            let mut m = self.inner.run(job, deadline).await?;
+            let mut m = self.inner.run(job, priority, deadline).await?;
             let Some(result_manifest::Kind::Compaction(c)) = &mut m.kind else {
                 return Ok(m);
             };

@@ -42,7 +42,7 @@ pub struct CrashLoopConfig {
     pub seed: u64,
     /// Engine flags for every child (the rest each draws from its seed).
     pub engine_flags: Vec<String>,
-    /// Start a coordinator and workers ([`crate::offload::Service`]) and
+    /// Start a coordinator and workers ([`crate::offload::start_service`]) and
     /// offload every run's compactions and GC to them, fallback off.
     pub offload: bool,
 }
@@ -168,7 +168,7 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
     let started = Instant::now();
     let mut idle_runs = 0u32;
     let service = if cfg.offload {
-        let svc = crate::offload::Service::start(&cfg.program, &cfg.dir)?;
+        let svc = crate::offload::start_service(&cfg.program, &cfg.dir)?;
         let _ = writeln!(
             log,
             "crash-loop: offloading to {} with two workers, shared tier {}",
@@ -180,7 +180,7 @@ pub fn run(cfg: &CrashLoopConfig, log: &mut dyn Write) -> Result<CrashLoopReport
     };
     let extra = service
         .as_ref()
-        .map(crate::offload::Service::flags)
+        .map(crate::offload::flags)
         .unwrap_or_default();
     for i in 0..cfg.kills {
         let seed = rng.gen_range(0..1_000_000_000u64);

@@ -1,15 +1,15 @@
 //! Stress with offload on: a run's compactions and GC jobs go to `tern
 //! worker`s through a `tern coordinator` ([`executor`]), and a crash loop
-//! can start that service for itself ([`Service`]) so that its kills land
+//! can start that service for itself ([`start_service`]) so that its kills land
 //! with jobs in flight on the workers.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tern_offload::{GrpcRunner, RemoteExecutor, RemoteOptions, SharedTier};
+use tern_offload::{
+    GrpcRunner, LocalService, LocalServiceOptions, RemoteExecutor, RemoteOptions, SharedTier,
+};
 
 use crate::config::StressArgs;
 
@@ -39,126 +39,29 @@ pub fn executor(args: &StressArgs, dir: &Path) -> Result<Option<Arc<RemoteExecut
 const WORKERS: usize = 2;
 /// Each worker waits this long before it commits a job, widening the
 /// window in which a kill of the store finds the job in flight.
-const COMMIT_DELAY_MS: u64 = 20;
+const COMMIT_DELAY: Duration = Duration::from_millis(20);
 
-/// A coordinator and [`WORKERS`] workers as child processes of the crash
-/// loop, killed when dropped. Their logs go to `<dir>.offload-logs/`.
-#[derive(Debug)]
-pub struct Service {
-    children: Vec<Child>,
-    /// The coordinator's URL.
-    pub coordinator: String,
-    /// The shared tier's URL (`file://<dir>.shared`).
-    pub shared: String,
+/// Starts a coordinator and [`WORKERS`] workers for a crash loop on `dir`
+/// with `program` (the `tern` binary): shared tier in `<dir>.shared`, logs
+/// in `<dir>.offload-logs/`.
+pub fn start_service(program: &Path, dir: &Path) -> Result<LocalService, String> {
+    let mut o = LocalServiceOptions::new(program, dir);
+    o.workers = WORKERS;
+    o.commit_delay = COMMIT_DELAY;
+    LocalService::start(&o).map_err(|e| format!("cannot start the offload service: {e}"))
 }
 
-impl Drop for Service {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn beside(dir: &Path, suffix: &str) -> PathBuf {
-    let mut p = dir.as_os_str().to_owned();
-    p.push(suffix);
-    PathBuf::from(p)
-}
-
-impl Service {
-    /// Starts the coordinator and the workers with `program` (the `tern`
-    /// binary) and waits until every worker has registered.
-    pub fn start(program: &Path, dir: &Path) -> Result<Service, String> {
-        let logs = beside(dir, ".offload-logs");
-        let shared_dir = std::path::absolute(beside(dir, ".shared"))
-            .map_err(|e| format!("cannot resolve the shared tier's path: {e}"))?;
-        for d in [&logs, &shared_dir] {
-            std::fs::create_dir_all(d)
-                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
-        }
-        let log = |name: &str| -> Result<Stdio, String> {
-            let p = logs.join(name);
-            File::create(&p)
-                .map(Stdio::from)
-                .map_err(|e| format!("cannot create {}: {e}", p.display()))
-        };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("no free port for the coordinator: {e}"))?
-            .port();
-        let mut svc = Service {
-            children: Vec::new(),
-            coordinator: format!("http://127.0.0.1:{port}"),
-            shared: format!("file://{}", shared_dir.display()),
-        };
-        let spawn = |c: &mut Command, what: &str| {
-            c.stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start {what}: {e}"))
-        };
-        svc.children.push(spawn(
-            Command::new(program)
-                .args(["coordinator", "--listen", &format!("127.0.0.1:{port}")])
-                .stderr(log("coordinator.log")?),
-            "tern coordinator",
-        )?);
-        for i in 0..WORKERS {
-            let name = format!("stress-worker-{i}");
-            svc.children.push(spawn(
-                Command::new(program)
-                    .args(["worker", "--coordinator", &svc.coordinator])
-                    .args(["--shared", &svc.shared, "--name", &name])
-                    .arg("--scratch")
-                    .arg(beside(dir, ".scratch").join(&name))
-                    .args(["--commit-delay-ms", &COMMIT_DELAY_MS.to_string()])
-                    .stderr(log(&format!("{name}.log"))?),
-                "tern worker",
-            )?);
-        }
-        svc.wait_for_workers(program, Duration::from_secs(30))?;
-        Ok(svc)
-    }
-
-    /// Polls `tern coordinator status` until it lists every worker.
-    fn wait_for_workers(&self, program: &Path, limit: Duration) -> Result<(), String> {
-        let start = Instant::now();
-        let mut last = String::new();
-        while start.elapsed() < limit {
-            let out = Command::new(program)
-                .args(["coordinator", "status", "--coordinator", &self.coordinator])
-                .output()
-                .map_err(|e| format!("cannot run tern coordinator status: {e}"))?;
-            last = String::from_utf8_lossy(&out.stdout).into_owned();
-            let workers = last
-                .lines()
-                .find_map(|l| l.strip_prefix("workers: "))
-                .and_then(|n| n.trim().parse::<usize>().ok());
-            if workers == Some(WORKERS) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Err(format!(
-            "the offload workers did not register with {} within {limit:?}; last status:\n{last}",
-            self.coordinator
-        ))
-    }
-
-    /// The flags that send a `tern stress` run's jobs to this service,
-    /// with local fallback off.
-    pub fn flags(&self) -> Vec<String> {
-        [
-            "--offload-coordinator",
-            &self.coordinator,
-            "--offload-shared",
-            &self.shared,
-            "--offload-fallback",
-            "off",
-        ]
-        .map(str::to_string)
-        .to_vec()
-    }
+/// The flags that send a `tern stress` run's jobs to `svc`, with local
+/// fallback off.
+pub fn flags(svc: &LocalService) -> Vec<String> {
+    [
+        "--offload-coordinator",
+        &svc.coordinator,
+        "--offload-shared",
+        &svc.shared,
+        "--offload-fallback",
+        "off",
+    ]
+    .map(str::to_string)
+    .to_vec()
 }

@@ -10,6 +10,7 @@ pub mod resp;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 pub mod tern;
+pub mod tern_offload;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -106,7 +107,8 @@ pub const BINDINGS: &[&str] = &[
 /// (`tern.*`, `rocksdb.*`, `fjall.*`). A variant of a binding takes its own
 /// options after `@`, e.g. `tern@gc=off,blob_threshold=off` (same as
 /// `-p tern.gc=off -p tern.blob_threshold=off` for that binding only), so
-/// `compare` can run two setups of one engine side by side.
+/// `compare` can run two setups of one engine side by side. A bare name
+/// is switched on: `tern@offload` is `tern@offload=on`.
 pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Binding>> {
     if let Some((base, opts)) = name
         .split_once('@')
@@ -114,12 +116,8 @@ pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Bindin
     {
         let mut p = props.clone();
         let prefix = base.split('-').next().unwrap_or(base);
-        for pair in opts.split(',').filter(|s| !s.is_empty()) {
-            let (k, v) = pair.split_once('=').ok_or_else(|| {
-                Error(format!(
-                    "binding option {pair:?} in {name:?} is not name=value"
-                ))
-            })?;
+        for pair in opts.split([',', '+']).filter(|s| !s.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, "on"));
             p.set(&format!("{prefix}.{k}"), v);
         }
         return open(base, dir, &p);

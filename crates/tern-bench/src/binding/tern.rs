@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tern::{Db, Options, ReadOptions, Settings, WriteOptions};
 
+use super::tern_offload::{Offload, OffloadProps};
 use super::{flag, Binding, EngineStats, ReadResult};
 use crate::props::Properties;
 use crate::{Error, Result};
@@ -15,6 +16,8 @@ pub struct TernBinding {
     db: Db,
     dir: PathBuf,
     write_opts: WriteOptions,
+    /// Set for `tern@offload`; dropped after `db`.
+    offload: Option<Offload>,
 }
 
 /// Older names `-p tern.` accepts, and the settings they mean.
@@ -28,13 +31,14 @@ const ALIASES: &[(&str, &str)] = &[
 
 /// Applies `tern.*` properties: every [`tern::Settings`] field by its name
 /// (`-p tern.write_buffer_size=64M`), plus `sync` and `disable_wal` for the
-/// writes.
+/// writes. The `tern.offload*` ones are [`OffloadProps`]'s.
 pub fn apply_options(props: &Properties) -> Result<(Options, WriteOptions)> {
     let mut settings = Settings::default();
     let mut w = WriteOptions::default();
     for (name, v) in props.with_prefix("tern.") {
         let v = v.as_str();
         match name.as_str() {
+            n if OffloadProps::owns(n) => {}
             "sync" => w.sync = flag("tern.sync", v)?,
             "disable_wal" => w.disable_wal = flag("tern.disable_wal", v)?,
             other => {
@@ -58,11 +62,19 @@ impl TernBinding {
     /// Opens (creating) a store in `dir`.
     pub fn open(dir: &Path, props: &Properties) -> Result<Self> {
         let (opts, write_opts) = apply_options(props)?;
-        let db = Db::open(dir, opts)?;
+        let offload = match OffloadProps::parse(&props.with_prefix("tern."))? {
+            Some(o) => Some(Offload::start(&o, dir)?),
+            None => None,
+        };
+        let executor = offload
+            .as_ref()
+            .map(|o| o.executor.clone() as std::sync::Arc<dyn tern::compaction::Executor>);
+        let db = Db::open_with_executor(dir, opts, executor)?;
         Ok(TernBinding {
             db,
             dir: dir.to_path_buf(),
             write_opts,
+            offload,
         })
     }
 }
@@ -137,7 +149,11 @@ impl Binding for TernBinding {
     }
 
     fn close(&self) -> Result<()> {
-        Ok(self.db.close()?)
+        self.db.close()?;
+        if let Some(o) = &self.offload {
+            eprintln!("{}", o.summary());
+        }
+        Ok(())
     }
 }
 

@@ -52,6 +52,12 @@ pub struct CompactionJob {
     pub live_blobs: BTreeSet<u64>,
     /// Lineage of retired blob files, to rewrite refs to current locations.
     pub lineage: Relocations,
+    /// Level the inputs come from (the rest are from `output_level`).
+    pub source_level: usize,
+    /// The picker's score for the source level when the job was planned
+    /// (how far over its target; at least 1 for automatic compactions, 0
+    /// for manual ones): schedulers run higher scores first.
+    pub score: f64,
 }
 
 /// What the job needs from its environment.

@@ -163,6 +163,8 @@ impl Shared {
             filter: self.opts.compaction_filter.clone(),
             live_blobs: version.blob_files.keys().copied().collect(),
             lineage: version.relocations.clone(),
+            source_level: plan.level,
+            score: plan.score,
         };
         (job, ctx, version)
     }
