@@ -5,6 +5,13 @@
 //! `stores/<store>/NNNNNN.{sst,blob}` for inputs, uploaded once each;
 //! `jobs/<job>/<attempt>/…` for one attempt's outputs, with
 //! `result.pb` written last and create-only.
+//!
+//! A `file://` tier on the same file system as the files going in or out
+//! takes and gives them as hard links instead of copies: every file in it
+//! is immutable (`object_store` replaces an object by renaming a new file
+//! over it, never by writing into it), so a shared inode is never changed
+//! under anyone. Sizes and checksums are still taken and checked by
+//! reading.
 
 use std::sync::Arc;
 
@@ -21,13 +28,29 @@ const SINGLE_PUT_MAX: usize = 8 << 20;
 /// Bytes read from a local file at a time.
 const CHUNK: usize = 1 << 20;
 
+/// Fails unless `size` and `crc` are what `r` says.
+pub fn check_ref(r: &FileRef, size: u64, crc: u32) -> Result<()> {
+    if size != r.size || crc != r.crc32c {
+        return Err(OffloadError::Invalid(format!(
+            "{} in the shared tier is {size} bytes with CRC-32C {crc:08x}; expected {} bytes with {:08x}",
+            r.path, r.size, r.crc32c
+        )));
+    }
+    Ok(())
+}
+
 /// A handle on the shared tier.
 #[derive(Debug, Clone)]
 pub struct SharedTier {
     store: Arc<dyn ObjectStore>,
     root: ObjPath,
     url: String,
+    /// The directory of a `file://` tier.
+    local_root: Option<std::path::PathBuf>,
 }
+
+/// Names temporary links apart.
+static NEXT_LINK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// One object listed.
 #[derive(Debug, Clone)]
@@ -50,11 +73,13 @@ impl SharedTier {
             why,
         };
         let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        let mut local_root = None;
         if parsed.scheme() == "file" {
             let dir = parsed
                 .to_file_path()
                 .map_err(|()| bad("not a local path".into()))?;
             std::fs::create_dir_all(&dir).map_err(|e| bad(format!("cannot create it: {e}")))?;
+            local_root = Some(dir);
         }
         let mut opts: Vec<(String, String)> = std::env::vars()
             .filter(|(k, _)| k.starts_with("AWS_"))
@@ -67,7 +92,91 @@ impl SharedTier {
             store: Arc::from(store),
             root,
             url: url.to_string(),
+            local_root,
         })
+    }
+
+    /// Where the object `rel` lives on this machine's file system, for a
+    /// `file://` tier (the file may not exist).
+    pub fn local_file(&self, rel: &str) -> Option<std::path::PathBuf> {
+        let root = self.local_root.as_ref()?;
+        Some(
+            rel.split('/')
+                .filter(|s| !s.is_empty())
+                .fold(root.clone(), |p, s| p.join(s)),
+        )
+    }
+
+    /// Puts `local` at `rel` as a hard link, replacing any object there;
+    /// `false` if the tier is not local or the link cannot be made (another
+    /// device).
+    fn link_up(&self, local: &std::path::Path, rel: &str) -> bool {
+        let Some(target) = self.local_file(rel) else {
+            return false;
+        };
+        let Some(parent) = target.parent() else {
+            return false;
+        };
+        let n = NEXT_LINK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = parent.join(format!(".link-{}-{n}", std::process::id()));
+        let linked = std::fs::create_dir_all(parent)
+            .and_then(|()| std::fs::hard_link(local, &tmp))
+            .and_then(|()| std::fs::rename(&tmp, &target));
+        // Renaming a link over another link to the same file does nothing
+        // (POSIX), leaving `tmp`; after a failure it may be left too.
+        let _ = std::fs::remove_file(&tmp);
+        linked.is_ok()
+    }
+
+    /// Size and CRC-32C of the local file `path`, adding what is read to
+    /// `progress`.
+    async fn checksum(
+        path: &std::path::Path,
+        progress: Option<&std::sync::atomic::AtomicU64>,
+    ) -> Result<(u64, u32)> {
+        use tokio::io::AsyncReadExt;
+        let mut file = tokio::fs::File::open(path).await.map_err(io_err(path))?;
+        let mut buf = vec![0u8; CHUNK];
+        let (mut size, mut crc) = (0u64, 0u32);
+        loop {
+            let n = file.read(&mut buf).await.map_err(io_err(path))?;
+            if n == 0 {
+                return Ok((size, crc));
+            }
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            size += n as u64;
+            if let Some(p) = progress {
+                p.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Makes the object `r` names appear at the local path `to` (a hard
+    /// link where it can, else a copy) and checks its size and checksum;
+    /// not synced (for scratch space). On an error `to` may exist and
+    /// must be thrown away.
+    pub async fn download_to(
+        &self,
+        r: &FileRef,
+        to: &std::path::Path,
+        progress: &std::sync::atomic::AtomicU64,
+    ) -> Result<()> {
+        let linked = self
+            .local_file(&r.path)
+            .is_some_and(|src| std::fs::hard_link(src, to).is_ok());
+        if linked {
+            let (size, crc) = Self::checksum(to, Some(progress)).await?;
+            check_ref(r, size, crc)?;
+        } else {
+            use std::io::Write;
+            let mut file = std::fs::File::create(to).map_err(io_err(to))?;
+            self.download(r, |chunk| {
+                progress.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                file.write_all(chunk).map_err(io_err(to))
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     /// The URL it was opened with.
@@ -97,6 +206,15 @@ impl SharedTier {
                 p.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             }
         };
+        if self.link_up(local, rel) {
+            // The link is the object; what it holds is the file's bytes.
+            let (size, crc32c) = Self::checksum(local, progress).await?;
+            return Ok(FileRef {
+                path: rel.to_string(),
+                size,
+                crc32c,
+            });
+        }
         use tokio::io::AsyncReadExt;
         let mut file = tokio::fs::File::open(local).await.map_err(io_err(local))?;
         let path = self.path(rel);
@@ -170,13 +288,7 @@ impl SharedTier {
             crc = crc32c::crc32c_append(crc, &chunk);
             sink(&chunk)?;
         }
-        if size != r.size || crc != r.crc32c {
-            return Err(OffloadError::Invalid(format!(
-                "{} in the shared tier is {size} bytes with CRC-32C {crc:08x}; expected {} bytes with {:08x}",
-                r.path, r.size, r.crc32c
-            )));
-        }
-        Ok(())
+        check_ref(r, size, crc)
     }
 
     /// Writes `bytes` to `rel` only if nothing is there yet; `Ok(false)` if
@@ -246,5 +358,72 @@ impl SharedTier {
             });
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+
+    fn ino(p: &std::path::Path) -> u64 {
+        std::fs::metadata(p).unwrap().ino()
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_local_tier_links_files_in_and_out_and_still_checks_them() {
+        let d = tempfile::tempdir().unwrap();
+        let tier =
+            SharedTier::open(&format!("file://{}", d.path().join("tier").display()), &[]).unwrap();
+        let src = d.path().join("000007.sst");
+        std::fs::write(&src, b"immutable table bytes").unwrap();
+        let rt = rt();
+        let r = rt
+            .block_on(tier.upload(&src, "stores/s/000007.sst", None))
+            .unwrap();
+        assert_eq!(r.size, 21);
+        assert_eq!(r.crc32c, crc32c::crc32c(b"immutable table bytes"));
+        let obj = tier.local_file(&r.path).unwrap();
+        assert_eq!(ino(&obj), ino(&src), "uploaded as a link, not a copy");
+        // Again (two uploaders raced): nothing is left behind.
+        rt.block_on(tier.upload(&src, "stores/s/000007.sst", None))
+            .unwrap();
+        let listed = rt.block_on(tier.list("stores/s")).unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+
+        // The store deletes its file: the object stays whole.
+        std::fs::remove_file(&src).unwrap();
+        let got = rt.block_on(tier.get(&r.path)).unwrap().unwrap();
+        assert_eq!(&got[..], b"immutable table bytes");
+
+        let progress = AtomicU64::new(0);
+        let out = d.path().join("in.sst");
+        rt.block_on(tier.download_to(&r, &out, &progress)).unwrap();
+        assert_eq!(ino(&out), ino(&obj), "downloaded as a link");
+        assert_eq!(progress.load(std::sync::atomic::Ordering::Relaxed), 21);
+
+        // Replacing the object makes a new file: the link keeps the old bytes.
+        rt.block_on(tier.put(&r.path, b"other".to_vec())).unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"immutable table bytes");
+
+        // A reference that does not match what is there is refused.
+        let bad = FileRef {
+            crc32c: r.crc32c ^ 1,
+            ..r.clone()
+        };
+        let e = rt
+            .block_on(tier.download_to(&bad, &d.path().join("bad.sst"), &progress))
+            .unwrap_err();
+        assert!(e.to_string().contains("CRC-32C"), "{e}");
     }
 }

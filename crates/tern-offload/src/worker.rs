@@ -2,7 +2,6 @@
 //! the shared tier, run the engine's job code on them, upload the outputs
 //! and commit the attempt by writing its result manifest.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -36,22 +35,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// Downloads `r` to `path`, checking it, and syncs it.
-async fn fetch(
-    tier: &SharedTier,
-    r: &proto::FileRef,
-    path: &Path,
-    progress: &AtomicU64,
-) -> Result<()> {
-    let mut file = std::fs::File::create(path).map_err(io_err(path))?;
-    tier.download(r, |chunk| {
-        progress.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        file.write_all(chunk).map_err(io_err(path))
-    })
-    .await?;
-    file.sync_all().map_err(io_err(path))
 }
 
 /// Whether `id` may name a job or store: 1 to 128 letters, digits, `-`, `_`.
@@ -144,7 +127,7 @@ async fn fetch_inputs(
     for (file, name) in inputs {
         let file =
             file.ok_or_else(|| OffloadError::Invalid("job input without its file".into()))?;
-        fetch(tier, file, &dir.join(name), progress).await?;
+        tier.download_to(file, &dir.join(name), progress).await?;
     }
     Ok(())
 }

@@ -107,6 +107,17 @@ pub trait FileSystem: Send + Sync + 'static {
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if missing); fails if held.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+    /// Makes `outside`, a file on the machine's own file system that
+    /// nothing will change again, appear at `to` without copying it (a
+    /// hard link), with its data synced. `Unsupported` (the default, and
+    /// across devices) tells the caller to copy instead.
+    fn link_in(&self, outside: &Path, to: &Path) -> io::Result<()> {
+        let _ = (outside, to);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this file system cannot link files in",
+        ))
+    }
 }
 
 /// splitmix64: a tiny deterministic generator, so simulated faults and
