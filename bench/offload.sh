@@ -11,7 +11,8 @@
 # Usage: bench/offload.sh [records] [operations] [rounds]
 #        (default: 1000000 3000000 2)
 # Environment: FILL (fillrandom keys, default 2000000), THREADS (client
-# threads, default 4), STORE_CPU (default 0), WORKER_CPU (default 1).
+# threads, default 4), STORE_CPU (default 0), WORKER_CPU (default 1),
+# NO_BUILD=1 (use the release binary already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records="${1:-1000000}"
@@ -23,7 +24,7 @@ store_cpu="${STORE_CPU:-0}"
 worker_cpu="${WORKER_CPU:-1}"
 out="bench/results/offload-${records}"
 dir="${BENCH_DIR:-/tmp/tern-bench-offload}"
-cargo build --release -p tern-cli
+[ -n "${NO_BUILD:-}" ] || cargo build --release -p tern-cli
 tern="${CARGO_TARGET_DIR:-target}/release/tern"
 mkdir -p "$out"
 offload="tern@offload+offload_worker_cpus=${worker_cpu}"
