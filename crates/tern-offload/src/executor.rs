@@ -100,6 +100,11 @@ pub struct OffloadStats {
 }
 
 impl OffloadStats {
+    /// Jobs run by workers and installed, compactions and GC together.
+    pub fn remote_jobs(&self) -> u64 {
+        self.remote_compactions.load(Relaxed) + self.remote_gcs.load(Relaxed)
+    }
+
     /// Every counter: name, what it counts, value (for INFO and metrics).
     pub fn counters(&self) -> Vec<(&'static str, &'static str, u64)> {
         let c = |name, help, v: &AtomicU64| (name, help, v.load(Relaxed));
@@ -293,6 +298,21 @@ impl RemoteExecutor {
         Ok(RemoteExecutor { inner, uploads: tx })
     }
 
+    /// An executor sending jobs to the coordinator at `coordinator`
+    /// (`http://host:port`) over the shared tier at `shared` (`file:///…`
+    /// or `s3://…`, S3 settings from `AWS_*` variables), for the store
+    /// whose files `fs` reads.
+    pub fn connect(
+        coordinator: &str,
+        shared: &str,
+        opts: RemoteOptions,
+        fs: FsRef,
+    ) -> Result<RemoteExecutor> {
+        let tier = SharedTier::open(shared, &[])?;
+        let runner = Arc::new(crate::GrpcRunner::new(coordinator)?);
+        RemoteExecutor::new(tier, runner, opts, fs)
+    }
+
     /// The counters.
     pub fn stats(&self) -> &OffloadStats {
         &self.inner.stats
@@ -455,8 +475,10 @@ impl Inner {
     /// one, its size and checksum checked by reading it back.
     fn fetch(&self, r: &proto::FileRef, path: &Path) -> Result<()> {
         if let Some(src) = self.tier.local_file(&r.path) {
+            // A link is made only on the real file system, so `path` can
+            // be read back directly.
             if self.fs.link_in(&src, path).is_ok() {
-                let (size, crc) = self.checksum(path)?;
+                let (size, crc) = self.rt.block_on(SharedTier::checksum(path, None))?;
                 crate::shared::check_ref(r, size, crc)?;
                 self.stats.bytes_downloaded.fetch_add(r.size, Relaxed);
                 return Ok(());
@@ -469,23 +491,6 @@ impl Inner {
         file.sync().map_err(crate::error::io_err(path))?;
         self.stats.bytes_downloaded.fetch_add(r.size, Relaxed);
         Ok(())
-    }
-
-    /// Size and CRC-32C of the store's file `path`, read through its file
-    /// system.
-    fn checksum(&self, path: &Path) -> Result<(u64, u32)> {
-        let file = self.fs.open(path).map_err(crate::error::io_err(path))?;
-        let size = file.len();
-        let mut buf = vec![0u8; 1 << 20];
-        let (mut offset, mut crc) = (0u64, 0u32);
-        while offset < size {
-            let n = buf.len().min((size - offset) as usize);
-            file.read_exact_at(offset, &mut buf[..n])
-                .map_err(crate::error::io_err(path))?;
-            crc = crc32c::crc32c_append(crc, &buf[..n]);
-            offset += n as u64;
-        }
-        Ok((size, crc))
     }
 
     fn try_compaction(

@@ -56,14 +56,13 @@ pub struct LocalService {
     pub shared: String,
     /// The directory with the processes' logs.
     pub logs: PathBuf,
+    /// The shared tier's and the workers' directories.
+    data: [PathBuf; 2],
 }
 
 impl Drop for LocalService {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill();
     }
 }
 
@@ -78,6 +77,23 @@ fn invalid(what: String) -> OffloadError {
 }
 
 impl LocalService {
+    fn kill(&mut self) {
+        for mut c in self.children.drain(..) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops the processes and deletes the shared tier and the workers'
+    /// scratch space (the shared tier may hold a copy of every file of a
+    /// store); the logs stay.
+    pub fn stop_and_remove_data(mut self) {
+        self.kill();
+        for d in &self.data {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
     /// Starts the coordinator and the workers and waits until every worker
     /// has registered.
     pub fn start(o: &LocalServiceOptions) -> Result<LocalService> {
@@ -98,11 +114,13 @@ impl LocalService {
             .and_then(|l| l.local_addr())
             .map_err(|e| invalid(format!("no free port for the coordinator: {e}")))?
             .port();
+        let scratch = beside(&o.base, ".scratch");
         let mut svc = LocalService {
             children: Vec::new(),
             coordinator: format!("http://127.0.0.1:{port}"),
             shared: format!("file://{}", shared_dir.display()),
             logs: logs.clone(),
+            data: [shared_dir.clone(), scratch.clone()],
         };
         let spawn = |c: &mut Command, what: &str| {
             c.stdin(Stdio::null())
@@ -130,7 +148,7 @@ impl LocalService {
                 .args(["--shared", &svc.shared, "--name", name])
                 .args(["--slots", &o.slots.to_string()])
                 .arg("--scratch")
-                .arg(beside(&o.base, ".scratch").join(name))
+                .arg(scratch.join(name))
                 .args(["--commit-delay-ms", &o.commit_delay.as_millis().to_string()])
                 .stderr(log(&format!("{name}.log"))?);
             svc.children.push(spawn(&mut cmd, "tern worker")?);

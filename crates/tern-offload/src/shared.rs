@@ -130,7 +130,7 @@ impl SharedTier {
 
     /// Size and CRC-32C of the local file `path`, adding what is read to
     /// `progress`.
-    async fn checksum(
+    pub(crate) async fn checksum(
         path: &std::path::Path,
         progress: Option<&std::sync::atomic::AtomicU64>,
     ) -> Result<(u64, u32)> {

@@ -135,12 +135,11 @@ fn offload_executor(
         Some(id) => id.clone(),
         None => tern_offload::RemoteOptions::id_for_dir("serve", dir),
     };
-    let tier = tern_offload::SharedTier::open(&o.shared, &[]).map_err(bad)?;
-    let runner = Arc::new(tern_offload::GrpcRunner::new(&o.coordinator).map_err(bad)?);
     let mut ro = tern_offload::RemoteOptions::new(&store_id);
     ro.fallback = o.fallback;
     ro.deadline = std::time::Duration::from_secs(o.deadline_secs.max(1));
-    let exec = tern_offload::RemoteExecutor::new(tier, runner, ro, fs).map_err(bad)?;
+    let exec =
+        tern_offload::RemoteExecutor::connect(&o.coordinator, &o.shared, ro, fs).map_err(bad)?;
     Ok(Arc::new(exec))
 }
 

@@ -7,9 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tern_offload::{
-    GrpcRunner, LocalService, LocalServiceOptions, RemoteExecutor, RemoteOptions, SharedTier,
-};
+use tern_offload::{LocalService, LocalServiceOptions, RemoteExecutor, RemoteOptions};
 
 use crate::config::StressArgs;
 
@@ -22,16 +20,14 @@ pub fn executor(args: &StressArgs, dir: &Path) -> Result<Option<Arc<RemoteExecut
     else {
         return Ok(None);
     };
-    let bad = |e: tern_offload::OffloadError| format!("offload: {e}");
-    let tier = SharedTier::open(shared, &[]).map_err(bad)?;
-    let runner = Arc::new(GrpcRunner::new(coordinator).map_err(bad)?);
     let mut ro = RemoteOptions::new(&RemoteOptions::id_for_dir("stress", dir));
     ro.fallback = args.offload_fallback.unwrap_or(true);
     // A kill leaves attempts behind; the sweep of the next run removes
     // them once they are this old.
     ro.orphan_grace = Duration::from_secs(60);
     let fs: tern::io::FsRef = Arc::new(tern::io::PosixFs);
-    let exec = RemoteExecutor::new(tier, runner, ro, fs).map_err(bad)?;
+    let exec = RemoteExecutor::connect(coordinator, shared, ro, fs)
+        .map_err(|e| format!("offload: {e}"))?;
     Ok(Some(Arc::new(exec)))
 }
 

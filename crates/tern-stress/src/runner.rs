@@ -117,7 +117,7 @@ fn offload_line(e: &tern_offload::RemoteExecutor) -> String {
     let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
     format!(
         ", offloaded {} (local {}), jobs in flight {}",
-        g(&st.remote_compactions) + g(&st.remote_gcs),
+        st.remote_jobs(),
         g(&st.local_jobs),
         e.jobs_in_flight()
     )

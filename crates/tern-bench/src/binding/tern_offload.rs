@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use tern_offload::{
-    GrpcRunner, LocalService, LocalServiceOptions, RemoteExecutor, RemoteOptions, SharedTier,
-};
+use tern_offload::{LocalService, LocalServiceOptions, RemoteExecutor, RemoteOptions};
 
 use super::flag;
 use crate::{Error, Result};
@@ -103,7 +101,6 @@ pub struct Offload {
     /// The store's executor.
     pub executor: Arc<RemoteExecutor>,
     service: Option<LocalService>,
-    base: PathBuf,
 }
 
 /// The `tern` binary: `TERN_BIN`, else this program (`tern bench`).
@@ -138,17 +135,12 @@ impl Offload {
                 o.shared.clone().unwrap_or_default(),
             ),
         };
-        let tier = SharedTier::open(&shared, &[]).map_err(bad)?;
-        let runner = Arc::new(GrpcRunner::new(&coordinator).map_err(bad)?);
         let mut ro = RemoteOptions::new(&RemoteOptions::id_for_dir("bench", dir));
         ro.fallback = o.fallback;
         let fs: tern::io::FsRef = Arc::new(tern::io::PosixFs);
-        let executor = Arc::new(RemoteExecutor::new(tier, runner, ro, fs).map_err(bad)?);
-        Ok(Offload {
-            executor,
-            service,
-            base,
-        })
+        let executor =
+            Arc::new(RemoteExecutor::connect(&coordinator, &shared, ro, fs).map_err(bad)?);
+        Ok(Offload { executor, service })
     }
 
     /// One line on what the executor did, for the end of a run.
@@ -172,14 +164,7 @@ impl Offload {
 impl Drop for Offload {
     fn drop(&mut self) {
         if let Some(s) = self.service.take() {
-            drop(s);
-            // The shared tier holds a copy of every file of the store;
-            // the logs are small and stay.
-            for suffix in [".shared", ".scratch"] {
-                let mut p = self.base.as_os_str().to_owned();
-                p.push(suffix);
-                let _ = std::fs::remove_dir_all(PathBuf::from(p));
-            }
+            s.stop_and_remove_data();
         }
     }
 }
