@@ -169,7 +169,13 @@ impl SharedTier {
             check_ref(r, size, crc)?;
         } else {
             use std::io::Write;
-            let mut file = std::fs::File::create(to).map_err(io_err(to))?;
+            // Never open an existing path: it may be a link to an object,
+            // which is a store's live file.
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(to)
+                .map_err(io_err(to))?;
             self.download(r, |chunk| {
                 progress.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 file.write_all(chunk).map_err(io_err(to))
@@ -378,6 +384,30 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn a_download_onto_an_existing_link_never_truncates_the_object() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = SharedTier::open(
+            &format!("file://{}", d.path().join("tier").display()),
+            &[],
+        )
+        .unwrap();
+        let src = d.path().join("000009.sst");
+        std::fs::write(&src, b"a store's live table").unwrap();
+        let rt = rt();
+        let r = rt
+            .block_on(tier.upload(&src, "stores/s/000009.sst", None))
+            .unwrap();
+        let progress = AtomicU64::new(0);
+        let to = d.path().join("input.sst");
+        rt.block_on(tier.download_to(&r, &to, &progress)).unwrap();
+        // The same input named twice in a spec: the second download must
+        // not open the first one's link for writing.
+        let _ = rt.block_on(tier.download_to(&r, &to, &progress));
+        assert_eq!(std::fs::read(&src).unwrap(), b"a store's live table");
+        assert_eq!(std::fs::read(&to).unwrap(), b"a store's live table");
     }
 
     #[test]

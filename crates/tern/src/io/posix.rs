@@ -229,7 +229,13 @@ impl FileSystem for PosixFs {
     fn link_in(&self, outside: &Path, to: &Path) -> io::Result<()> {
         fs::hard_link(outside, to)?;
         // The writer may never have synced it.
-        File::open(to)?.sync_all()
+        let synced = File::open(to).and_then(|f| f.sync_all());
+        if synced.is_err() {
+            // Leave nothing a copy could then write into: `to` shares
+            // `outside`'s data.
+            let _ = fs::remove_file(to);
+        }
+        synced
     }
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
