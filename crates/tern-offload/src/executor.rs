@@ -206,6 +206,11 @@ struct Inner {
     rt: tokio::runtime::Handle,
     /// File name → its object, for files uploaded.
     uploaded: Mutex<HashMap<String, proto::FileRef>>,
+    /// Files whose upload is under way: their objects may be in the tier
+    /// before they are in `uploaded`. The sweep holds this lock from its
+    /// check of a file to its deletion, so neither can start under the
+    /// other.
+    uploading: Mutex<HashSet<String>>,
     stats: OffloadStats,
     /// Makes job ids unique across restarts of the store.
     id_base: u64,
@@ -262,6 +267,7 @@ impl RemoteExecutor {
             rt: rt.handle().clone(),
             runtime: Some(rt),
             uploaded: Mutex::new(HashMap::new()),
+            uploading: Mutex::new(HashSet::new()),
             stats: OffloadStats::default(),
             id_base,
             next_job: AtomicU64::new(0),
@@ -382,13 +388,17 @@ impl Inner {
         if let Some(r) = self.uploaded.lock().get(&name) {
             return Ok(r.clone());
         }
+        self.uploading.lock().insert(name.clone());
         let r = self
             .rt
-            .block_on(self.tier.upload(path, &self.object_path(&name), None))?;
-        self.stats.files_uploaded.fetch_add(1, Relaxed);
-        self.stats.bytes_uploaded.fetch_add(r.size, Relaxed);
-        self.uploaded.lock().insert(name, r.clone());
-        Ok(r)
+            .block_on(self.tier.upload(path, &self.object_path(&name), None));
+        if let Ok(r) = &r {
+            self.stats.files_uploaded.fetch_add(1, Relaxed);
+            self.stats.bytes_uploaded.fetch_add(r.size, Relaxed);
+            self.uploaded.lock().insert(name.clone(), r.clone());
+        }
+        self.uploading.lock().remove(&name);
+        r
     }
 
     /// Whether job id `job` is one of this store's (`<store>-<hex>-<n>`).
@@ -408,17 +418,24 @@ impl Inner {
                 doomed.push(o.path);
             }
         }
-        let mine = format!("stores/{}", self.opts.store_id);
-        for o in self.rt.block_on(self.tier.list(&mine))? {
-            let name = o.path.rsplit('/').next().unwrap_or_default();
-            if !self.uploaded.lock().contains_key(name) && old(o.last_modified) {
-                doomed.push(o.path);
-            }
-        }
         let mut deleted = 0;
         for path in doomed {
             self.rt.block_on(self.tier.delete(&path))?;
             deleted += 1;
+        }
+        let mine = format!("stores/{}", self.opts.store_id);
+        for o in self.rt.block_on(self.tier.list(&mine))? {
+            let name = o.path.rsplit('/').next().unwrap_or_default();
+            // A linked object keeps its file's time: its age says little,
+            // so what decides is whether the store uses it.
+            let uploading = self.uploading.lock();
+            if !uploading.contains(name)
+                && !self.uploaded.lock().contains_key(name)
+                && old(o.last_modified)
+            {
+                self.rt.block_on(self.tier.delete(&o.path))?;
+                deleted += 1;
+            }
         }
         self.stats.orphans_deleted.fetch_add(deleted, Relaxed);
         Ok(deleted)

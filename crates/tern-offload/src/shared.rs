@@ -389,11 +389,8 @@ mod tests {
     #[test]
     fn a_download_onto_an_existing_link_never_truncates_the_object() {
         let d = tempfile::tempdir().unwrap();
-        let tier = SharedTier::open(
-            &format!("file://{}", d.path().join("tier").display()),
-            &[],
-        )
-        .unwrap();
+        let tier =
+            SharedTier::open(&format!("file://{}", d.path().join("tier").display()), &[]).unwrap();
         let src = d.path().join("000009.sst");
         std::fs::write(&src, b"a store's live table").unwrap();
         let rt = rt();

@@ -14,6 +14,7 @@ use common::*;
 
 use futures::future::BoxFuture;
 use prost::Message;
+use tern::compaction::Executor;
 use tern::Db;
 use tern_offload::proto::{self, result_manifest};
 use tern_offload::{InProcessRunner, JobRunner, OffloadError, SharedTier};
@@ -257,4 +258,39 @@ fn the_sweep_deletes_this_stores_orphans_and_nothing_in_use() {
         model.insert(format!("key{i:06}").into_bytes(), vec![b'z'; 700]);
     }
     assert_matches(&db, &model);
+}
+
+/// A sweep that lists an input while its upload is still under way (the
+/// object is in the tier, the upload not yet recorded) must leave it: the
+/// store would otherwise name a deleted object in every later job.
+#[test]
+fn the_sweep_never_deletes_an_input_whose_upload_is_under_way() {
+    let s = setup();
+    let (db, exec) = open(&s, Arc::new(in_process(&s)), false);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (exec, stop) = (exec.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                exec.sweep(Duration::ZERO).unwrap();
+            }
+        })
+    };
+    // Large enough that reading one for its checksum takes a while.
+    let body = vec![7u8; 4 << 20];
+    for n in 0..20u64 {
+        let name = format!("{:06}.blob", 900_000 + n);
+        let path = s.dir.join(&name);
+        std::fs::write(&path, &body).unwrap();
+        exec.file_added(&path);
+        exec.wait_for_uploads();
+        let object = rt
+            .block_on(s.tier.get(&format!("stores/store1/{name}")))
+            .unwrap();
+        assert!(object.is_some(), "{name} was uploaded, then swept away");
+    }
+    stop.store(true, Relaxed);
+    sweeper.join().unwrap();
+    db.close().unwrap();
 }
