@@ -97,9 +97,14 @@ impl SharedTier {
     }
 
     /// Where the object `rel` lives on this machine's file system, for a
-    /// `file://` tier (the file may not exist).
+    /// `file://` tier (the file may not exist). `None` for a path with `.`
+    /// or `..` in it: paths come from workers' results, and must not name
+    /// a file outside the tier.
     pub fn local_file(&self, rel: &str) -> Option<std::path::PathBuf> {
         let root = self.local_root.as_ref()?;
+        if rel.split('/').any(|s| s == "." || s == "..") {
+            return None;
+        }
         Some(
             rel.split('/')
                 .filter(|s| !s.is_empty())
@@ -384,6 +389,16 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn a_worker_named_path_never_leaves_a_local_tier() {
+        let d = tempfile::tempdir().unwrap();
+        let tier = SharedTier::open(&format!("file://{}", d.path().display()), &[]).unwrap();
+        assert!(tier.local_file("jobs/j/1/000001.sst").is_some());
+        for bad in ["jobs/../../etc/passwd", "../x", "jobs/./x", "jobs/j/1/.."] {
+            assert_eq!(tier.local_file(bad), None, "{bad}");
+        }
     }
 
     #[test]
