@@ -106,6 +106,8 @@ impl coordinator_server::Coordinator for Service {
             .queue
             .lock()
             .submit(job, req.priority, Instant::now());
+        // An accepted job is in etcd before its store hears so.
+        self.0.flush().await?;
         Ok(Response::new(match r {
             Ok(()) => proto::SubmitReply {
                 accepted: true,
@@ -184,6 +186,8 @@ impl coordinator_server::Coordinator for Service {
             outcome,
             Instant::now(),
         );
+        // The outcome is in etcd before the store or the worker hears it.
+        self.0.flush().await?;
         self.0.changed.notify_waiters();
         Ok(Response::new(proto::FinishReply { accepted }))
     }
