@@ -391,6 +391,23 @@ mod tests {
             .unwrap()
     }
 
+    /// A local tier in `d`, holding `bytes` uploaded from the store file
+    /// `d/<name>` as `stores/s/<name>`: the tier, the file, its reference.
+    fn uploaded(
+        d: &std::path::Path,
+        rt: &tokio::runtime::Runtime,
+        name: &str,
+        bytes: &[u8],
+    ) -> (SharedTier, std::path::PathBuf, FileRef) {
+        let tier = SharedTier::open(&format!("file://{}", d.join("tier").display()), &[]).unwrap();
+        let src = d.join(name);
+        std::fs::write(&src, bytes).unwrap();
+        let r = rt
+            .block_on(tier.upload(&src, &format!("stores/s/{name}"), None))
+            .unwrap();
+        (tier, src, r)
+    }
+
     #[test]
     fn a_worker_named_path_never_leaves_a_local_tier() {
         let d = tempfile::tempdir().unwrap();
@@ -404,14 +421,8 @@ mod tests {
     #[test]
     fn a_download_onto_an_existing_link_never_truncates_the_object() {
         let d = tempfile::tempdir().unwrap();
-        let tier =
-            SharedTier::open(&format!("file://{}", d.path().join("tier").display()), &[]).unwrap();
-        let src = d.path().join("000009.sst");
-        std::fs::write(&src, b"a store's live table").unwrap();
         let rt = rt();
-        let r = rt
-            .block_on(tier.upload(&src, "stores/s/000009.sst", None))
-            .unwrap();
+        let (tier, src, r) = uploaded(d.path(), &rt, "000009.sst", b"a store's live table");
         let progress = AtomicU64::new(0);
         let to = d.path().join("input.sst");
         rt.block_on(tier.download_to(&r, &to, &progress)).unwrap();
@@ -425,14 +436,8 @@ mod tests {
     #[test]
     fn a_local_tier_links_files_in_and_out_and_still_checks_them() {
         let d = tempfile::tempdir().unwrap();
-        let tier =
-            SharedTier::open(&format!("file://{}", d.path().join("tier").display()), &[]).unwrap();
-        let src = d.path().join("000007.sst");
-        std::fs::write(&src, b"immutable table bytes").unwrap();
         let rt = rt();
-        let r = rt
-            .block_on(tier.upload(&src, "stores/s/000007.sst", None))
-            .unwrap();
+        let (tier, src, r) = uploaded(d.path(), &rt, "000007.sst", b"immutable table bytes");
         assert_eq!(r.size, 21);
         assert_eq!(r.crc32c, crc32c::crc32c(b"immutable table bytes"));
         let obj = tier.local_file(&r.path).unwrap();
