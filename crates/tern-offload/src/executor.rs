@@ -545,6 +545,7 @@ impl Inner {
                 .iter()
                 .map(|d| (d.file, d.ordinal, d.bytes))
                 .collect(),
+            ran_elsewhere: true,
             ..CompactionOutput::default()
         };
         let fetched = self.fetch_tables(job, ctx, &result, &mut out.files);

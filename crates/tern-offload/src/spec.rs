@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use roaring::RoaringBitmap;
-use tern::compaction::{CompactionJob, CompactionOutput, RemoteFilter, Retention};
+use tern::compaction::{CompactionJob, CompactionOutput, KeyRange, RemoteFilter, Retention};
 use tern::gc::{GcInput, GcJob, GcOutput, GcOutputFile};
 use tern::{BlobMeta, Compression, FileMeta, LineageEntry, Relocations, TableOptions};
 
@@ -120,6 +120,8 @@ pub fn compaction_spec(
         }),
         filter,
         blob_files: blob_files.into_iter().collect(),
+        range_start: job.range.start.clone(),
+        range_end: job.range.end.clone(),
     }
 }
 
@@ -180,6 +182,10 @@ pub fn compaction_job(
         // Scheduling only: the job's output does not depend on them.
         source_level: 0,
         score: 0.0,
+        range: KeyRange {
+            start: spec.range_start.clone(),
+            end: spec.range_end.clone(),
+        },
     })
 }
 
@@ -284,6 +290,7 @@ pub fn gc_output(r: &proto::GcResult) -> Result<GcOutput> {
         bytes_written: written,
         records_relocated: r.records_relocated,
         records_dropped: r.records_dropped,
+        ran_elsewhere: true,
     })
 }
 
@@ -366,6 +373,7 @@ mod tests {
             lineage: Relocations::new(),
             source_level,
             score,
+            range: KeyRange::default(),
         }
     }
 
@@ -409,5 +417,36 @@ mod tests {
         );
         assert_eq!(p(&[(100, 100)]), 0);
         assert_eq!(p(&[]), 0, "nothing to copy: free");
+    }
+
+    #[test]
+    fn a_parts_key_range_survives_the_spec() {
+        for range in [
+            KeyRange::default(),
+            KeyRange {
+                start: Some(b"k1".to_vec()),
+                end: None,
+            },
+            KeyRange {
+                start: Some(b"k1".to_vec()),
+                end: Some(b"k5".to_vec()),
+            },
+            KeyRange {
+                start: None,
+                end: Some(Vec::new()),
+            },
+        ] {
+            let mut job = compaction(1, 1.0);
+            job.table_options = TableOptions::default();
+            job.range = range.clone();
+            let spec = compaction_spec(&job, Vec::new(), None);
+            // Through the wire too: an empty end is not "unbounded".
+            let spec = <proto::CompactionSpec as prost::Message>::decode(
+                prost::Message::encode_to_vec(&spec).as_slice(),
+            )
+            .unwrap();
+            let back = compaction_job(&spec, PathBuf::new(), &FilterRegistry::new()).unwrap();
+            assert_eq!(back.range, range);
+        }
     }
 }

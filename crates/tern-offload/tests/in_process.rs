@@ -218,6 +218,79 @@ fn with_fallback_off_a_failed_job_fails_instead_of_running_locally() {
     check_clean(&s.dir);
 }
 
+/// Runs jobs in process, holding each a moment, and counts the key-range
+/// parts it was given and how many jobs ran at once.
+struct Overlapping {
+    inner: InProcessRunner,
+    running: std::sync::atomic::AtomicU32,
+    most: std::sync::atomic::AtomicU32,
+    parts: std::sync::atomic::AtomicU32,
+}
+
+impl JobRunner for Overlapping {
+    fn run(
+        &self,
+        job: proto::JobSpec,
+        priority: u32,
+        deadline: Duration,
+    ) -> BoxFuture<'_, tern_offload::Result<proto::ResultManifest>> {
+        Box::pin(async move {
+            if let Some(proto::job_spec::Kind::Compaction(c)) = &job.kind {
+                if c.range_start.is_some() || c.range_end.is_some() {
+                    self.parts.fetch_add(1, Relaxed);
+                }
+            }
+            let now = self.running.fetch_add(1, Relaxed) + 1;
+            self.most.fetch_max(now, Relaxed);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let r = self.inner.run(job, priority, deadline).await;
+            self.running.fetch_sub(1, Relaxed);
+            r
+        })
+    }
+}
+
+#[test]
+fn a_split_compaction_runs_its_parts_remotely_at_once() {
+    let s = setup();
+    let runner = Arc::new(Overlapping {
+        inner: in_process(&s),
+        running: Default::default(),
+        most: Default::default(),
+        parts: Default::default(),
+    });
+    let mut o = opts();
+    o.disable_auto_compactions = true;
+    o.settings.max_subcompactions = 3;
+    o.settings.target_file_size = 8 << 10;
+    let (db, exec) = open_with(&s, runner.clone(), false, o);
+    let model = churn(&db);
+    compact_and_collect(&db).unwrap();
+    let engine = db.stats();
+    assert!(
+        runner.parts.load(Relaxed) >= 2 && engine.subcompactions >= 2,
+        "no compaction was split: {} parts sent, {} run",
+        runner.parts.load(Relaxed),
+        engine.subcompactions
+    );
+    assert!(
+        runner.most.load(Relaxed) >= 2,
+        "the parts ran one at a time"
+    );
+    // Every compaction and part ran remotely, and the engine knows it.
+    assert_eq!(exec.stats().local_jobs.load(Relaxed), 0);
+    assert_eq!(
+        engine.remote_compactions,
+        exec.stats().remote_compactions.load(Relaxed)
+    );
+    assert_eq!(engine.remote_gc_runs, exec.stats().remote_gcs.load(Relaxed));
+    assert!(engine.remote_gc_runs > 0);
+    assert_matches(&db, &model);
+    db.close().unwrap();
+    drop(db);
+    check_clean(&s.dir);
+}
+
 #[test]
 fn the_sweep_deletes_this_stores_orphans_and_nothing_in_use() {
     let s = setup();

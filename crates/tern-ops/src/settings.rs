@@ -101,6 +101,7 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
             // Few open files: reads reopen files the cache closed under them.
             put("max_open_files", pick(rng, &[2, 8, 1000]).to_string());
             put("blob_head_size", pick(rng, &[0, 0, 4, 40]).to_string());
+            put("max_subcompactions", pick(rng, &[1, 1, 2, 4]).to_string());
         }
         Scale::Small => {
             put(
@@ -167,6 +168,7 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
                 "max_open_files",
                 pick(rng, &[4, 16, 64, 1 << 16]).to_string(),
             );
+            put("max_subcompactions", pick(rng, &[1, 1, 2, 4]).to_string());
         }
     }
     s

@@ -18,9 +18,10 @@ impl CompactionJob {
     /// and entry counts reported, verifies (checksums, structure, key
     /// order), starts and ends at the reported keys, holds only keys and
     /// sequence numbers of the inputs' ranges (and of its reported range)
-    /// and refs to blob files the inputs referred to; the outputs do not
-    /// overlap; every input entry was read and is either kept or counted
-    /// dropped; dropped refs name the inputs' blob files and no record an
+    /// and refs to blob files the inputs referred to, inside the job's key
+    /// range; the outputs do not overlap; every input entry was read (for a
+    /// key-range part: no more than the inputs hold) and is either kept or
+    /// counted dropped; dropped refs name the inputs' blob files and no record an
     /// output still refers to. Any disagreement is an error, naming the
     /// file where there is one.
     ///
@@ -103,6 +104,9 @@ impl CompactionJob {
                 if p.user_key < lo || p.user_key > hi {
                     return Err(bad(0, "output key outside the inputs' key range".into()));
                 }
+                if !self.range.contains(p.user_key) {
+                    return Err(bad(0, "output key outside the job's key range".into()));
+                }
                 if p.seq < min_seq || p.seq > max_seq {
                     return Err(bad(
                         0,
@@ -177,10 +181,14 @@ impl CompactionJob {
             total += entries;
         }
         // Every input entry is either in an output or dropped: an output
-        // lost or duplicated shows here.
-        if output.entries_read != input_entries
-            || output.entries_read.checked_sub(output.entries_dropped) != Some(total)
-        {
+        // lost or duplicated shows here. A key-range part reads only some
+        // of its inputs' entries; the whole job's count is checked when
+        // the parts are merged (`merge_parts`).
+        let read_all = match self.range.is_unbounded() {
+            true => output.entries_read == input_entries,
+            false => output.entries_read <= input_entries,
+        };
+        if !read_all || output.entries_read.checked_sub(output.entries_dropped) != Some(total) {
             return Err(Error::Internal(format!(
                 "compaction read {} of the inputs' {input_entries} entries, dropped {} and kept {total}",
                 output.entries_read, output.entries_dropped

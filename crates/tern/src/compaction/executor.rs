@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use super::{CompactionJob, CompactionOutput, JobContext};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gc::{GcContext, GcJob, GcOutput};
+use crate::wal::table_file_name;
 
 /// Runs compaction and GC jobs: on the calling thread, a pool, or a remote
 /// worker. The store checks a GC result against its job and reads each
@@ -25,6 +26,57 @@ pub trait Executor: Send + Sync {
     /// Runs `job` to completion (by default on the calling thread).
     fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> Result<CompactionOutput> {
         job.run(ctx)
+    }
+
+    /// Runs the key-range parts of one compaction ([`CompactionJob::split`])
+    /// and returns their outputs in order; by default each part runs as
+    /// [`Executor::execute`] runs it, all at once, the first on the calling
+    /// thread and each other on a thread of its own. If any part fails, the
+    /// others' outputs are removed and the first error is returned.
+    fn execute_parts(
+        &self,
+        parts: &[CompactionJob],
+        ctx: &JobContext,
+    ) -> Result<Vec<CompactionOutput>> {
+        let results: Vec<Result<CompactionOutput>> = std::thread::scope(|scope| {
+            let mut handles = Vec::with_capacity(parts.len());
+            for (i, part) in parts.iter().enumerate().skip(1) {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("tern-subcompaction-{i}"))
+                    .spawn_scoped(scope, move || self.execute(part, ctx));
+                handles.push((part, spawned));
+            }
+            let mut results = Vec::with_capacity(parts.len());
+            if let Some(first) = parts.first() {
+                results.push(self.execute(first, ctx));
+            }
+            for (part, h) in handles {
+                results.push(match h {
+                    // A part that could not get a thread runs on this one.
+                    Err(_) => self.execute(part, ctx),
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(Error::Internal("a subcompaction thread panicked".into()))
+                    }),
+                });
+            }
+            results
+        });
+        if let Some(i) = results.iter().position(|r| r.is_err()) {
+            for (part, r) in parts.iter().zip(&results) {
+                if let Ok(out) = r {
+                    for f in &out.files {
+                        let _ = ctx
+                            .fs
+                            .remove_file(&part.dir.join(table_file_name(f.number)));
+                    }
+                }
+            }
+            return match results.into_iter().nth(i) {
+                Some(Err(e)) => Err(e),
+                _ => Err(Error::Internal("a subcompaction failed".into())),
+            };
+        }
+        results.into_iter().collect()
     }
 
     /// Runs a blob GC job to completion (by default on the calling thread).

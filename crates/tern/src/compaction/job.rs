@@ -58,6 +58,36 @@ pub struct CompactionJob {
     /// (how far over its target; at least 1 for automatic compactions, 0
     /// for manual ones): schedulers run higher scores first.
     pub score: f64,
+    /// The user keys this job writes: all of its inputs' (unbounded), or
+    /// one key-range part of a split compaction ([`CompactionJob::split`]).
+    pub range: KeyRange,
+}
+
+/// A half-open range of user keys, `[start, end)`; `None` is unbounded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    /// First key in the range.
+    pub start: Option<Vec<u8>>,
+    /// First key past the range.
+    pub end: Option<Vec<u8>>,
+}
+
+impl KeyRange {
+    /// Whether `user_key` is in the range.
+    pub fn contains(&self, user_key: &[u8]) -> bool {
+        self.start.as_deref().is_none_or(|s| s <= user_key)
+            && self.end.as_deref().is_none_or(|e| user_key < e)
+    }
+
+    /// Whether some key of `[lo, hi]` is in the range.
+    pub fn overlaps(&self, lo: &[u8], hi: &[u8]) -> bool {
+        self.start.as_deref().is_none_or(|s| s <= hi) && self.end.as_deref().is_none_or(|e| lo < e)
+    }
+
+    /// Whether the range is all keys.
+    pub fn is_unbounded(&self) -> bool {
+        self.start.is_none() && self.end.is_none()
+    }
 }
 
 /// What the job needs from its environment.
@@ -89,6 +119,9 @@ pub struct CompactionOutput {
     pub dead_refs: Vec<(u64, u32, u64)>,
     /// Refs rewritten to the file GC moved their record to.
     pub refs_rewritten: u64,
+    /// Set by an executor whose output another process made (an offload
+    /// worker), for the store's counters.
+    pub ran_elsewhere: bool,
 }
 
 impl std::fmt::Debug for CompactionJob {
@@ -100,6 +133,7 @@ impl std::fmt::Debug for CompactionJob {
             )
             .field("output_level", &self.output_level)
             .field("retention", &self.retention)
+            .field("range", &self.range)
             .field(
                 "filter",
                 &self.filter.as_ref().map(|f| f.name().to_string()),
@@ -132,7 +166,10 @@ impl CompactionJob {
             children.push(Box::new(t.iter()));
         }
         let mut iter = MergingIterator::new(children);
-        iter.seek_to_first();
+        match &self.range.start {
+            Some(start) => iter.seek(&internal_key::seek_key(start, internal_key::MAX_SEQ)),
+            None => iter.seek_to_first(),
+        }
         // Only for refs to rewrite: readers of its own, with verified
         // indexes, since looked-up offsets go into new tables unread.
         let blobs = BlobCache::with_verified_index(
@@ -153,6 +190,14 @@ impl CompactionJob {
                     format!("bad internal key in compaction input: {e}"),
                 )
             })?;
+            if self
+                .range
+                .end
+                .as_deref()
+                .is_some_and(|end| parsed.user_key >= end)
+            {
+                break;
+            }
             out.entries_read += 1;
             let Placed {
                 new_key,

@@ -12,9 +12,10 @@ mod filter;
 mod job;
 pub(crate) mod picker;
 mod retention;
+mod split;
 
 pub use executor::{Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
-pub use job::{CompactionJob, CompactionOutput, JobContext};
+pub use job::{CompactionJob, CompactionOutput, JobContext, KeyRange};
 pub use retention::Retention;
 pub(crate) use retention::{Placed, VersionWalk};

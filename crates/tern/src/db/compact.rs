@@ -5,11 +5,12 @@ use std::sync::atomic::Ordering;
 use super::core::Shared;
 use super::stats::Counters;
 use crate::compaction::picker::{self, CompactionPlan, PickerInput};
-use crate::compaction::{CompactionJob, JobContext, Retention};
+use crate::compaction::{CompactionJob, CompactionOutput, JobContext, KeyRange, Retention};
 use crate::error::Result;
 use crate::format::internal_key::user_key;
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::options::NUM_LEVELS;
+use crate::wal::table_file_name;
 
 impl Shared {
     /// Picks and runs one background compaction. Returns whether one ran.
@@ -99,7 +100,7 @@ impl Shared {
         // open (input tables, blob files it rewrites refs to) is deleted
         // while it runs.
         let (job, ctx, _pin) = self.build_job(plan);
-        let output = match self.executor.execute(&job, &ctx) {
+        let output = match self.execute(&job, &ctx) {
             Ok(o) => o,
             Err(e) => {
                 Counters::add(&self.counters.compaction_failures, 1);
@@ -120,6 +121,49 @@ impl Shared {
         Counters::add(&self.counters.compactions, 1);
         Counters::add(&self.counters.blob_refs_rewritten, output.refs_rewritten);
         Ok(())
+    }
+
+    /// Runs `job` through the executor: whole, or split into key-range
+    /// parts that run at once when `max_subcompactions` allows and the job
+    /// is large enough.
+    fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> Result<CompactionOutput> {
+        let parts = match self.opts.max_subcompactions {
+            0 | 1 => Vec::new(),
+            n => job
+                .split(&ctx.fs, n, self.opts.target_file_size)
+                .unwrap_or_else(|e| {
+                    // Reading the inputs' indexes failed: the whole job
+                    // meets the same file and reports it.
+                    tracing::warn!("tern: cannot split a compaction, running it whole: {e}");
+                    Vec::new()
+                }),
+        };
+        if parts.len() < 2 {
+            let out = self.executor.execute(job, ctx)?;
+            if out.ran_elsewhere {
+                Counters::add(&self.counters.remote_compactions, 1);
+            }
+            return Ok(out);
+        }
+        let outs = self.executor.execute_parts(&parts, ctx)?;
+        let files: Vec<u64> = outs
+            .iter()
+            .flat_map(|o| o.files.iter().map(|f| f.number))
+            .collect();
+        let remote = outs.iter().filter(|o| o.ran_elsewhere).count() as u64;
+        match job.merge_parts(outs) {
+            Ok(out) => {
+                Counters::add(&self.counters.subcompactions, parts.len() as u64);
+                Counters::add(&self.counters.remote_compactions, remote);
+                Ok(out)
+            }
+            Err(e) => {
+                for n in files {
+                    let _ = self.fs.remove_file(&job.dir.join(table_file_name(n)));
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The job for `plan`, its context, and the version it was planned on.
@@ -165,6 +209,7 @@ impl Shared {
             lineage: version.relocations.clone(),
             source_level: plan.level,
             score: plan.score,
+            range: KeyRange::default(),
         };
         (job, ctx, version)
     }

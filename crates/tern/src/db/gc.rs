@@ -135,6 +135,9 @@ impl Shared {
             return Err(e);
         }
         Counters::add(&self.counters.gc_runs, 1);
+        if output.ran_elsewhere {
+            Counters::add(&self.counters.remote_gc_runs, 1);
+        }
         Counters::add(&self.counters.gc_bytes_read, output.bytes_read);
         Counters::add(&self.counters.gc_bytes_written, output.bytes_written);
         Counters::add(

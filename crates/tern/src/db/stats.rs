@@ -24,6 +24,9 @@ pub struct Counters {
     pub(crate) compaction_bytes_written: AtomicU64,
     pub(crate) compactions: AtomicU64,
     pub(crate) trivial_moves: AtomicU64,
+    pub(crate) subcompactions: AtomicU64,
+    pub(crate) remote_compactions: AtomicU64,
+    pub(crate) remote_gc_runs: AtomicU64,
     pub(crate) compaction_failures: AtomicU64,
     pub(crate) gc_failures: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
@@ -98,6 +101,12 @@ pub struct Stats {
     pub compactions: u64,
     /// Compactions that moved a file down without rewriting it.
     pub trivial_moves: u64,
+    /// Key-range parts run for compactions split into several
+    /// (`max_subcompactions`).
+    pub subcompactions: u64,
+    /// Compaction jobs, or key-range parts of one, whose output another
+    /// process made (an offload worker); the rest ran in this process.
+    pub remote_compactions: u64,
     /// Compaction jobs that failed (their outputs were discarded).
     pub compaction_failures: u64,
     /// Background blob GC attempts that failed (retried with back-off).
@@ -137,6 +146,9 @@ pub struct Stats {
     pub gc_records_relocated: u64,
     /// GC jobs installed.
     pub gc_runs: u64,
+    /// GC jobs installed whose output another process made (an offload
+    /// worker); the rest ran in this process.
+    pub remote_gc_runs: u64,
     /// Blob refs compaction rewrote to a GC output.
     pub blob_refs_rewritten: u64,
     /// Memtable bytes (active + immutable).
@@ -183,6 +195,9 @@ impl Stats {
             compaction_bytes_written: c.compaction_bytes_written.load(Relaxed),
             compactions: c.compactions.load(Relaxed),
             trivial_moves: c.trivial_moves.load(Relaxed),
+            subcompactions: c.subcompactions.load(Relaxed),
+            remote_compactions: c.remote_compactions.load(Relaxed),
+            remote_gc_runs: c.remote_gc_runs.load(Relaxed),
             compaction_failures: c.compaction_failures.load(Relaxed),
             gc_failures: c.gc_failures.load(Relaxed),
             stall_micros: c.stall_micros.load(Relaxed),
@@ -241,12 +256,14 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "compaction read/write   {} / {} ({} jobs, {} trivial moves, {} failed)",
+            "compaction read/write   {} / {} ({} jobs, {} trivial moves, {} failed, {} parts, {} remote)",
             self.compaction_bytes_read,
             self.compaction_bytes_written,
             self.compactions,
             self.trivial_moves,
-            self.compaction_failures
+            self.compaction_failures,
+            self.subcompactions,
+            self.remote_compactions
         )?;
         writeln!(
             f,
@@ -270,10 +287,11 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "blob gc read/write      {} / {} ({} jobs, {} failed, {} records relocated, {} refs rewritten)",
+            "blob gc read/write      {} / {} ({} jobs, {} remote, {} failed, {} records relocated, {} refs rewritten)",
             self.gc_bytes_read,
             self.gc_bytes_written,
             self.gc_runs,
+            self.remote_gc_runs,
             self.gc_failures,
             self.gc_records_relocated,
             self.blob_refs_rewritten

@@ -73,6 +73,9 @@ pub struct GcOutput {
     pub records_relocated: u64,
     /// Dead records left behind.
     pub records_dropped: u64,
+    /// Set by an executor whose output another process made (an offload
+    /// worker), for the store's counters.
+    pub ran_elsewhere: bool,
 }
 
 /// The output file being written.
@@ -127,6 +130,7 @@ impl GcJob {
             bytes_written: 0,
             records_relocated: 0,
             records_dropped: 0,
+            ran_elsewhere: false,
         };
         let mut current = self.open_output(ctx, 0)?;
         for input in &self.inputs {
@@ -348,6 +352,7 @@ mod check_tests {
             bytes_written: 0,
             records_relocated: 5,
             records_dropped: 2,
+            ran_elsewhere: false,
         };
         (job, out)
     }

@@ -260,6 +260,13 @@ settings! {
     dynamic_level_bytes: bool = true,
     /// Size at which compaction output files are cut, bytes. Default: 64 MiB.
     target_file_size: u64 = 64 << 20,
+    /// Most key-range parts one compaction is split into, run at once by
+    /// the executor: on background threads, or on as many offload workers
+    /// (each downloading only the inputs its range overlaps). A
+    /// compaction is split only where each part reads at least
+    /// `target_file_size` bytes; 1 runs every compaction whole (RocksDB's
+    /// `max_subcompactions`). At most 64. Default: 1.
+    max_subcompactions: usize = 1,
     /// Uncompressed data block size, bytes. Default: 4 KiB.
     block_size: usize = 4 << 10,
     /// Keys between restart points in a block. Default: 16.
@@ -409,6 +416,9 @@ impl Settings {
         }
         if self.max_value_size > (1 << 30) {
             return bad("max_value_size must be at most 1 GiB");
+        }
+        if !(1..=64).contains(&self.max_subcompactions) {
+            return bad("max_subcompactions must be between 1 and 64");
         }
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");

@@ -81,7 +81,17 @@ pub fn log_record_offsets(data: &[u8]) -> Vec<u64> {
 
 /// Every (key, value) pair of the store in order; panics on an iterator error.
 pub fn scan(db: &Db) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut it = db.iter(ReadOptions::default()).unwrap();
+    scan_at(db, None)
+}
+
+/// Every (key, value) pair the store holds at `snapshot` (or now), in order.
+pub fn scan_at(db: &Db, snapshot: Option<&tern::Snapshot>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut it = db
+        .iter(ReadOptions {
+            snapshot,
+            ..Default::default()
+        })
+        .unwrap();
     it.seek_to_first();
     let mut out = Vec::new();
     while it.valid() {

@@ -36,6 +36,8 @@ pub struct Counters {
     pub write_faults: AtomicU64,
     pub state_checks: AtomicU64,
     pub no_wal_epochs: AtomicU64,
+    /// Key-range parts of split compactions, in the final epochs.
+    pub subcompactions: AtomicU64,
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -47,6 +49,7 @@ pub static COUNTERS: Counters = Counters {
     write_faults: AtomicU64::new(0),
     state_checks: AtomicU64::new(0),
     no_wal_epochs: AtomicU64::new(0),
+    subcompactions: AtomicU64::new(0),
 };
 
 /// Engine options from a history's settings, on `fs`.
@@ -533,6 +536,9 @@ impl Run {
         COUNTERS
             .rewritten
             .fetch_add(st.blob_refs_rewritten, Relaxed);
+        COUNTERS
+            .subcompactions
+            .fetch_add(st.subcompactions, Relaxed);
         db.close().unwrap();
     }
 }

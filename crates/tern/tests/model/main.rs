@@ -150,10 +150,11 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     let no_wal = c.no_wal_epochs.load(Relaxed);
     let write_faults = c.write_faults.load(Relaxed);
     let checks = c.state_checks.load(Relaxed);
+    let parts = c.subcompactions.load(Relaxed);
     eprintln!(
         "{seeds} seeds: {checks} full-state checks, {jobs} GC jobs, {moved} records relocated, \
          {rewritten} refs rewritten, crashes per mode {:?} = {crashes:?}, {faults} faults fired \
-         ({write_faults} on writes), {no_wal} epochs without WAL",
+         ({write_faults} on writes), {no_wal} epochs without WAL, {parts} subcompactions",
         CrashMode::ALL
     );
     ci_summary("model_state_checks", checks);
@@ -162,6 +163,7 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     ci_summary("model_crashes", crashes.iter().sum());
     ci_summary("model_install_faults", faults);
     ci_summary("model_no_wal_epochs", no_wal);
+    ci_summary("model_subcompactions", parts);
     if seeds >= 8 {
         assert!(
             jobs > 0 && moved > 0,
@@ -170,8 +172,13 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     }
     if seeds >= 50 {
         assert!(
-            crashes.iter().all(|&c| c > 0) && faults > 0 && write_faults > 0 && no_wal > 0,
-            "the model test must exercise every crash mode, install and write faults and disable_wal"
+            crashes.iter().all(|&c| c > 0)
+                && faults > 0
+                && write_faults > 0
+                && no_wal > 0
+                && parts > 0,
+            "the model test must exercise every crash mode, install and write faults, disable_wal \
+             and split compactions"
         );
     }
 }

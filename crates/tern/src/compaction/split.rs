@@ -1,0 +1,142 @@
+//! Splitting one compaction into key-range parts that run at once
+//! (RocksDB's subcompactions): on background threads, or on several
+//! offload workers, each reading only the inputs its range overlaps.
+
+use super::{CompactionJob, CompactionOutput, KeyRange};
+use crate::error::{Error, Result};
+use crate::format::internal_key;
+use crate::io::FsRef;
+use crate::sst::Table;
+use crate::wal::table_file_name;
+
+impl CompactionJob {
+    /// Splits the job into at most `max_parts` jobs over adjacent user-key
+    /// ranges that together cover its own, each reading about the same
+    /// input bytes and at least `min_part_bytes` of them. Sizes are
+    /// estimated from the inputs' index blocks (each data block's size, at
+    /// its last key). Boundaries are user keys, so every version of a key
+    /// lands in one part and retention works per part as it does whole.
+    /// Each part lists only the inputs its range overlaps. Returns the job
+    /// alone when it is not worth splitting.
+    pub fn split(
+        &self,
+        fs: &FsRef,
+        max_parts: usize,
+        min_part_bytes: u64,
+    ) -> Result<Vec<CompactionJob>> {
+        let total: u64 = self.inputs.iter().map(|f| f.file_size).sum();
+        let parts = (total / min_part_bytes.max(1)).min(max_parts as u64);
+        if parts < 2 {
+            return Ok(vec![self.clone()]);
+        }
+        // (user key, bytes of the data block ending there), over all inputs.
+        let mut blocks: Vec<(Vec<u8>, u64)> = Vec::new();
+        for f in &self.inputs {
+            let path = self.dir.join(table_file_name(f.number));
+            let table = Table::open(fs, &path, f.number, None)?;
+            let mut index = table.index_iter();
+            index.seek_to_first();
+            while index.valid() {
+                let handle = table.decode_handle(index.value())?;
+                let key = internal_key::user_key(index.key());
+                if self.range.contains(key) {
+                    blocks.push((key.to_vec(), handle.size));
+                }
+                index.next();
+            }
+            index.status().map_err(|e| table.index_err(e))?;
+        }
+        blocks.sort_unstable();
+        let sampled: u64 = blocks.iter().map(|(_, n)| n).sum();
+        let lo = self
+            .inputs
+            .iter()
+            .map(|f| internal_key::user_key(&f.smallest))
+            .min();
+        let mut bounds: Vec<Vec<u8>> = Vec::new();
+        let mut acc = 0u64;
+        for (key, bytes) in &blocks {
+            acc += bytes;
+            let k = bounds.len() as u64 + 1;
+            if k >= parts || acc < sampled / parts * k {
+                continue;
+            }
+            // A boundary starts the next part: it must leave keys below it
+            // and rise strictly.
+            let rises =
+                bounds.last().is_none_or(|b| b < key) && lo.is_some_and(|lo| lo < key.as_slice());
+            if rises {
+                bounds.push(key.clone());
+            }
+        }
+        if bounds.is_empty() {
+            return Ok(vec![self.clone()]);
+        }
+        let starts =
+            std::iter::once(self.range.start.clone()).chain(bounds.iter().cloned().map(Some));
+        let ends = bounds
+            .iter()
+            .cloned()
+            .map(Some)
+            .chain(std::iter::once(self.range.end.clone()));
+        Ok(starts
+            .zip(ends)
+            .map(|(start, end)| {
+                let range = KeyRange { start, end };
+                let mut part = self.clone();
+                part.inputs.retain(|f| {
+                    range.overlaps(
+                        internal_key::user_key(&f.smallest),
+                        internal_key::user_key(&f.largest),
+                    )
+                });
+                part.range = range;
+                part
+            })
+            // A range between the inputs' keys holds nothing to compact.
+            .filter(|part| !part.inputs.is_empty())
+            .collect())
+    }
+
+    /// The output of the whole job from the outputs of its parts (as
+    /// [`CompactionJob::split`] made them, in order): their tables in key
+    /// order, their counts added up. Checks that the parts together read
+    /// every input entry once and kept or dropped each, and that their
+    /// tables do not overlap; an error means a part ran wrong, and the
+    /// caller removes the outputs.
+    pub fn merge_parts(&self, parts: Vec<CompactionOutput>) -> Result<CompactionOutput> {
+        let mut out = CompactionOutput::default();
+        for p in parts {
+            out.files.extend(p.files);
+            out.bytes_written += p.bytes_written;
+            out.entries_read += p.entries_read;
+            out.entries_dropped += p.entries_dropped;
+            out.dead_refs.extend(p.dead_refs);
+            out.refs_rewritten += p.refs_rewritten;
+            out.ran_elsewhere |= p.ran_elsewhere;
+        }
+        // Each part counted its inputs whole; the job read each once.
+        out.bytes_read = self.inputs.iter().map(|f| f.file_size).sum();
+        let input_entries: u64 = self.inputs.iter().map(|f| f.num_entries).sum();
+        let kept: u64 = out.files.iter().map(|f| f.num_entries).sum();
+        if out.entries_read != input_entries
+            || out.entries_read.checked_sub(out.entries_dropped) != Some(kept)
+        {
+            return Err(Error::Internal(format!(
+                "a split compaction's parts read {} of the inputs' {input_entries} entries, \
+                 dropped {} and kept {kept}",
+                out.entries_read, out.entries_dropped
+            )));
+        }
+        for pair in out.files.windows(2) {
+            if internal_key::user_key(&pair[0].largest) >= internal_key::user_key(&pair[1].smallest)
+            {
+                return Err(Error::Internal(format!(
+                    "a split compaction's outputs {} and {} overlap",
+                    pair[0].number, pair[1].number
+                )));
+            }
+        }
+        Ok(out)
+    }
+}
