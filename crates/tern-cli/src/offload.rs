@@ -15,6 +15,7 @@ use crate::Failure;
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tern coordinator --listen 127.0.0.1:7700\n  \
+    tern coordinator --listen 127.0.0.1:7700 --metrics-bind 127.0.0.1:9380\n  \
     tern coordinator status --coordinator http://127.0.0.1:7700")]
 pub struct CoordinatorArgs {
     #[command(subcommand)]
@@ -42,6 +43,19 @@ pub struct CoordinatorArgs {
     /// Key prefix in etcd.
     #[arg(long, default_value = "/tern/offload")]
     etcd_prefix: String,
+    /// Serve Prometheus metrics on http://HOST:PORT/metrics ("off": none).
+    ///
+    /// Exported (tern_coordinator_*): jobs queued and running per kind;
+    /// workers registered and draining, their slots and free slots; jobs
+    /// submitted, done, failed and refused, and attempts dispatched,
+    /// reassigned and failed, by cause; histograms of job time (submission
+    /// to done) and queue wait (submission to first hand-out) per kind;
+    /// with --etcd, whether this coordinator leads (a standby serves its
+    /// metrics too, showing 0). Scrape it as a static Prometheus target,
+    /// or look with `curl http://HOST:PORT/metrics`. Every metric is
+    /// described in docs/offload.md.
+    #[arg(long, default_value = "off", value_name = "HOST:PORT")]
+    metrics_bind: String,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -57,7 +71,8 @@ enum CoordinatorAction {
 /// Flags of `tern worker`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Example:\n  \
-    tern worker --coordinator http://127.0.0.1:7700 --shared file:///srv/tern-shared --slots 2\n\n\
+    tern worker --coordinator http://127.0.0.1:7700 --shared file:///srv/tern-shared --slots 2\n  \
+    tern worker --coordinator http://127.0.0.1:7700 --shared file:///srv/tern-shared --metrics-bind 0.0.0.0:9381\n\n\
     S3 settings for an s3:// tier come from AWS_* variables (AWS_ENDPOINT, \
     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP, AWS_REGION).")]
 pub struct WorkerArgs {
@@ -82,6 +97,19 @@ pub struct WorkerArgs {
     /// Fault injection for tests: wait this long before committing each job.
     #[arg(long, default_value_t = 0, hide = true)]
     commit_delay_ms: u64,
+    /// Serve Prometheus metrics on http://HOST:PORT/metrics ("off": none).
+    ///
+    /// Exported (tern_worker_*): slots and running attempts; whether it is
+    /// registered and draining, and seconds since its last successful poll;
+    /// attempts ended ok, failed or abandoned; results the coordinator
+    /// refused; bytes downloaded from and uploaded to the shared tier; a
+    /// histogram of the run time of committed attempts per kind. Off by
+    /// default, so workers on one host need no port each; give each its
+    /// own port to scrape it, as a static Prometheus target or with `curl
+    /// http://HOST:PORT/metrics`. Every metric is described in
+    /// docs/offload.md.
+    #[arg(long, default_value = "off", value_name = "HOST:PORT")]
+    metrics_bind: String,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -89,6 +117,20 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::new(format!("cannot start the runtime: {e}")))
+}
+
+/// Binds the metrics listener `--metrics-bind` asks for; `None` for "off".
+async fn metrics_listener(bind: &str) -> Result<Option<tokio::net::TcpListener>, Failure> {
+    if bind == "off" {
+        return Ok(None);
+    }
+    tokio::net::TcpListener::bind(bind)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            Failure::new(format!("cannot listen for metrics on {bind}: {e}"))
+                .hint("pick another HOST:PORT with --metrics-bind, or \"off\"")
+        })
 }
 
 /// Completes on SIGTERM or SIGINT.
@@ -129,13 +171,14 @@ pub fn coordinator(args: CoordinatorArgs) -> Result<ExitCode, Failure> {
         let addr = listener
             .local_addr()
             .map_err(|e| Failure::new(e.to_string()))?;
+        let metrics = metrics_listener(&args.metrics_bind).await?;
         let etcd = args.etcd.map(|e| tern_offload::coordinator::EtcdConfig {
             endpoints: e.split(',').map(str::to_string).collect(),
             prefix: args.etcd_prefix.clone(),
             id: format!("{addr}/{}", std::process::id()),
         });
         eprintln!("tern coordinator: listening on http://{addr}");
-        tern_offload::coordinator::serve(listener, limits, etcd, terminated())
+        tern_offload::coordinator::serve_with_metrics(listener, metrics, limits, etcd, terminated())
             .await
             .map_err(|e| {
                 Failure::new(format!("coordinator stopped: {e}")).hint(
@@ -228,13 +271,11 @@ pub fn worker(args: WorkerArgs) -> Result<ExitCode, Failure> {
         opts.coordinator,
         tier.url()
     );
-    runtime()?
-        .block_on(tern_offload::worker_daemon::run(
-            opts,
-            tier,
-            filters(),
-            terminated(),
-        ))
-        .map_err(|e| Failure::new(format!("worker stopped: {e}")))?;
+    runtime()?.block_on(async {
+        let metrics = metrics_listener(&args.metrics_bind).await?;
+        tern_offload::worker_daemon::run_with_metrics(opts, tier, filters(), metrics, terminated())
+            .await
+            .map_err(|e| Failure::new(format!("worker stopped: {e}")))
+    })?;
     Ok(ExitCode::SUCCESS)
 }

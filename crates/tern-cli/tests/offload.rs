@@ -2,7 +2,7 @@
 //! worker`s killed with SIGKILL or frozen with SIGSTOP mid-job, and a store
 //! whose jobs go through them with local fallback off, so a remote failure
 //! cannot hide behind a local run. Every write must survive and `tern
-//! check` must pass.
+//! check` must pass. The daemons' Prometheus metrics must count what ran.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../../tern-offload/tests/common/mod.rs"]
@@ -49,10 +49,21 @@ fn coordinator(lease_ms: u64) -> (Proc, String) {
 /// Starts `tern coordinator` on `listen`, keeping its jobs in the etcd at
 /// `etcd` if given; returns it and its URL.
 fn coordinator_at(listen: &str, lease_ms: u64, etcd: Option<&str>) -> (Proc, String) {
+    coordinator_with(listen, lease_ms, etcd, &[])
+}
+
+/// [`coordinator_at`], with `extra` flags.
+fn coordinator_with(
+    listen: &str,
+    lease_ms: u64,
+    etcd: Option<&str>,
+    extra: &[&str],
+) -> (Proc, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tern"));
     cmd.args(["coordinator", "--listen", listen, "--lease-ms"])
         .arg(lease_ms.to_string())
-        .args(["--progress-timeout-s", "20"]);
+        .args(["--progress-timeout-s", "20"])
+        .args(extra);
     if let Some(e) = etcd {
         cmd.args(["--etcd", e]);
     }
@@ -131,6 +142,18 @@ fn etcd(dir: &Path) -> Option<(Proc, String)> {
 /// and returns once it has registered (a job submitted before then would
 /// find no worker).
 fn worker(url: &str, tier: &str, scratch: &Path, name: &str, delay_ms: u64) -> Proc {
+    worker_with(url, tier, scratch, name, delay_ms, &[])
+}
+
+/// [`worker`], with `extra` flags.
+fn worker_with(
+    url: &str,
+    tier: &str,
+    scratch: &Path,
+    name: &str,
+    delay_ms: u64,
+    extra: &[&str],
+) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_tern"))
         .args([
             "worker",
@@ -144,6 +167,7 @@ fn worker(url: &str, tier: &str, scratch: &Path, name: &str, delay_ms: u64) -> P
         .arg("--scratch")
         .arg(scratch.join(name))
         .args(["--commit-delay-ms", &delay_ms.to_string()])
+        .args(extra)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -311,9 +335,21 @@ fn a_coordinator_killed_mid_queue_is_replaced_from_etcd_and_the_job_completes() 
     drop(first);
     // The replacement waits out the dead one's leadership, restores the
     // queue from etcd, and the job runs again as a new attempt.
-    let (_second, url2) = coordinator_at(&listen, 1000, Some(&etcd_url));
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let (_second, url2) = coordinator_with(
+        &listen,
+        1000,
+        Some(&etcd_url),
+        &["--metrics-bind", &metrics],
+    );
     assert_eq!(url, url2);
     compacting.join().unwrap().unwrap();
+    let m = scrape(&metrics);
+    assert_eq!(sample(&m, "tern_coordinator_leader"), 1.0, "{m}");
+    assert!(
+        sample(&m, "tern_coordinator_jobs_restored_total") >= 1.0,
+        "{m}"
+    );
     finish(&s, db, &exec, &model);
 }
 
@@ -505,5 +541,165 @@ fn a_worker_told_to_stop_finishes_its_job_first() {
     );
     assert!(st.done >= 1, "{st:?}");
     compacting.join().unwrap().unwrap();
+    finish(&s, db, &exec, &model);
+}
+
+/// GETs `/metrics` from `addr` over a plain TCP connection; returns the
+/// body after checking the status and the content type.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut response = String::new();
+    sock.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    body.to_string()
+}
+
+/// The value of `series` (a name and its labels, as exported) in `text`.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_coordinator_and_its_workers_export_what_ran_as_prometheus_metrics() {
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
+    let coord_metrics = format!("127.0.0.1:{}", free_port());
+    let (_coord, url) = coordinator_with(
+        "127.0.0.1:0",
+        1000,
+        None,
+        &["--metrics-bind", &coord_metrics],
+    );
+    let worker_metrics: Vec<String> = (0..2)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let _workers: Vec<Proc> = worker_metrics
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let name = format!("metered-{i}");
+            worker_with(
+                &url,
+                &tier_url,
+                &s.scratch,
+                &name,
+                0,
+                &["--metrics-bind", m],
+            )
+        })
+        .collect();
+    let (db, exec) = open(&s, &url, false);
+    let model = churn(&db);
+    db.compact_range(None, None).unwrap();
+    db.collect_garbage().unwrap();
+    // Every job has been awaited done by the store, and a worker counts an
+    // attempt before it reports it: nothing is left to wait for.
+    let stats = exec.stats();
+    let (compactions, gcs) = (
+        stats.remote_compactions.load(Relaxed) as f64,
+        stats.remote_gcs.load(Relaxed) as f64,
+    );
+    let remote = stats.remote_jobs() as f64;
+
+    let c = scrape(&coord_metrics);
+    assert!(
+        c.contains("# TYPE tern_coordinator_jobs_done_total counter\n"),
+        "{c}"
+    );
+    assert!(
+        c.contains("# TYPE tern_coordinator_job_seconds histogram\n"),
+        "{c}"
+    );
+    assert!(
+        !c.contains("tern_coordinator_leader"),
+        "no etcd, no leader gauge: {c}"
+    );
+    let done = sample(&c, "tern_coordinator_jobs_done_total");
+    assert!(done >= 1.0, "{c}");
+    assert_eq!(done, remote, "the store installed every job done: {c}");
+    assert_eq!(
+        sample(&c, "tern_coordinator_jobs_submitted_total"),
+        done,
+        "{c}"
+    );
+    assert_eq!(
+        sample(&c, "tern_coordinator_attempts_dispatched_total"),
+        done,
+        "{c}"
+    );
+    for cause in ["attempts_exhausted", "no_worker_left"] {
+        let series = format!("tern_coordinator_jobs_failed_total{{cause=\"{cause}\"}}");
+        assert_eq!(sample(&c, &series), 0.0, "{c}");
+    }
+    let job_count = |kind: &str| {
+        let n = sample(
+            &c,
+            &format!("tern_coordinator_job_seconds_count{{kind=\"{kind}\"}}"),
+        );
+        let inf = format!("tern_coordinator_job_seconds_bucket{{kind=\"{kind}\",le=\"+Inf\"}}");
+        assert_eq!(sample(&c, &inf), n, "{c}");
+        n
+    };
+    assert_eq!(job_count("compaction"), compactions, "{c}");
+    assert_eq!(job_count("gc"), gcs, "{c}");
+    assert_eq!(job_count("compaction") + job_count("gc"), done, "{c}");
+    for kind in ["compaction", "gc"] {
+        let wait = format!("tern_coordinator_queue_wait_seconds_count{{kind=\"{kind}\"}}");
+        assert_eq!(sample(&c, &wait), job_count(kind), "one wait per job: {c}");
+        for gauge in ["queued", "running"] {
+            let series = format!("tern_coordinator_{gauge}_jobs{{kind=\"{kind}\"}}");
+            assert_eq!(sample(&c, &series), 0.0, "{c}");
+        }
+    }
+    assert_eq!(sample(&c, "tern_coordinator_workers"), 2.0, "{c}");
+    assert_eq!(sample(&c, "tern_coordinator_worker_slots"), 2.0, "{c}");
+    assert_eq!(sample(&c, "tern_coordinator_worker_free_slots"), 2.0, "{c}");
+
+    let (mut ok, mut seconds, mut downloaded, mut uploaded) = (0.0, 0.0, 0.0, 0.0);
+    for m in &worker_metrics {
+        let w = scrape(m);
+        assert!(
+            w.contains("# TYPE tern_worker_attempts_total counter\n"),
+            "{w}"
+        );
+        assert_eq!(sample(&w, "tern_worker_slots"), 1.0, "{w}");
+        assert_eq!(sample(&w, "tern_worker_registered"), 1.0, "{w}");
+        assert_eq!(sample(&w, "tern_worker_running_attempts"), 0.0, "{w}");
+        assert!(
+            sample(&w, "tern_worker_last_poll_age_seconds").is_finite(),
+            "{w}"
+        );
+        for outcome in ["failed", "abandoned"] {
+            let series = format!("tern_worker_attempts_total{{outcome=\"{outcome}\"}}");
+            assert_eq!(sample(&w, &series), 0.0, "{w}");
+        }
+        ok += sample(&w, "tern_worker_attempts_total{outcome=\"ok\"}");
+        for kind in ["compaction", "gc"] {
+            seconds += sample(
+                &w,
+                &format!("tern_worker_job_seconds_count{{kind=\"{kind}\"}}"),
+            );
+        }
+        downloaded += sample(&w, "tern_worker_downloaded_bytes_total");
+        uploaded += sample(&w, "tern_worker_uploaded_bytes_total");
+    }
+    assert_eq!(
+        ok, done,
+        "every job done was one attempt committed by a worker"
+    );
+    assert_eq!(seconds, done);
+    assert!(
+        downloaded > 0.0 && uploaded > 0.0,
+        "{downloaded} {uploaded}"
+    );
     finish(&s, db, &exec, &model);
 }

@@ -20,6 +20,7 @@ pub mod error;
 pub mod executor;
 pub mod filters;
 pub mod local;
+pub mod metrics;
 pub mod runner;
 pub mod shared;
 pub mod spec;

@@ -61,8 +61,8 @@ impl JobRunner for InProcessRunner {
     ) -> BoxFuture<'_, Result<proto::ResultManifest>> {
         Box::pin(async move {
             let attempt = self.attempts.fetch_add(1, Ordering::Relaxed) + 1;
-            let progress = std::sync::atomic::AtomicU64::new(0);
-            let run = worker::run_job(&self.env, &job, attempt, &progress);
+            let moved = worker::Moved::default();
+            let run = worker::run_job(&self.env, &job, attempt, &moved);
             tokio::time::timeout(deadline, run)
                 .await
                 .map_err(|_| OffloadError::Timeout(deadline))?

@@ -3,7 +3,7 @@
 //! and commit the attempt by writing its result manifest.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use prost::Message;
@@ -63,18 +63,36 @@ pub struct WorkerEnv {
     pub commit_delay: std::time::Duration,
 }
 
+/// Bytes an attempt moved through the shared tier, counted as they move.
+#[derive(Debug, Default)]
+pub struct Moved {
+    /// Bytes of inputs taken from the tier (for an input taken as a hard
+    /// link, the bytes read to check it).
+    pub downloaded: AtomicU64,
+    /// Bytes of outputs given to the tier (likewise).
+    pub uploaded: AtomicU64,
+}
+
+impl Moved {
+    /// Both directions together: the attempt's progress, less its scratch
+    /// directory.
+    pub fn total(&self) -> u64 {
+        self.downloaded.load(Relaxed) + self.uploaded.load(Relaxed)
+    }
+}
+
 /// Runs attempt `attempt` of `job` in `env` and commits it. Returns the
 /// manifest written. Fails without committing if anything goes wrong, or
 /// if the attempt was committed already (its manifest exists).
 ///
-/// `progress` grows with every byte downloaded and uploaded; the worker
-/// adds the bytes its scratch directory holds and reports the sum, so a
-/// stuck attempt shows as a number that stops growing.
+/// `moved` grows with every byte downloaded and uploaded; the worker adds
+/// the bytes its scratch directory holds and reports the sum as progress,
+/// so a stuck attempt shows as a number that stops growing.
 pub async fn run_job(
     env: &WorkerEnv,
     job: &proto::JobSpec,
     attempt: u32,
-    progress: &AtomicU64,
+    moved: &Moved,
 ) -> Result<proto::ResultManifest> {
     let (tier, filters) = (&env.tier, &env.filters);
     if !id_ok(&job.job_id) {
@@ -90,10 +108,10 @@ pub async fn run_job(
     let prefix = attempt_prefix(&job.job_id, attempt);
     let kind = match &job.kind {
         Some(job_spec::Kind::Compaction(c)) => result_manifest::Kind::Compaction(
-            compact(tier, c, &dir, &prefix, filters, progress).await?,
+            compact(tier, c, &dir, &prefix, filters, moved).await?,
         ),
         Some(job_spec::Kind::Gc(g)) => {
-            result_manifest::Kind::Gc(gc(tier, g, &dir, &prefix, progress).await?)
+            result_manifest::Kind::Gc(gc(tier, g, &dir, &prefix, moved).await?)
         }
         None => return Err(OffloadError::Invalid("job spec of no known kind".into())),
     };
@@ -122,12 +140,13 @@ async fn fetch_inputs(
     tier: &SharedTier,
     inputs: Vec<(Option<&proto::FileRef>, String)>,
     dir: &Path,
-    progress: &AtomicU64,
+    moved: &Moved,
 ) -> Result<()> {
     for (file, name) in inputs {
         let file =
             file.ok_or_else(|| OffloadError::Invalid("job input without its file".into()))?;
-        tier.download_to(file, &dir.join(name), progress).await?;
+        tier.download_to(file, &dir.join(name), &moved.downloaded)
+            .await?;
     }
     Ok(())
 }
@@ -148,14 +167,14 @@ async fn compact(
     dir: &Path,
     prefix: &str,
     filters: &FilterRegistry,
-    progress: &AtomicU64,
+    moved: &Moved,
 ) -> Result<proto::CompactionResult> {
     let inputs: Vec<_> = c
         .inputs
         .iter()
         .map(|i| (i.file.as_ref(), table_file_name(i.number)))
         .collect();
-    fetch_inputs(tier, inputs, dir, progress).await?;
+    fetch_inputs(tier, inputs, dir, moved).await?;
     let job = spec::compaction_job(c, dir.to_path_buf(), filters)?;
     // Outputs are numbered after the inputs so no name collides; the store
     // numbers them anew when it takes them.
@@ -170,7 +189,7 @@ async fn compact(
     for (i, f) in out.files.iter().enumerate() {
         let local = dir.join(table_file_name(f.number));
         let rel = format!("{prefix}/{i:06}.sst");
-        files.push(tier.upload(&local, &rel, Some(progress)).await?);
+        files.push(tier.upload(&local, &rel, Some(&moved.uploaded)).await?);
     }
     Ok(spec::compaction_result(&out, files))
 }
@@ -180,14 +199,14 @@ async fn gc(
     g: &proto::GcSpec,
     dir: &Path,
     prefix: &str,
-    progress: &AtomicU64,
+    moved: &Moved,
 ) -> Result<proto::GcResult> {
     let inputs: Vec<_> = g
         .inputs
         .iter()
         .map(|i| (i.file.as_ref(), blob_file_name(i.number)))
         .collect();
-    fetch_inputs(tier, inputs, dir, progress).await?;
+    fetch_inputs(tier, inputs, dir, moved).await?;
     let job = spec::gc_job(g, dir.to_path_buf())?;
     let ctx = GcContext {
         fs: Arc::new(PosixFs),
@@ -201,7 +220,7 @@ async fn gc(
             tier.upload(
                 &dir.join(&name),
                 &format!("{prefix}/{name}"),
-                Some(progress),
+                Some(&moved.uploaded),
             )
             .await?,
         );

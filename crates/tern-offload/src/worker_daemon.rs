@@ -6,20 +6,25 @@
 //! that stops growing tells the coordinator the attempt is stuck. On
 //! shutdown it takes nothing new, finishes what runs (up to a grace
 //! period), hands back the rest as failed, and exits.
+//!
+//! It counts what it does (attempts by outcome, bytes moved, run times)
+//! for the metrics [`run_with_metrics`] serves to Prometheus.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use crate::error::Result;
 use crate::filters::FilterRegistry;
+use crate::metrics::{Histogram, Text, Type, KINDS};
 use crate::proto::{self, coordinator_client::CoordinatorClient};
 use crate::shared::SharedTier;
-use crate::worker::WorkerEnv;
+use crate::worker::{Moved, WorkerEnv};
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -42,25 +47,187 @@ pub struct WorkerOptions {
 
 type Key = (String, u32);
 
+/// What a finished attempt's task reports: its key, how long it ran, and
+/// its outcome.
+type Done = (Key, Duration, Result<proto::ResultManifest>);
+
 struct Attempt {
     task: tokio::task::JoinHandle<()>,
     dir: PathBuf,
     /// Bytes downloaded and uploaded so far.
-    moved: Arc<AtomicU64>,
+    moved: Arc<Moved>,
+    /// Its job's kind, as an index into [`KINDS`].
+    kind: Option<usize>,
 }
 
 impl Attempt {
     /// What the coordinator sees grow while the attempt works: bytes moved
     /// plus bytes in its scratch directory (inputs, then outputs).
     fn progress(&self) -> u64 {
-        self.moved.load(Relaxed) + dir_bytes(&self.dir)
+        self.moved.total() + dir_bytes(&self.dir)
     }
 
     /// Stops it and removes its scratch directory. Engine work already
     /// started on the blocking pool finishes, but nothing of it is used.
-    fn abandon(self) {
+    fn abandon(self, metrics: &WorkerMetrics) {
         self.task.abort();
         let _ = std::fs::remove_dir_all(&self.dir);
+        metrics.ended(&self, Ended::Abandoned);
+    }
+}
+
+/// How an attempt ended.
+enum Ended {
+    /// It committed its result after running this long.
+    Committed(Duration),
+    /// It failed; the error goes to the coordinator.
+    Failed,
+    /// It was dropped unfinished.
+    Abandoned,
+}
+
+/// What a worker counts, for its metrics endpoint.
+#[derive(Debug)]
+struct WorkerMetrics {
+    slots: u32,
+    counts: Mutex<WorkerCounts>,
+}
+
+/// The counts behind [`WorkerMetrics`]; every field is since the process
+/// started.
+#[derive(Debug, Default, Clone)]
+struct WorkerCounts {
+    /// Whether the worker holds an id from the coordinator.
+    registered: bool,
+    /// Whether it is shutting down.
+    draining: bool,
+    /// When a poll last succeeded.
+    last_poll: Option<Instant>,
+    /// Times it registered.
+    registrations: u64,
+    /// Attempts running.
+    running: u64,
+    /// Attempts that committed their result.
+    ok: u64,
+    /// Attempts that failed (their error is reported to the coordinator).
+    failed: u64,
+    /// Attempts dropped unfinished: cancelled by the coordinator, or
+    /// handed back at shutdown.
+    abandoned: u64,
+    /// Results of committed attempts the coordinator refused (the attempt
+    /// had been given to another worker).
+    refused: u64,
+    /// Bytes of ended attempts downloaded from the tier.
+    downloaded: u64,
+    /// Bytes of ended attempts uploaded to the tier.
+    uploaded: u64,
+    /// Run time of the attempts that committed, per kind (as [`KINDS`]).
+    job_seconds: [Histogram; 2],
+}
+
+impl WorkerMetrics {
+    /// Counts for a worker with `slots` slots.
+    fn new(slots: u32) -> Self {
+        WorkerMetrics {
+            slots,
+            counts: Mutex::new(WorkerCounts::default()),
+        }
+    }
+
+    /// A copy of the counts.
+    fn counts(&self) -> WorkerCounts {
+        self.counts.lock().clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut WorkerCounts)) {
+        f(&mut self.counts.lock());
+    }
+
+    /// Counts attempt `a` as `ended`, with the bytes it moved.
+    fn ended(&self, a: &Attempt, ended: Ended) {
+        self.update(|c| {
+            c.downloaded += a.moved.downloaded.load(Relaxed);
+            c.uploaded += a.moved.uploaded.load(Relaxed);
+            match ended {
+                Ended::Committed(ran) => {
+                    c.ok += 1;
+                    if let Some(h) = a.kind.and_then(|k| c.job_seconds.get_mut(k)) {
+                        h.observe(ran);
+                    }
+                }
+                Ended::Failed => c.failed += 1,
+                Ended::Abandoned => c.abandoned += 1,
+            }
+        });
+    }
+
+    /// The Prometheus exposition. Metric names and meanings:
+    /// docs/offload.md.
+    fn render(&self) -> String {
+        // Copied under the lock, formatted after it is released.
+        let c = self.counts();
+        let mut t = Text::new();
+        t.gauge(
+            "tern_worker_slots",
+            "Jobs this worker runs at once (--slots).",
+            u64::from(self.slots),
+        );
+        t.gauge(
+            "tern_worker_running_attempts",
+            "Attempts running now.",
+            c.running,
+        );
+        t.gauge(
+            "tern_worker_registered",
+            "1 while the worker holds an id from the coordinator, 0 before it registers and after it is told to register again.",
+            u64::from(c.registered),
+        );
+        t.gauge(
+            "tern_worker_draining",
+            "1 once the worker is shutting down: it finishes what it runs and takes nothing new.",
+            u64::from(c.draining),
+        );
+        t.gauge(
+            "tern_worker_last_poll_age_seconds",
+            "Seconds since a poll of the coordinator last succeeded (+Inf before the first). Above the coordinator's lease (--lease-ms): its attempts are given to others.",
+            c.last_poll.map_or(f64::INFINITY, |t| t.elapsed().as_secs_f64()),
+        );
+        t.counter(
+            "tern_worker_registrations_total",
+            "Times the worker registered with the coordinator (again after a lost lease or a coordinator restart).",
+            c.registrations,
+        );
+        t.counters(
+            "tern_worker_attempts_total",
+            "Attempts ended, by outcome: ok (committed), failed (error reported), abandoned (cancelled by the coordinator or handed back at shutdown).",
+            "outcome",
+            &[("ok", c.ok), ("failed", c.failed), ("abandoned", c.abandoned)],
+        );
+        t.counter(
+            "tern_worker_results_refused_total",
+            "Committed attempts whose result the coordinator refused: it had given the job to another worker.",
+            c.refused,
+        );
+        t.counter(
+            "tern_worker_downloaded_bytes_total",
+            "Bytes of job inputs taken from the shared tier, counted as each attempt ends.",
+            c.downloaded,
+        );
+        t.counter(
+            "tern_worker_uploaded_bytes_total",
+            "Bytes of job outputs given to the shared tier, counted as each attempt ends.",
+            c.uploaded,
+        );
+        let name = "tern_worker_job_seconds";
+        t.family(
+            name,
+            Type::Histogram,
+            "Run time of the attempts that committed (download, run, upload, commit), by kind.",
+        );
+        for (kind, h) in KINDS.iter().zip(&c.job_seconds) {
+            t.histogram_series(name, &[("kind", kind)], h);
+        }
+        t.finish()
     }
 }
 
@@ -84,6 +251,34 @@ pub async fn run(
     filters: FilterRegistry,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    run_with_metrics(opts, tier, filters, None, shutdown).await
+}
+
+/// [`run`], with Prometheus metrics (`tern_worker_*`, docs/offload.md) on
+/// `GET /metrics` at `metrics` if given, until it returns.
+pub async fn run_with_metrics(
+    opts: WorkerOptions,
+    tier: SharedTier,
+    filters: FilterRegistry,
+    metrics: Option<tokio::net::TcpListener>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let counts = Arc::new(WorkerMetrics::new(opts.slots));
+    let _endpoint = metrics.map(|l| {
+        let counts = counts.clone();
+        crate::metrics::spawn(l, "tern worker", move || counts.render())
+    });
+    work(opts, tier, filters, &counts, shutdown).await
+}
+
+/// The worker's loop, counting into `metrics`.
+async fn work(
+    opts: WorkerOptions,
+    tier: SharedTier,
+    filters: FilterRegistry,
+    metrics: &WorkerMetrics,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
     let env = Arc::new(WorkerEnv {
         tier,
         name: opts.name.clone(),
@@ -94,7 +289,7 @@ pub async fn run(
     std::fs::create_dir_all(&opts.scratch).map_err(crate::error::io_err(&opts.scratch))?;
     let endpoint = crate::runner::coordinator_endpoint(&opts.coordinator, Duration::from_secs(10))?;
     let mut client = CoordinatorClient::new(endpoint.connect_lazy());
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Key, Result<proto::ResultManifest>)>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut running: HashMap<Key, Attempt> = HashMap::new();
     let mut worker_id: Option<String> = None;
     let mut draining_since: Option<tokio::time::Instant> = None;
@@ -105,6 +300,7 @@ pub async fn run(
             () = &mut shutdown, if draining_since.is_none() => {
                 tracing::info!("tern worker: shutting down after {} running jobs", running.len());
                 draining_since = Some(tokio::time::Instant::now());
+                metrics.update(|c| c.draining = true);
             }
             _ = tick.tick() => {}
         }
@@ -122,6 +318,10 @@ pub async fn run(
                     let r = r.into_inner();
                     tracing::info!("tern worker: registered as {}", r.worker_id);
                     worker_id = Some(r.worker_id);
+                    metrics.update(|c| {
+                        c.registered = true;
+                        c.registrations += 1;
+                    });
                 }
                 Err(e) => tracing::warn!(
                     "tern worker: cannot register with {}: {}",
@@ -131,9 +331,19 @@ pub async fn run(
             }
             continue;
         };
-        // Report what finished.
-        while let Ok(((job_id, attempt), outcome)) = done_rx.try_recv() {
-            running.remove(&(job_id.clone(), attempt));
+        // Report what finished, counted first: once the coordinator
+        // hears, a scrape of this worker already shows it.
+        while let Ok(((job_id, attempt), ran, outcome)) = done_rx.try_recv() {
+            // An attempt abandoned after its task finished was counted then.
+            if let Some(a) = running.remove(&(job_id.clone(), attempt)) {
+                let ended = match &outcome {
+                    Ok(_) => Ended::Committed(ran),
+                    Err(_) => Ended::Failed,
+                };
+                metrics.ended(&a, ended);
+                metrics.update(|c| c.running = running.len() as u64);
+            }
+            let committed = outcome.is_ok();
             let (result, error) = match outcome {
                 Ok(m) => (Some(m), String::new()),
                 Err(e) => (None, e.to_string()),
@@ -145,12 +355,15 @@ pub async fn run(
                 result,
                 error,
             };
-            report_finish(&mut client, req).await;
+            if report_finish(&mut client, req).await == Some(false) && committed {
+                metrics.update(|c| c.refused += 1);
+            }
         }
         let draining = draining_since.is_some();
         if let Some(since) = draining_since {
             if running.is_empty() || since.elapsed() >= opts.grace {
-                hand_back(&mut client, &id, &mut running).await;
+                hand_back(&mut client, &id, &mut running, metrics).await;
+                metrics.update(|c| c.running = 0);
                 return Ok(());
             }
         }
@@ -178,8 +391,10 @@ pub async fn run(
                 continue;
             }
         };
+        metrics.update(|c| c.last_poll = Some(Instant::now()));
         if reply.reregister {
             worker_id = None;
+            metrics.update(|c| c.registered = false);
         }
         for c in reply.cancel {
             if let Some(a) = running.remove(&(c.job_id.clone(), c.attempt)) {
@@ -188,8 +403,7 @@ pub async fn run(
                     c.job_id,
                     c.attempt
                 );
-                a.task.abort();
-                let _ = std::fs::remove_dir_all(&a.dir);
+                a.abandon(metrics);
             }
         }
         for a in reply.assign {
@@ -198,34 +412,47 @@ pub async fn run(
             let dir = opts.scratch.join(format!("{}-{}", job.job_id, a.attempt));
             let (env, done) = (env.clone(), done_tx.clone());
             let k = key.clone();
-            let moved = Arc::new(AtomicU64::new(0));
+            let kind = crate::metrics::kind_index(&job);
+            let moved = Arc::new(Moved::default());
             let counter = moved.clone();
             let task = tokio::spawn(async move {
+                let start = Instant::now();
                 let r = crate::worker::run_job(&env, &job, k.1, &counter).await;
-                let _ = done.send((k, r));
+                let _ = done.send((k, start.elapsed(), r));
             });
-            running.insert(key, Attempt { task, dir, moved });
+            running.insert(
+                key,
+                Attempt {
+                    task,
+                    dir,
+                    moved,
+                    kind,
+                },
+            );
         }
+        metrics.update(|c| c.running = running.len() as u64);
     }
 }
 
 /// Reports a finished attempt, retrying a few times: a lost report would
-/// leave the attempt to time out and count as a failure.
+/// leave the attempt to time out and count as a failure. Returns whether
+/// the coordinator accepted it, `None` if it never answered.
 async fn report_finish(
     client: &mut CoordinatorClient<tonic::transport::Channel>,
     req: proto::FinishRequest,
-) {
+) -> Option<bool> {
     for attempt in 0..5u32 {
         match client.finish(req.clone()).await {
             Ok(r) => {
-                if !r.get_ref().accepted {
+                let accepted = r.get_ref().accepted;
+                if !accepted {
                     tracing::info!(
                         "tern worker: job {} attempt {} was given to another worker; result dropped",
                         req.job_id,
                         req.attempt
                     );
                 }
-                return;
+                return Some(accepted);
             }
             Err(e) => {
                 tracing::warn!(
@@ -237,6 +464,7 @@ async fn report_finish(
             }
         }
     }
+    None
 }
 
 /// Tells the coordinator the attempts still running will not finish.
@@ -244,9 +472,10 @@ async fn hand_back(
     client: &mut CoordinatorClient<tonic::transport::Channel>,
     id: &str,
     running: &mut HashMap<Key, Attempt>,
+    metrics: &WorkerMetrics,
 ) {
     for ((job_id, attempt), a) in running.drain() {
-        a.abandon();
+        a.abandon(metrics);
         let req = proto::FinishRequest {
             worker_id: id.to_string(),
             job_id,

@@ -1,18 +1,19 @@
 //! `tern coordinator`: the control plane. Stores submit jobs and wait for
 //! their outcome; workers register, poll for work and report it finished.
 //! The state machine is [`queue::Queue`]; this module serves it over gRPC
-//! and runs its clock.
+//! and runs its clock, and renders its metrics.
 
 pub mod etcd;
 pub mod queue;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
+use crate::metrics::{Text, Type};
 use crate::proto::{self, coordinator_server};
 pub use etcd::EtcdState;
 pub use queue::{Limits, Queue};
@@ -67,9 +68,14 @@ impl Coordinator {
         Ok(())
     }
 
-    /// A snapshot for status displays and metrics.
+    /// A snapshot for status displays.
     pub fn status(&self) -> proto::StatusReply {
         self.queue.lock().status(Instant::now())
+    }
+
+    /// The numbers its metrics show, taken under the lock at once.
+    pub fn metrics(&self) -> queue::Metrics {
+        self.queue.lock().metrics()
     }
 
     /// Checks leases and progress until the process ends.
@@ -211,6 +217,139 @@ pub struct EtcdConfig {
     pub id: String,
 }
 
+/// The Prometheus exposition of a coordinator: `leading` is the
+/// coordinator once it serves (`None` while it stands by), `etcd` whether
+/// it keeps its state there (only then does `tern_coordinator_leader`
+/// mean anything). Metric names and meanings: docs/offload.md.
+pub fn render_metrics(leading: Option<&Coordinator>, etcd: bool) -> String {
+    let mut t = Text::new();
+    if etcd {
+        t.gauge(
+            "tern_coordinator_leader",
+            "1 if this coordinator leads (holds the leader key in etcd), 0 while it stands by.",
+            u64::from(leading.is_some()),
+        );
+    }
+    let Some(c) = leading else {
+        return t.finish();
+    };
+    // Copied under the lock, formatted after it is released.
+    let m = c.metrics();
+    let per_kind = |f: fn(&queue::KindMetrics) -> u64| -> Vec<(&str, u64)> {
+        m.kinds.iter().map(|k| (k.kind, f(k))).collect()
+    };
+    t.gauges(
+        "tern_coordinator_queued_jobs",
+        "Jobs waiting for a worker, by kind.",
+        "kind",
+        &per_kind(|k| k.queued),
+    );
+    t.gauges(
+        "tern_coordinator_running_jobs",
+        "Jobs running as an attempt on a worker, by kind.",
+        "kind",
+        &per_kind(|k| k.running),
+    );
+    t.gauge(
+        "tern_coordinator_workers",
+        "Workers registered (draining ones included); a worker that misses its lease is dropped.",
+        m.workers,
+    );
+    t.gauge(
+        "tern_coordinator_draining_workers",
+        "Registered workers shutting down: they finish what they run and take nothing new.",
+        m.draining_workers,
+    );
+    t.gauge(
+        "tern_coordinator_worker_slots",
+        "Job slots of the registered workers.",
+        m.slots,
+    );
+    t.gauge(
+        "tern_coordinator_worker_free_slots",
+        "Slots of the workers taking jobs that run no attempt. 0 with jobs queued: the workers are saturated.",
+        m.free_slots,
+    );
+    let c = &m.counters;
+    t.counter(
+        "tern_coordinator_jobs_submitted_total",
+        "Jobs accepted from stores.",
+        c.submitted,
+    );
+    t.counter(
+        "tern_coordinator_jobs_done_total",
+        "Jobs a worker completed; their stores fetch, verify and install the results.",
+        c.done,
+    );
+    t.counters(
+        "tern_coordinator_jobs_failed_total",
+        "Jobs given up on, by cause (their stores run them, or fail them with fallback off).",
+        "cause",
+        &[
+            ("attempts_exhausted", c.failed_attempts_exhausted),
+            ("no_worker_left", c.failed_no_worker_left),
+        ],
+    );
+    t.counters(
+        "tern_coordinator_jobs_refused_total",
+        "Submissions refused at once, by cause (their stores run them).",
+        "cause",
+        &[
+            ("no_worker", c.refused_no_worker),
+            ("queue_full", c.refused_queue_full),
+            ("invalid", c.refused_invalid),
+        ],
+    );
+    t.counter(
+        "tern_coordinator_jobs_restored_total",
+        "Jobs restored from etcd when this coordinator began leading.",
+        c.restored,
+    );
+    t.counter(
+        "tern_coordinator_attempts_dispatched_total",
+        "Attempts handed to workers.",
+        c.dispatched,
+    );
+    t.counters(
+        "tern_coordinator_attempts_reassigned_total",
+        "Attempts taken from their worker and queued again, by cause.",
+        "cause",
+        &[
+            ("lease_expired", c.reassigned_lease_expired),
+            ("no_progress", c.reassigned_no_progress),
+        ],
+    );
+    t.counter(
+        "tern_coordinator_attempts_failed_total",
+        "Attempts their worker reported failed; each is retried or fails its job.",
+        c.attempts_failed,
+    );
+    t.counter(
+        "tern_coordinator_stale_reports_total",
+        "Reports of attempts no longer current (a zombie's), ignored.",
+        c.stale_reports,
+    );
+    let name = "tern_coordinator_job_seconds";
+    t.family(
+        name,
+        Type::Histogram,
+        "Submission to done, of the jobs done, by kind.",
+    );
+    for k in &m.kinds {
+        t.histogram_series(name, &[("kind", k.kind)], &k.job_seconds);
+    }
+    let name = "tern_coordinator_queue_wait_seconds";
+    t.family(
+        name,
+        Type::Histogram,
+        "Submission to the first attempt's hand-out, by kind.",
+    );
+    for k in &m.kinds {
+        t.histogram_series(name, &[("kind", k.kind)], &k.queue_wait);
+    }
+    t.finish()
+}
+
 /// Serves a coordinator with `limits` on `listener` until `shutdown`
 /// completes. With `etcd`, it first waits to lead (standing by while
 /// another coordinator does), starts from the jobs etcd holds, writes every
@@ -222,6 +361,26 @@ pub async fn serve(
     etcd: Option<EtcdConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> crate::Result<()> {
+    serve_with_metrics(listener, None, limits, etcd, shutdown).await
+}
+
+/// [`serve`], with Prometheus metrics ([`render_metrics`]) on `GET
+/// /metrics` at `metrics` if given. They are served from the start, so a
+/// standby answers too, as not the leader.
+pub async fn serve_with_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Option<tokio::net::TcpListener>,
+    limits: Limits,
+    etcd: Option<EtcdConfig>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> crate::Result<()> {
+    let leading: Arc<OnceLock<Arc<Coordinator>>> = Arc::default();
+    let _endpoint = metrics.map(|l| {
+        let (leading, etcd) = (leading.clone(), etcd.is_some());
+        crate::metrics::spawn(l, "tern coordinator", move || {
+            render_metrics(leading.get().map(|c| &**c), etcd)
+        })
+    });
     let mut lost = None;
     let coordinator = match etcd {
         None => Coordinator::new(limits),
@@ -239,6 +398,7 @@ pub async fn serve(
             Coordinator::with_state(queue, Some(state))
         }
     };
+    let _ = leading.set(coordinator.clone());
     tokio::spawn(coordinator.clone().clock());
     let stopped = {
         let c = coordinator.clone();

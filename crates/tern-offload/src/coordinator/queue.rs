@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use crate::metrics::Histogram;
 use crate::proto::{self, await_reply, job_spec};
 
 /// The coordinator's limits.
@@ -50,6 +51,8 @@ enum Kind {
 }
 
 impl Kind {
+    const ALL: [Kind; 2] = [Kind::Compaction, Kind::Gc];
+
     fn name(self) -> &'static str {
         match self {
             Kind::Compaction => "compaction",
@@ -79,6 +82,9 @@ struct Job {
     attempt: u32,
     state: State,
     submitted: Instant,
+    /// Whether an attempt has been handed out since it was submitted (or
+    /// restored): its queue wait is recorded once.
+    dispatched: bool,
     finished: Option<Instant>,
 }
 
@@ -115,11 +121,20 @@ struct Worker {
     cancel: Vec<(String, u32)>,
 }
 
+/// Why a submission was refused.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Invalid,
+    NoWorker,
+    QueueFull,
+}
+
 /// A queued job: its queue position (priority, submission order) and id.
 type Queued = ((u32, u64), String);
 
-/// Counters since start.
-#[derive(Debug, Default, Clone, Copy)]
+/// Counters since start. The totals `failed`, `reassigned` and `refused`
+/// are also split by cause (the fields after them), which add up to them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
     /// Jobs accepted.
     pub submitted: u64,
@@ -131,6 +146,61 @@ pub struct Counters {
     pub reassigned: u64,
     /// Submissions refused (no worker, queue full).
     pub refused: u64,
+    /// Of `failed`: their last attempt ended (`max_attempts`).
+    pub failed_attempts_exhausted: u64,
+    /// Of `failed`: queued while no worker was left for a lease.
+    pub failed_no_worker_left: u64,
+    /// Of `reassigned`: the worker's lease ran out.
+    pub reassigned_lease_expired: u64,
+    /// Of `reassigned`: the attempt's progress stood still.
+    pub reassigned_no_progress: u64,
+    /// Of `refused`: no worker was registered.
+    pub refused_no_worker: u64,
+    /// Of `refused`: the queue was full.
+    pub refused_queue_full: u64,
+    /// Of `refused`: a job of no known kind, a bad or a repeated id.
+    pub refused_invalid: u64,
+    /// Attempts handed to workers.
+    pub dispatched: u64,
+    /// Attempts their worker reported failed (an error, or another
+    /// attempt's manifest); each is retried or fails its job.
+    pub attempts_failed: u64,
+    /// Reports of attempts that were no longer current, ignored.
+    pub stale_reports: u64,
+    /// Jobs restored from etcd when this coordinator began leading.
+    pub restored: u64,
+}
+
+/// What the coordinator's metrics show, taken at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    /// Per job kind, in the order of [`crate::metrics::KINDS`].
+    pub kinds: Vec<KindMetrics>,
+    /// Workers registered (draining ones included).
+    pub workers: u64,
+    /// Of those, workers shutting down (they take nothing new).
+    pub draining_workers: u64,
+    /// Slots of the registered workers.
+    pub slots: u64,
+    /// Slots of the workers that take jobs, not running an attempt.
+    pub free_slots: u64,
+    /// The counters.
+    pub counters: Counters,
+}
+
+/// One job kind's part of [`Metrics`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindMetrics {
+    /// `compaction` or `gc`.
+    pub kind: &'static str,
+    /// Jobs waiting for a worker.
+    pub queued: u64,
+    /// Jobs running as an attempt on a worker.
+    pub running: u64,
+    /// Submission to done, of the jobs done.
+    pub job_seconds: Histogram,
+    /// Submission to the first attempt's hand-out.
+    pub queue_wait: Histogram,
 }
 
 /// Jobs and workers.
@@ -154,6 +224,10 @@ pub struct Queue {
     removed: Vec<String>,
     /// What happened so far.
     pub counters: Counters,
+    /// Submission to done, per kind (indexed by `Kind as usize`).
+    job_seconds: [Histogram; 2],
+    /// Submission to the first hand-out, per kind.
+    queue_wait: [Histogram; 2],
 }
 
 impl Queue {
@@ -171,6 +245,8 @@ impl Queue {
             dirty: BTreeSet::new(),
             removed: Vec::new(),
             counters: Counters::default(),
+            job_seconds: Default::default(),
+            queue_wait: Default::default(),
         }
     }
 
@@ -190,27 +266,25 @@ impl Queue {
         priority: u32,
         now: Instant,
     ) -> Result<(), String> {
-        let refuse = |q: &mut Queue, why: String| {
-            q.counters.refused += 1;
-            Err(why)
-        };
         let kind = match spec.kind {
             Some(job_spec::Kind::Compaction(_)) => Kind::Compaction,
             Some(job_spec::Kind::Gc(_)) => Kind::Gc,
-            None => return refuse(self, "job of no known kind".into()),
+            None => return self.refuse(Refusal::Invalid, "job of no known kind".into()),
         };
         if !crate::worker::id_ok(&spec.job_id) {
-            return refuse(self, format!("bad job id {:?}", spec.job_id));
+            return self.refuse(Refusal::Invalid, format!("bad job id {:?}", spec.job_id));
         }
         if self.jobs.contains_key(&spec.job_id) {
-            return refuse(self, format!("job {} was submitted already", spec.job_id));
+            let why = format!("job {} was submitted already", spec.job_id);
+            return self.refuse(Refusal::Invalid, why);
         }
         if self.live_workers().next().is_none() {
-            return refuse(self, "no worker is registered".into());
+            return self.refuse(Refusal::NoWorker, "no worker is registered".into());
         }
         let queued: usize = self.queued.values().map(BTreeSet::len).sum();
         if queued >= self.limits.max_queue {
-            return refuse(self, format!("{queued} jobs are queued already"));
+            let why = format!("{queued} jobs are queued already");
+            return self.refuse(Refusal::QueueFull, why);
         }
         self.seq += 1;
         let key = (priority, self.seq);
@@ -229,11 +303,24 @@ impl Queue {
                 attempt: 0,
                 state: State::Queued,
                 submitted: now,
+                dispatched: false,
                 finished: None,
             },
         );
         self.counters.submitted += 1;
         Ok(())
+    }
+
+    /// Counts a refused submission and says `why`.
+    fn refuse(&mut self, cause: Refusal, why: String) -> Result<(), String> {
+        let c = &mut self.counters;
+        c.refused += 1;
+        *match cause {
+            Refusal::Invalid => &mut c.refused_invalid,
+            Refusal::NoWorker => &mut c.refused_no_worker,
+            Refusal::QueueFull => &mut c.refused_queue_full,
+        } += 1;
+        Err(why)
     }
 
     /// Where job `id` stands, for its store.
@@ -369,6 +456,11 @@ impl Queue {
         self.dirty.insert(id.clone());
         let job = self.jobs.get_mut(&id)?;
         job.attempt += 1;
+        self.counters.dispatched += 1;
+        if !job.dispatched {
+            job.dispatched = true;
+            self.queue_wait[kind as usize].observe(now.duration_since(job.submitted));
+        }
         job.state = State::Running {
             worker: worker.to_string(),
             progress: 0,
@@ -402,6 +494,7 @@ impl Queue {
                 && matches!(&j.state, State::Running { worker: w, .. } if w == worker)
         });
         if !current {
+            self.counters.stale_reports += 1;
             return false;
         }
         self.dirty.insert(id.to_string());
@@ -410,11 +503,18 @@ impl Queue {
                 if let Some(j) = self.jobs.get_mut(id) {
                     j.state = State::Done(Box::new(m));
                     j.finished = Some(now);
+                    self.job_seconds[j.kind as usize].observe(now.duration_since(j.submitted));
                 }
                 self.counters.done += 1;
             }
-            Ok(_) => self.retry(id, "the worker sent another attempt's manifest".into(), now),
-            Err(why) => self.retry(id, why, now),
+            Ok(_) => {
+                self.counters.attempts_failed += 1;
+                self.retry(id, "the worker sent another attempt's manifest".into(), now);
+            }
+            Err(why) => {
+                self.counters.attempts_failed += 1;
+                self.retry(id, why, now);
+            }
         }
         true
     }
@@ -430,6 +530,7 @@ impl Queue {
             j.state = State::Failed(format!("{max} attempts failed, the last: {why}"));
             j.finished = Some(now);
             self.counters.failed += 1;
+            self.counters.failed_attempts_exhausted += 1;
             return;
         }
         tracing::info!(
@@ -447,7 +548,9 @@ impl Queue {
     /// stalled, fails queued jobs once no worker has been left for a
     /// lease, and forgets old outcomes. Returns whether anything changed.
     pub fn tick(&mut self, now: Instant) -> bool {
-        let mut ended: BTreeMap<String, String> = BTreeMap::new();
+        // Per job, why its attempt ended: `true` for a lease that ran out
+        // (it wins when both happen at once), `false` for no progress.
+        let mut ended: BTreeMap<String, bool> = BTreeMap::new();
         let dead: Vec<String> = self
             .workers
             .iter()
@@ -463,7 +566,7 @@ impl Queue {
                 );
                 for (job, attempt) in w.running {
                     if self.jobs.get(&job).is_some_and(|j| j.attempt == attempt) {
-                        ended.insert(job, "its worker stopped answering".into());
+                        ended.insert(job, true);
                     }
                 }
             }
@@ -480,16 +583,21 @@ impl Queue {
                         w.running.remove(&(id.clone(), j.attempt));
                         w.cancel.push((id.clone(), j.attempt));
                     }
-                    ended
-                        .entry(id.clone())
-                        .or_insert_with(|| "it made no progress".into());
+                    ended.entry(id.clone()).or_insert(false);
                 }
             }
         }
         let mut changed = !ended.is_empty();
-        for (job, why) in ended {
+        for (job, lease) in ended {
             self.counters.reassigned += 1;
-            self.retry(&job, why, now);
+            let why = if lease {
+                self.counters.reassigned_lease_expired += 1;
+                "its worker stopped answering"
+            } else {
+                self.counters.reassigned_no_progress += 1;
+                "it made no progress"
+            };
+            self.retry(&job, why.into(), now);
         }
         if self.live_workers().next().is_some() {
             self.workerless_since = None;
@@ -564,14 +672,17 @@ impl Queue {
                     attempt: r.attempt,
                     state,
                     submitted: now,
+                    dispatched: false,
                     finished,
                 },
             );
+            q.counters.restored += 1;
         }
         q
     }
 
-    /// Fails every queued job with `why`; returns whether there was one.
+    /// Fails every queued job because no worker is left, saying `why`;
+    /// returns whether there was one.
     fn fail_queued(&mut self, why: &str, now: Instant) -> bool {
         let queued: Vec<Queued> = self.queued.values_mut().flat_map(std::mem::take).collect();
         for (_, id) in &queued {
@@ -580,9 +691,48 @@ impl Queue {
                 j.state = State::Failed(why.to_string());
                 j.finished = Some(now);
                 self.counters.failed += 1;
+                self.counters.failed_no_worker_left += 1;
             }
         }
         !queued.is_empty()
+    }
+
+    /// The numbers the coordinator's metrics show. Cheap enough to take
+    /// under the coordinator's lock at every scrape: one pass over the
+    /// jobs and the workers, and small copies.
+    pub fn metrics(&self) -> Metrics {
+        let mut kinds: Vec<KindMetrics> = Kind::ALL
+            .iter()
+            .map(|&k| KindMetrics {
+                kind: k.name(),
+                queued: self.queued.get(&k).map_or(0, |q| q.len() as u64),
+                running: 0,
+                job_seconds: self.job_seconds[k as usize].clone(),
+                queue_wait: self.queue_wait[k as usize].clone(),
+            })
+            .collect();
+        for j in self.jobs.values() {
+            if matches!(j.state, State::Running { .. }) {
+                kinds[j.kind as usize].running += 1;
+            }
+        }
+        let mut m = Metrics {
+            kinds,
+            workers: self.workers.len() as u64,
+            draining_workers: 0,
+            slots: 0,
+            free_slots: 0,
+            counters: self.counters,
+        };
+        for w in self.workers.values() {
+            m.slots += u64::from(w.slots);
+            if w.draining {
+                m.draining_workers += 1;
+            } else {
+                m.free_slots += u64::from(w.slots).saturating_sub(w.running.len() as u64);
+            }
+        }
+        m
     }
 
     /// Everything, for `tern coordinator status`.
@@ -861,6 +1011,170 @@ mod tests {
         }
         assert_eq!(state(&q, "a"), await_reply::State::Failed);
         assert!(q.outcome("a").reason.contains("disk full"));
+    }
+
+    /// Checks that the causes add up to the totals they split.
+    fn assert_causes_add_up(c: &Counters) {
+        assert_eq!(
+            c.failed,
+            c.failed_attempts_exhausted + c.failed_no_worker_left,
+            "{c:?}"
+        );
+        assert_eq!(
+            c.reassigned,
+            c.reassigned_lease_expired + c.reassigned_no_progress,
+            "{c:?}"
+        );
+        assert_eq!(
+            c.refused,
+            c.refused_invalid + c.refused_no_worker + c.refused_queue_full,
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn refusals_are_counted_by_cause() {
+        let t = Instant::now();
+        let mut q = Queue::new(Limits {
+            max_queue: 1,
+            ..Limits::default()
+        });
+        assert!(q.submit(spec("a", false), 0, t).is_err());
+        assert_eq!(q.counters.refused_no_worker, 1);
+        q.register("one", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        assert!(q.submit(spec("a", false), 0, t).is_err(), "a repeated id");
+        assert!(q.submit(spec("no/slash", false), 0, t).is_err(), "a bad id");
+        let mut kindless = spec("k", false);
+        kindless.kind = None;
+        assert!(q.submit(kindless, 0, t).is_err());
+        assert_eq!(q.counters.refused_invalid, 3);
+        assert!(
+            q.submit(spec("b", false), 0, t).is_err(),
+            "the queue is full"
+        );
+        assert_eq!(q.counters.refused_queue_full, 1);
+        assert_eq!(q.counters.refused, 5);
+        assert_eq!(q.counters.submitted, 1);
+        assert_causes_add_up(&q.counters);
+    }
+
+    #[test]
+    fn ended_attempts_and_failed_jobs_are_counted_by_cause() {
+        let t = Instant::now();
+        let limits = Limits {
+            lease: Duration::from_secs(10),
+            progress_timeout: Duration::from_secs(20),
+            max_attempts: 2,
+            ..Limits::default()
+        };
+        let mut q = Queue::new(limits);
+        let w1 = q.register("one", 1, t);
+        let w2 = q.register("two", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        q.submit(spec("b", true), 0, t).unwrap();
+        assert_eq!(poll(&mut q, &w1, 1, &[], t).assign[0].attempt, 1);
+        assert_eq!(poll(&mut q, &w2, 1, &[], t).assign[0].attempt, 1);
+        // w1 goes silent; w2 polls on, its attempt stuck at one number.
+        let t1 = t + Duration::from_secs(9);
+        poll(&mut q, &w2, 0, &[("b", 1, 5)], t1);
+        assert!(q.tick(t + Duration::from_secs(11)));
+        assert_eq!(q.counters.reassigned_lease_expired, 1);
+        let t2 = t + Duration::from_secs(25);
+        poll(&mut q, &w2, 0, &[("b", 1, 5)], t2);
+        assert!(q.tick(t + Duration::from_secs(30)));
+        assert_eq!(q.counters.reassigned_no_progress, 1);
+        assert_eq!(q.counters.reassigned, 2);
+        // w2 takes the next attempt of one job and reports it failed: its
+        // second and last.
+        let t3 = t + Duration::from_secs(31);
+        let r = poll(&mut q, &w2, 1, &[("b", 1, 5)], t3);
+        let a = &r.assign[0];
+        let id = a.job.as_ref().unwrap().job_id.clone();
+        assert_eq!(a.attempt, 2);
+        assert!(q.finish(&w2, &id, 2, Err("disk full".into()), t3));
+        assert_eq!(q.counters.attempts_failed, 1);
+        assert_eq!(q.counters.failed_attempts_exhausted, 1);
+        // The zombie reports the first attempt late: ignored, counted.
+        assert!(!q.finish(&w1, &id, 1, Ok(manifest(&id, 1)), t3));
+        assert_eq!(q.counters.stale_reports, 1);
+        // Then w2 dies too, and the other job, queued, fails for want of
+        // a worker.
+        let gone = t3 + Duration::from_secs(11);
+        q.tick(gone);
+        assert!(q.tick(gone + Duration::from_secs(10)));
+        assert_eq!(q.counters.failed_no_worker_left, 1);
+        assert_eq!(q.counters.failed, 2);
+        assert_eq!(q.counters.dispatched, 3);
+        assert_causes_add_up(&q.counters);
+    }
+
+    #[test]
+    fn metrics_show_the_queue_the_workers_and_job_times() {
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut q = Queue::new(Limits {
+            lease: s(100),
+            progress_timeout: s(100),
+            ..Limits::default()
+        });
+        let w = q.register("one", 2, t);
+        let draining = q.register("two", 3, t);
+        q.submit(spec("c1", false), 0, t).unwrap();
+        q.submit(spec("c2", false), 1, t).unwrap();
+        q.submit(spec("g1", true), 0, t).unwrap();
+        q.poll(
+            &proto::PollRequest {
+                worker_id: draining.clone(),
+                draining: true,
+                ..Default::default()
+            },
+            t,
+        );
+        let m = q.metrics();
+        assert_eq!(m.kinds[0].kind, crate::metrics::KINDS[0]);
+        assert_eq!(m.kinds[1].kind, crate::metrics::KINDS[1]);
+        assert_eq!((m.kinds[0].queued, m.kinds[1].queued), (2, 1));
+        assert_eq!((m.workers, m.draining_workers), (2, 1));
+        assert_eq!((m.slots, m.free_slots), (5, 2));
+        // One of each kind starts after a second in the queue.
+        assert_eq!(poll(&mut q, &w, 2, &[], t + s(1)).assign.len(), 2);
+        let m = q.metrics();
+        assert_eq!((m.kinds[0].queued, m.kinds[0].running), (1, 1));
+        assert_eq!((m.kinds[1].queued, m.kinds[1].running), (0, 1));
+        assert_eq!(m.free_slots, 0);
+        assert_eq!(m.kinds[0].queue_wait.count, 1);
+        assert_eq!(m.kinds[0].queue_wait.sum, 1.0);
+        assert_eq!(m.kinds[1].queue_wait.count, 1);
+        // The compaction is done three seconds after its submission; the GC
+        // attempt fails and is queued again.
+        assert!(q.finish(&w, "c1", 1, Ok(manifest("c1", 1)), t + s(3)));
+        assert!(q.finish(&w, "g1", 1, Err("oops".into()), t + s(3)));
+        let m = q.metrics();
+        let h = &m.kinds[0].job_seconds;
+        assert_eq!((h.count, h.sum), (1, 3.0));
+        let le5 = crate::metrics::BUCKETS_S
+            .iter()
+            .position(|&b| b == 5.0)
+            .unwrap();
+        assert_eq!(h.buckets[le5], 1, "3 s falls in the bucket up to 5 s");
+        assert_eq!(
+            m.kinds[1].job_seconds.count, 0,
+            "a failed attempt is no job time"
+        );
+        assert_eq!(m.counters.done, 1);
+        // A second attempt's hand-out is not a queue wait again.
+        assert_eq!(poll(&mut q, &w, 2, &[], t + s(4)).assign.len(), 2);
+        let m = q.metrics();
+        assert_eq!(m.kinds[0].queue_wait.count, 2);
+        assert_eq!(m.kinds[0].queue_wait.sum, 5.0);
+        assert_eq!(m.kinds[1].queue_wait.count, 1);
+        assert_eq!(m.counters.dispatched, 4);
+        // A restored queue counts what it restored.
+        let (records, _) = q.take_changes();
+        let r = Queue::restore(Limits::default(), records, t);
+        assert_eq!(r.counters.restored, 3);
+        assert_eq!(r.metrics().kinds[0].queued, 1, "c2 runs again; c1 is done");
     }
 
     #[test]
