@@ -287,6 +287,39 @@ fn a_worker_killed_mid_job_loses_it_to_another_and_no_write_is_lost() {
 }
 
 #[test]
+fn a_split_compactions_parts_run_on_two_workers_at_once() {
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
+    let (_coord, url) = coordinator(1000);
+    // Each worker runs one job at a time and holds it a while, so parts
+    // handed out together must go to both.
+    let _a = worker(&url, &tier_url, &s.scratch, "a", 1500);
+    let _b = worker(&url, &tier_url, &s.scratch, "b", 1500);
+    let mut opts = common::opts();
+    opts.disable_auto_compactions = true;
+    opts.settings.max_subcompactions = 2;
+    opts.settings.target_file_size = 8 << 10;
+    let runner = Arc::new(GrpcRunner::new(&url).unwrap());
+    let (db, exec) = common::open_with(&s, runner, false, opts);
+    let db = Arc::new(db);
+    let model = churn(&db);
+    let compacting = compact_in_background(&db);
+    wait_status(&url, "parts running on both workers at once", |st| {
+        running_on(st, "a") && running_on(st, "b")
+    });
+    compacting.join().unwrap().unwrap();
+    let engine = db.stats();
+    assert!(engine.subcompactions >= 2, "{engine}");
+    assert_eq!(
+        engine.remote_compactions,
+        exec.stats().remote_compactions.load(Relaxed),
+        "every part and whole job ran on a worker"
+    );
+    db.collect_garbage().unwrap();
+    finish(&s, db, &exec, &model);
+}
+
+#[test]
 fn a_frozen_worker_loses_its_job_and_abandons_it_when_thawed() {
     let s = setup();
     let tier_url = s.tier.url().to_string();
