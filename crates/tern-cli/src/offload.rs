@@ -62,7 +62,8 @@ pub struct CoordinatorArgs {
 enum CoordinatorAction {
     /// Show a running coordinator's workers, queue and jobs.
     Status {
-        /// The coordinator, http://host:port.
+        /// The coordinator, http://host:port; or a leader and its standbys,
+        /// comma-separated: the one that leads answers.
         #[arg(long, default_value = "http://127.0.0.1:7700")]
         coordinator: String,
     },
@@ -76,7 +77,9 @@ enum CoordinatorAction {
     S3 settings for an s3:// tier come from AWS_* variables (AWS_ENDPOINT, \
     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP, AWS_REGION).")]
 pub struct WorkerArgs {
-    /// The coordinator, http://host:port.
+    /// The coordinator, http://host:port; or a leader and its standbys
+    /// (coordinators sharing one etcd), comma-separated: the worker moves
+    /// on to the next when one fails or stands by.
     #[arg(long, default_value = "http://127.0.0.1:7700")]
     coordinator: String,
     /// The shared tier: file:///dir or s3://bucket/prefix.
@@ -189,19 +192,33 @@ pub fn coordinator(args: CoordinatorArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn status(url: &str) -> Result<ExitCode, Failure> {
-    let mut client =
-        tern_offload::proto::coordinator_client::CoordinatorClient::connect(url.to_string())
-            .await
-            .map_err(|e| {
-                Failure::new(format!("cannot reach the coordinator at {url}: {e}"))
-                    .hint("is `tern coordinator` running? pass its address with --coordinator")
-            })?;
-    let s = client
-        .status(tern_offload::proto::StatusRequest {})
-        .await
-        .map_err(|e| Failure::new(format!("status failed: {}", e.message())))?
-        .into_inner();
+async fn status(urls: &str) -> Result<ExitCode, Failure> {
+    let coordinators = tern_offload::Coordinators::new(urls, std::time::Duration::from_secs(5))
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let mut reply = None;
+    let mut why = Vec::new();
+    for _ in 0..coordinators.len() {
+        let (i, mut client) = coordinators.client();
+        match client.status(tern_offload::proto::StatusRequest {}).await {
+            Ok(r) => {
+                reply = Some((coordinators.url(i).to_string(), r.into_inner()));
+                break;
+            }
+            Err(e) => {
+                why.push(format!("{}: {}", coordinators.url(i), e.message()));
+                coordinators.failed(i);
+            }
+        }
+    }
+    let Some((url, s)) = reply else {
+        return Err(
+            Failure::new(format!("no coordinator answered ({})", why.join("; ")))
+                .hint("is `tern coordinator` running? pass its address with --coordinator"),
+        );
+    };
+    if coordinators.len() > 1 {
+        println!("leader: {url}");
+    }
     println!(
         "jobs: {} submitted, {} done, {} failed (run by their stores), {} reassigned, {} refused",
         s.submitted, s.done, s.failed, s.reassigned, s.refused

@@ -16,6 +16,7 @@
 //! `docs/offload.md`, `docs/format/offload.md`.
 
 pub mod coordinator;
+pub mod coordinators;
 pub mod error;
 pub mod executor;
 pub mod filters;
@@ -33,6 +34,7 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/tern.offload.v1.rs"));
 }
 
+pub use coordinators::Coordinators;
 pub use error::{OffloadError, Result};
 pub use executor::{OffloadStats, RemoteExecutor, RemoteOptions};
 pub use filters::FilterRegistry;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::coordinators::Coordinators;
 use crate::error::{OffloadError, Result};
 use crate::filters::FilterRegistry;
 use crate::proto;
@@ -70,34 +71,54 @@ impl JobRunner for InProcessRunner {
     }
 }
 
-/// Gets jobs run through a `tern coordinator` over gRPC.
+/// Gets jobs run through a `tern coordinator` over gRPC (or the first of
+/// a leader and its standbys that leads: [`Coordinators`]).
 #[derive(Debug)]
 pub struct GrpcRunner {
-    endpoint: tonic::transport::Endpoint,
-    /// Made on first use, inside the runtime the connection lives in.
-    client: std::sync::OnceLock<
-        proto::coordinator_client::CoordinatorClient<tonic::transport::Channel>,
-    >,
+    coordinators: Coordinators,
 }
 
 impl GrpcRunner {
-    /// A runner for the coordinator at `url` (`http://host:port`). Connects
-    /// on first use and reconnects as needed.
+    /// A runner for the coordinator at `url` (`http://host:port`, or
+    /// several separated by commas). Connects on first use and reconnects
+    /// as needed.
     pub fn new(url: &str) -> Result<Self> {
         Ok(GrpcRunner {
-            endpoint: coordinator_endpoint(url, Duration::from_secs(30))?,
-            client: std::sync::OnceLock::new(),
+            // An Await is held at most 5 s; a coordinator that takes much
+            // longer is frozen or cut off, and the next one may lead.
+            coordinators: Coordinators::new(url, Duration::from_secs(10))?,
         })
     }
-}
 
-/// The gRPC endpoint of the coordinator at `url`, with `timeout` per
-/// request.
-pub fn coordinator_endpoint(url: &str, timeout: Duration) -> Result<tonic::transport::Endpoint> {
-    Ok(tonic::transport::Endpoint::from_shared(url.to_string())
-        .map_err(|e| OffloadError::Invalid(format!("bad coordinator URL {url:?}: {e}")))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(timeout))
+    /// Submits `submit`, moving on through the coordinators while one
+    /// fails or stands by (a repeated submission of the same job is the
+    /// same job to the coordinator).
+    async fn submit(
+        &self,
+        submit: proto::SubmitRequest,
+        until: tokio::time::Instant,
+        deadline: Duration,
+    ) -> Result<proto::SubmitReply> {
+        let mut tries = 0;
+        loop {
+            let (i, mut client) = self.coordinators.client();
+            let e = match tokio::time::timeout_at(until, client.submit(submit.clone())).await {
+                Err(_) => return Err(OffloadError::Timeout(deadline)),
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(e)) => e,
+            };
+            tries += 1;
+            if !self.coordinators.failed(i) || tries >= 2 * self.coordinators.len() {
+                return Err(rpc(e));
+            }
+            tracing::debug!(
+                "tern offload: {} did not take the job: {}",
+                self.coordinators.url(i),
+                e.message()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 fn rpc(e: tonic::Status) -> OffloadError {
@@ -113,22 +134,12 @@ impl JobRunner for GrpcRunner {
     ) -> BoxFuture<'_, Result<proto::ResultManifest>> {
         Box::pin(async move {
             let until = tokio::time::Instant::now() + deadline;
-            let mut client = self
-                .client
-                .get_or_init(|| {
-                    proto::coordinator_client::CoordinatorClient::new(self.endpoint.connect_lazy())
-                })
-                .clone();
             let job_id = job.job_id.clone();
             let submit = proto::SubmitRequest {
                 job: Some(job),
                 priority,
             };
-            let r = tokio::time::timeout_at(until, client.submit(submit))
-                .await
-                .map_err(|_| OffloadError::Timeout(deadline))?
-                .map_err(rpc)?
-                .into_inner();
+            let r = self.submit(submit, until, deadline).await?;
             if !r.accepted {
                 return Err(OffloadError::Invalid(format!(
                     "coordinator refused the job: {}",
@@ -144,14 +155,21 @@ impl JobRunner for GrpcRunner {
                     job_id: job_id.clone(),
                     wait_ms: left.min(Duration::from_secs(5)).as_millis() as u32,
                 };
+                let (i, mut client) = self.coordinators.client();
                 let r = match tokio::time::timeout_at(until, client.r#await(ask)).await {
                     Err(_) => return Err(OffloadError::Timeout(deadline)),
                     Ok(Ok(r)) => r.into_inner(),
                     Ok(Err(e)) => {
-                        // The coordinator may be restarting; a persistent
-                        // one still has the job. Ask again until the
-                        // deadline.
-                        tracing::debug!("tern offload: awaiting {job_id}: {}", e.message());
+                        // The coordinator may be restarting, or a standby
+                        // may be taking over; one that keeps its jobs in
+                        // etcd still has it. Ask again (the next one, if
+                        // there are several) until the deadline.
+                        tracing::debug!(
+                            "tern offload: awaiting {job_id} at {}: {}",
+                            self.coordinators.url(i),
+                            e.message()
+                        );
+                        self.coordinators.failed(i);
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         continue;
                     }

@@ -19,17 +19,19 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+use crate::coordinators::Coordinators;
 use crate::error::Result;
 use crate::filters::FilterRegistry;
 use crate::metrics::{Histogram, Text, Type, KINDS};
-use crate::proto::{self, coordinator_client::CoordinatorClient};
+use crate::proto;
 use crate::shared::SharedTier;
 use crate::worker::{Moved, WorkerEnv};
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
-    /// The coordinator, `http://host:port`.
+    /// The coordinator, `http://host:port`, or a leader and its standbys
+    /// separated by commas ([`Coordinators`]).
     pub coordinator: String,
     /// Name shown in the coordinator's status.
     pub name: String,
@@ -287,11 +289,14 @@ async fn work(
         commit_delay: opts.commit_delay,
     });
     std::fs::create_dir_all(&opts.scratch).map_err(crate::error::io_err(&opts.scratch))?;
-    let endpoint = crate::runner::coordinator_endpoint(&opts.coordinator, Duration::from_secs(10))?;
-    let mut client = CoordinatorClient::new(endpoint.connect_lazy());
+    let coordinators = Coordinators::new(&opts.coordinator, Duration::from_secs(10))?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut running: HashMap<Key, Attempt> = HashMap::new();
     let mut worker_id: Option<String> = None;
+    // A poll that takes longer than this finds the worker's lease expired
+    // anyway; past it the coordinator is frozen or cut off, and with
+    // several coordinators the next one may lead now.
+    let mut poll_timeout = Duration::from_secs(10);
     let mut draining_since: Option<tokio::time::Instant> = None;
     let mut tick = tokio::time::interval(opts.poll_every);
     tokio::pin!(shutdown);
@@ -313,21 +318,29 @@ async fn work(
                 slots: opts.slots,
                 memory_bytes: 0,
             };
+            let (i, mut client) = coordinators.client();
             match client.register(req).await {
                 Ok(r) => {
                     let r = r.into_inner();
                     tracing::info!("tern worker: registered as {}", r.worker_id);
                     worker_id = Some(r.worker_id);
+                    poll_timeout = (2 * Duration::from_millis(r.lease_ms.into()))
+                        .clamp(Duration::from_millis(500), Duration::from_secs(10));
                     metrics.update(|c| {
                         c.registered = true;
                         c.registrations += 1;
                     });
                 }
-                Err(e) => tracing::warn!(
-                    "tern worker: cannot register with {}: {}",
-                    opts.coordinator,
-                    e.message()
-                ),
+                Err(e) => {
+                    tracing::warn!(
+                        "tern worker: cannot register with {}: {}",
+                        coordinators.url(i),
+                        e.message()
+                    );
+                    // A standby, or a coordinator that is gone: try the
+                    // next one, if there are several.
+                    coordinators.failed(i);
+                }
             }
             continue;
         };
@@ -355,14 +368,14 @@ async fn work(
                 result,
                 error,
             };
-            if report_finish(&mut client, req).await == Some(false) && committed {
+            if report_finish(&coordinators, req).await == Some(false) && committed {
                 metrics.update(|c| c.refused += 1);
             }
         }
         let draining = draining_since.is_some();
         if let Some(since) = draining_since {
             if running.is_empty() || since.elapsed() >= opts.grace {
-                hand_back(&mut client, &id, &mut running, metrics).await;
+                hand_back(&coordinators, &id, &mut running, metrics).await;
                 metrics.update(|c| c.running = 0);
                 return Ok(());
             }
@@ -384,10 +397,24 @@ async fn work(
                 .collect(),
             draining,
         };
-        let reply = match client.poll(req).await {
+        let (i, mut client) = coordinators.client();
+        let polled = tokio::time::timeout(poll_timeout, client.poll(req))
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer in time")));
+        let reply = match polled {
             Ok(r) => r.into_inner(),
             Err(e) => {
-                tracing::warn!("tern worker: poll failed: {}", e.message());
+                tracing::warn!(
+                    "tern worker: poll of {} failed: {}",
+                    coordinators.url(i),
+                    e.message()
+                );
+                if coordinators.failed(i) {
+                    // Another coordinator may lead now: register with it,
+                    // as after being told to register again.
+                    worker_id = None;
+                    metrics.update(|c| c.registered = false);
+                }
                 continue;
             }
         };
@@ -437,11 +464,9 @@ async fn work(
 /// Reports a finished attempt, retrying a few times: a lost report would
 /// leave the attempt to time out and count as a failure. Returns whether
 /// the coordinator accepted it, `None` if it never answered.
-async fn report_finish(
-    client: &mut CoordinatorClient<tonic::transport::Channel>,
-    req: proto::FinishRequest,
-) -> Option<bool> {
+async fn report_finish(coordinators: &Coordinators, req: proto::FinishRequest) -> Option<bool> {
     for attempt in 0..5u32 {
+        let (i, mut client) = coordinators.client();
         match client.finish(req.clone()).await {
             Ok(r) => {
                 let accepted = r.get_ref().accepted;
@@ -460,6 +485,7 @@ async fn report_finish(
                     req.job_id,
                     e.message()
                 );
+                coordinators.failed(i);
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }
         }
@@ -469,7 +495,7 @@ async fn report_finish(
 
 /// Tells the coordinator the attempts still running will not finish.
 async fn hand_back(
-    client: &mut CoordinatorClient<tonic::transport::Channel>,
+    coordinators: &Coordinators,
     id: &str,
     running: &mut HashMap<Key, Attempt>,
     metrics: &WorkerMetrics,
@@ -483,6 +509,6 @@ async fn hand_back(
             result: None,
             error: "the worker shut down".into(),
         };
-        let _ = client.finish(req).await;
+        let _ = coordinators.client().1.finish(req).await;
     }
 }

@@ -93,9 +93,30 @@ impl Coordinator {
     }
 }
 
-/// The gRPC face of a [`Coordinator`].
-#[derive(Debug, Clone)]
-pub struct Service(pub Arc<Coordinator>);
+/// The gRPC face of a [`Coordinator`]: served from the start, so a
+/// standby answers every request at once with `unavailable` and a client
+/// given several coordinators moves on to the next instead of waiting on
+/// a listener nobody accepts from.
+#[derive(Debug, Clone, Default)]
+pub struct Service(Arc<OnceLock<Arc<Coordinator>>>);
+
+impl Service {
+    /// A service for a coordinator that leads from the start.
+    pub fn leading(c: Arc<Coordinator>) -> Self {
+        let s = Service::default();
+        let _ = s.0.set(c);
+        s
+    }
+
+    /// The coordinator, once this one leads.
+    fn lead(&self) -> Result<&Arc<Coordinator>, Status> {
+        self.0.get().ok_or_else(|| {
+            Status::unavailable(
+                "this coordinator stands by while another leads; ask the next coordinator",
+            )
+        })
+    }
+}
 
 #[tonic::async_trait]
 impl coordinator_server::Coordinator for Service {
@@ -107,13 +128,10 @@ impl coordinator_server::Coordinator for Service {
         let job = req
             .job
             .ok_or_else(|| Status::invalid_argument("submit without a job"))?;
-        let r = self
-            .0
-            .queue
-            .lock()
-            .submit(job, req.priority, Instant::now());
+        let c = self.lead()?;
+        let r = c.queue.lock().submit(job, req.priority, Instant::now());
         // An accepted job is in etcd before its store hears so.
-        self.0.flush().await?;
+        c.flush().await?;
         Ok(Response::new(match r {
             Ok(()) => proto::SubmitReply {
                 accepted: true,
@@ -133,10 +151,11 @@ impl coordinator_server::Coordinator for Service {
         let req = req.into_inner();
         let wait = Duration::from_millis(req.wait_ms.into()).min(MAX_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
+        let c = self.lead()?;
         loop {
             // Registered before the check, so a change in between wakes it.
-            let changed = self.0.changed.notified();
-            let reply = self.0.queue.lock().outcome(&req.job_id);
+            let changed = c.changed.notified();
+            let reply = c.queue.lock().outcome(&req.job_id);
             let pending = reply.state == proto::await_reply::State::Pending as i32;
             if !pending || tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return Ok(Response::new(reply));
@@ -149,7 +168,7 @@ impl coordinator_server::Coordinator for Service {
         req: Request<proto::RegisterRequest>,
     ) -> Result<Response<proto::RegisterReply>, Status> {
         let req = req.into_inner();
-        let mut q = self.0.queue.lock();
+        let mut q = self.lead()?.queue.lock();
         let id = q.register(&req.name, req.slots, Instant::now());
         tracing::info!(
             "tern coordinator: worker {id} ({}) registered with {} slots",
@@ -167,8 +186,9 @@ impl coordinator_server::Coordinator for Service {
         req: Request<proto::PollRequest>,
     ) -> Result<Response<proto::PollReply>, Status> {
         let req = req.into_inner();
-        let reply = self.0.queue.lock().poll(&req, Instant::now());
-        self.0.flush().await?;
+        let c = self.lead()?;
+        let reply = c.queue.lock().poll(&req, Instant::now());
+        c.flush().await?;
         Ok(Response::new(reply))
     }
 
@@ -185,7 +205,8 @@ impl coordinator_server::Coordinator for Service {
                 req.error
             }),
         };
-        let accepted = self.0.queue.lock().finish(
+        let c = self.lead()?;
+        let accepted = c.queue.lock().finish(
             &req.worker_id,
             &req.job_id,
             req.attempt,
@@ -193,8 +214,8 @@ impl coordinator_server::Coordinator for Service {
             Instant::now(),
         );
         // The outcome is in etcd before the store or the worker hears it.
-        self.0.flush().await?;
-        self.0.changed.notify_waiters();
+        c.flush().await?;
+        c.changed.notify_waiters();
         Ok(Response::new(proto::FinishReply { accepted }))
     }
 
@@ -202,7 +223,7 @@ impl coordinator_server::Coordinator for Service {
         &self,
         _req: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusReply>, Status> {
-        Ok(Response::new(self.0.status()))
+        Ok(Response::new(self.lead()?.status()))
     }
 }
 
@@ -365,8 +386,9 @@ pub async fn serve(
 }
 
 /// [`serve`], with Prometheus metrics ([`render_metrics`]) on `GET
-/// /metrics` at `metrics` if given. They are served from the start, so a
-/// standby answers too, as not the leader.
+/// /metrics` at `metrics` if given. Both are served from the start: a
+/// standby answers metrics as not the leader, and gRPC requests with
+/// `unavailable` until it leads.
 pub async fn serve_with_metrics(
     listener: tokio::net::TcpListener,
     metrics: Option<tokio::net::TcpListener>,
@@ -374,19 +396,59 @@ pub async fn serve_with_metrics(
     etcd: Option<EtcdConfig>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> crate::Result<()> {
-    let leading: Arc<OnceLock<Arc<Coordinator>>> = Arc::default();
+    let service = Service::default();
     let _endpoint = metrics.map(|l| {
-        let (leading, etcd) = (leading.clone(), etcd.is_some());
+        let (leading, etcd) = (service.0.clone(), etcd.is_some());
         crate::metrics::spawn(l, "tern coordinator", move || {
             render_metrics(leading.get().map(|c| &**c), etcd)
         })
     });
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(coordinator_server::CoordinatorServer::new(service.clone()))
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = rx.await;
+            }),
+    );
+    let led = lead_until_stopped(&service, limits, etcd, stop).await;
+    let _ = tx.send(());
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(crate::OffloadError::Invalid(format!("gRPC server: {e}"))),
+        Err(e) => return Err(crate::OffloadError::Invalid(format!("gRPC server: {e}"))),
+    }
+    match led? {
+        true => Err(crate::OffloadError::Invalid(
+            "lost leadership or could not write to etcd; stopped".into(),
+        )),
+        false => Ok(()),
+    }
+}
+
+/// Waits to lead (with etcd), then leads until `stop` turns true (returns
+/// `false`) or leadership or an etcd write is lost (returns `true`).
+async fn lead_until_stopped(
+    service: &Service,
+    limits: Limits,
+    etcd: Option<EtcdConfig>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> crate::Result<bool> {
     let mut lost = None;
     let coordinator = match etcd {
         None => Coordinator::new(limits),
         Some(cfg) => {
-            let mut state =
-                EtcdState::elect(&cfg.endpoints, &cfg.prefix, &cfg.id, limits.lease * 3).await?;
+            let elected = tokio::select! {
+                r = EtcdState::elect(&cfg.endpoints, &cfg.prefix, &cfg.id, limits.lease * 3) => r?,
+                _ = stop.wait_for(|s| *s) => return Ok(false),
+            };
+            let mut state = elected;
             let records = state.load().await?;
             tracing::info!(
                 "tern coordinator: leading under {}, {} jobs restored",
@@ -398,48 +460,20 @@ pub async fn serve_with_metrics(
             Coordinator::with_state(queue, Some(state))
         }
     };
-    let _ = leading.set(coordinator.clone());
+    let _ = service.0.set(coordinator.clone());
     tokio::spawn(coordinator.clone().clock());
-    let stopped = {
-        let c = coordinator.clone();
-        let mut failed = c.failed.subscribe();
-        async move {
-            let lost = async {
-                match lost {
-                    Some(mut rx) => {
-                        let _ = rx.wait_for(|l| *l).await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = shutdown => false,
-                _ = failed.wait_for(|f| *f) => true,
-                () = lost => true,
+    let mut failed = coordinator.failed.subscribe();
+    let lost = async {
+        match lost {
+            Some(mut rx) => {
+                let _ = rx.wait_for(|l| *l).await;
             }
+            None => std::future::pending().await,
         }
     };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    let server = tonic::transport::Server::builder()
-        .add_service(coordinator_server::CoordinatorServer::new(Service(
-            coordinator,
-        )))
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = rx.await;
-        });
-    let watcher = tokio::spawn(async move {
-        let failed = stopped.await;
-        let _ = tx.send(());
-        failed
-    });
-    server
-        .await
-        .map_err(|e| crate::OffloadError::Invalid(format!("gRPC server: {e}")))?;
-    match watcher.await {
-        Ok(true) => Err(crate::OffloadError::Invalid(
-            "lost leadership or could not write to etcd; stopped".into(),
-        )),
-        _ => Ok(()),
-    }
+    Ok(tokio::select! {
+        _ = stop.wait_for(|s| *s) => false,
+        _ = failed.wait_for(|f| *f) => true,
+        () = lost => true,
+    })
 }

@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 use crate::metrics::Histogram;
 use crate::proto::{self, await_reply, job_spec};
 
+/// How long a restored queue waits for workers before failing its jobs
+/// for want of one (at least ten leases).
+const RESTORE_GRACE: Duration = Duration::from_secs(10);
+
 /// The coordinator's limits.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -274,8 +278,18 @@ impl Queue {
         if !crate::worker::id_ok(&spec.job_id) {
             return self.refuse(Refusal::Invalid, format!("bad job id {:?}", spec.job_id));
         }
-        if self.jobs.contains_key(&spec.job_id) {
-            let why = format!("job {} was submitted already", spec.job_id);
+        if let Some(known) = self.jobs.get(&spec.job_id) {
+            // A store whose Submit reply was lost (the coordinator died
+            // after writing it to etcd, or the store moved on to another
+            // coordinator) submits again: the job it has is the job asked
+            // for. Another spec under the same id is a client bug.
+            if known.spec == spec {
+                return Ok(());
+            }
+            let why = format!(
+                "job {} was submitted already, with another spec",
+                spec.job_id
+            );
             return self.refuse(Refusal::Invalid, why);
         }
         if self.live_workers().next().is_none() {
@@ -636,6 +650,10 @@ impl Queue {
     /// new attempt and whatever the old one reports is refused.
     pub fn restore(limits: Limits, records: Vec<proto::JobRecord>, now: Instant) -> Queue {
         let mut q = Queue::new(limits);
+        // Workers need a while to find a new leader (their requests to the
+        // old one must time out first): queued jobs do not fail for want
+        // of a worker until this grace has passed.
+        q.workerless_since = Some(now + RESTORE_GRACE.max(q.limits.lease * 10));
         for r in records {
             let Some(spec) = r.job else { continue };
             let kind = match spec.kind {
@@ -850,6 +868,28 @@ mod tests {
     }
 
     #[test]
+    fn a_job_submitted_again_is_the_same_job_and_another_spec_is_refused() {
+        let t = Instant::now();
+        let mut q = Queue::new(Limits::default());
+        let w = q.register("one", 1, t);
+        q.submit(spec("a", false), 0, t).unwrap();
+        let r = poll(&mut q, &w, 1, &[], t);
+        assert_eq!(r.assign.len(), 1);
+        // The store's reply was lost and it asks again: nothing new runs.
+        q.submit(spec("a", false), 0, t).unwrap();
+        assert!(poll(&mut q, &w, 1, &[("a", 1, 0)], t).assign.is_empty());
+        assert_eq!(q.counters.submitted, 1);
+        assert!(q.submit(spec("a", true), 0, t).is_err());
+        assert!(q.finish(&w, "a", 1, Ok(manifest("a", 1)), t));
+        q.submit(spec("a", false), 0, t).unwrap();
+        assert_eq!(
+            state(&q, "a"),
+            await_reply::State::Done,
+            "a done job stays done"
+        );
+    }
+
+    #[test]
     fn a_finished_attempt_is_the_outcome_and_a_stale_one_is_ignored() {
         let t = Instant::now();
         let mut q = Queue::new(Limits::default());
@@ -941,6 +981,38 @@ mod tests {
         assert_eq!(state(&q, "a"), await_reply::State::Failed);
         assert_eq!(state(&q, "b"), await_reply::State::Failed);
         assert!(q.outcome("b").reason.contains("no worker"));
+    }
+
+    #[test]
+    fn a_restored_queue_waits_for_workers_to_find_it() {
+        let t = Instant::now();
+        let mut old = Queue::new(Limits::default());
+        let lease = old.limits().lease;
+        let w = old.register("one", 1, t);
+        old.submit(spec("a", false), 0, t).unwrap();
+        poll(&mut old, &w, 1, &[], t);
+        let (records, _) = old.take_changes();
+        // A standby takes over: no worker has found it yet.
+        let mut q = Queue::restore(Limits::default(), records, t);
+        q.tick(t + lease);
+        q.tick(t + lease * 3);
+        assert_eq!(
+            state(&q, "a"),
+            await_reply::State::Pending,
+            "within the grace"
+        );
+        let w2 = q.register("one", 1, t + lease * 4);
+        let r = poll(&mut q, &w2, 1, &[], t + lease * 4);
+        assert_eq!(r.assign.len(), 1);
+        assert_eq!(r.assign[0].attempt, 2, "a new attempt");
+        // With no worker at all, the jobs fail once the grace is over.
+        let (records, _) = old.take_changes();
+        assert!(records.is_empty());
+        let mut lonely = Queue::restore(Limits::default(), vec![q.jobs["a"].record()], t);
+        let grace = RESTORE_GRACE.max(lease * 10);
+        lonely.tick(t + grace);
+        lonely.tick(t + grace + lease * 2);
+        assert_eq!(state(&lonely, "a"), await_reply::State::Failed);
     }
 
     #[test]
@@ -1043,7 +1115,10 @@ mod tests {
         assert_eq!(q.counters.refused_no_worker, 1);
         q.register("one", 1, t);
         q.submit(spec("a", false), 0, t).unwrap();
-        assert!(q.submit(spec("a", false), 0, t).is_err(), "a repeated id");
+        assert!(
+            q.submit(spec("a", true), 0, t).is_err(),
+            "a repeated id, another spec"
+        );
         assert!(q.submit(spec("no/slash", false), 0, t).is_err(), "a bad id");
         let mut kindless = spec("k", false);
         kindless.kind = None;
