@@ -239,6 +239,7 @@ struct MergeProbe(Mutex<Vec<(&'static str, bool)>>);
 impl Executor for MergeProbe {
     fn execute(&self, job: &CompactionJob, ctx: &JobContext) -> tern::Result<CompactionOutput> {
         let parts = job.split(&ctx.fs, 3, 8 << 10)?;
+        check_split(job, &parts);
         if parts.len() > 1 && self.0.lock().unwrap().is_empty() {
             let outs: Vec<CompactionOutput> = parts
                 .iter()
@@ -261,6 +262,33 @@ impl Executor for MergeProbe {
             }
         }
         job.run(ctx)
+    }
+}
+
+/// Parts cover the job's range in order, each range rising strictly, and
+/// each part keeps every input its range overlaps.
+fn check_split(job: &CompactionJob, parts: &[CompactionJob]) {
+    use tern::internals::format::internal_key::user_key;
+    assert!(!parts.is_empty() && parts.len() <= 3);
+    assert_eq!(parts[0].range.start, job.range.start);
+    assert_eq!(parts.last().unwrap().range.end, job.range.end);
+    for pair in parts.windows(2) {
+        assert_eq!(
+            pair[0].range.end, pair[1].range.start,
+            "parts must be adjacent"
+        );
+    }
+    for p in parts {
+        if let (Some(s), Some(e)) = (&p.range.start, &p.range.end) {
+            assert!(s < e, "an empty part {:?}", p.range);
+        }
+        for f in &job.inputs {
+            let overlaps = p
+                .range
+                .overlaps(user_key(&f.smallest), user_key(&f.largest));
+            let kept = p.inputs.iter().any(|g| g.number == f.number);
+            assert_eq!(overlaps, kept, "input {} in part {:?}", f.number, p.range);
+        }
     }
 }
 

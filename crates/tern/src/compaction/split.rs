@@ -63,8 +63,9 @@ impl CompactionJob {
             }
             // A boundary starts the next part: it must leave keys below it
             // and rise strictly.
-            let rises =
-                bounds.last().is_none_or(|b| b < key) && lo.is_some_and(|lo| lo < key.as_slice());
+            let rises = bounds.last().is_none_or(|b| b < key)
+                && lo.is_some_and(|lo| lo < key.as_slice())
+                && self.range.start.as_ref().is_none_or(|s| s < key);
             if rises {
                 bounds.push(key.clone());
             }
@@ -79,23 +80,36 @@ impl CompactionJob {
             .cloned()
             .map(Some)
             .chain(std::iter::once(self.range.end.clone()));
-        Ok(starts
-            .zip(ends)
-            .map(|(start, end)| {
-                let range = KeyRange { start, end };
-                let mut part = self.clone();
-                part.inputs.retain(|f| {
-                    range.overlaps(
-                        internal_key::user_key(&f.smallest),
-                        internal_key::user_key(&f.largest),
-                    )
-                });
+        let mut parts: Vec<CompactionJob> = Vec::with_capacity(bounds.len() + 1);
+        let mut pending_start = None;
+        for (start, end) in starts.zip(ends) {
+            let range = KeyRange {
+                start: pending_start.take().unwrap_or(start),
+                end,
+            };
+            let mut part = self.clone();
+            part.inputs.retain(|f| {
+                range.overlaps(
+                    internal_key::user_key(&f.smallest),
+                    internal_key::user_key(&f.largest),
+                )
+            });
+            if !part.inputs.is_empty() {
                 part.range = range;
-                part
-            })
-            // A range between the inputs' keys holds nothing to compact.
-            .filter(|part| !part.inputs.is_empty())
-            .collect())
+                parts.push(part);
+                continue;
+            }
+            // A range between the inputs' keys holds nothing to compact:
+            // its neighbour takes it over, so the parts stay adjacent.
+            match parts.last_mut() {
+                Some(prev) => prev.range.end = range.end,
+                None => pending_start = Some(range.start),
+            }
+        }
+        if parts.is_empty() {
+            return Ok(vec![self.clone()]);
+        }
+        Ok(parts)
     }
 
     /// The output of the whole job from the outputs of its parts (as
