@@ -31,6 +31,9 @@ use crate::runner::JobRunner;
 use crate::shared::SharedTier;
 use crate::spec;
 
+/// The sweep never runs more often than this (each lists the tier).
+const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How the store offloads.
 #[derive(Debug, Clone)]
 pub struct RemoteOptions {
@@ -45,8 +48,8 @@ pub struct RemoteOptions {
     pub fallback: bool,
     /// Objects of this store's that nothing uses (attempts that were never
     /// installed, files the store deleted or no longer tracks) are deleted
-    /// once this old; the sweep runs every tenth of it, at least every
-    /// minute.
+    /// once this old; the sweep runs every tenth of it (at most once a
+    /// second), however busy the store is.
     pub orphan_grace: Duration,
 }
 
@@ -279,23 +282,26 @@ impl RemoteExecutor {
         std::thread::Builder::new()
             .name("tern-upload".into())
             .spawn(move || {
-                let every = (grace / 10).max(Duration::from_secs(60));
+                let every = (grace / 10).max(MIN_SWEEP_INTERVAL);
+                let mut last_sweep = std::time::Instant::now();
                 // Ends when the executor (and so the sender) is dropped.
                 loop {
-                    let msg = match rx.recv_timeout(every) {
+                    // Timed from the last sweep, not from the last message:
+                    // a store whose files keep changing still sweeps.
+                    let wait = every.saturating_sub(last_sweep.elapsed());
+                    let msg = match rx.recv_timeout(wait) {
                         Ok(m) => Some(m),
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                         Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
                     };
                     let Some(inner) = weak.upgrade() else { return };
-                    match msg {
-                        Some(m) => inner.handle(m),
-                        None => {
-                            if let Err(e) = inner.sweep(grace) {
-                                tracing::warn!(
-                                    "tern offload: sweeping the shared tier failed: {e}"
-                                );
-                            }
+                    if let Some(m) = msg {
+                        inner.handle(m);
+                    }
+                    if last_sweep.elapsed() >= every {
+                        last_sweep = std::time::Instant::now();
+                        if let Err(e) = inner.sweep(grace) {
+                            tracing::warn!("tern offload: sweeping the shared tier failed: {e}");
                         }
                     }
                 }
@@ -328,7 +334,8 @@ impl RemoteExecutor {
     /// and that are at least `grace` old: attempts of jobs no longer in
     /// flight (a zombie's outputs, an attempt whose cleanup was missed) and
     /// input files the store does not hold uploaded. Returns how many it
-    /// deleted. Runs by itself every tenth of `orphan_grace`.
+    /// deleted. Runs by itself every tenth of `orphan_grace` (at most once
+    /// a second).
     pub fn sweep(&self, grace: Duration) -> Result<u64> {
         self.inner.sweep(grace)
     }
@@ -669,8 +676,8 @@ impl Inner {
         c.fetch_add(1, Relaxed);
         if !matches!(f, Failure::Unsupported) {
             if !self.opts.fallback {
-                return Err(tern::Error::Internal(format!(
-                    "offloaded {what} failed and local fallback is off: {}",
+                return Err(tern::Error::Remote(format!(
+                    "{what} (local fallback is off): {}",
                     f.describe()
                 )));
             }

@@ -333,6 +333,45 @@ fn the_sweep_deletes_this_stores_orphans_and_nothing_in_use() {
     assert_matches(&db, &model);
 }
 
+/// Regression: the sweep ran only after a quiet spell as long as its
+/// interval, so a store whose files kept changing never swept.
+#[test]
+fn the_sweep_runs_on_schedule_while_files_keep_arriving() {
+    let s = setup();
+    let mut ro = tern_offload::RemoteOptions::new("store1");
+    ro.orphan_grace = Duration::from_secs(2);
+    let exec = Arc::new(
+        tern_offload::RemoteExecutor::new(
+            s.tier.clone(),
+            Arc::new(in_process(&s)),
+            ro,
+            Arc::new(tern::io::PosixFs),
+        )
+        .unwrap(),
+    );
+    let db =
+        Db::open_with_executor(&s.dir, opts(), Some(exec.clone() as Arc<dyn Executor>)).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(s.tier.put("stores/store1/999999.sst", b"orphan".to_vec()))
+        .unwrap();
+    // A new table (and an upload message) every 100 ms, for up to 10 s.
+    let start = std::time::Instant::now();
+    let mut i = 0u32;
+    while exec.stats().orphans_deleted.load(Relaxed) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no sweep ran while files kept arriving"
+        );
+        db.put(format!("k{i}").as_bytes(), b"v").unwrap();
+        db.flush().unwrap();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = rt.block_on(s.tier.list("stores/store1")).unwrap();
+    assert!(left.iter().all(|o| !o.path.ends_with("999999.sst")));
+    db.close().unwrap();
+}
+
 /// A sweep that lists an input while its upload is still under way (the
 /// object is in the tier, the upload not yet recorded) must leave it: the
 /// store would otherwise name a deleted object in every later job.

@@ -48,6 +48,12 @@ pub enum Error {
     /// Another process holds the database lock, or a resource is temporarily busy.
     #[error("busy: {0}")]
     Busy(String),
+    /// A job run by another process (an offload worker) failed, or its
+    /// result failed the store's checks, and the executor was told not to
+    /// run it here instead. Nothing was installed: the store's data is as
+    /// before, and the job is retried later.
+    #[error("offloaded job failed: {0}")]
+    Remote(String),
     /// An invariant of the engine does not hold in memory (not on disk):
     /// a bug in Tern.
     #[error("internal error, a bug in Tern (please report it): {0}")]
@@ -72,6 +78,7 @@ impl Error {
             Error::Closed => Error::Closed,
             Error::Poisoned(m) => Error::Poisoned(m.clone()),
             Error::Busy(m) => Error::Busy(m.clone()),
+            Error::Remote(m) => Error::Remote(m.clone()),
             Error::Internal(m) => Error::Internal(m.clone()),
         }
     }
