@@ -52,7 +52,8 @@ fn coordinator_at(listen: &str, lease_ms: u64, etcd: Option<&str>) -> (Proc, Str
     coordinator_with(listen, lease_ms, etcd, &[])
 }
 
-/// [`coordinator_at`], with `extra` flags.
+/// [`coordinator_at`], with `extra` flags (a `--progress-timeout-s` among
+/// them replaces the 20 s given otherwise).
 fn coordinator_with(
     listen: &str,
     lease_ms: u64,
@@ -62,8 +63,10 @@ fn coordinator_with(
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tern"));
     cmd.args(["coordinator", "--listen", listen, "--lease-ms"])
         .arg(lease_ms.to_string())
-        .args(["--progress-timeout-s", "20"])
         .args(extra);
+    if !extra.contains(&"--progress-timeout-s") {
+        cmd.args(["--progress-timeout-s", "20"]);
+    }
     if let Some(e) = etcd {
         cmd.args(["--etcd", e]);
     }
@@ -185,21 +188,29 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn status(url: &str) -> tern_offload::proto::StatusReply {
+/// The status of the coordinator at `url`, or of the first of several
+/// (comma-separated) that leads; `None` while none leads.
+fn try_status(url: &str) -> Option<tern_offload::proto::StatusReply> {
     rt().block_on(async {
-        let mut c = CoordinatorClient::connect(url.to_string()).await.unwrap();
-        c.status(tern_offload::proto::StatusRequest {})
-            .await
-            .unwrap()
-            .into_inner()
+        for u in url.split(',') {
+            let mut c = CoordinatorClient::connect(u.to_string()).await.unwrap();
+            if let Ok(r) = c.status(tern_offload::proto::StatusRequest {}).await {
+                return Some(r.into_inner());
+            }
+        }
+        None
     })
+}
+
+fn status(url: &str) -> tern_offload::proto::StatusReply {
+    try_status(url).unwrap_or_else(|| panic!("no coordinator at {url} leads"))
 }
 
 /// Waits until `f` holds for the coordinator's status.
 fn wait_status(url: &str, what: &str, f: impl Fn(&tern_offload::proto::StatusReply) -> bool) {
     let start = Instant::now();
     loop {
-        if f(&status(url)) {
+        if try_status(url).is_some_and(|st| f(&st)) {
             return;
         }
         assert!(
@@ -383,6 +394,46 @@ fn a_coordinator_killed_mid_queue_is_replaced_from_etcd_and_the_job_completes() 
         sample(&m, "tern_coordinator_jobs_restored_total") >= 1.0,
         "{m}"
     );
+    finish(&s, db, &exec, &model);
+}
+
+#[test]
+fn a_standby_takes_over_from_a_frozen_leader_and_the_job_completes() {
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
+    let Some((_etcd, etcd_url)) = etcd(&s.dir.with_file_name("etcd")) else {
+        return;
+    };
+    let (mut leader, url1) = coordinator_at("127.0.0.1:0", 1000, Some(&etcd_url));
+    wait_status(&url1, "the first coordinator to lead", |_| true);
+    let (_standby, url2) = coordinator_at("127.0.0.1:0", 1000, Some(&etcd_url));
+    // Workers and the store know both; the standby answers "unavailable"
+    // until it leads, so they stay with the leader.
+    let both = format!("{url1},{url2}");
+    let _worker = worker(&both, &tier_url, &s.scratch, "w", 3000);
+    let (db, exec) = open(&s, &both, false);
+    let model = churn(&db);
+    let compacting = compact_in_background(&db);
+    wait_status(&url1, "a job running on the leader's worker", |st| {
+        running_on(st, "w")
+    });
+    // Frozen, the leader keeps its port but answers nothing and stops
+    // renewing its etcd lease: the standby takes the leader key, restores
+    // the queue (the running job as a new attempt), and the worker and the
+    // store move on to it once their requests to the leader time out.
+    leader.signal("-STOP");
+    compacting.join().unwrap().unwrap();
+    let st = status(&url2);
+    assert!(
+        st.jobs.iter().any(|j| j.state == "done" && j.attempt >= 2),
+        "the job did not complete as a new attempt under the standby: {st:?}"
+    );
+    // Thawed, the old leader finds its lease gone and stops without
+    // writing anything (every write compares the leader key).
+    leader.signal("-CONT");
+    let exit = wait_exit(&mut leader);
+    assert!(!exit.success(), "the deposed leader kept running: {exit}");
+    db.collect_garbage().unwrap();
     finish(&s, db, &exec, &model);
 }
 
@@ -733,6 +784,248 @@ fn the_coordinator_and_its_workers_export_what_ran_as_prometheus_metrics() {
     assert!(
         downloaded > 0.0 && uploaded > 0.0,
         "{downloaded} {uploaded}"
+    );
+    finish(&s, db, &exec, &model);
+}
+
+/// [`worker_with`], with `env` added to the worker's environment (an S3
+/// tier's `AWS_*` settings).
+fn worker_in_env(
+    url: &str,
+    tier: &str,
+    scratch: &Path,
+    name: &str,
+    delay_ms: u64,
+    extra: &[&str],
+    env: &[(String, String)],
+) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args([
+            "worker",
+            "--coordinator",
+            url,
+            "--shared",
+            tier,
+            "--name",
+            name,
+        ])
+        .arg("--scratch")
+        .arg(scratch.join(name))
+        .args(["--commit-delay-ms", &delay_ms.to_string()])
+        .args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = Proc(child);
+    wait_status(url, "the worker to register", |st| {
+        st.workers.iter().any(|w| w.name == name)
+    });
+    p
+}
+
+/// Waits (up to 30 s) until `f` returns something; returns it.
+fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until `f` finds something in the coordinator's status; returns it.
+fn wait_for<T>(
+    url: &str,
+    what: &str,
+    f: impl Fn(&tern_offload::proto::StatusReply) -> Option<T>,
+) -> T {
+    wait_until(what, || f(&status(url)))
+}
+
+#[test]
+fn a_worker_stuck_on_a_frozen_s3_tier_is_caught_by_the_progress_timeout() {
+    let Some((moto, port)) = common::moto() else {
+        return;
+    };
+    let s = common::setup_s3(port);
+    let tier_url = s.tier.url().to_string();
+    let coord_metrics = format!("127.0.0.1:{}", free_port());
+    // The lease (1 s) is far shorter than the progress timeout (3 s): a
+    // worker that stopped polling would lose its job to the lease first.
+    let (_coord, url) = coordinator_with(
+        "127.0.0.1:0",
+        1000,
+        None,
+        &[
+            "--progress-timeout-s",
+            "3",
+            "--metrics-bind",
+            &coord_metrics,
+        ],
+    );
+    let env = common::moto_env(port);
+    let names = ["s3-a", "s3-b"];
+    let worker_metrics: Vec<String> = names
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let _workers: Vec<Proc> = names
+        .iter()
+        .zip(&worker_metrics)
+        .map(|(name, m)| {
+            worker_in_env(
+                &url,
+                &tier_url,
+                &s.scratch,
+                name,
+                0,
+                &["--metrics-bind", m],
+                &env,
+            )
+        })
+        .collect();
+    let (db, exec) = open(&s, &url, false);
+    let model = churn(&db);
+    // Every input is in the bucket before the server freezes, so the store
+    // submits the job without waiting on S3: only the worker does.
+    exec.wait_for_uploads();
+    moto.signal("-STOP");
+    let compacting = compact_in_background(&db);
+    let stuck = wait_for(&url, "a worker to take the job", |st| {
+        let j = st.jobs.iter().find(|j| j.state == "running")?;
+        let w = st.workers.iter().find(|w| w.worker_id == j.worker_id)?;
+        Some(w.name.clone())
+    });
+    // Its download waits on the frozen server while the worker keeps
+    // polling: its lease stays alive, and only its progress, standing
+    // still, gives it away.
+    wait_status(&url, "the stuck attempt to be reassigned", |st| {
+        st.reassigned >= 1
+    });
+    let st = status(&url);
+    for name in names {
+        assert!(
+            st.workers.iter().any(|w| w.name == name),
+            "worker {name} was dropped: the lease, not the progress timeout, ended the attempt: {st:?}"
+        );
+    }
+    let no_progress = r#"tern_coordinator_attempts_reassigned_total{cause="no_progress"}"#;
+    let lease_expired = r#"tern_coordinator_attempts_reassigned_total{cause="lease_expired"}"#;
+    let c = scrape(&coord_metrics);
+    assert!(sample(&c, no_progress) >= 1.0, "{c}");
+    assert_eq!(sample(&c, lease_expired), 0.0, "{c}");
+    // What becomes of the stuck attempt: the coordinator cancels it, and at
+    // its next poll the worker aborts the attempt's task (dropping the GET
+    // still waiting on the frozen server) and removes its scratch
+    // directory. Left alone, object_store's client would have waited out
+    // its request timeout (30 s) and retried (up to 10 times, within 3
+    // minutes), the worker keeping its lease all the while.
+    let stuck_metrics = &worker_metrics[names.iter().position(|n| *n == stuck).unwrap()];
+    let abandoned = r#"tern_worker_attempts_total{outcome="abandoned"}"#;
+    wait_until("the stuck worker to abandon its attempt", || {
+        (sample(&scrape(stuck_metrics), abandoned) >= 1.0).then_some(())
+    });
+    moto.signal("-CONT");
+    // The job runs again as a new attempt (on either worker) once the
+    // server answers.
+    compacting.join().unwrap().unwrap();
+    db.collect_garbage().unwrap();
+    let c = scrape(&coord_metrics);
+    assert_eq!(sample(&c, lease_expired), 0.0, "{c}");
+    for cause in ["attempts_exhausted", "no_worker_left"] {
+        let series = format!("tern_coordinator_jobs_failed_total{{cause=\"{cause}\"}}");
+        assert_eq!(sample(&c, &series), 0.0, "{c}");
+    }
+    for m in &worker_metrics {
+        let w = scrape(m);
+        assert_eq!(
+            sample(&w, "tern_worker_registrations_total"),
+            1.0,
+            "a worker registered again: it had lost its lease: {w}"
+        );
+    }
+    finish(&s, db, &exec, &model);
+}
+
+#[test]
+fn a_corrupted_output_from_a_worker_process_is_refused_and_the_job_runs_again() {
+    let s = setup();
+    let tier_url = s.tier.url().to_string();
+    let (_coord, url) = coordinator(1000);
+    // It waits 2 s between uploading its outputs and committing them.
+    let mut slow = worker(&url, &tier_url, &s.scratch, "slow", 2000);
+    let (db, exec) = open(&s, &url, false);
+    let model = churn(&db);
+    let compacting = compact_in_background(&db);
+    let (job, attempt) = wait_for(&url, "a compaction running", |st| {
+        st.jobs
+            .iter()
+            .find(|j| j.state == "running" && j.kind == "compaction")
+            .map(|j| (j.job_id.clone(), j.attempt))
+    });
+    let dir = s.tier.local_file(&format!("jobs/{job}/{attempt}")).unwrap();
+    let table = dir.join("000000.sst");
+    wait_until("the attempt's first output table in the tier", || {
+        table.exists().then_some(())
+    });
+    // Flip a byte in place. In a local tier the object is a hard link to
+    // the worker's scratch file; the worker has finished writing it. Had
+    // the flip come before the worker read it for its checksum, the
+    // table's own block checksums would still refuse it.
+    {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&table)
+            .unwrap();
+        let mut b = [0u8; 1];
+        f.seek(SeekFrom::Start(100)).unwrap();
+        f.read_exact(&mut b).unwrap();
+        f.seek(SeekFrom::Start(100)).unwrap();
+        f.write_all(&[b[0] ^ 0x40]).unwrap();
+        f.sync_all().unwrap();
+    }
+    assert!(
+        !dir.join("result.pb").exists(),
+        "the worker committed before its output was damaged"
+    );
+    let err = compacting
+        .join()
+        .unwrap()
+        .expect_err("a compaction whose output was damaged must fail: fallback is off");
+    assert!(err.to_string().contains("failed its checks"), "{err}");
+    // A worker's bad output is an expected failure, not a bug in Tern.
+    assert!(matches!(err, tern::Error::Remote(_)), "{err:?}");
+    let st = exec.stats();
+    assert_eq!(st.fallback_verify.load(Relaxed), 1, "{st:?}");
+    assert_eq!(st.remote_compactions.load(Relaxed), 0, "{st:?}");
+    assert_eq!(st.local_jobs.load(Relaxed), 0, "fallback is off: {st:?}");
+    // The coordinator counted the attempt done: the refusal was the
+    // store's, after it checked what it fetched.
+    let cs = status(&url);
+    assert!(
+        cs.done >= 1 && cs.reassigned == 0 && cs.failed == 0,
+        "{cs:?}"
+    );
+    // The next compaction goes to a worker again, one that commits at
+    // once, and succeeds.
+    let _fast = worker(&url, &tier_url, &s.scratch, "fast", 0);
+    slow.signal("-TERM");
+    let exit = wait_exit(&mut slow);
+    assert!(exit.success(), "{exit:?}");
+    db.compact_range(None, None).unwrap();
+    db.collect_garbage().unwrap();
+    assert_eq!(
+        exec.stats().fallback_verify.load(Relaxed),
+        1,
+        "only the damaged output was refused"
     );
     finish(&s, db, &exec, &model);
 }

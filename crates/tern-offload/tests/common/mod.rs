@@ -1,11 +1,13 @@
 //! Helpers shared by the offload tests: a store, its tier and executor,
-//! and a workload that makes every job kind run.
+//! a workload that makes every job kind run, and an S3 server for a tier.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tern::compaction::Executor;
 use tern::io::PosixFs;
@@ -129,4 +131,114 @@ pub fn open_with(
 
 pub fn in_process(s: &Setup) -> InProcessRunner {
     InProcessRunner::new(s.tier.clone(), s.scratch.clone(), FilterRegistry::new())
+}
+
+/// A `moto_server` (an S3 server on loopback) started by [`moto`]; killed
+/// when dropped, frozen or not.
+pub struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Moto {
+    /// Sends it `sig` (`-STOP` freezes it: connections are still accepted
+    /// by the kernel, but no request is answered until `-CONT`).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} moto_server failed");
+    }
+}
+
+/// Starts `moto_server` on a free port and creates bucket `tern`; `None`
+/// (in a run declared partial) if it is not installed.
+pub fn moto() -> Option<(Moto, u16)> {
+    let installed = Command::new("moto_server")
+        .arg("--help")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        assert!(
+            std::env::var("TERN_PARTIAL").is_ok_and(|v| v == "1"),
+            "moto_server is not on PATH, so the S3 tier cannot be tested; install it \
+             (pip install 'moto[server]'), run scripts/test.sh, or set TERN_PARTIAL=1 to skip \
+             it knowingly"
+        );
+        eprintln!("SKIPPED (TERN_PARTIAL=1): moto_server is not on PATH");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let moto = Moto(child);
+    let start = Instant::now();
+    loop {
+        // moto accepts an unsigned bucket creation.
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let req = format!(
+                "PUT /tern HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            s.write_all(req.as_bytes()).unwrap();
+            let mut reply = String::new();
+            let _ = s.read_to_string(&mut reply);
+            assert!(
+                reply.starts_with("HTTP/1.1 200"),
+                "creating the bucket: {reply}"
+            );
+            return Some((moto, port));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "moto_server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The S3 settings of a tier in the bucket [`moto`] made on `port`, as the
+/// `AWS_*` environment variables `SharedTier::open` reads (what a `tern
+/// worker` process is given).
+pub fn moto_env(port: u16) -> Vec<(String, String)> {
+    [
+        ("AWS_ENDPOINT", format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The same settings as options of `SharedTier::open` (the variables'
+/// names in lower case).
+pub fn moto_options(port: u16) -> Vec<(String, String)> {
+    moto_env(port)
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect()
+}
+
+/// A store directory and scratch space, with the tier
+/// `s3://tern/offload` on the moto_server at `port`.
+pub fn setup_s3(port: u16) -> Setup {
+    setup_with(|_| SharedTier::open("s3://tern/offload", &moto_options(port)).unwrap())
 }
