@@ -212,8 +212,10 @@ struct Inner {
     /// Files whose upload is under way: their objects may be in the tier
     /// before they are in `uploaded`. The sweep holds this lock from its
     /// check of a file to its deletion, so neither can start under the
-    /// other.
-    uploading: Mutex<HashSet<String>>,
+    /// other. Counted: the parts of a split compaction share inputs and
+    /// may upload one at once, and the first to finish must not unmark it
+    /// while another still uploads.
+    uploading: Mutex<HashMap<String, usize>>,
     stats: OffloadStats,
     /// Makes job ids unique across restarts of the store.
     id_base: u64,
@@ -270,7 +272,7 @@ impl RemoteExecutor {
             rt: rt.handle().clone(),
             runtime: Some(rt),
             uploaded: Mutex::new(HashMap::new()),
-            uploading: Mutex::new(HashSet::new()),
+            uploading: Mutex::new(HashMap::new()),
             stats: OffloadStats::default(),
             id_base,
             next_job: AtomicU64::new(0),
@@ -395,7 +397,7 @@ impl Inner {
         if let Some(r) = self.uploaded.lock().get(&name) {
             return Ok(r.clone());
         }
-        self.uploading.lock().insert(name.clone());
+        *self.uploading.lock().entry(name.clone()).or_default() += 1;
         let r = self
             .rt
             .block_on(self.tier.upload(path, &self.object_path(&name), None));
@@ -404,7 +406,13 @@ impl Inner {
             self.stats.bytes_uploaded.fetch_add(r.size, Relaxed);
             self.uploaded.lock().insert(name.clone(), r.clone());
         }
-        self.uploading.lock().remove(&name);
+        let mut uploading = self.uploading.lock();
+        if let Some(n) = uploading.get_mut(&name) {
+            *n -= 1;
+            if *n == 0 {
+                uploading.remove(&name);
+            }
+        }
         r
     }
 
@@ -436,7 +444,7 @@ impl Inner {
             // A linked object keeps its file's time: its age says little,
             // so what decides is whether the store uses it.
             let uploading = self.uploading.lock();
-            if !uploading.contains(name)
+            if !uploading.contains_key(name)
                 && !self.uploaded.lock().contains_key(name)
                 && old(o.last_modified)
             {
@@ -747,6 +755,40 @@ impl Executor for RemoteExecutor {
             inner.try_compaction(job, ctx),
             &inner.stats.remote_compactions,
             || job.run(ctx),
+        )
+    }
+
+    /// Runs the parts at once (each offloaded or not, as `execute` runs
+    /// it), then checks those that ran elsewhere against the others: a
+    /// worker's part can pass its own check and still disagree with its
+    /// neighbours (a record it calls dead that another part keeps, entries
+    /// it claims to have read). On such a disagreement every part's outputs
+    /// are removed and the parts run here, unless fallback is off.
+    fn execute_parts(
+        &self,
+        parts: &[CompactionJob],
+        ctx: &JobContext,
+    ) -> tern::Result<Vec<CompactionOutput>> {
+        let outs = tern::compaction::run_parts(self, parts, ctx)?;
+        if !outs.iter().any(|o| o.ran_elsewhere) {
+            return Ok(outs);
+        }
+        let Err(e) = tern::compaction::check_parts(parts, &outs, ctx) else {
+            return Ok(outs);
+        };
+        for (part, o) in parts.iter().zip(&outs) {
+            for f in &o.files {
+                let _ = ctx
+                    .fs
+                    .remove_file(&part.dir.join(table_file_name(f.number)));
+            }
+        }
+        let inner = &self.inner;
+        inner.settle(
+            "split compaction",
+            Err(Failure::Verify(e.into())),
+            &inner.stats.remote_compactions,
+            || tern::compaction::run_parts(&tern::compaction::LocalExecutor, parts, ctx),
         )
     }
 

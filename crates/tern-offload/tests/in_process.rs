@@ -291,6 +291,59 @@ fn a_split_compaction_runs_its_parts_remotely_at_once() {
     check_clean(&s.dir);
 }
 
+/// Runs jobs in process, then has every key-range part claim one entry
+/// more read and dropped than it did: each part still passes its own
+/// check, but the parts together no longer account for their inputs.
+struct Miscounting(InProcessRunner);
+
+impl JobRunner for Miscounting {
+    fn run(
+        &self,
+        job: proto::JobSpec,
+        priority: u32,
+        deadline: Duration,
+    ) -> BoxFuture<'_, tern_offload::Result<proto::ResultManifest>> {
+        Box::pin(async move {
+            let ranged = matches!(&job.kind, Some(proto::job_spec::Kind::Compaction(c))
+                if c.range_start.is_some() || c.range_end.is_some());
+            let mut m = self.0.run(job, priority, deadline).await?;
+            if let (true, Some(result_manifest::Kind::Compaction(c))) = (ranged, &mut m.kind) {
+                c.entries_read += 1;
+                c.entries_dropped += 1;
+            }
+            Ok(m)
+        })
+    }
+}
+
+#[test]
+fn a_split_whose_parts_disagree_runs_locally_or_fails_without_fallback() {
+    for fallback in [true, false] {
+        let s = setup();
+        let mut o = opts();
+        o.disable_auto_compactions = true;
+        o.settings.max_subcompactions = 3;
+        o.settings.target_file_size = 8 << 10;
+        let (db, exec) = open_with(&s, Arc::new(Miscounting(in_process(&s))), fallback, o);
+        let model = churn(&db);
+        let r = db.compact_range(None, None);
+        let st = exec.stats();
+        assert!(st.fallback_verify.load(Relaxed) >= 1, "{st:?}");
+        if fallback {
+            r.unwrap();
+            assert!(db.stats().subcompactions >= 2);
+            assert!(st.local_jobs.load(Relaxed) >= 1);
+        } else {
+            assert!(matches!(r, Err(tern::Error::Remote(_))), "{r:?}");
+            assert_eq!(st.local_jobs.load(Relaxed), 0);
+        }
+        assert_matches(&db, &model);
+        db.close().unwrap();
+        drop(db);
+        check_clean(&s.dir);
+    }
+}
+
 #[test]
 fn the_sweep_deletes_this_stores_orphans_and_nothing_in_use() {
     let s = setup();

@@ -92,6 +92,13 @@ fn split_compactions_keep_what_whole_ones_keep() {
         let (_, _, whole_snap) = history(&whole, seed);
         whole.compact_range(None, None).unwrap();
         assert_eq!(whole.stats().subcompactions, 0);
+        // The same blob records are known dead: no part lost or invented
+        // a dead mark.
+        assert_eq!(
+            whole.stats().blob_live_bytes,
+            split.stats().blob_live_bytes,
+            "seed {seed}"
+        );
         assert_eq!(scan_at(&whole, None), scan_at(&split, None));
         assert_eq!(
             scan_at(&whole, Some(&whole_snap)),
@@ -143,6 +150,99 @@ impl Executor for PartsExecutor {
         }
         Ok(outs)
     }
+}
+
+/// The first blob record an output table of `out` refers to.
+fn a_kept_ref(ctx: &JobContext, dir: &Path, out: &CompactionOutput) -> Option<(u64, u32)> {
+    use tern::internals::format::blob::BlobRef;
+    use tern::internals::format::internal_key::parse;
+    use tern::internals::iter::InternalIterator;
+    for f in &out.files {
+        let path = dir.join(tern::table_file_name(f.number));
+        let table = tern::internals::sst::Table::open(&ctx.fs, &path, f.number, None).unwrap();
+        let mut it = table.iter();
+        it.seek_to_first();
+        while it.valid() {
+            if parse(it.key()).unwrap().kind == tern::ValueKind::BlobRef {
+                let (r, _) = BlobRef::decode_with_head(it.value()).unwrap();
+                return Some((r.file, r.ordinal));
+            }
+            it.next();
+        }
+    }
+    None
+}
+
+/// Runs the parts, then asks `check_parts` about the honest outputs and
+/// about two lies no part's own check can see: a record one part calls
+/// dead that the next part keeps, and entries a part claims to have read
+/// and dropped.
+#[derive(Default)]
+struct CrossCheck(Mutex<Vec<(&'static str, bool)>>);
+
+impl Executor for CrossCheck {
+    fn execute_parts(
+        &self,
+        parts: &[CompactionJob],
+        ctx: &JobContext,
+    ) -> tern::Result<Vec<CompactionOutput>> {
+        let outs = tern::compaction::run_parts(self, parts, ctx)?;
+        let mut answers = self.0.lock().unwrap();
+        answers.push((
+            "honest",
+            tern::compaction::check_parts(parts, &outs, ctx).is_ok(),
+        ));
+        if let Some((file, ordinal)) = a_kept_ref(ctx, &parts[1].dir, &outs[1]) {
+            let mut lie = outs.clone();
+            lie[0].dead_refs.push((file, ordinal, 100));
+            answers.push((
+                "own check passes",
+                parts[0].check_output(ctx, &lie[0]).is_ok(),
+            ));
+            answers.push((
+                "dead in one part, kept by another",
+                tern::compaction::check_parts(parts, &lie, ctx).is_ok(),
+            ));
+        }
+        let mut lie = outs.clone();
+        lie[0].entries_read += 1;
+        lie[0].entries_dropped += 1;
+        answers.push((
+            "own check passes",
+            parts[0].check_output(ctx, &lie[0]).is_ok(),
+        ));
+        answers.push((
+            "miscounted",
+            tern::compaction::check_parts(parts, &lie, ctx).is_ok(),
+        ));
+        Ok(outs)
+    }
+}
+
+#[test]
+fn check_parts_refuses_what_no_part_can_see_alone() {
+    let fs = MemFs::new();
+    let exec = Arc::new(CrossCheck::default());
+    let mut o = opts(fs.clone(), 3);
+    o.settings.blob_threshold = Some(0);
+    let db = Db::open_with_executor(DIR, o, Some(exec.clone())).unwrap();
+    let (model, _, snap) = history(&db, 3);
+    db.compact_range(None, None).unwrap();
+    let answers = exec.0.lock().unwrap().clone();
+    assert!(
+        answers
+            .iter()
+            .any(|(w, _)| *w == "dead in one part, kept by another"),
+        "no split with refs in a second part: {answers:?}"
+    );
+    for (what, accepted) in answers {
+        let honest = what == "honest" || what == "own check passes";
+        assert_eq!(accepted, honest, "{what}");
+    }
+    drop(snap);
+    assert_eq!(scan_at(&db, None), model.into_iter().collect::<Vec<_>>());
+    db.close().unwrap();
+    check(&fs);
 }
 
 #[test]

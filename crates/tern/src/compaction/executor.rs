@@ -38,45 +38,7 @@ pub trait Executor: Send + Sync {
         parts: &[CompactionJob],
         ctx: &JobContext,
     ) -> Result<Vec<CompactionOutput>> {
-        let results: Vec<Result<CompactionOutput>> = std::thread::scope(|scope| {
-            let mut handles = Vec::with_capacity(parts.len());
-            for (i, part) in parts.iter().enumerate().skip(1) {
-                let spawned = std::thread::Builder::new()
-                    .name(format!("tern-subcompaction-{i}"))
-                    .spawn_scoped(scope, move || self.execute(part, ctx));
-                handles.push((part, spawned));
-            }
-            let mut results = Vec::with_capacity(parts.len());
-            if let Some(first) = parts.first() {
-                results.push(self.execute(first, ctx));
-            }
-            for (part, h) in handles {
-                results.push(match h {
-                    // A part that could not get a thread runs on this one.
-                    Err(_) => self.execute(part, ctx),
-                    Ok(h) => h.join().unwrap_or_else(|_| {
-                        Err(Error::Internal("a subcompaction thread panicked".into()))
-                    }),
-                });
-            }
-            results
-        });
-        if let Some(i) = results.iter().position(|r| r.is_err()) {
-            for (part, r) in parts.iter().zip(&results) {
-                if let Ok(out) = r {
-                    for f in &out.files {
-                        let _ = ctx
-                            .fs
-                            .remove_file(&part.dir.join(table_file_name(f.number)));
-                    }
-                }
-            }
-            return match results.into_iter().nth(i) {
-                Some(Err(e)) => Err(e),
-                _ => Err(Error::Internal("a subcompaction failed".into())),
-            };
-        }
-        results.into_iter().collect()
+        run_parts(self, parts, ctx)
     }
 
     /// Runs a blob GC job to completion (by default on the calling thread).
@@ -90,3 +52,53 @@ pub trait Executor: Send + Sync {
 pub struct LocalExecutor;
 
 impl Executor for LocalExecutor {}
+
+/// Runs the key-range parts of one compaction at once through `exec`, as
+/// [`Executor::execute_parts`] does by default: the first on the calling
+/// thread, each other on a thread of its own. If any part fails, the
+/// others' outputs are removed and the first error is returned.
+pub fn run_parts<E: Executor + ?Sized>(
+    exec: &E,
+    parts: &[CompactionJob],
+    ctx: &JobContext,
+) -> Result<Vec<CompactionOutput>> {
+    let results: Vec<Result<CompactionOutput>> = std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(parts.len());
+        for (i, part) in parts.iter().enumerate().skip(1) {
+            let spawned = std::thread::Builder::new()
+                .name(format!("tern-subcompaction-{i}"))
+                .spawn_scoped(scope, move || exec.execute(part, ctx));
+            handles.push((part, spawned));
+        }
+        let mut results = Vec::with_capacity(parts.len());
+        if let Some(first) = parts.first() {
+            results.push(exec.execute(first, ctx));
+        }
+        for (part, h) in handles {
+            results.push(match h {
+                // A part that could not get a thread runs on this one.
+                Err(_) => exec.execute(part, ctx),
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::Internal("a subcompaction thread panicked".into()))
+                }),
+            });
+        }
+        results
+    });
+    if let Some(i) = results.iter().position(|r| r.is_err()) {
+        for (part, r) in parts.iter().zip(&results) {
+            if let Ok(out) = r {
+                for f in &out.files {
+                    let _ = ctx
+                        .fs
+                        .remove_file(&part.dir.join(table_file_name(f.number)));
+                }
+            }
+        }
+        return match results.into_iter().nth(i) {
+            Some(Err(e)) => Err(e),
+            _ => Err(Error::Internal("a subcompaction failed".into())),
+        };
+    }
+    results.into_iter().collect()
+}

@@ -14,8 +14,9 @@ pub(crate) mod picker;
 mod retention;
 mod split;
 
-pub use executor::{Executor, LocalExecutor};
+pub use executor::{run_parts, Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
 pub use job::{CompactionJob, CompactionOutput, JobContext, KeyRange};
 pub use retention::Retention;
 pub(crate) use retention::{Placed, VersionWalk};
+pub use split::check_parts;

@@ -2,11 +2,16 @@
 //! (RocksDB's subcompactions): on background threads, or on several
 //! offload workers, each reading only the inputs its range overlaps.
 
-use super::{CompactionJob, CompactionOutput, KeyRange};
+use std::collections::{BTreeSet, HashMap};
+
+use super::{CompactionJob, CompactionOutput, JobContext, KeyRange};
 use crate::error::{Error, Result};
-use crate::format::internal_key;
+use crate::format::blob::BlobRef;
+use crate::format::internal_key::{self, ValueKind};
 use crate::io::FsRef;
+use crate::iter::InternalIterator;
 use crate::sst::Table;
+use crate::version::FileMeta;
 use crate::wal::table_file_name;
 
 impl CompactionJob {
@@ -119,6 +124,7 @@ impl CompactionJob {
     /// tables do not overlap; an error means a part ran wrong, and the
     /// caller removes the outputs.
     pub fn merge_parts(&self, parts: Vec<CompactionOutput>) -> Result<CompactionOutput> {
+        account(&self.inputs, &parts)?;
         let mut out = CompactionOutput::default();
         for p in parts {
             out.files.extend(p.files);
@@ -131,26 +137,99 @@ impl CompactionJob {
         }
         // Each part counted its inputs whole; the job read each once.
         out.bytes_read = self.inputs.iter().map(|f| f.file_size).sum();
-        let input_entries: u64 = self.inputs.iter().map(|f| f.num_entries).sum();
-        let kept: u64 = out.files.iter().map(|f| f.num_entries).sum();
-        if out.entries_read != input_entries
-            || out.entries_read.checked_sub(out.entries_dropped) != Some(kept)
-        {
-            return Err(Error::Internal(format!(
-                "a split compaction's parts read {} of the inputs' {input_entries} entries, \
-                 dropped {} and kept {kept}",
-                out.entries_read, out.entries_dropped
-            )));
-        }
-        for pair in out.files.windows(2) {
-            if internal_key::user_key(&pair[0].largest) >= internal_key::user_key(&pair[1].smallest)
-            {
-                return Err(Error::Internal(format!(
-                    "a split compaction's outputs {} and {} overlap",
-                    pair[0].number, pair[1].number
-                )));
-            }
-        }
         Ok(out)
     }
+}
+
+/// Checks the outputs of a compaction's parts (in order) against each
+/// other, for an executor that ran some elsewhere: together they read every
+/// input entry once and kept or dropped each, their tables do not overlap,
+/// and no part reports a blob record dead that another part's output still
+/// refers to ([`CompactionJob::check_output`] checks that within a part;
+/// across parts it takes reading the other parts' tables that refer to the
+/// record's file). Reads through `ctx.fs`.
+pub fn check_parts(
+    parts: &[CompactionJob],
+    outs: &[CompactionOutput],
+    ctx: &JobContext,
+) -> Result<()> {
+    let mut inputs: Vec<FileMeta> = parts
+        .iter()
+        .flat_map(|p| p.inputs.iter().cloned())
+        .collect();
+    inputs.sort_by_key(|f| f.number);
+    inputs.dedup_by_key(|f| f.number);
+    account(&inputs, outs)?;
+    // (file, ordinal) → the part that reported it dead.
+    let mut dead: HashMap<(u64, u32), usize> = HashMap::new();
+    for (i, o) in outs.iter().enumerate() {
+        for &(file, ordinal, _) in &o.dead_refs {
+            dead.insert((file, ordinal), i);
+        }
+    }
+    let dead_files: BTreeSet<u64> = dead.keys().map(|&(f, _)| f).collect();
+    for (i, (part, o)) in parts.iter().zip(outs).enumerate() {
+        for f in o
+            .files
+            .iter()
+            .filter(|f| f.blob_files.iter().any(|b| dead_files.contains(b)))
+        {
+            let path = part.dir.join(table_file_name(f.number));
+            let table = Table::open(&ctx.fs, &path, f.number, None)?;
+            let mut it = table.iter();
+            it.seek_to_first();
+            while it.valid() {
+                let kind = internal_key::parse(it.key())
+                    .map(|p| p.kind)
+                    .map_err(|e| Error::corruption(&path, 0, format!("bad internal key: {e}")))?;
+                if kind == ValueKind::BlobRef {
+                    let (r, _) = BlobRef::decode_with_head(it.value()).map_err(|e| {
+                        Error::corruption(&path, 0, format!("bad blob reference: {e}"))
+                    })?;
+                    if let Some(&by) = dead.get(&(r.file, r.ordinal)).filter(|&&by| by != i) {
+                        return Err(Error::corruption(
+                            &path,
+                            0,
+                            format!(
+                                "refers to blob record {}/{} that part {by} of its compaction reported dead",
+                                r.file, r.ordinal
+                            ),
+                        ));
+                    }
+                }
+                it.next();
+            }
+            it.status()?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `outs`, the parts of one compaction over `inputs`, read
+/// every input entry once and kept or dropped each, with tables in order.
+fn account(inputs: &[FileMeta], outs: &[CompactionOutput]) -> Result<()> {
+    let input_entries: u64 = inputs.iter().map(|f| f.num_entries).sum();
+    let read: u64 = outs.iter().map(|o| o.entries_read).sum();
+    let dropped: u64 = outs.iter().map(|o| o.entries_dropped).sum();
+    let kept: u64 = outs
+        .iter()
+        .flat_map(|o| &o.files)
+        .map(|f| f.num_entries)
+        .sum();
+    if read != input_entries || read.checked_sub(dropped) != Some(kept) {
+        return Err(Error::Internal(format!(
+            "a split compaction's parts read {read} of the inputs' {input_entries} entries, \
+             dropped {dropped} and kept {kept}"
+        )));
+    }
+    let files: Vec<&FileMeta> = outs.iter().flat_map(|o| &o.files).collect();
+    for pair in files.windows(2) {
+        if internal_key::user_key(&pair[0].largest) >= internal_key::user_key(&pair[1].smallest) {
+            return Err(Error::Internal(format!(
+                "a split compaction's outputs {} and {} overlap",
+                pair[0].number, pair[1].number
+            )));
+        }
+    }
+    Ok(())
 }
