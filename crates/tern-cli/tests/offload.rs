@@ -410,12 +410,26 @@ fn a_standby_takes_over_from_a_frozen_leader_and_the_job_completes() {
     // Workers and the store know both; the standby answers "unavailable"
     // until it leads, so they stay with the leader.
     let both = format!("{url1},{url2}");
-    let _worker = worker(&both, &tier_url, &s.scratch, "w", 3000);
+    // Before it leads, the standby answers only "unavailable".
+    let refusal = rt().block_on(async {
+        let mut c = CoordinatorClient::connect(url2.clone()).await.unwrap();
+        let e = c
+            .status(tern_offload::proto::StatusRequest {})
+            .await
+            .unwrap_err();
+        format!("{:?}: {}", e.code(), e.message())
+    });
+    assert!(
+        refusal.starts_with("Unavailable") && refusal.contains("stands by"),
+        "{refusal}"
+    );
+    let _w = worker(&both, &tier_url, &s.scratch, "w", 3000);
+    let _v = worker(&both, &tier_url, &s.scratch, "v", 3000);
     let (db, exec) = open(&s, &both, false);
     let model = churn(&db);
     let compacting = compact_in_background(&db);
-    wait_status(&url1, "a job running on the leader's worker", |st| {
-        running_on(st, "w")
+    wait_status(&url1, "a job running on a worker of the leader", |st| {
+        running_on(st, "w") || running_on(st, "v")
     });
     // Frozen, the leader keeps its port but answers nothing and stops
     // renewing its etcd lease: the standby takes the leader key, restores
@@ -423,6 +437,10 @@ fn a_standby_takes_over_from_a_frozen_leader_and_the_job_completes() {
     // store move on to it once their requests to the leader time out.
     leader.signal("-STOP");
     compacting.join().unwrap().unwrap();
+    // Both workers found the new leader, each under an id of its own.
+    wait_status(&url2, "both workers registered with the new leader", |st| {
+        st.workers.len() == 2
+    });
     let st = status(&url2);
     assert!(
         st.jobs.iter().any(|j| j.state == "done" && j.attempt >= 2),

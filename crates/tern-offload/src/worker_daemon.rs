@@ -293,6 +293,8 @@ async fn work(
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut running: HashMap<Key, Attempt> = HashMap::new();
     let mut worker_id: Option<String> = None;
+    // The coordinator that gave `worker_id`: an id means nothing to another.
+    let mut registered_with = 0usize;
     // A poll that takes longer than this finds the worker's lease expired
     // anyway; past it the coordinator is frozen or cut off, and with
     // several coordinators the next one may lead now.
@@ -309,6 +311,12 @@ async fn work(
             }
             _ = tick.tick() => {}
         }
+        if worker_id.is_some() && coordinators.client().0 != registered_with {
+            // A request moved on to another coordinator (a poll, a Finish
+            // or a hand-back failed): register with it.
+            worker_id = None;
+            metrics.update(|c| c.registered = false);
+        }
         let Some(id) = worker_id.clone() else {
             if draining_since.is_some() {
                 return Ok(());
@@ -324,6 +332,7 @@ async fn work(
                     let r = r.into_inner();
                     tracing::info!("tern worker: registered as {}", r.worker_id);
                     worker_id = Some(r.worker_id);
+                    registered_with = i;
                     poll_timeout = (2 * Duration::from_millis(r.lease_ms.into()))
                         .clamp(Duration::from_millis(500), Duration::from_secs(10));
                     metrics.update(|c| {

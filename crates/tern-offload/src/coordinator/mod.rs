@@ -59,10 +59,17 @@ impl Coordinator {
         };
         // Taken under the etcd lock, so changes are written in order.
         let mut etcd = etcd.lock().await;
+        if *self.failed.borrow() {
+            // The write that failed took changes with it: writing nothing
+            // now must not look like success to the caller.
+            return Err(Status::unavailable(
+                "coordinator stopping: an earlier write to etcd failed",
+            ));
+        }
         let (changed, removed) = self.queue.lock().take_changes();
         if let Err(e) = etcd.persist(&changed, &removed).await {
             tracing::error!("tern coordinator: {e}");
-            let _ = self.failed.send(true);
+            self.failed.send_replace(true);
             return Err(Status::unavailable(format!("coordinator stopping: {e}")));
         }
         Ok(())
@@ -108,13 +115,21 @@ impl Service {
         s
     }
 
-    /// The coordinator, once this one leads.
+    /// The coordinator, once this one leads and while it may go on: after
+    /// a failed write to etcd its memory may hold what etcd never got, so
+    /// it answers nothing from it.
     fn lead(&self) -> Result<&Arc<Coordinator>, Status> {
-        self.0.get().ok_or_else(|| {
+        let c = self.0.get().ok_or_else(|| {
             Status::unavailable(
                 "this coordinator stands by while another leads; ask the next coordinator",
             )
-        })
+        })?;
+        if *c.failed.borrow() {
+            return Err(Status::unavailable(
+                "coordinator stopping: a write to etcd failed; ask the next coordinator",
+            ));
+        }
+        Ok(c)
     }
 }
 
@@ -476,4 +491,47 @@ async fn lead_until_stopped(
         _ = failed.wait_for(|f| *f) => true,
         () = lost => true,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use coordinator_server::Coordinator as _;
+
+    fn poll_req() -> Request<proto::PollRequest> {
+        Request::new(proto::PollRequest {
+            worker_id: "w".into(),
+            ..Default::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn a_standby_and_a_failed_leader_answer_only_unavailable() {
+        let standby = Service::default();
+        let e = standby.poll(poll_req()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        let e = standby
+            .status(Request::new(proto::StatusRequest {}))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+
+        let c = Coordinator::new(Limits::default());
+        let leader = Service::leading(c.clone());
+        assert!(leader.poll(poll_req()).await.is_ok());
+        // A write to etcd failed: whatever memory holds may not be there.
+        c.failed.send_replace(true);
+        let e = leader.poll(poll_req()).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        let e = leader
+            .r#await(Request::new(proto::AwaitRequest {
+                job_id: "j".into(),
+                wait_ms: 0,
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+    }
 }

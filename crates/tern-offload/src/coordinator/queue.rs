@@ -216,6 +216,11 @@ pub struct Queue {
     queued: BTreeMap<Kind, BTreeSet<Queued>>,
     workers: HashMap<String, Worker>,
     next_worker: u64,
+    /// Starts every worker id this queue hands out, different for each
+    /// queue (each coordinator start and each takeover), so a worker still
+    /// holding an id from another leader is told to register again rather
+    /// than taken for the worker that holds the same number here.
+    worker_epoch: String,
     seq: u64,
     /// The kind dispatched last: kinds alternate when both wait, so
     /// compactions cannot starve GC or the other way round.
@@ -243,6 +248,14 @@ impl Queue {
             queued: BTreeMap::new(),
             workers: HashMap::new(),
             next_worker: 0,
+            worker_epoch: {
+                let micros = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros());
+                // The low bits tell starts apart; a collision needs two
+                // starts 2^32 µs (71 minutes) apart to the microsecond.
+                format!("{:08x}", micros as u32)
+            },
             seq: 0,
             last_kind: Kind::Gc,
             workerless_since: None,
@@ -363,7 +376,7 @@ impl Queue {
     /// Registers a worker; returns its id.
     pub fn register(&mut self, name: &str, slots: u32, now: Instant) -> String {
         self.next_worker += 1;
-        let id = format!("w{}", self.next_worker);
+        let id = format!("w{}-{}", self.worker_epoch, self.next_worker);
         self.workers.insert(
             id.clone(),
             Worker {
@@ -1013,6 +1026,25 @@ mod tests {
         lonely.tick(t + grace);
         lonely.tick(t + grace + lease * 2);
         assert_eq!(state(&lonely, "a"), await_reply::State::Failed);
+    }
+
+    #[test]
+    fn a_worker_id_from_another_leader_is_told_to_register_again() {
+        let t = Instant::now();
+        let mut old = Queue::new(Limits::default());
+        let a = old.register("a", 1, t);
+        std::thread::sleep(Duration::from_millis(2));
+        let mut q = Queue::restore(Limits::default(), Vec::new(), t);
+        let b = q.register("b", 1, t);
+        assert_ne!(a, b, "ids must differ across leaders");
+        let req = proto::PollRequest {
+            worker_id: a,
+            free_slots: 0,
+            running: Vec::new(),
+            draining: true,
+        };
+        assert!(q.poll(&req, t).reregister);
+        assert!(!q.workers[&b].draining, "another worker's poll drained b");
     }
 
     #[test]
