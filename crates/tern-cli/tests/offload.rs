@@ -455,6 +455,28 @@ fn a_standby_takes_over_from_a_frozen_leader_and_the_job_completes() {
     finish(&s, db, &exec, &model);
 }
 
+/// A leader stopped with SIGTERM gives up its lease, so its standby leads
+/// at once instead of after the lease's time to live (a minute here, longer
+/// than any wait below).
+#[test]
+fn a_leader_stopped_cleanly_hands_over_to_its_standby_at_once() {
+    let s = setup();
+    let Some((_etcd, etcd_url)) = etcd(&s.dir.with_file_name("etcd")) else {
+        return;
+    };
+    let (mut leader, url1) = coordinator_at("127.0.0.1:0", 20_000, Some(&etcd_url));
+    wait_status(&url1, "the first coordinator to lead", |_| true);
+    let (_standby, url2) = coordinator_at("127.0.0.1:0", 20_000, Some(&etcd_url));
+    assert!(
+        try_status(&url2).is_none(),
+        "the standby answers before it leads"
+    );
+    leader.signal("-TERM");
+    let exit = wait_exit(&mut leader);
+    assert!(exit.success(), "a clean stop: {exit}");
+    wait_status(&url2, "the standby to lead", |_| true);
+}
+
 #[test]
 fn with_etcd_unreachable_the_coordinator_stops_and_the_store_runs_jobs_itself() {
     let s = setup();

@@ -119,6 +119,14 @@ impl EtcdState {
         }
     }
 
+    /// Gives up leadership at once (a clean stop): revoking the lease
+    /// deletes the leader key with it, so a standby takes over without
+    /// waiting for the lease to run out.
+    pub async fn resign(&mut self) -> Result<()> {
+        self.client.lease_revoke(self.lease).await.map_err(etcd)?;
+        Ok(())
+    }
+
     /// Turns true when leadership is lost.
     pub fn lost(&self) -> tokio::sync::watch::Receiver<bool> {
         self.lost.clone()

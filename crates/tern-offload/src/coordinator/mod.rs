@@ -486,11 +486,22 @@ async fn lead_until_stopped(
             None => std::future::pending().await,
         }
     };
-    Ok(tokio::select! {
+    let failed = tokio::select! {
         _ = stop.wait_for(|s| *s) => false,
         _ = failed.wait_for(|f| *f) => true,
         () = lost => true,
-    })
+    };
+    if !failed {
+        // Nothing answers from here on, then a standby may lead at once.
+        coordinator.failed.send_replace(true);
+        if let Some(etcd) = &coordinator.etcd {
+            // No reply depends on anything after this: hand over now.
+            if let Err(e) = etcd.lock().await.resign().await {
+                tracing::warn!("tern coordinator: could not give up leadership: {e}");
+            }
+        }
+    }
+    Ok(failed)
 }
 
 #[cfg(test)]
