@@ -128,7 +128,9 @@ impl CompactionJob {
                             ));
                         }
                         refs.insert(r.file);
-                        kept_refs.insert((r.file, r.ordinal));
+                        // Compared at the record's current home: a worker
+                        // copies refs as stored, GC may have moved them.
+                        kept_refs.insert(self.current_home(r.file, r.ordinal));
                     }
                     ValueKind::Value => {}
                 }
@@ -200,7 +202,7 @@ impl CompactionJob {
                     "compaction reported a dropped ref to blob file {file}, which no input refers to"
                 )));
             }
-            if kept_refs.contains(&(file, ordinal)) {
+            if kept_refs.contains(&self.current_home(file, ordinal)) {
                 return Err(Error::Internal(format!(
                     "compaction reported blob record {file}/{ordinal} dead, but an output still refers to it"
                 )));

@@ -316,6 +316,14 @@ impl CompactionJob {
         Ok(())
     }
 
+    /// Where blob record `file`/`ordinal` lives now, following the lineage
+    /// of files GC retired (a ref in a table may still name the old home);
+    /// the address itself if the lineage does not know it.
+    pub fn current_home(&self, file: u64, ordinal: u32) -> (u64, u32) {
+        resolve(&self.live_blobs, &self.lineage, file, ordinal)
+            .map_or((file, ordinal), |(f, o, _)| (f, o))
+    }
+
     /// Decodes a ref and the head kept beside it.
     fn decode_ref<'v>(&self, v: &'v [u8]) -> Result<(BlobRef, &'v [u8])> {
         BlobRef::decode_with_head(v).map_err(|e| {

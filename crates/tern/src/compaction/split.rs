@@ -2,7 +2,7 @@
 //! (RocksDB's subcompactions): on background threads, or on several
 //! offload workers, each reading only the inputs its range overlaps.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use super::{CompactionJob, CompactionOutput, JobContext, KeyRange};
 use crate::error::{Error, Result};
@@ -160,20 +160,19 @@ pub fn check_parts(
     inputs.sort_by_key(|f| f.number);
     inputs.dedup_by_key(|f| f.number);
     account(&inputs, outs)?;
-    // (file, ordinal) → the part that reported it dead.
+    // A record's current home (refs may name the file GC moved it from)
+    // → the part that reported it dead.
     let mut dead: HashMap<(u64, u32), usize> = HashMap::new();
-    for (i, o) in outs.iter().enumerate() {
+    for (i, (part, o)) in parts.iter().zip(outs).enumerate() {
         for &(file, ordinal, _) in &o.dead_refs {
-            dead.insert((file, ordinal), i);
+            dead.insert(part.current_home(file, ordinal), i);
         }
     }
-    let dead_files: BTreeSet<u64> = dead.keys().map(|&(f, _)| f).collect();
+    if dead.is_empty() {
+        return Ok(());
+    }
     for (i, (part, o)) in parts.iter().zip(outs).enumerate() {
-        for f in o
-            .files
-            .iter()
-            .filter(|f| f.blob_files.iter().any(|b| dead_files.contains(b)))
-        {
+        for f in &o.files {
             let path = part.dir.join(table_file_name(f.number));
             let table = Table::open(&ctx.fs, &path, f.number, None)?;
             let mut it = table.iter();
@@ -186,13 +185,14 @@ pub fn check_parts(
                     let (r, _) = BlobRef::decode_with_head(it.value()).map_err(|e| {
                         Error::corruption(&path, 0, format!("bad blob reference: {e}"))
                     })?;
-                    if let Some(&by) = dead.get(&(r.file, r.ordinal)).filter(|&&by| by != i) {
+                    let home = part.current_home(r.file, r.ordinal);
+                    if let Some(&by) = dead.get(&home).filter(|&&by| by != i) {
                         return Err(Error::corruption(
                             &path,
                             0,
                             format!(
                                 "refers to blob record {}/{} that part {by} of its compaction reported dead",
-                                r.file, r.ordinal
+                                home.0, home.1
                             ),
                         ));
                     }
