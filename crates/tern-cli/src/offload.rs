@@ -226,7 +226,7 @@ async fn status(urls: &str) -> Result<ExitCode, Failure> {
     println!("workers: {}", s.workers.len());
     for w in &s.workers {
         println!(
-            "  {:<6} {:<24} {}/{} slots busy, lease {} ms left",
+            "  {:<14} {:<24} {}/{} slots busy, lease {} ms left",
             w.worker_id, w.name, w.running, w.slots, w.lease_left_ms
         );
     }

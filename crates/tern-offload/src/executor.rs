@@ -784,6 +784,10 @@ impl Executor for RemoteExecutor {
             }
         }
         let inner = &self.inner;
+        // Those parts were counted as run remotely; nothing of theirs is
+        // installed.
+        let remote = outs.iter().filter(|o| o.ran_elsewhere).count() as u64;
+        inner.stats.remote_compactions.fetch_sub(remote, Relaxed);
         inner.settle(
             "split compaction",
             Err(Failure::Verify(e.into())),

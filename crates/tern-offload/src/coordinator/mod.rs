@@ -126,7 +126,8 @@ impl Service {
         })?;
         if *c.failed.borrow() {
             return Err(Status::unavailable(
-                "coordinator stopping: a write to etcd failed; ask the next coordinator",
+                "coordinator stopping (shut down, lost leadership, or a write to etcd failed); \
+                 ask the next coordinator",
             ));
         }
         Ok(c)
@@ -170,6 +171,10 @@ impl coordinator_server::Coordinator for Service {
         loop {
             // Registered before the check, so a change in between wakes it.
             let changed = c.changed.notified();
+            if *c.failed.borrow() {
+                // Woken after a write to etcd failed: memory may be ahead.
+                return Err(Status::unavailable("coordinator stopping"));
+            }
             let reply = c.queue.lock().outcome(&req.job_id);
             let pending = reply.state == proto::await_reply::State::Pending as i32;
             if !pending || tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -489,7 +494,12 @@ async fn lead_until_stopped(
     let failed = tokio::select! {
         _ = stop.wait_for(|s| *s) => false,
         _ = failed.wait_for(|f| *f) => true,
-        () = lost => true,
+        () = lost => {
+            // Deposed: answer nothing more from memory while the server
+            // drains.
+            coordinator.failed.send_replace(true);
+            true
+        }
     };
     if !failed {
         // Nothing answers from here on, then a standby may lead at once.
