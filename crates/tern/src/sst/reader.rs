@@ -31,6 +31,8 @@ pub struct Table {
     index: Arc<Block>,
     index_offset: u64,
     filter: Option<Vec<u8>>,
+    /// Where the filter block starts, for errors about it.
+    filter_offset: u64,
     props: TableProperties,
     cache: Option<Arc<BlockCache>>,
 }
@@ -112,6 +114,7 @@ impl Table {
             data_end,
             index: Arc::new(index),
             index_offset: footer.index.offset,
+            filter_offset: footer.filter.map_or(0, |h| h.offset),
             filter,
             props,
             cache,
@@ -203,7 +206,8 @@ impl Table {
     }
 
     /// Reads every data block, checking checksums, structure and key order,
-    /// and returns the number of entries seen.
+    /// and that the filter admits every key, and returns the number of
+    /// entries seen.
     pub fn verify(&self) -> Result<u64> {
         let mut index = self.index_iter();
         index.seek_to_first();
@@ -230,6 +234,16 @@ impl Table {
                 }
                 if internal_key::compare(key, index.key()) == Ordering::Greater {
                     return Err(bad("key above its index entry"));
+                }
+                // A filter that rules out a key the table holds would turn
+                // point reads of it into misses: damage a checksum cannot
+                // always show (the filter's own checksum can be matched).
+                if !self.may_contain(internal_key::user_key(key)) {
+                    return Err(Error::corruption(
+                        &self.path,
+                        self.filter_offset,
+                        "the filter block rules out a key the table holds",
+                    ));
                 }
                 prev.clear();
                 prev.extend_from_slice(key);
