@@ -157,28 +157,7 @@ fn worker_with(
     delay_ms: u64,
     extra: &[&str],
 ) -> Proc {
-    let child = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args([
-            "worker",
-            "--coordinator",
-            url,
-            "--shared",
-            tier,
-            "--name",
-            name,
-        ])
-        .arg("--scratch")
-        .arg(scratch.join(name))
-        .args(["--commit-delay-ms", &delay_ms.to_string()])
-        .args(extra)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let p = Proc(child);
-    wait_status(url, "the worker to register", |st| {
-        st.workers.iter().any(|w| w.name == name)
-    });
-    p
+    worker_in_env(url, tier, scratch, name, delay_ms, extra, &[])
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -208,17 +187,7 @@ fn status(url: &str) -> tern_offload::proto::StatusReply {
 
 /// Waits until `f` holds for the coordinator's status.
 fn wait_status(url: &str, what: &str, f: impl Fn(&tern_offload::proto::StatusReply) -> bool) {
-    let start = Instant::now();
-    loop {
-        if try_status(url).is_some_and(|st| f(&st)) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(what, || try_status(url).filter(|st| f(st)).map(|_| ()))
 }
 
 /// A store with auto compactions off, so the jobs that run are those a
@@ -885,7 +854,7 @@ fn wait_for<T>(
     what: &str,
     f: impl Fn(&tern_offload::proto::StatusReply) -> Option<T>,
 ) -> T {
-    wait_until(what, || f(&status(url)))
+    wait_until(what, || try_status(url).and_then(|st| f(&st)))
 }
 
 #[test]

@@ -572,9 +572,7 @@ impl Inner {
                     .map_err(crate::error::io_err(&job.dir))
             });
         if let Err(e) = checked {
-            for f in &out.files {
-                let _ = ctx.fs.remove_file(&job.dir.join(table_file_name(f.number)));
-            }
+            out.remove_files(&job.dir, &ctx.fs);
             return Err(Failure::Verify(e));
         }
         out.bytes_written = out.files.iter().map(|f| f.file_size).sum();
@@ -777,11 +775,7 @@ impl Executor for RemoteExecutor {
             return Ok(outs);
         };
         for (part, o) in parts.iter().zip(&outs) {
-            for f in &o.files {
-                let _ = ctx
-                    .fs
-                    .remove_file(&part.dir.join(table_file_name(f.number)));
-            }
+            o.remove_files(&part.dir, &ctx.fs);
         }
         let inner = &self.inner;
         // Those parts were counted as run remotely; nothing of theirs is

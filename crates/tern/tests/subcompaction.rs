@@ -431,11 +431,7 @@ impl Executor for MergeProbe {
             twice.insert(1, outs[0].clone());
             answers.push(("twice", job.merge_parts(twice).is_ok()));
             for o in &outs {
-                for f in &o.files {
-                    ctx.fs
-                        .remove_file(&job.dir.join(tern::table_file_name(f.number)))
-                        .unwrap();
-                }
+                o.remove_files(&job.dir, &ctx.fs);
             }
         }
         job.run(ctx)

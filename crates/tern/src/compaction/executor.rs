@@ -5,7 +5,6 @@ use std::path::Path;
 use super::{CompactionJob, CompactionOutput, JobContext};
 use crate::error::{Error, Result};
 use crate::gc::{GcContext, GcJob, GcOutput};
-use crate::wal::table_file_name;
 
 /// Runs compaction and GC jobs: on the calling thread, a pool, or a remote
 /// worker. The store checks a GC result against its job and reads each
@@ -88,11 +87,7 @@ pub fn run_parts<E: Executor + ?Sized>(
     if let Some(i) = results.iter().position(|r| r.is_err()) {
         for (part, r) in parts.iter().zip(&results) {
             if let Ok(out) = r {
-                for f in &out.files {
-                    let _ = ctx
-                        .fs
-                        .remove_file(&part.dir.join(table_file_name(f.number)));
-                }
+                out.remove_files(&part.dir, &ctx.fs);
             }
         }
         return match results.into_iter().nth(i) {

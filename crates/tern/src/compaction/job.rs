@@ -5,7 +5,7 @@
 //! another process over shared storage.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -142,17 +142,23 @@ impl std::fmt::Debug for CompactionJob {
     }
 }
 
+impl CompactionOutput {
+    /// Removes the output tables from `dir` (a result that will not be
+    /// installed), ignoring tables already gone.
+    pub fn remove_files(&self, dir: &Path, fs: &FsRef) {
+        for f in &self.files {
+            let _ = fs.remove_file(&dir.join(table_file_name(f.number)));
+        }
+    }
+}
+
 impl CompactionJob {
     /// Runs the job. On error, partial outputs are removed.
     pub fn run(&self, ctx: &JobContext) -> Result<CompactionOutput> {
         let mut out = CompactionOutput::default();
         let res = self.run_inner(ctx, &mut out);
         if res.is_err() {
-            for f in &out.files {
-                let _ = ctx
-                    .fs
-                    .remove_file(&self.dir.join(table_file_name(f.number)));
-            }
+            out.remove_files(&self.dir, &ctx.fs);
         }
         res.map(|()| out)
     }

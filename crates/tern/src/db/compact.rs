@@ -10,7 +10,6 @@ use crate::error::Result;
 use crate::format::internal_key::user_key;
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::options::NUM_LEVELS;
-use crate::wal::table_file_name;
 
 impl Shared {
     /// Picks and runs one background compaction. Returns whether one ran.
@@ -146,10 +145,11 @@ impl Shared {
             return Ok(out);
         }
         let outs = self.executor.execute_parts(&parts, ctx)?;
-        let files: Vec<u64> = outs
-            .iter()
-            .flat_map(|o| o.files.iter().map(|f| f.number))
-            .collect();
+        // Kept to remove them if the merge refuses the parts.
+        let files = CompactionOutput {
+            files: outs.iter().flat_map(|o| o.files.iter().cloned()).collect(),
+            ..CompactionOutput::default()
+        };
         let remote = outs.iter().filter(|o| o.ran_elsewhere).count() as u64;
         match job.merge_parts(outs) {
             Ok(out) => {
@@ -158,9 +158,7 @@ impl Shared {
                 Ok(out)
             }
             Err(e) => {
-                for n in files {
-                    let _ = self.fs.remove_file(&job.dir.join(table_file_name(n)));
-                }
+                files.remove_files(&job.dir, &self.fs);
                 Err(e)
             }
         }
