@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod check;
+mod cluster;
 mod inspect;
 mod offload;
 mod serve;
@@ -57,6 +58,8 @@ enum Command {
     Bench(bench::Args),
     /// Serve the store over the Redis protocol (RESP2/RESP3).
     Serve(serve::Args),
+    /// Create a cluster of `tern serve --cluster` nodes, add nodes, show its status.
+    Cluster(cluster::Args),
     /// Run the offload control plane, or show its status.
     Coordinator(offload::CoordinatorArgs),
     /// Run compaction and GC jobs for stores, over a shared tier.
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
         Command::Stress(args) => stress::run(args),
         Command::Bench(args) => Ok(bench::run(args)),
         Command::Serve(args) => serve::run(args),
+        Command::Cluster(args) => cluster::run(args),
         Command::Coordinator(args) => offload::coordinator(args),
         Command::Worker(args) => offload::worker(args),
     };

@@ -30,7 +30,8 @@ fn engine_settings_help() -> String {
 #[command(after_help = "Examples:\n  \
     tern serve\n  \
     tern serve --port 7000 --dir /var/lib/tern --appendfsync always\n  \
-    tern serve --config tern.toml\n\n\
+    tern serve --config tern.toml\n  \
+    tern serve --cluster --etcd http://127.0.0.1:2379 --port 7001 --dir node1\n\n\
     With no flags the server listens on 127.0.0.1:6379 (or a free port if \
     6379 is taken) with its data in ./tern-server-data; connect with redis-cli.",
     after_long_help = engine_settings_help())]
@@ -68,6 +69,20 @@ pub struct Args {
     /// Threads that run read commands on the engine; 0 means four per core [default: 0].
     #[arg(long)]
     read_threads: Option<usize>,
+    /// Run as a node of a cluster whose topology lives in etcd (see
+    /// docs/cluster.md); needs --etcd. The data directory must be empty the
+    /// first time.
+    #[arg(long, requires = "etcd")]
+    cluster: bool,
+    /// etcd client URLs, comma-separated (cluster mode).
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
+    /// Which cluster this node belongs to [default: default].
+    #[arg(long, value_name = "NAME")]
+    cluster_name: Option<String>,
+    /// Address clients are told to use for this node, HOST or HOST:PORT [default: the bind address and port].
+    #[arg(long, value_name = "ADDR")]
+    cluster_announce: Option<String>,
 }
 
 fn parse_fsync(s: &str) -> Result<AppendFsync, String> {
@@ -110,6 +125,22 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if let Some(v) = args.read_threads {
         config.read_threads = v;
     }
+    if args.cluster || args.etcd.is_some() {
+        let c = config
+            .cluster
+            .get_or_insert_with(|| tern_server::config::ClusterConfig::new(""));
+        if let Some(e) = args.etcd {
+            c.etcd = e;
+        }
+    }
+    if let Some(c) = &mut config.cluster {
+        if let Some(n) = args.cluster_name {
+            c.name = n;
+        }
+        if let Some(a) = args.cluster_announce {
+            c.announce = Some(a);
+        }
+    }
     let dir = config.dir.clone();
     let fsync = config.appendfsync;
     let opts = StartOptions {
@@ -133,10 +164,18 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     if let Some(m) = server.metrics_addr() {
         eprintln!("tern serve: metrics on http://{m}/metrics");
     }
-    eprintln!(
-        "tern serve: ready; connect with `redis-cli -p {}`",
-        server.addr().port()
-    );
+    match &server.state().cluster {
+        Some(node) => eprintln!(
+            "tern serve: cluster node {} of cluster {:?}; ready; connect with `redis-cli -c -p {}` (create the cluster with `tern cluster create` once every node runs)",
+            node.info.id,
+            node.name,
+            server.addr().port()
+        ),
+        None => eprintln!(
+            "tern serve: ready; connect with `redis-cli -p {}`",
+            server.addr().port()
+        ),
+    }
     server.wait().map_err(|e| Failure::new(e.0))?;
     eprintln!("tern serve: stopped; all acknowledged writes are on disk");
     Ok(ExitCode::SUCCESS)

@@ -91,6 +91,9 @@ pub struct Config {
     /// Compaction and GC on workers (the `[offload]` table); off when
     /// absent. See docs/offload.md.
     pub offload: Option<OffloadConfig>,
+    /// Cluster mode (the `[cluster]` table); standalone when absent. See
+    /// docs/cluster.md.
+    pub cluster: Option<ClusterConfig>,
     /// Engine settings (the `[engine]` table, names as in
     /// [`tern::Settings`]). `max_value_size` follows `proto-max-bulk-len`.
     pub engine: tern::Settings,
@@ -116,8 +119,49 @@ impl Default for Config {
             read_threads: 0,
             engine: tern::Settings::default(),
             offload: None,
+            cluster: None,
         }
     }
+}
+
+/// The `[cluster]` table: where the cluster's metadata lives and how
+/// clients reach this node.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// etcd client URLs, comma-separated (`http://host:2379`).
+    pub etcd: String,
+    /// The cluster's name: its metadata lives under
+    /// `/tern/clusters/<name>/` in etcd (default `default`).
+    #[serde(default = "default_cluster_name")]
+    pub name: String,
+    /// What clients are told to connect to: `host` or `host:port`; default
+    /// the bind address and the listening port.
+    #[serde(default)]
+    pub announce: Option<String>,
+    /// Seconds the node's registration in etcd outlives it (default 5).
+    #[serde(default = "default_node_ttl")]
+    pub node_ttl_secs: u64,
+}
+
+impl ClusterConfig {
+    /// Cluster settings with the defaults, for etcd at `etcd`.
+    pub fn new(etcd: &str) -> ClusterConfig {
+        ClusterConfig {
+            etcd: etcd.to_string(),
+            name: default_cluster_name(),
+            announce: None,
+            node_ttl_secs: default_node_ttl(),
+        }
+    }
+}
+
+fn default_cluster_name() -> String {
+    "default".into()
+}
+
+fn default_node_ttl() -> u64 {
+    5
 }
 
 /// The `[offload]` table: where the coordinator and the shared tier are.
@@ -225,6 +269,14 @@ impl Config {
         }
         if self.dir.as_os_str().is_empty() {
             return bad("dir must name a data directory");
+        }
+        if let Some(c) = &self.cluster {
+            if c.etcd.trim().is_empty() {
+                return bad("[cluster] etcd must name etcd's client URL (http://host:2379)");
+            }
+            if c.name.is_empty() || c.name.contains('/') {
+                return bad("[cluster] name must be non-empty and without '/'");
+            }
         }
         if self.engine.max_value_size != tern::Settings::default().max_value_size {
             return bad("[engine] max_value_size follows proto-max-bulk-len: set that instead");

@@ -232,6 +232,16 @@ async fn run_requests(
     sock: &mut TcpStream,
     stall: Option<Duration>,
 ) -> Result<Session, Close> {
+    // Cluster mode: the batch is routed with one view, held until it has
+    // run, so a topology change is acknowledged only after it.
+    let _view = match &state.cluster {
+        Some(c) if session.authed => {
+            let view = c.view();
+            crate::cluster::route_batch(&view, &mut session, requests);
+            Some(view)
+        }
+        _ => None,
+    };
     while let Some(first) = requests.front() {
         // Before authentication every command answers without the engine.
         let class = if session.authed {
@@ -244,7 +254,10 @@ async fn run_requests(
                 let Some(req) = requests.pop_front() else {
                     break;
                 };
-                let reply = execute(state, &mut session, &req.args, Access::Read);
+                let reply = match req.redirect {
+                    Some(r) => r,
+                    None => execute(state, &mut session, &req.args, Access::Read),
+                };
                 if session.silent_close {
                     Vec::new()
                 } else {

@@ -9,6 +9,10 @@
 //! - `'x' ‖ generation ‖ expiry ‖ key` → empty: the expiry index, one entry
 //!   per key with an expiry, which active expiry walks in time order.
 //! - `'m' ‖ "keyspace"` → [`Meta`]: the current generation and exact counts.
+//! - `'m' ‖ "cluster"` → [`ClusterRecord`], in a cluster node's store only:
+//!   its node id; its Redis keys carry their slot ([`Layout::Slotted`]:
+//!   `'k' ‖ generation ‖ slot ‖ key`), so a slot range is one contiguous
+//!   key range that can be counted, exported and dropped as a whole.
 //!
 //! FLUSHDB starts a new generation; keys of older generations are invisible
 //! and compaction drops them.
@@ -42,7 +46,102 @@ pub const KEY_PREFIX_LEN: usize = 5;
 /// entry: tag, generation, expiry).
 pub const KEY_OVERHEAD: usize = KEY_PREFIX_LEN + 8;
 
-/// The engine key of Redis key `key` in generation `gen`.
+/// Engine key of the [`ClusterRecord`].
+pub const CLUSTER_KEY: &[u8] = b"mcluster";
+/// Bytes of the slot in a [`Layout::Slotted`] key.
+pub const SLOT_LEN: usize = 2;
+
+/// How Redis keys map to engine keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// `'k' ‖ generation ‖ key` (a standalone server).
+    #[default]
+    Plain,
+    /// `'k' ‖ generation ‖ slot ‖ key`, the slot big-endian (a cluster
+    /// node).
+    Slotted,
+}
+
+impl Layout {
+    /// The engine key of Redis key `key` in generation `gen`.
+    pub fn key(self, gen: u32, key: &[u8]) -> Vec<u8> {
+        match self {
+            Layout::Plain => engine_key(gen, key),
+            Layout::Slotted => {
+                let mut k = Vec::with_capacity(key.len() + KEY_PREFIX_LEN + SLOT_LEN);
+                k.push(NS_KEYS);
+                k.extend_from_slice(&gen.to_be_bytes());
+                k.extend_from_slice(&crate::cluster::slot::key_slot(key).to_be_bytes());
+                k.extend_from_slice(key);
+                k
+            }
+        }
+    }
+
+    /// Bytes before the Redis key in an engine key.
+    pub fn prefix_len(self) -> usize {
+        match self {
+            Layout::Plain => KEY_PREFIX_LEN,
+            Layout::Slotted => KEY_PREFIX_LEN + SLOT_LEN,
+        }
+    }
+
+    /// Bounds of slot `slot`'s keys in generation `gen` (slotted only).
+    pub fn slot_bounds(gen: u32, slot: u16) -> (Vec<u8>, Vec<u8>) {
+        let mut lo = vec![NS_KEYS];
+        lo.extend_from_slice(&gen.to_be_bytes());
+        let mut hi = lo.clone();
+        lo.extend_from_slice(&slot.to_be_bytes());
+        match slot.checked_add(1) {
+            Some(next) => hi.extend_from_slice(&next.to_be_bytes()),
+            None => return (lo, generation_bounds(NS_KEYS, gen).1),
+        }
+        (lo, hi)
+    }
+}
+
+/// What a cluster node's store says about the node: its id, fixed when
+/// the store is first opened in cluster mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterRecord {
+    /// The node id (40 hex digits).
+    pub node_id: String,
+}
+
+/// Format version of [`ClusterRecord`].
+const CLUSTER_RECORD_VERSION: u8 = 1;
+
+impl ClusterRecord {
+    /// Encodes as `version ‖ node id`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![CLUSTER_RECORD_VERSION];
+        v.extend_from_slice(self.node_id.as_bytes());
+        v
+    }
+
+    /// Decodes a record written by [`ClusterRecord::encode`].
+    pub fn decode(v: &[u8]) -> Result<ClusterRecord, DecodeError> {
+        match v {
+            [CLUSTER_RECORD_VERSION, id @ ..] => {
+                let id = std::str::from_utf8(id)
+                    .ok()
+                    .filter(|id| crate::cluster::topology::valid_node_id(id))
+                    .ok_or_else(|| {
+                        DecodeError("cluster record holds a malformed node id".into())
+                    })?;
+                Ok(ClusterRecord {
+                    node_id: id.to_string(),
+                })
+            }
+            _ => Err(DecodeError(format!(
+                "cluster record of format {:?}; this server reads format {CLUSTER_RECORD_VERSION}",
+                v.first()
+            ))),
+        }
+    }
+}
+
+/// The engine key of Redis key `key` in generation `gen` ([`Layout::Plain`]).
 pub fn engine_key(gen: u32, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(key.len() + KEY_PREFIX_LEN);
     k.push(NS_KEYS);
@@ -314,6 +413,39 @@ mod tests {
             Some((99, &b"key"[..]))
         );
         assert_eq!(generation_of(&expiry_key(3, 99, b"key")), Some(3));
+    }
+
+    #[test]
+    fn slotted_keys_sort_by_slot_and_stay_inside_their_slot_bounds() {
+        let l = Layout::Slotted;
+        let slot = |k: &[u8]| crate::cluster::slot::key_slot(k);
+        assert!(slot(b"bar") < slot(b"foo"));
+        assert!(
+            l.key(1, b"foo") > l.key(1, b"bar"),
+            "slot order, not key order"
+        );
+        for k in [&b"foo"[..], b"bar", b"", b"{x}y"] {
+            let (lo, hi) = Layout::slot_bounds(1, slot(k));
+            let ek = l.key(1, k);
+            assert!(lo <= ek && ek < hi);
+            assert_eq!(&ek[l.prefix_len()..], k);
+        }
+        let (lo, hi) = Layout::slot_bounds(1, 16383);
+        assert!(lo < hi && hi <= generation_bounds(NS_KEYS, 1).1);
+        assert_eq!(Layout::Plain.key(3, b"a"), engine_key(3, b"a"));
+    }
+
+    #[test]
+    fn cluster_records_round_trip_and_refuse_damage() {
+        let r = ClusterRecord {
+            node_id: format!("{:040x}", 7),
+        };
+        assert_eq!(ClusterRecord::decode(&r.encode()).unwrap(), r);
+        assert!(ClusterRecord::decode(&r.encode()[..20]).is_err());
+        assert!(ClusterRecord::decode(b"").is_err());
+        let mut other = r.encode();
+        other[0] = 9;
+        assert!(ClusterRecord::decode(&other).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod connection;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use tern::{ValueKind, WriteBatch};
 
 use crate::key_cache::KeyCache;
-use crate::keyspace::{encode_value, engine_key, expiry_key, Meta, META_KEY};
+use crate::keyspace::{encode_value, expiry_key, Layout, Meta, META_KEY};
 use crate::store::{KeyState, Store, StoreResult};
 
 /// The uncommitted writes of one commit group.
@@ -34,12 +34,14 @@ pub struct Pending {
     unsettled: HashMap<Vec<u8>, KeyState>,
     /// What earlier commits left each key.
     cache: KeyCache,
+    /// How Redis keys map to engine keys.
+    layout: Layout,
 }
 
 impl Pending {
     /// Nothing pending, on top of the committed counts `meta`, knowing
-    /// what `cache` remembers of earlier commits.
-    pub fn new(meta: Meta, cache: KeyCache) -> Self {
+    /// what `cache` remembers of earlier commits, for a store of `layout`.
+    pub fn new(layout: Layout, meta: Meta, cache: KeyCache) -> Self {
         Pending {
             batch: WriteBatch::new(),
             overlay: None,
@@ -48,6 +50,7 @@ impl Pending {
             committed: meta,
             unsettled: HashMap::new(),
             cache,
+            layout,
         }
     }
 
@@ -113,7 +116,7 @@ impl Pending {
         value: &[u8],
         expire_at: Option<u64>,
     ) -> StoreResult<()> {
-        let k = engine_key(self.meta.generation, key);
+        let k = self.layout.key(self.meta.generation, key);
         let old = self.state(store, key, &k)?;
         let v = encode_value(value, expire_at);
         self.batch.put(&k, &v);
@@ -131,7 +134,7 @@ impl Pending {
     /// Removes Redis key `key` (expired or not); returns whether a record
     /// existed.
     pub fn delete(&mut self, store: &Store, key: &[u8]) -> StoreResult<bool> {
-        let k = engine_key(self.meta.generation, key);
+        let k = self.layout.key(self.meta.generation, key);
         let old = self.state(store, key, &k)?;
         Ok(self.remove(store, key, k, old))
     }
@@ -153,7 +156,7 @@ impl Pending {
     /// expiry is still `at` and returns true; otherwise drops the entry,
     /// which no longer describes the key.
     pub fn expire(&mut self, store: &Store, key: &[u8], at: u64) -> StoreResult<bool> {
-        let k = engine_key(self.meta.generation, key);
+        let k = self.layout.key(self.meta.generation, key);
         let s = self.state(store, key, &k)?;
         if s.exists && s.expire_at == Some(at) {
             return Ok(self.remove(store, key, k, s));
@@ -185,7 +188,7 @@ impl Pending {
             o
         });
         overlay
-            .get(&engine_key(self.meta.generation, key))
+            .get(&self.layout.key(self.meta.generation, key))
             .map(|v| v.as_deref())
     }
 
@@ -217,7 +220,7 @@ impl Pending {
             self.cache.clear();
         }
         let cache = std::mem::take(&mut self.cache);
-        *self = Pending::new(meta, cache);
+        *self = Pending::new(self.layout, meta, cache);
     }
 }
 
@@ -239,7 +242,14 @@ mod tests {
             ..tern::Options::default()
         };
         let db = tern::Db::open("/db", opts).unwrap();
-        Store::open(db, AppendFsync::Always, Arc::new(AtomicU32::new(0)), 1024).unwrap()
+        Store::open(
+            db,
+            AppendFsync::Always,
+            Arc::new(AtomicU32::new(0)),
+            1024,
+            Layout::Plain,
+        )
+        .unwrap()
     }
 
     /// Puts `key` in its own batch, commits it if `commit`, and settles.
@@ -253,7 +263,7 @@ mod tests {
     #[test]
     fn a_committed_write_is_remembered_so_the_next_one_reads_nothing() {
         let s = store();
-        let mut p = Pending::new(s.meta(), KeyCache::default());
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
         put_and_settle(&mut p, &s, b"a", true);
         let reads = s.db.stats().point_reads;
         put_and_settle(&mut p, &s, b"a", true);
@@ -265,7 +275,7 @@ mod tests {
     #[test]
     fn a_failed_commit_leaves_no_state_behind() {
         let s = store();
-        let mut p = Pending::new(s.meta(), KeyCache::default());
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
         put_and_settle(&mut p, &s, b"b", true);
         // This batch never reaches the engine: `a` must not be remembered
         // as existing, and what was remembered before may be stale too.

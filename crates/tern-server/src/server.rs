@@ -143,6 +143,49 @@ fn offload_executor(
     Ok(Arc::new(exec))
 }
 
+/// The cluster settings of a node listening on `bind`:`port` whose store
+/// is `store`.
+fn node_settings(
+    c: &crate::config::ClusterConfig,
+    bind: &str,
+    port: u16,
+    store: &Store,
+) -> Result<crate::cluster::NodeSettings, ServerError> {
+    let id = store
+        .node_id()
+        .ok_or_else(|| ServerError("the store has no cluster node id".into()))?;
+    let (host, port) = match c.announce.as_deref() {
+        None => (bind.to_string(), port),
+        Some(a) => match a.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && !h.contains(':') => (
+                h.to_string(),
+                p.parse().map_err(|_| {
+                    ServerError(format!(
+                        "[cluster] announce {a:?}: the port is not a number"
+                    ))
+                })?,
+            ),
+            _ => (a.to_string(), port),
+        },
+    };
+    if matches!(host.as_str(), "0.0.0.0" | "::" | "") {
+        return Err(ServerError(format!(
+            "listening on {bind:?}, the node cannot tell clients where to connect; pass --cluster-announce HOST"
+        )));
+    }
+    Ok(crate::cluster::NodeSettings {
+        etcd: c.etcd.clone(),
+        name: c.name.clone(),
+        announce: crate::cluster::topology::NodeInfo {
+            id: id.to_string(),
+            host,
+            port,
+            replicas: Vec::new(),
+        },
+        ttl: Duration::from_secs(c.node_ttl_secs.max(1)),
+    })
+}
+
 /// Opens the engine in `config.dir`, binds the listeners and serves in the
 /// background; returns once clients can connect.
 pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerError> {
@@ -197,11 +240,17 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .local_addr()
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
+    let layout = if config.cluster.is_some() {
+        crate::keyspace::Layout::Slotted
+    } else {
+        crate::keyspace::Layout::Plain
+    };
     let store = Store::open(
         db,
         config.appendfsync,
         generation,
         config.engine.max_key_size,
+        layout,
     )
     .map_err(|e| {
         ServerError(format!(
@@ -227,7 +276,30 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         opts.config_file.clone(),
     );
     state.offload = offload;
+    let joined = match &state.config.cluster {
+        None => None,
+        Some(c) => {
+            let settings = node_settings(c, &state.config.bind, addr.port(), &state.store)?;
+            let node = Arc::new(crate::cluster::ClusterNode::new(
+                settings.announce.clone(),
+                &settings.name,
+            ));
+            let reg = rt
+                .block_on(crate::cluster::join(&node, &settings))
+                .map_err(|e| ServerError(format!("cannot join the cluster: {e}")))?;
+            state.cluster = Some(node.clone());
+            Some((node, reg, settings))
+        }
+    };
     let state = Arc::new(state);
+    if let Some((node, reg, settings)) = joined {
+        rt.spawn(crate::cluster::run(
+            node,
+            reg,
+            settings,
+            state.shutdown_signal(),
+        ));
+    }
 
     let st = state.clone();
     let thread = std::thread::Builder::new()

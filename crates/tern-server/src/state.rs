@@ -77,6 +77,8 @@ pub struct State {
     /// The executor running compactions and GC on workers, if offload is
     /// on (INFO reports its counters).
     pub offload: Option<Arc<tern_offload::RemoteExecutor>>,
+    /// This node's cluster state, in cluster mode.
+    pub cluster: Option<Arc<crate::cluster::ClusterNode>>,
     /// Active expiry runs (`DEBUG SET-ACTIVE-EXPIRE`).
     pub active_expire: std::sync::atomic::AtomicBool,
 }
@@ -108,6 +110,7 @@ impl State {
             buffered: AtomicUsize::new(0),
             active_expire: std::sync::atomic::AtomicBool::new(true),
             offload: None,
+            cluster: None,
             shutdown: watch::channel(false).0,
         }
     }

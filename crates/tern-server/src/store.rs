@@ -12,8 +12,8 @@ use crate::config::AppendFsync;
 use crate::expiry::now_ms;
 use crate::keyspace::{
     self, decode_header, engine_key, expiry_key, generation_bounds, live_entry, parse_expiry_key,
-    Entry, Header, Meta, KEY_OVERHEAD, KEY_PREFIX_LEN, META_KEY, NS_EXPIRES, NS_KEYS,
-    NS_V1_STRINGS,
+    ClusterRecord, Entry, Header, Layout, Meta, CLUSTER_KEY, KEY_OVERHEAD, META_KEY, NS_EXPIRES,
+    NS_KEYS, NS_V1_STRINGS,
 };
 
 /// Why a store operation failed.
@@ -55,6 +55,24 @@ impl From<keyspace::DecodeError> for StoreError {
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A fresh node id: 40 hex digits from the clock, the process and a
+/// counter, hashed (unique enough to tell nodes apart; not a secret).
+fn new_node_id() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seed = format!(
+        "{nanos}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let a = xxhash_rust::xxh3::xxh3_128(seed.as_bytes());
+    let b = xxhash_rust::xxh3::xxh3_64_with_seed(seed.as_bytes(), 0x7e57);
+    format!("{a:032x}{:08x}", b >> 32)
+}
+
 /// Keys per engine batch when migrating a format 1 store.
 const MIGRATE_BATCH: usize = 1000;
 /// Bytes per engine batch when migrating a format 1 store.
@@ -94,27 +112,82 @@ pub struct Store {
     /// The earliest expiry written to the index since active expiry last
     /// asked (`u64::MAX`: none).
     expiry_floor: AtomicU64,
+    /// How Redis keys map to engine keys.
+    layout: Layout,
+    /// A cluster node's id (slotted layout only).
+    node_id: Option<String>,
 }
 
 impl Store {
     /// Wraps an open engine: reads the keyspace record, moving a format 1
     /// keyspace to format 2 first (resumable: each batch moves keys
     /// atomically). `generation` is the compaction filter's;
-    /// `max_key_size` the engine's key limit.
+    /// `max_key_size` the engine's key limit; `layout` how the caller
+    /// (a standalone server or a cluster node) maps keys, which must be
+    /// how the store was created.
     pub fn open(
         db: Db,
         appendfsync: AppendFsync,
         generation: Arc<AtomicU32>,
         max_key_size: usize,
+        layout: Layout,
     ) -> StoreResult<Self> {
-        let store = Store {
+        let mut store = Store {
             db,
             appendfsync,
             dirty: AtomicBool::new(false),
             generation,
             meta: Mutex::new(Meta::default()),
             expiry_floor: AtomicU64::new(u64::MAX),
+            layout,
+            node_id: None,
         };
+        let record = match store.db.get(CLUSTER_KEY)? {
+            Some(raw) => Some(ClusterRecord::decode(&raw)?),
+            None => None,
+        };
+        match (&record, layout) {
+            (Some(r), Layout::Plain) => {
+                return Err(StoreError::Format(format!(
+                    "this data directory belongs to cluster node {}; start it with --cluster, or use another --dir",
+                    r.node_id
+                )))
+            }
+            (Some(r), Layout::Slotted) => store.node_id = Some(r.node_id.clone()),
+            (None, Layout::Slotted) => {
+                // Only an empty store becomes a cluster node: its keys would
+                // have to move to the slotted layout otherwise.
+                let (lo, hi) = (vec![NS_KEYS], vec![NS_KEYS + 1]);
+                let mut it = store.db.iter(ReadOptions {
+                    lower_bound: Some(lo),
+                    upper_bound: Some(hi),
+                    value_heads: true,
+                    ..ReadOptions::default()
+                })?;
+                it.seek_to_first();
+                it.status()?;
+                let v1 = store.db.iter(ReadOptions {
+                    lower_bound: Some(vec![NS_V1_STRINGS]),
+                    upper_bound: Some(vec![NS_V1_STRINGS + 1]),
+                    ..ReadOptions::default()
+                })?;
+                let mut v1 = v1;
+                v1.seek_to_first();
+                if it.valid() || v1.valid() {
+                    return Err(StoreError::Format(
+                        "this data directory holds a standalone server's keys; a cluster node starts on an empty directory (use another --dir)".into(),
+                    ));
+                }
+                let r = ClusterRecord {
+                    node_id: new_node_id(),
+                };
+                let mut b = WriteBatch::new();
+                b.put(CLUSTER_KEY, &r.encode());
+                store.db.write(b, WriteOptions::synced())?;
+                store.node_id = Some(r.node_id);
+            }
+            (None, Layout::Plain) => {}
+        }
         let meta = match store.db.get(META_KEY)? {
             Some(raw) => Meta::decode(&raw)?,
             None => {
@@ -209,6 +282,16 @@ impl Store {
         self.expiry_floor.swap(u64::MAX, Ordering::Relaxed)
     }
 
+    /// How Redis keys map to engine keys.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The cluster node id this store belongs to (cluster mode only).
+    pub fn node_id(&self) -> Option<&str> {
+        self.node_id.as_deref()
+    }
+
     /// The current generation.
     pub fn generation(&self) -> u32 {
         self.generation.load(Ordering::Acquire)
@@ -229,7 +312,7 @@ impl Store {
 
     /// The entry of `key` as of time `now` (unix ms).
     pub fn get_at(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        match self.db.get(&engine_key(self.generation(), key))? {
+        match self.db.get(&self.layout.key(self.generation(), key))? {
             None => Ok(None),
             Some(raw) => Ok(live_entry(raw, now)?),
         }
@@ -238,7 +321,10 @@ impl Store {
     /// [`Store::get_at`] from memory only: [`StoreError::WouldBlock`] if
     /// the engine would have to read the device.
     pub fn get_at_cached(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        match self.db.get_if_cached(&engine_key(self.generation(), key))? {
+        match self
+            .db
+            .get_if_cached(&self.layout.key(self.generation(), key))?
+        {
             None => Err(StoreError::WouldBlock),
             Some(None) => Ok(None),
             Some(Some(raw)) => Ok(live_entry(raw, now)?),
@@ -314,21 +400,22 @@ impl Store {
         mut f: impl FnMut(&[u8], Header) -> bool,
     ) -> StoreResult<Option<Vec<u8>>> {
         let mut it = self.key_iter(gen)?;
-        it.seek(&engine_key(gen, from));
+        it.seek(&self.layout.key(gen, from));
+        let p = self.layout.prefix_len();
         let mut seen = 0;
         while it.valid() {
             if seen >= limit {
-                return Ok(Some(it.key()[KEY_PREFIX_LEN..].to_vec()));
+                return Ok(Some(it.key()[p..].to_vec()));
             }
             seen += 1;
             let Some(h) = self.header(it.key(), it.value(), it.value_is_head())? else {
                 it.next();
                 continue;
             };
-            if !f(&it.key()[KEY_PREFIX_LEN..], h) {
+            if !f(&it.key()[p..], h) {
                 it.next();
                 it.status()?;
-                return Ok(it.valid().then(|| it.key()[KEY_PREFIX_LEN..].to_vec()));
+                return Ok(it.valid().then(|| it.key()[p..].to_vec()));
             }
             it.next();
         }
@@ -371,12 +458,66 @@ impl Store {
         while it.valid() {
             let header = self.header(it.key(), it.value(), it.value_is_head())?;
             if header.is_some_and(|h| !h.expired(now)) {
-                return Ok(Some(it.key()[KEY_PREFIX_LEN..].to_vec()));
+                return Ok(Some(it.key()[self.layout.prefix_len()..].to_vec()));
             }
             it.prev();
         }
         it.status()?;
         Ok(None)
+    }
+
+    /// Up to `limit` live keys of slot `slot`, in order (a slotted store;
+    /// `CLUSTER GETKEYSINSLOT`).
+    pub fn keys_in_slot(&self, slot: u16, limit: usize) -> StoreResult<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        self.walk_slot(slot, |k, _| {
+            if keys.len() >= limit {
+                return false;
+            }
+            keys.push(k.to_vec());
+            true
+        })?;
+        Ok(keys)
+    }
+
+    /// Live keys of slot `slot` (a slotted store; `CLUSTER
+    /// COUNTKEYSINSLOT`): a walk of the slot's key range, headers only.
+    pub fn count_in_slot(&self, slot: u16) -> StoreResult<u64> {
+        let mut n = 0;
+        self.walk_slot(slot, |_, _| {
+            n += 1;
+            true
+        })?;
+        Ok(n)
+    }
+
+    /// Visits the live keys of slot `slot` in order until `f` returns
+    /// false.
+    fn walk_slot(&self, slot: u16, mut f: impl FnMut(&[u8], Header) -> bool) -> StoreResult<()> {
+        if self.layout != Layout::Slotted {
+            return Ok(());
+        }
+        let gen = self.generation();
+        let (lo, hi) = Layout::slot_bounds(gen, slot);
+        let mut it = self.db.iter(ReadOptions {
+            lower_bound: Some(lo.clone()),
+            upper_bound: Some(hi),
+            value_heads: true,
+            ..ReadOptions::default()
+        })?;
+        it.seek(&lo);
+        let p = self.layout.prefix_len();
+        let now = now_ms();
+        while it.valid() {
+            if let Some(h) = self.header(it.key(), it.value(), it.value_is_head())? {
+                if !h.expired(now) && !f(&it.key()[p..], h) {
+                    return Ok(());
+                }
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok(())
     }
 
     /// Up to `limit` expiry index entries of generation `gen` due at `now`,

@@ -38,6 +38,9 @@ pub struct Session {
     pub close: bool,
     /// Close without sending the last reply (SHUTDOWN).
     pub silent_close: bool,
+    /// `ASKING` was sent: the next keyed command may use a slot being
+    /// imported here (cluster mode).
+    pub asking: bool,
     /// SCAN cursors: id → key to resume from.
     scan_cursors: VecDeque<(u64, Vec<u8>)>,
     next_cursor: u64,
@@ -52,6 +55,7 @@ impl Session {
             authed,
             close: false,
             silent_close: false,
+            asking: false,
             scan_cursors: VecDeque::new(),
             next_cursor: 0,
         }
@@ -215,7 +219,7 @@ pub fn int_arg(a: &[u8]) -> Result<i64, Reply> {
 }
 
 /// The argument positions that hold keys, per the command table.
-fn key_positions(spec: &table::CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
+pub(crate) fn key_positions(spec: &table::CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
     let first = spec.first_key.max(0) as usize;
     let last = if spec.last_key < 0 {
         argc as i64 + spec.last_key

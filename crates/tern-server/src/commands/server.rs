@@ -147,16 +147,24 @@ pub fn hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         (Reply::text("version"), Reply::text(REDIS_VERSION)),
         (Reply::text("proto"), Reply::Int(ver)),
         (Reply::text("id"), Reply::Int(ctx.session.info.id as i64)),
-        (Reply::text("mode"), Reply::text("standalone")),
+        (
+            Reply::text("mode"),
+            Reply::text(if ctx.state.cluster.is_some() {
+                "cluster"
+            } else {
+                "standalone"
+            }),
+        ),
         (Reply::text("role"), Reply::text("master")),
         (Reply::text("modules"), Reply::Array(Vec::new())),
     ])
 }
 
 /// SELECT index (only database 0 exists)
-pub fn select(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+pub fn select(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     match int_arg(&args[1]) {
         Ok(0) => Reply::Ok,
+        Ok(_) if ctx.state.cluster.is_some() => Reply::err("SELECT is not allowed in cluster mode"),
         Ok(_) => Reply::err("DB index is out of range"),
         Err(e) => e,
     }
@@ -245,7 +253,7 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }
 }
 
-pub(super) fn help(lines: &[&str]) -> Reply {
+pub(crate) fn help(lines: &[&str]) -> Reply {
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }
 
@@ -361,6 +369,7 @@ const SECTIONS: &[&str] = &[
     "clients",
     "persistence",
     "stats",
+    "cluster",
     "keyspace",
     "tern",
 ];
@@ -401,7 +410,12 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             let up = st.started.elapsed().as_secs();
             kv("redis_version", REDIS_VERSION.into());
             kv("tern_version", env!("CARGO_PKG_VERSION").into());
-            kv("redis_mode", "standalone".into());
+            let mode = if st.cluster.is_some() {
+                "cluster"
+            } else {
+                "standalone"
+            };
+            kv("redis_mode", mode.into());
             kv("os", std::env::consts::OS.into());
             kv("arch_bits", (usize::BITS).to_string());
             kv("process_id", std::process::id().to_string());
@@ -459,6 +473,12 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             kv(
                 "unexpected_error_replies",
                 m.protocol_errors.load(Relaxed).to_string(),
+            );
+        }
+        "cluster" => {
+            kv(
+                "cluster_enabled",
+                u8::from(st.cluster.is_some()).to_string(),
             );
         }
         "keyspace" => {

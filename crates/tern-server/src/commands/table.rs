@@ -116,6 +116,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("config", -2, &[], 0, 0, 0, "server", "2.0.0", "A container for server configuration commands.", server::config),
     cmd!("client", -2, &[], 0, 0, 0, "connection", "2.4.0", "A container for client connection commands.", server::client),
     cmd!("command", -1, &["loading", "stale"], 0, 0, 0, "server", "2.8.13", "Returns detailed information about all commands.", command),
+    cmd!("cluster", -2, &["stale"], 0, 0, 0, "cluster", "3.0.0", "A container for Redis Cluster commands.", crate::cluster::commands::cluster),
+    cmd!("asking", 1, C, 0, 0, 0, "cluster", "3.0.0", "Signals that a cluster client is following an -ASK redirect.", crate::cluster::commands::asking),
+    cmd!("readonly", 1, C, 0, 0, 0, "cluster", "3.0.0", "Enables read-only queries for a connection to a Redis Cluster replica node.", crate::cluster::commands::readonly),
+    cmd!("readwrite", 1, C, 0, 0, 0, "cluster", "3.0.0", "Enables read-write queries for a connection to a Redis Cluster replica node.", crate::cluster::commands::readonly),
     cmd!("quit", -1, NOAUTH, 0, 0, 0, "connection", "1.0.0", "Closes the connection.", server::quit),
     cmd!("shutdown", -1, &["admin", "noscript", "loading", "stale", "no_async_loading"], 0, 0, 0, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server.", server::shutdown),
 ];

@@ -226,7 +226,7 @@ fn expire_cycle(
     cache: &mut KeyCache,
 ) -> crate::store::StoreResult<u64> {
     let store = &state.store;
-    let mut pending = Pending::new(store.meta(), std::mem::take(cache));
+    let mut pending = Pending::new(store.layout(), store.meta(), std::mem::take(cache));
     let result = expire_steps(store, cursor, &mut pending);
     *cache = pending.into_cache();
     result
@@ -283,7 +283,11 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
     let Some(state) = jobs.first().map(|j| j.state.clone()) else {
         return replies;
     };
-    let mut pending = Pending::new(state.store.meta(), std::mem::take(cache));
+    let mut pending = Pending::new(
+        state.store.layout(),
+        state.store.meta(),
+        std::mem::take(cache),
+    );
     // Per job, how many of its replies a commit has settled; the rest wait
     // on the next commit.
     let mut settled = vec![0; jobs.len()];

@@ -63,18 +63,25 @@ pub struct Request {
     pub class: Class,
     /// The command name and its arguments.
     pub args: Vec<Vec<u8>>,
+    /// Its index in the command table, if known.
+    pub cmd: Option<usize>,
+    /// The reply it gets instead of running (a cluster redirect).
+    pub redirect: Option<Reply>,
 }
 
 impl Request {
     /// Classifies `args`. Unknown commands run inline (they only produce an
     /// error).
     pub fn new(args: Vec<Vec<u8>>) -> Request {
-        let spec = args
-            .first()
-            .and_then(|n| table::lookup(n))
-            .map(|i| &table::COMMANDS[i]);
+        let cmd = args.first().and_then(|n| table::lookup(n));
+        let spec = cmd.map(|i| &table::COMMANDS[i]);
         let class = match spec {
             None => Class::Inline,
+            // The two CLUSTER subcommands that walk the store.
+            Some(s) if s.name == "cluster" => match args.get(1).map(|a| a.to_ascii_lowercase()) {
+                Some(a) if a == b"countkeysinslot" || a == b"getkeysinslot" => Class::Read,
+                _ => Class::Inline,
+            },
             Some(s) if s.flags.contains(&"write") => Class::Write,
             Some(s) if s.flags.contains(&"readonly") && s.flags.contains(&"fast") => {
                 Class::PointRead
@@ -82,7 +89,12 @@ impl Request {
             Some(s) if s.flags.contains(&"readonly") => Class::Read,
             Some(_) => Class::Inline,
         };
-        Request { class, args }
+        Request {
+            class,
+            args,
+            cmd,
+            redirect: None,
+        }
     }
 }
 

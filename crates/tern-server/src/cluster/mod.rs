@@ -1,0 +1,310 @@
+//! Cluster mode: Redis Cluster's 16384 hash slots spread over `tern serve`
+//! nodes, with the topology in etcd (`docs/cluster.md`).
+//!
+//! - [`slot`]: the key → slot hash clients use too;
+//! - [`topology`]: the versioned document that says who owns which slot;
+//! - [`view`]: the routing a node does with one version of it;
+//! - [`etcd`]: the document, node registrations and acknowledgements in
+//!   etcd;
+//! - [`commands`]: `CLUSTER …`, `ASKING`, `READONLY`, `READWRITE`.
+//!
+//! A [`ClusterNode`] keeps the node's current view, installs new ones as
+//! the watch on etcd delivers them, and acknowledges each only once no
+//! request batch still routes with an older one.
+
+pub mod commands;
+pub mod etcd;
+pub mod slot;
+pub mod topology;
+pub mod view;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{EventType, WatchOptions};
+use parking_lot::{Mutex, RwLock};
+
+use self::etcd::{ClusterError, Registry};
+use self::topology::{NodeInfo, Topology};
+use self::view::View;
+
+/// The `[cluster]` settings a node runs with.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// etcd endpoints (comma-separated URLs).
+    pub etcd: String,
+    /// Cluster name.
+    pub name: String,
+    /// What clients are told to connect to.
+    pub announce: NodeInfo,
+    /// How long the node's registration outlives it.
+    pub ttl: Duration,
+}
+
+/// This node's cluster state.
+#[derive(Debug)]
+pub struct ClusterNode {
+    /// Id, host and port as other nodes and clients see them.
+    pub info: NodeInfo,
+    /// The cluster's name.
+    pub name: String,
+    view: RwLock<Arc<View>>,
+    /// Ids of the nodes registered in etcd (alive).
+    live: Mutex<BTreeSet<String>>,
+    /// Whether the node is in touch with etcd.
+    connected: std::sync::atomic::AtomicBool,
+}
+
+impl ClusterNode {
+    /// A node that knows no topology yet.
+    pub fn new(info: NodeInfo, name: &str) -> ClusterNode {
+        ClusterNode {
+            view: RwLock::new(Arc::new(View::new(&info.id, None))),
+            info,
+            name: name.to_string(),
+            live: Mutex::new(BTreeSet::new()),
+            connected: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The current view. A request batch holds it while it runs, which
+    /// [`ClusterNode::install`] waits out.
+    pub fn view(&self) -> Arc<View> {
+        self.view.read().clone()
+    }
+
+    /// Routes with `topology` from now on, and returns once no request
+    /// batch routes with an older view: from then on this node serves
+    /// nothing the new topology took from it. Blocking.
+    pub fn install(&self, topology: Option<Topology>) {
+        let next = Arc::new(View::new(&self.info.id, topology));
+        let old = {
+            let mut v = self.view.write();
+            if next.version() < v.version() {
+                // A late event: never route with an older document.
+                return;
+            }
+            std::mem::replace(&mut *v, next)
+        };
+        // Batches clone the view and drop it when they finish.
+        while Arc::strong_count(&old) > 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether node `id` is registered in etcd (as far as this node knows).
+    pub fn alive(&self, id: &str) -> bool {
+        id == self.info.id || self.live.lock().contains(id)
+    }
+
+    /// Whether the node is in touch with etcd.
+    pub fn connected(&self) -> bool {
+        self.connected.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Routes a batch of requests with one view: a request whose keys this
+/// node does not serve gets its redirect (`-MOVED`, `-CROSSSLOT`,
+/// `-CLUSTERDOWN`) as its reply instead of running. `ASKING` applies to the
+/// request after it, in this batch or the next.
+pub fn route_batch(
+    view: &View,
+    session: &mut crate::commands::Session,
+    requests: &mut std::collections::VecDeque<crate::exec::Request>,
+) {
+    use crate::commands::table::{arity_ok, COMMANDS};
+    for req in requests.iter_mut() {
+        let Some(spec) = req.cmd.and_then(|i| COMMANDS.get(i)) else {
+            continue;
+        };
+        if spec.name == "asking" {
+            session.asking = true;
+            continue;
+        }
+        if spec.first_key == 0 || !arity_ok(spec.arity, req.args.len()) {
+            continue;
+        }
+        let _asking = std::mem::take(&mut session.asking);
+        let keys = crate::commands::key_positions(spec, req.args.len())
+            .filter_map(|i| req.args.get(i))
+            .map(|k| k.as_slice());
+        if let Some(reply) = view.refusal(view.route(keys)) {
+            req.redirect = Some(reply);
+            req.class = crate::exec::Class::Inline;
+        }
+    }
+}
+
+/// Connects node `node` to etcd: registers it, reads the topology (and
+/// corrects this node's address in it if it moved), and installs it.
+/// Returns the registry for [`run`].
+pub async fn join(node: &Arc<ClusterNode>, s: &NodeSettings) -> Result<Registry, ClusterError> {
+    let mut reg = Registry::connect(&s.etcd, &s.name).await?;
+    reg.register(&node.info, s.ttl).await?;
+    let mut stored = reg.topology().await?;
+    let moved = stored
+        .topology
+        .as_ref()
+        .and_then(|t| t.node(&node.info.id))
+        .is_some_and(|n| n.host != node.info.host || n.port != node.info.port);
+    if moved {
+        let me = node.info.clone();
+        reg.update(|t| {
+            let mut t = t
+                .cloned()
+                .ok_or_else(|| ClusterError("topology vanished".into()))?;
+            if let Some(n) = t.nodes.iter_mut().find(|n| n.id == me.id) {
+                n.host = me.host.clone();
+                n.port = me.port;
+            }
+            Ok(t)
+        })
+        .await?;
+        stored = reg.topology().await?;
+    }
+    *node.live.lock() = reg.live_nodes().await?.into_keys().collect();
+    let version = stored.topology.as_ref().map(|t| t.version);
+    let n = node.clone();
+    let t = stored.topology;
+    tokio::task::spawn_blocking(move || n.install(t))
+        .await
+        .map_err(|e| ClusterError(format!("installing the topology failed: {e}")))?;
+    if let Some(v) = version {
+        reg.ack(&node.info.id, v).await?;
+    }
+    node.connected
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(reg)
+}
+
+/// Keeps node `node` registered and its view current until `shutdown`
+/// turns true: renews the registration (registering again after etcd comes
+/// back), and watches the cluster's keys, installing and acknowledging
+/// every new topology.
+pub async fn run(
+    node: Arc<ClusterNode>,
+    reg: Registry,
+    s: NodeSettings,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let keeper = {
+        let node = node.clone();
+        let mut reg = reg.clone();
+        let s = s.clone();
+        async move {
+            let mut lease = None;
+            loop {
+                let l = match lease.take() {
+                    Some(l) => l,
+                    None => match reg.register(&node.info, s.ttl).await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::warn!("tern serve: cannot register in etcd: {e}");
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            continue;
+                        }
+                    },
+                };
+                if let Err(e) = reg.keep_alive(l, s.ttl).await {
+                    tracing::warn!("tern serve: etcd registration lapsed: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let watcher = watch(node, reg);
+    tokio::select! {
+        _ = keeper => {}
+        _ = watcher => {}
+        _ = shutdown.changed() => {}
+    }
+}
+
+/// Follows the cluster's keys in etcd, from a fresh read after each
+/// failure.
+async fn watch(node: Arc<ClusterNode>, mut reg: Registry) {
+    loop {
+        if let Err(e) = watch_once(&node, &mut reg).await {
+            node.connected
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!("tern serve: lost the watch on the cluster topology: {e}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+async fn apply(
+    node: &Arc<ClusterNode>,
+    reg: &mut Registry,
+    t: Option<Topology>,
+) -> Result<(), ClusterError> {
+    let version = t.as_ref().map(|t| t.version);
+    let n = node.clone();
+    tokio::task::spawn_blocking(move || n.install(t))
+        .await
+        .map_err(|e| ClusterError(format!("installing the topology failed: {e}")))?;
+    if let Some(v) = version {
+        reg.ack(&node.info.id, v).await?;
+    }
+    Ok(())
+}
+
+async fn watch_once(node: &Arc<ClusterNode>, reg: &mut Registry) -> Result<(), ClusterError> {
+    let fail = |e: etcd_client::Error| ClusterError(format!("etcd: {e}"));
+    let stored = reg.topology().await?;
+    *node.live.lock() = reg.live_nodes().await?.into_keys().collect();
+    if stored.topology.as_ref().map(|t| t.version) != Some(node.view().version())
+        && stored.topology.is_some()
+    {
+        apply(node, reg, stored.topology).await?;
+    }
+    let mut stream = reg
+        .client()
+        .watch(
+            reg.prefix(),
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(stored.revision + 1),
+            ),
+        )
+        .await
+        .map_err(fail)?;
+    node.connected
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let topology_key = reg.topology_key();
+    while let Some(resp) = stream.message().await.map_err(fail)? {
+        if resp.canceled() {
+            return Err(ClusterError(format!(
+                "the watch was cancelled: {}",
+                resp.cancel_reason()
+            )));
+        }
+        let mut latest = None;
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let Ok(key) = kv.key_str() else { continue };
+            if key == topology_key {
+                if ev.event_type() == EventType::Put {
+                    match Topology::decode(kv.value()) {
+                        Ok(t) => latest = Some(t),
+                        Err(e) => tracing::error!(
+                            "tern serve: ignoring an unreadable topology document: {e}"
+                        ),
+                    }
+                }
+            } else if let Some(id) = reg.node_of_key(key) {
+                let mut live = node.live.lock();
+                match ev.event_type() {
+                    EventType::Put => live.insert(id.to_string()),
+                    EventType::Delete => live.remove(id),
+                };
+            }
+        }
+        if let Some(t) = latest {
+            apply(node, reg, Some(t)).await?;
+        }
+    }
+    Err(ClusterError("the watch stream ended".into()))
+}

@@ -1,0 +1,297 @@
+//! The cluster's topology: which nodes exist and which node owns each
+//! slot. One versioned JSON document in etcd, changed only by
+//! compare-and-set transactions ([`super::etcd`]); every node builds its
+//! routing [`super::view::View`] from it. Specified in
+//! `docs/format/cluster.md`.
+
+use serde::{Deserialize, Serialize};
+
+use super::slot::SLOTS;
+
+/// The topology document's format version.
+pub const TOPOLOGY_FORMAT: u32 = 1;
+
+/// One node (a primary; `replicas` is reserved for replication).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// 40 lower-case hex digits, as Redis Cluster node ids.
+    pub id: String,
+    /// Host clients connect to.
+    pub host: String,
+    /// Port clients connect to.
+    pub port: u16,
+    /// Ids of nodes replicating this one (none yet).
+    #[serde(default)]
+    pub replicas: Vec<String>,
+}
+
+impl NodeInfo {
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// Slots `start..=end`, owned by node `node`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRange {
+    /// First slot.
+    pub start: u16,
+    /// Last slot (inclusive).
+    pub end: u16,
+    /// Owner's node id.
+    pub node: String,
+}
+
+/// The whole topology.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    /// Format of this document ([`TOPOLOGY_FORMAT`]).
+    pub format: u32,
+    /// Raised by one on every change (Redis's configuration epoch).
+    pub version: u64,
+    /// Every node of the cluster, in the order they joined.
+    pub nodes: Vec<NodeInfo>,
+    /// Slot ownership: sorted, disjoint ranges. A slot in no range has no
+    /// owner (clients get `-CLUSTERDOWN`).
+    pub slots: Vec<SlotRange>,
+}
+
+/// A topology that breaks a rule, with what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologyError(pub String);
+
+impl std::fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TopologyError {}
+
+/// Whether `id` is a node id: 40 lower-case hex digits.
+pub fn valid_node_id(id: &str) -> bool {
+    id.len() == 40
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl Topology {
+    /// A cluster of `nodes` with the slots spread evenly over them, in
+    /// contiguous ranges (as `redis-cli --cluster create` does).
+    pub fn create(nodes: Vec<NodeInfo>) -> Result<Topology, TopologyError> {
+        if nodes.is_empty() {
+            return Err(TopologyError("a cluster needs at least one node".into()));
+        }
+        let n = nodes.len();
+        let mut slots = Vec::with_capacity(n);
+        let mut start = 0usize;
+        for (i, node) in nodes.iter().enumerate() {
+            let count = SLOTS / n + usize::from(i < SLOTS % n);
+            if count == 0 {
+                continue;
+            }
+            slots.push(SlotRange {
+                start: start as u16,
+                end: (start + count - 1) as u16,
+                node: node.id.clone(),
+            });
+            start += count;
+        }
+        let t = Topology {
+            format: TOPOLOGY_FORMAT,
+            version: 1,
+            nodes,
+            slots,
+        };
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Checks the rules: known format, unique well-formed node ids, slot
+    /// ranges sorted, disjoint, in range and owned by listed nodes.
+    pub fn validate(&self) -> Result<(), TopologyError> {
+        let bad = |m: String| Err(TopologyError(m));
+        if self.format != TOPOLOGY_FORMAT {
+            return bad(format!(
+                "topology format {} (this version reads format {TOPOLOGY_FORMAT})",
+                self.format
+            ));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !valid_node_id(&n.id) {
+                return bad(format!("node id {:?} is not 40 hex digits", n.id));
+            }
+            if self.nodes[..i].iter().any(|m| m.id == n.id) {
+                return bad(format!("node {} is listed twice", n.id));
+            }
+            if n.host.is_empty() || n.port == 0 {
+                return bad(format!("node {} has no address", n.id));
+            }
+        }
+        let mut next = 0usize;
+        for r in &self.slots {
+            if usize::from(r.start) < next || r.start > r.end || usize::from(r.end) >= SLOTS {
+                return bad(format!(
+                    "slot range {}-{} is out of order, overlaps another or exceeds {}",
+                    r.start,
+                    r.end,
+                    SLOTS - 1
+                ));
+            }
+            if self.node(&r.node).is_none() {
+                return bad(format!(
+                    "slots {}-{} belong to unknown node {}",
+                    r.start, r.end, r.node
+                ));
+            }
+            next = usize::from(r.end) + 1;
+        }
+        Ok(())
+    }
+
+    /// The node with id `id`.
+    pub fn node(&self, id: &str) -> Option<&NodeInfo> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// The index in `nodes` of node `id`.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == id)
+    }
+
+    /// The owner of every slot, as an index into `nodes`.
+    pub fn owners(&self) -> Vec<Option<usize>> {
+        let mut owners = vec![None; SLOTS];
+        for r in &self.slots {
+            let owner = self.index_of(&r.node);
+            for o in &mut owners[usize::from(r.start)..=usize::from(r.end)] {
+                *o = owner;
+            }
+        }
+        owners
+    }
+
+    /// Rebuilds the slot ranges from the owner of every slot (`owners[s]`
+    /// indexes `nodes`), merging neighbours with the same owner.
+    pub fn set_owners(&mut self, owners: &[Option<usize>]) {
+        let mut slots: Vec<SlotRange> = Vec::new();
+        for (s, o) in owners.iter().enumerate().take(SLOTS) {
+            let Some(id) = o.and_then(|i| self.nodes.get(i)).map(|n| &n.id) else {
+                continue;
+            };
+            match slots.last_mut() {
+                Some(r) if usize::from(r.end) + 1 == s && &r.node == id => r.end = s as u16,
+                _ => slots.push(SlotRange {
+                    start: s as u16,
+                    end: s as u16,
+                    node: id.clone(),
+                }),
+            }
+        }
+        self.slots = slots;
+    }
+
+    /// Slots owned by node `id`.
+    pub fn slot_count(&self, id: &str) -> usize {
+        self.slots
+            .iter()
+            .filter(|r| r.node == id)
+            .map(|r| usize::from(r.end - r.start) + 1)
+            .sum()
+    }
+
+    /// Slots with an owner.
+    pub fn assigned(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|r| usize::from(r.end - r.start) + 1)
+            .sum()
+    }
+
+    /// The document as stored in etcd.
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing plain structs of strings and integers cannot fail.
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
+    /// Reads and checks a stored document.
+    pub fn decode(raw: &[u8]) -> Result<Topology, TopologyError> {
+        let t: Topology = serde_json::from_slice(raw)
+            .map_err(|e| TopologyError(format!("unreadable topology document: {e}")))?;
+        t.validate()?;
+        Ok(t)
+    }
+}
+
+/// Node `i` of a test cluster.
+#[cfg(test)]
+pub(crate) fn test_node(i: u8) -> NodeInfo {
+    NodeInfo {
+        id: format!("{:040x}", u64::from(i) + 1),
+        host: "127.0.0.1".into(),
+        port: 7000 + u16::from(i),
+        replicas: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(i: u8) -> NodeInfo {
+        test_node(i)
+    }
+
+    #[test]
+    fn create_spreads_every_slot_evenly() {
+        for n in 1..=7u8 {
+            let t = Topology::create((0..n).map(node).collect()).unwrap();
+            assert_eq!(t.assigned(), SLOTS);
+            let counts: Vec<usize> = t.nodes.iter().map(|x| t.slot_count(&x.id)).collect();
+            let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{counts:?}");
+            assert!(t.owners().iter().all(|o| o.is_some()));
+        }
+        let t = Topology::create((0..3).map(node).collect()).unwrap();
+        assert_eq!((t.slots[0].start, t.slots[0].end), (0, 5461));
+        assert_eq!((t.slots[2].start, t.slots[2].end), (10923, 16383));
+        assert!(Topology::create(Vec::new()).is_err());
+    }
+
+    #[test]
+    fn documents_round_trip_and_broken_ones_are_refused() {
+        let t = Topology::create((0..3).map(node).collect()).unwrap();
+        assert_eq!(Topology::decode(&t.encode()).unwrap(), t);
+        let mut overlap = t.clone();
+        overlap.slots[1].start = overlap.slots[0].end;
+        assert!(overlap.validate().is_err());
+        let mut unknown = t.clone();
+        unknown.slots[0].node = format!("{:040x}", 99);
+        assert!(unknown.validate().is_err());
+        let mut dup = t.clone();
+        dup.nodes.push(node(0));
+        assert!(dup.validate().is_err());
+        let mut bad_id = t.clone();
+        bad_id.nodes[0].id = "xyz".into();
+        assert!(bad_id.validate().is_err());
+        let mut future = t.clone();
+        future.format = 2;
+        assert!(Topology::decode(&future.encode()).is_err());
+        assert!(Topology::decode(b"{").is_err());
+    }
+
+    #[test]
+    fn set_owners_merges_neighbours() {
+        let mut t = Topology::create((0..2).map(node).collect()).unwrap();
+        let mut owners = t.owners();
+        owners[0] = Some(1);
+        owners[100] = None;
+        t.set_owners(&owners);
+        t.validate().unwrap();
+        assert_eq!(t.owners(), owners);
+        assert_eq!(t.slots.len(), 4, "{:?}", t.slots);
+        assert_eq!(t.assigned(), SLOTS - 1);
+    }
+}
