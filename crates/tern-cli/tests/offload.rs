@@ -7,39 +7,20 @@
 
 #[path = "../../tern-offload/tests/common/mod.rs"]
 mod common;
+mod procs;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{assert_matches, check_clean, churn, setup, Model, Setup};
+use procs::{etcd, free_port, Netns, Proc};
 use tern::Db;
 use tern_offload::proto::coordinator_client::CoordinatorClient;
 use tern_offload::{GrpcRunner, RemoteExecutor};
-
-/// A child process, killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.0.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-}
 
 /// Starts `tern coordinator` on a free port; returns it and its URL.
 fn coordinator(lease_ms: u64) -> (Proc, String) {
@@ -80,65 +61,6 @@ fn coordinator_with(
         .to_string();
     std::thread::spawn(move || for _ in lines {});
     (Proc(child), url)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts an etcd with its data in `dir`; returns it and its client URL.
-/// `None` (in a run declared partial) if etcd is not installed.
-fn etcd(dir: &Path) -> Option<(Proc, String)> {
-    if Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_err()
-    {
-        assert!(
-            std::env::var("TERN_PARTIAL").is_ok_and(|v| v == "1"),
-            "etcd is not on PATH; install it (apt-get install etcd-server), run scripts/test.sh, \
-             or set TERN_PARTIAL=1 to skip this test knowingly"
-        );
-        eprintln!("SKIPPED (TERN_PARTIAL=1): etcd is not on PATH");
-        return None;
-    }
-    let (client, peer) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = Command::new("etcd")
-        .arg("--data-dir")
-        .arg(dir)
-        .args([
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer_url,
-            "--initial-advertise-peer-urls",
-            &peer_url,
-        ])
-        .args(["--initial-cluster", &format!("default={peer_url}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "etcd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some((Proc(child), url))
 }
 
 /// Starts `tern worker`, waiting `delay_ms` before committing each job,
@@ -470,92 +392,6 @@ fn with_etcd_unreachable_the_coordinator_stops_and_the_store_runs_jobs_itself() 
     db.close().unwrap();
     drop(db);
     check_clean(&s.dir);
-}
-
-/// A network namespace joined to this one by a veth pair on a private
-/// /30: this side `10.<a>.<b>.1`, the namespace's `10.<a>.<b>.2`. Removed
-/// when dropped.
-struct Netns {
-    name: String,
-    host_if: String,
-    host_ip: String,
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-impl Netns {
-    /// `None` (in a run declared partial) where namespaces cannot be made.
-    fn new() -> Option<Netns> {
-        let id = std::process::id() % 60_000;
-        let name = format!("tern{id}");
-        let (host_if, ns_if) = (format!("tn{id}h"), format!("tn{id}w"));
-        let (a, b) = (100 + id / 250 % 100, id % 250);
-        let host_ip = format!("10.{a}.{b}.1");
-        let ns_ip = format!("10.{a}.{b}.2");
-        let made = ip(&["netns", "add", &name]);
-        let n = Netns {
-            name,
-            host_if,
-            host_ip,
-        };
-        let ok =
-            made && ip(&[
-                "link", "add", &n.host_if, "type", "veth", "peer", "name", &ns_if,
-            ]) && ip(&["link", "set", &ns_if, "netns", &n.name])
-                && ip(&[
-                    "addr",
-                    "add",
-                    &format!("{}/30", n.host_ip),
-                    "dev",
-                    &n.host_if,
-                ])
-                && ip(&["link", "set", &n.host_if, "up"])
-                && ip(&[
-                    "-n",
-                    &n.name,
-                    "addr",
-                    "add",
-                    &format!("{ns_ip}/30"),
-                    "dev",
-                    &ns_if,
-                ])
-                && ip(&["-n", &n.name, "link", "set", &ns_if, "up"])
-                && ip(&["-n", &n.name, "link", "set", "lo", "up"]);
-        if ok {
-            return Some(n);
-        }
-        assert!(
-            std::env::var("TERN_PARTIAL").is_ok_and(|v| v == "1"),
-            "cannot make a network namespace (needs root and iproute2); run as root, \
-             or set TERN_PARTIAL=1 to skip this test knowingly"
-        );
-        eprintln!("SKIPPED (TERN_PARTIAL=1): no network namespaces here");
-        None
-    }
-
-    /// Cuts (or restores) the link.
-    fn link(&self, up: bool) {
-        assert!(ip(&[
-            "link",
-            "set",
-            &self.host_if,
-            if up { "up" } else { "down" }
-        ]));
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        ip(&["link", "del", &self.host_if]);
-        ip(&["netns", "del", &self.name]);
-    }
 }
 
 #[test]
