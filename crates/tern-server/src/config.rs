@@ -142,6 +142,11 @@ pub struct ClusterConfig {
     /// Seconds the node's registration in etcd outlives it (default 5).
     #[serde(default = "default_node_ttl")]
     pub node_ttl_secs: u64,
+    /// Megabytes per second a migration's background copy reads from the
+    /// source, so foreground latency stays flat (default 32; 0: unbounded;
+    /// fractions allowed).
+    #[serde(default = "default_migrate_rate")]
+    pub migrate_rate_mb: f64,
 }
 
 impl ClusterConfig {
@@ -152,6 +157,7 @@ impl ClusterConfig {
             name: default_cluster_name(),
             announce: None,
             node_ttl_secs: default_node_ttl(),
+            migrate_rate_mb: default_migrate_rate(),
         }
     }
 }
@@ -162,6 +168,10 @@ fn default_cluster_name() -> String {
 
 fn default_node_ttl() -> u64 {
     5
+}
+
+fn default_migrate_rate() -> f64 {
+    32.0
 }
 
 /// The `[offload]` table: where the coordinator and the shared tier are.
@@ -273,6 +283,9 @@ impl Config {
         if let Some(c) = &self.cluster {
             if c.etcd.trim().is_empty() {
                 return bad("[cluster] etcd must name etcd's client URL (http://host:2379)");
+            }
+            if c.migrate_rate_mb.is_nan() || c.migrate_rate_mb < 0.0 {
+                return bad("[cluster] migrate-rate-mb must be 0 (unbounded) or more");
             }
             if c.name.is_empty() || c.name.contains('/') {
                 return bad("[cluster] name must be non-empty and without '/'");

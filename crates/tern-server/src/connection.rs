@@ -236,8 +236,8 @@ async fn run_requests(
     // run, so a topology change is acknowledged only after it.
     let _view = match &state.cluster {
         Some(c) if session.authed => {
-            let view = c.view();
-            crate::cluster::route_batch(&view, &mut session, requests);
+            let (s, view) = route_cluster(state, exec, c, session, requests).await?;
+            session = s;
             Some(view)
         }
         _ => None,
@@ -306,6 +306,92 @@ async fn run_requests(
         }
     }
     Ok(session)
+}
+
+/// Longest a request waits for a slot in handoff to this node.
+const HANDOFF_WAIT: Duration = Duration::from_secs(2);
+
+/// Routes `requests` in cluster mode (see [`crate::cluster::route_batch`]):
+/// waits briefly for slots in handoff, and pulls the keys this node does
+/// not have yet from their previous owner (one fetch per source, one
+/// import through the committer). A request whose keys cannot be pulled
+/// gets `-TRYAGAIN`. Returns the view the batch runs with.
+async fn route_cluster(
+    state: &Arc<State>,
+    exec: &Exec,
+    node: &crate::cluster::ClusterNode,
+    mut session: Session,
+    requests: &mut VecDeque<Request>,
+) -> Result<(Session, Arc<crate::cluster::view::View>), Close> {
+    let deadline = tokio::time::Instant::now() + HANDOFF_WAIT;
+    let mut view = node.view();
+    while crate::cluster::must_wait(&view, requests) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let v = view.version();
+        drop(view);
+        node.changed_since(v, left).await;
+        view = node.view();
+    }
+    let pulls = crate::cluster::route_batch(&view, &mut session, requests);
+    if pulls.is_empty() {
+        return Ok((session, view));
+    }
+    let mut by_source: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
+    for &(i, source) in &pulls {
+        if let Some(r) = requests.get(i) {
+            by_source
+                .entry(source)
+                .or_default()
+                .extend(crate::cluster::request_keys(r));
+        }
+    }
+    let (st, v) = (state.clone(), view.clone());
+    let fetched = exec
+        .readers
+        .run(move || {
+            let mut records = Vec::new();
+            for (source, keys) in by_source {
+                records.extend(crate::cluster::migrate::pull_missing(
+                    &st, &v, source, &keys,
+                )?);
+            }
+            Ok::<_, String>(records)
+        })
+        .await
+        .ok_or(Close::Gone)?;
+    let failed = match fetched {
+        Ok(records) if records.is_empty() => None,
+        Ok(records) => {
+            let import =
+                VecDeque::from([Request::new(crate::cluster::migrate::import_args(records))]);
+            let (s, _, replies) = exec
+                .committer
+                .run(state.clone(), session, import)
+                .await
+                .ok_or(Close::Gone)?;
+            session = s;
+            match replies.first() {
+                Some(Reply::Error(e)) => Some(e.clone()),
+                _ => None,
+            }
+        }
+        Err(e) => Some(e),
+    };
+    if let Some(why) = failed {
+        tracing::warn!("tern serve: pulling keys from a slot's previous owner failed: {why}");
+        for (i, _) in pulls {
+            if let Some(r) = requests.get_mut(i) {
+                r.redirect = Some(Reply::Error(format!(
+                    "TRYAGAIN the slot's previous owner did not answer ({why}); retry"
+                )));
+                r.class = crate::exec::Class::Inline;
+            }
+        }
+    }
+    Ok((session, view))
 }
 
 /// Returns the requests a job did not run to the front of the queue.

@@ -23,6 +23,10 @@ pub const NS_KEYS: u8 = b'k';
 pub const NS_EXPIRES: u8 = b'x';
 /// Namespace tag of the server's own records.
 pub const NS_META: u8 = b'm';
+/// Namespace tag of import markers: keys a cluster node importing a slot
+/// has settled (imported, or written by a client), which the bulk copy
+/// must not overwrite.
+pub const NS_IMPORTED: u8 = b'i';
 /// Namespace tag of format version 1 strings (migrated at open).
 pub const NS_V1_STRINGS: u8 = b's';
 /// Engine key of the [`Meta`] record.
@@ -98,6 +102,30 @@ impl Layout {
         }
         (lo, hi)
     }
+}
+
+/// The import marker of Redis key `key`: `'i' ‖ slot ‖ key`.
+pub fn marker_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1 + SLOT_LEN);
+    k.push(NS_IMPORTED);
+    k.extend_from_slice(&crate::cluster::slot::key_slot(key).to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// Bounds of slot `slot`'s import markers.
+pub fn marker_bounds(slot: u16) -> (Vec<u8>, Vec<u8>) {
+    let mut lo = vec![NS_IMPORTED];
+    lo.extend_from_slice(&slot.to_be_bytes());
+    let hi = match slot.checked_add(1) {
+        Some(next) => {
+            let mut hi = vec![NS_IMPORTED];
+            hi.extend_from_slice(&next.to_be_bytes());
+            hi
+        }
+        None => vec![NS_IMPORTED + 1],
+    };
+    (lo, hi)
 }
 
 /// What a cluster node's store says about the node: its id, fixed when

@@ -14,8 +14,10 @@ use std::collections::HashMap;
 
 use tern::{ValueKind, WriteBatch};
 
+use crate::cluster::slot::key_slot;
+use crate::cluster::view::SlotSet;
 use crate::key_cache::KeyCache;
-use crate::keyspace::{encode_value, expiry_key, Layout, Meta, META_KEY};
+use crate::keyspace::{encode_value, expiry_key, marker_key, Layout, Meta, META_KEY};
 use crate::store::{KeyState, Store, StoreResult};
 
 /// The uncommitted writes of one commit group.
@@ -36,6 +38,9 @@ pub struct Pending {
     cache: KeyCache,
     /// How Redis keys map to engine keys.
     layout: Layout,
+    /// Slots this cluster node is importing: every write to one of their
+    /// keys also writes the key's import marker.
+    importing: Option<std::sync::Arc<SlotSet>>,
 }
 
 impl Pending {
@@ -51,6 +56,7 @@ impl Pending {
             unsettled: HashMap::new(),
             cache,
             layout,
+            importing: None,
         }
     }
 
@@ -86,8 +92,48 @@ impl Pending {
         store.key_state(k)
     }
 
+    /// Sets the slots being imported (cluster mode), whose writes leave
+    /// import markers.
+    pub fn set_importing(&mut self, slots: Option<std::sync::Arc<SlotSet>>) {
+        self.importing = slots;
+    }
+
+    /// Whether Redis key `key` has an import marker, pending or committed.
+    pub fn marked(&mut self, store: &Store, key: &[u8]) -> StoreResult<bool> {
+        let m = marker_key(key);
+        if let Some(v) = self.lookup_raw(&m) {
+            return Ok(v.is_some());
+        }
+        Ok(store.db.get(&m)?.is_some())
+    }
+
+    /// Deletes engine key `k` outright (an import marker: no counts or
+    /// index entries depend on it).
+    pub fn delete_raw(&mut self, k: &[u8]) {
+        self.batch.delete(k);
+        if let Some(o) = &mut self.overlay {
+            o.insert(k.to_vec(), None);
+        }
+    }
+
+    /// Writes the import marker of `key`.
+    pub fn mark(&mut self, key: &[u8]) {
+        let m = marker_key(key);
+        self.batch.put(&m, b"");
+        if let Some(o) = &mut self.overlay {
+            o.insert(m, Some(Vec::new()));
+        }
+    }
+
     /// Moves the counts and the expiry index of `key` from `old` to `new`.
     fn account(&mut self, store: &Store, key: &[u8], old: KeyState, new: KeyState) {
+        if self
+            .importing
+            .as_ref()
+            .is_some_and(|s| s.contains(key_slot(key)))
+        {
+            self.mark(key);
+        }
         let m = &mut self.meta;
         // Saturating: a count is never worth a panic on the write path.
         m.keys = (m.keys + u64::from(new.exists)).saturating_sub(u64::from(old.exists));
@@ -142,6 +188,15 @@ impl Pending {
     /// Removes `key` (engine key `k`) whose state is `old`, if it exists.
     fn remove(&mut self, store: &Store, key: &[u8], k: Vec<u8>, old: KeyState) -> bool {
         if !old.exists {
+            // Deleting a key not imported yet settles it too: the bulk
+            // copy must not bring it back.
+            if self
+                .importing
+                .as_ref()
+                .is_some_and(|s| s.contains(key_slot(key)))
+            {
+                self.mark(key);
+            }
             return false;
         }
         self.batch.delete(&k);
@@ -174,6 +229,12 @@ impl Pending {
     /// not touch it, `Some(None)` if they delete it, else its new encoded
     /// value.
     pub fn lookup(&mut self, key: &[u8]) -> Option<Option<&[u8]>> {
+        let k = self.layout.key(self.meta.generation, key);
+        self.lookup_raw(&k)
+    }
+
+    /// [`Pending::lookup`] by engine key.
+    fn lookup_raw(&mut self, k: &[u8]) -> Option<Option<&[u8]>> {
         if self.batch.is_empty() {
             return None;
         }
@@ -187,9 +248,7 @@ impl Pending {
             }
             o
         });
-        overlay
-            .get(&self.layout.key(self.meta.generation, key))
-            .map(|v| v.as_deref())
+        overlay.get(k).map(|v| v.as_deref())
     }
 
     /// Takes the batch to commit, with the counts record when they changed,
@@ -220,7 +279,9 @@ impl Pending {
             self.cache.clear();
         }
         let cache = std::mem::take(&mut self.cache);
+        let importing = self.importing.take();
         *self = Pending::new(self.layout, meta, cache);
+        self.importing = importing;
     }
 }
 

@@ -183,6 +183,7 @@ fn node_settings(
             replicas: Vec::new(),
         },
         ttl: Duration::from_secs(c.node_ttl_secs.max(1)),
+        migrate_rate: (c.migrate_rate_mb * 1048576.0) as u64,
     })
 }
 
@@ -265,6 +266,7 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     let exec_status = Arc::new(crate::exec::ExecStatus::default());
     let exec = crate::exec::Exec::start(read_threads, exec_status.clone())
         .map_err(|e| ServerError(format!("cannot start the engine threads: {e}")))?;
+    let exec = Arc::new(exec);
     let counters =
         crate::metrics::Metrics::new(crate::commands::table::COMMANDS.iter().map(|c| c.name));
     let mut state = State::new(
@@ -293,6 +295,14 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     };
     let state = Arc::new(state);
     if let Some((node, reg, settings)) = joined {
+        rt.spawn(crate::cluster::mover::drive(
+            node.clone(),
+            reg.clone(),
+            state.clone(),
+            exec.clone(),
+            settings.migrate_rate,
+            settings.ttl,
+        ));
         rt.spawn(crate::cluster::run(
             node,
             reg,
@@ -305,7 +315,6 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     let thread = std::thread::Builder::new()
         .name("tern-serve-main".into())
         .spawn(move || {
-            let exec = Arc::new(exec);
             rt.block_on(run(
                 listener,
                 metrics,

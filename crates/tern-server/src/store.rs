@@ -78,6 +78,10 @@ const MIGRATE_BATCH: usize = 1000;
 /// Bytes per engine batch when migrating a format 1 store.
 const MIGRATE_BATCH_BYTES: usize = 4 << 20;
 
+/// One page of a slot's records and where the next starts (`None`: the
+/// slot is exhausted).
+pub type SlotPage = (Vec<(Vec<u8>, Entry)>, Option<Vec<u8>>);
+
 /// What the store holds for one Redis key, read from its header only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KeyState {
@@ -489,6 +493,133 @@ impl Store {
             true
         })?;
         Ok(n)
+    }
+
+    /// Up to `max_keys` live keys of slot `slot` with their values, from
+    /// Redis key `from` on (empty: the slot's start), stopping early once
+    /// `max_bytes` of values were read; and the key to resume from, `None`
+    /// when the slot is exhausted. The bulk copy of a slot migration.
+    pub fn slot_page(
+        &self,
+        slot: u16,
+        from: &[u8],
+        max_keys: usize,
+        max_bytes: usize,
+    ) -> StoreResult<SlotPage> {
+        let gen = self.generation();
+        let (lo, hi) = Layout::slot_bounds(gen, slot);
+        let mut it = self.db.iter(ReadOptions {
+            lower_bound: Some(lo.clone()),
+            upper_bound: Some(hi),
+            scan_len_hint: Some(max_keys),
+            ..ReadOptions::default()
+        })?;
+        if from.is_empty() {
+            it.seek(&lo);
+        } else {
+            it.seek(&self.layout.key(gen, from));
+        }
+        let p = self.layout.prefix_len();
+        let now = now_ms();
+        let (mut out, mut bytes) = (Vec::new(), 0);
+        while it.valid() {
+            if out.len() >= max_keys || bytes >= max_bytes {
+                return Ok((out, Some(it.key()[p..].to_vec())));
+            }
+            if let Some(e) = live_entry(it.value().to_vec(), now)? {
+                bytes += e.value.len() + it.key().len();
+                out.push((it.key()[p..].to_vec(), e));
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok((out, None))
+    }
+
+    /// Up to `limit` keys of slot `slot`, expired ones included (dropping
+    /// a slot that moved away).
+    pub fn slot_keys_all(&self, slot: u16, limit: usize) -> StoreResult<Vec<Vec<u8>>> {
+        let gen = self.generation();
+        let (lo, hi) = Layout::slot_bounds(gen, slot);
+        let mut it = self.db.iter(ReadOptions {
+            lower_bound: Some(lo.clone()),
+            upper_bound: Some(hi),
+            value_heads: true,
+            scan_len_hint: Some(limit),
+            ..ReadOptions::default()
+        })?;
+        it.seek(&lo);
+        let p = self.layout.prefix_len();
+        let mut out = Vec::new();
+        while it.valid() && out.len() < limit {
+            out.push(it.key()[p..].to_vec());
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// Up to `limit` import markers (engine keys) of slot `slot`.
+    pub fn markers(&self, slot: u16, limit: usize) -> StoreResult<Vec<Vec<u8>>> {
+        let (lo, hi) = keyspace::marker_bounds(slot);
+        let mut it = self.db.iter(ReadOptions {
+            lower_bound: Some(lo.clone()),
+            upper_bound: Some(hi),
+            scan_len_hint: Some(limit),
+            ..ReadOptions::default()
+        })?;
+        it.seek(&lo);
+        let mut out = Vec::new();
+        while it.valid() && out.len() < limit {
+            out.push(it.key().to_vec());
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// The slots that hold keys or import markers, in order (one seek per
+    /// slot that has some).
+    pub fn occupied_slots(&self) -> StoreResult<(Vec<u16>, Vec<u16>)> {
+        let mut keys = Vec::new();
+        let mut marks = Vec::new();
+        if self.layout != Layout::Slotted {
+            return Ok((keys, marks));
+        }
+        let gen = self.generation();
+        for (tag, out) in [(NS_KEYS, &mut keys), (keyspace::NS_IMPORTED, &mut marks)] {
+            let (lo, hi) = if tag == NS_KEYS {
+                generation_bounds(NS_KEYS, gen)
+            } else {
+                (vec![tag], vec![tag + 1])
+            };
+            let mut it = self.db.iter(ReadOptions {
+                lower_bound: Some(lo.clone()),
+                upper_bound: Some(hi),
+                value_heads: true,
+                ..ReadOptions::default()
+            })?;
+            it.seek(&lo);
+            let at = lo.len();
+            while it.valid() {
+                let Some(s) = it.key().get(at..at + 2) else {
+                    it.next();
+                    continue;
+                };
+                let slot = u16::from_be_bytes([s[0], s[1]]);
+                out.push(slot);
+                match slot.checked_add(1) {
+                    Some(next) => {
+                        let mut k = lo.clone();
+                        k.extend_from_slice(&next.to_be_bytes());
+                        it.seek(&k);
+                    }
+                    None => break,
+                }
+            }
+            it.status()?;
+        }
+        Ok((keys, marks))
     }
 
     /// Visits the live keys of slot `slot` in order until `f` returns

@@ -271,6 +271,53 @@ impl Registry {
         Ok(out)
     }
 
+    /// Records the background copy's progress of migration `id`.
+    pub async fn put_progress(
+        &mut self,
+        id: u64,
+        p: &super::mover::Progress,
+    ) -> Result<(), ClusterError> {
+        let v = serde_json::to_vec(p).unwrap_or_default();
+        self.client
+            .put(format!("{}/progress/{id}", self.prefix), v, None)
+            .await
+            .map_err(etcd)?;
+        Ok(())
+    }
+
+    /// Forgets the progress of finished migration `id`.
+    pub async fn clear_progress(&mut self, id: u64) -> Result<(), ClusterError> {
+        self.client
+            .delete(format!("{}/progress/{id}", self.prefix), None)
+            .await
+            .map_err(etcd)?;
+        Ok(())
+    }
+
+    /// The recorded progress of each migration's copy, by id.
+    pub async fn progress(
+        &mut self,
+    ) -> Result<BTreeMap<u64, super::mover::Progress>, ClusterError> {
+        let prefix = format!("{}/progress/", self.prefix);
+        let r = self
+            .client
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd)?;
+        let mut out = BTreeMap::new();
+        for kv in r.kvs() {
+            let id = kv
+                .key_str()
+                .ok()
+                .and_then(|k| k.strip_prefix(&prefix))
+                .and_then(|k| k.parse().ok());
+            if let (Some(id), Ok(p)) = (id, serde_json::from_slice(kv.value())) {
+                out.insert(id, p);
+            }
+        }
+        Ok(out)
+    }
+
     /// Waits until every node of `topology` has acknowledged its version
     /// (or a later one), for at most `timeout`.
     pub async fn wait_acks(

@@ -14,6 +14,8 @@
 
 pub mod commands;
 pub mod etcd;
+pub mod migrate;
+pub mod mover;
 pub mod slot;
 pub mod topology;
 pub mod view;
@@ -40,6 +42,9 @@ pub struct NodeSettings {
     pub announce: NodeInfo,
     /// How long the node's registration outlives it.
     pub ttl: Duration,
+    /// Bytes per second a migration's background copy may read from its
+    /// source (0: unbounded).
+    pub migrate_rate: u64,
 }
 
 /// This node's cluster state.
@@ -54,6 +59,16 @@ pub struct ClusterNode {
     live: Mutex<BTreeSet<String>>,
     /// Whether the node is in touch with etcd.
     connected: std::sync::atomic::AtomicBool,
+    /// Connections to other nodes, by address, for pulls.
+    peers: Mutex<std::collections::HashMap<(String, u16), Vec<migrate::Peer>>>,
+    /// Raised on every installed view.
+    versions: tokio::sync::watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for migrate::Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Peer")
+    }
 }
 
 impl ClusterNode {
@@ -65,7 +80,42 @@ impl ClusterNode {
             name: name.to_string(),
             live: Mutex::new(BTreeSet::new()),
             connected: std::sync::atomic::AtomicBool::new(false),
+            peers: Mutex::new(Default::default()),
+            versions: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// Runs `f` on a connection to node `host:port` (reused across calls;
+    /// a connection that failed is dropped).
+    pub fn with_peer<T>(
+        &self,
+        host: &str,
+        port: u16,
+        password: &str,
+        f: impl FnOnce(&mut migrate::Peer) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let key = (host.to_string(), port);
+        let pooled = self.peers.lock().get_mut(&key).and_then(|v| v.pop());
+        let mut peer = match pooled {
+            Some(p) => p,
+            None => migrate::Peer::connect(host, port, password)?,
+        };
+        let r = f(&mut peer);
+        if r.is_ok() {
+            let mut peers = self.peers.lock();
+            let list = peers.entry(key).or_default();
+            if list.len() < 8 {
+                list.push(peer);
+            }
+        }
+        r
+    }
+
+    /// Waits until a view newer than `version` is installed, for at most
+    /// `timeout`.
+    pub async fn changed_since(&self, version: u64, timeout: Duration) {
+        let mut rx = self.versions.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|&v| v > version)).await;
     }
 
     /// The current view. A request batch holds it while it runs, which
@@ -87,6 +137,8 @@ impl ClusterNode {
             }
             std::mem::replace(&mut *v, next)
         };
+        let version = self.view.read().version();
+        self.versions.send_replace(version);
         // Batches clone the view and drop it when they finish.
         while Arc::strong_count(&old) > 1 {
             std::thread::sleep(Duration::from_millis(1));
@@ -104,36 +156,74 @@ impl ClusterNode {
     }
 }
 
+/// The route of request `req` under `view`; `None` for a request without
+/// keys (or with the wrong number of arguments, which it reports itself).
+fn request_route(view: &View, req: &crate::exec::Request) -> Option<view::Route> {
+    use crate::commands::table::{arity_ok, COMMANDS};
+    let spec = req.cmd.and_then(|i| COMMANDS.get(i))?;
+    if spec.first_key == 0 || !arity_ok(spec.arity, req.args.len()) {
+        return None;
+    }
+    let keys = crate::commands::key_positions(spec, req.args.len())
+        .filter_map(|i| req.args.get(i))
+        .map(|k| k.as_slice());
+    Some(view.route(keys))
+}
+
+/// Whether a request of the batch touches a slot in handoff to this node
+/// (worth waiting a moment for the previous owner to let go).
+pub fn must_wait(view: &View, requests: &std::collections::VecDeque<crate::exec::Request>) -> bool {
+    requests
+        .iter()
+        .any(|r| matches!(request_route(view, r), Some(view::Route::Wait { .. })))
+}
+
 /// Routes a batch of requests with one view: a request whose keys this
 /// node does not serve gets its redirect (`-MOVED`, `-CROSSSLOT`,
-/// `-CLUSTERDOWN`) as its reply instead of running. `ASKING` applies to the
-/// request after it, in this batch or the next.
+/// `-CLUSTERDOWN`, `-TRYAGAIN`) as its reply instead of running. Returns
+/// the requests (index, source node) whose keys may have to be pulled
+/// from a previous owner first. `ASKING` is accepted and cleared by the
+/// next keyed request (ownership moves before data here, so no request
+/// needs it).
 pub fn route_batch(
     view: &View,
     session: &mut crate::commands::Session,
     requests: &mut std::collections::VecDeque<crate::exec::Request>,
-) {
-    use crate::commands::table::{arity_ok, COMMANDS};
-    for req in requests.iter_mut() {
-        let Some(spec) = req.cmd.and_then(|i| COMMANDS.get(i)) else {
-            continue;
-        };
-        if spec.name == "asking" {
+) -> Vec<(usize, usize)> {
+    let mut pulls = Vec::new();
+    for (i, req) in requests.iter_mut().enumerate() {
+        if req
+            .cmd
+            .and_then(|c| crate::commands::table::COMMANDS.get(c))
+            .is_some_and(|s| s.name == "asking")
+        {
             session.asking = true;
             continue;
         }
-        if spec.first_key == 0 || !arity_ok(spec.arity, req.args.len()) {
+        let Some(route) = request_route(view, req) else {
             continue;
+        };
+        session.asking = false;
+        if let view::Route::Pull { source, .. } = route {
+            pulls.push((i, source));
         }
-        let _asking = std::mem::take(&mut session.asking);
-        let keys = crate::commands::key_positions(spec, req.args.len())
-            .filter_map(|i| req.args.get(i))
-            .map(|k| k.as_slice());
-        if let Some(reply) = view.refusal(view.route(keys)) {
+        if let Some(reply) = view.refusal(route) {
             req.redirect = Some(reply);
             req.class = crate::exec::Class::Inline;
         }
     }
+    pulls
+}
+
+/// The keys of request `req`.
+pub fn request_keys(req: &crate::exec::Request) -> Vec<Vec<u8>> {
+    use crate::commands::table::COMMANDS;
+    let Some(spec) = req.cmd.and_then(|i| COMMANDS.get(i)) else {
+        return Vec::new();
+    };
+    crate::commands::key_positions(spec, req.args.len())
+        .filter_map(|i| req.args.get(i).cloned())
+        .collect()
 }
 
 /// Connects node `node` to etcd: registers it, reads the topology (and

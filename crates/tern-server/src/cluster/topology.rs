@@ -43,6 +43,59 @@ pub struct SlotRange {
     pub node: String,
 }
 
+/// Where a slot migration stands (see docs/cluster.md, "Live migration").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MigrationState {
+    /// Ownership moved to the target, which waits (clients see
+    /// `-TRYAGAIN`) until the source acknowledges that it stopped serving
+    /// the slots.
+    Handoff,
+    /// The target serves the slots, pulling each key it does not have yet
+    /// from the source on demand, while the bulk copies in the background.
+    Pulling,
+    /// Everything is at the target; the source deletes its copy.
+    Dropping,
+}
+
+/// Slots moving from one node to another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    /// Unique within the cluster.
+    pub id: u64,
+    /// The topology version that started it: the source has stopped
+    /// serving the slots once it acknowledges this version.
+    pub since: u64,
+    /// Source node id.
+    pub from: String,
+    /// Target node id (the slots' owner in `slots`).
+    pub to: String,
+    /// The moving slots, inclusive ranges.
+    pub slots: Vec<(u16, u16)>,
+    /// The step it is at.
+    pub state: MigrationState,
+}
+
+impl Migration {
+    /// Whether `slot` is one of the moving slots.
+    pub fn has(&self, slot: u16) -> bool {
+        self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+    }
+
+    /// The moving slots, one by one.
+    pub fn each_slot(&self) -> impl Iterator<Item = u16> + '_ {
+        self.slots.iter().flat_map(|&(a, b)| a..=b)
+    }
+
+    /// Number of moving slots.
+    pub fn slot_count(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|&(a, b)| usize::from(b.saturating_sub(a)) + 1)
+            .sum()
+    }
+}
+
 /// The whole topology.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Topology {
@@ -55,6 +108,9 @@ pub struct Topology {
     /// Slot ownership: sorted, disjoint ranges. A slot in no range has no
     /// owner (clients get `-CLUSTERDOWN`).
     pub slots: Vec<SlotRange>,
+    /// Slot migrations under way.
+    #[serde(default)]
+    pub migrations: Vec<Migration>,
 }
 
 /// A topology that breaks a rule, with what is wrong.
@@ -104,6 +160,7 @@ impl Topology {
             version: 1,
             nodes,
             slots,
+            migrations: Vec::new(),
         };
         t.validate()?;
         Ok(t)
@@ -148,7 +205,126 @@ impl Topology {
             }
             next = usize::from(r.end) + 1;
         }
+        let owners = self.owners();
+        let mut moving = vec![false; SLOTS];
+        for (i, m) in self.migrations.iter().enumerate() {
+            if self.migrations[..i].iter().any(|o| o.id == m.id) {
+                return bad(format!("migration {} is listed twice", m.id));
+            }
+            let (Some(_), Some(to)) = (self.index_of(&m.from), self.index_of(&m.to)) else {
+                return bad(format!("migration {} names an unknown node", m.id));
+            };
+            if m.from == m.to || m.slots.is_empty() {
+                return bad(format!("migration {} moves nothing", m.id));
+            }
+            for &(a, b) in &m.slots {
+                if a > b || usize::from(b) >= SLOTS {
+                    return bad(format!("migration {} has slot range {a}-{b}", m.id));
+                }
+            }
+            for s in m.each_slot() {
+                let s = usize::from(s);
+                if owners[s] != Some(to) {
+                    return bad(format!(
+                        "migration {} moves slot {s}, which its target does not own",
+                        m.id
+                    ));
+                }
+                if std::mem::replace(&mut moving[s], true) {
+                    return bad(format!("slot {s} is in two migrations"));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The migration moving `slot`, if any.
+    pub fn migration_of(&self, slot: u16) -> Option<&Migration> {
+        self.migrations.iter().find(|m| m.has(slot))
+    }
+
+    /// Starts moving `slots` (each owned by one node, not already moving)
+    /// to node `to`: ownership passes to `to` at once, and one migration
+    /// per source node records where the data still is. `since` is the
+    /// version this change will be stored as; migration ids are taken
+    /// from `since << 16` on.
+    pub fn start_migrations(
+        &mut self,
+        slots: &[u16],
+        to: &str,
+        since: u64,
+    ) -> Result<(), TopologyError> {
+        let to_idx = self
+            .index_of(to)
+            .ok_or_else(|| TopologyError(format!("unknown node {to}")))?;
+        let mut owners = self.owners();
+        let mut by_source: std::collections::BTreeMap<usize, Vec<u16>> = Default::default();
+        for &s in slots {
+            let Some(from) = owners.get(usize::from(s)).copied().flatten() else {
+                return Err(TopologyError(format!(
+                    "slot {s} has no owner to move it from"
+                )));
+            };
+            if from == to_idx {
+                continue;
+            }
+            if self.migration_of(s).is_some() {
+                return Err(TopologyError(format!("slot {s} is already moving")));
+            }
+            by_source.entry(from).or_default().push(s);
+            owners[usize::from(s)] = Some(to_idx);
+        }
+        for (next_id, (from, mut list)) in (since << 16..).zip(by_source) {
+            list.sort_unstable();
+            let mut ranges: Vec<(u16, u16)> = Vec::new();
+            for s in list {
+                match ranges.last_mut() {
+                    Some(r) if r.1 + 1 == s => r.1 = s,
+                    _ => ranges.push((s, s)),
+                }
+            }
+            self.migrations.push(Migration {
+                id: next_id,
+                from: self.nodes[from].id.clone(),
+                to: to.to_string(),
+                since,
+                slots: ranges,
+                state: MigrationState::Handoff,
+            });
+        }
+        self.set_owners(&owners);
+        self.validate()
+    }
+
+    /// Picks `count` slots for node `to` from the nodes that own the most,
+    /// from the top of their ranges, evening out ownership.
+    pub fn pick_slots(&self, count: usize, to: &str) -> Vec<u16> {
+        let owners = self.owners();
+        let mut counts: Vec<usize> = self.nodes.iter().map(|n| self.slot_count(&n.id)).collect();
+        let to_idx = self.index_of(to);
+        let mut taken = vec![false; SLOTS];
+        let mut out = Vec::new();
+        while out.len() < count {
+            let Some((donor, _)) = counts
+                .iter()
+                .enumerate()
+                .filter(|&(i, &c)| Some(i) != to_idx && c > 0)
+                .max_by_key(|&(i, &c)| (c, std::cmp::Reverse(i)))
+            else {
+                break;
+            };
+            let Some(s) = (0..SLOTS).rev().find(|&s| {
+                owners[s] == Some(donor) && !taken[s] && self.migration_of(s as u16).is_none()
+            }) else {
+                counts[donor] = 0;
+                continue;
+            };
+            taken[s] = true;
+            counts[donor] -= 1;
+            out.push(s as u16);
+        }
+        out.sort_unstable();
+        out
     }
 
     /// The node with id `id`.
@@ -280,6 +456,41 @@ mod tests {
         future.format = 2;
         assert!(Topology::decode(&future.encode()).is_err());
         assert!(Topology::decode(b"{").is_err());
+    }
+
+    #[test]
+    fn migrations_move_ownership_first_and_are_checked() {
+        let mut t = Topology::create((0..3).map(node).collect()).unwrap();
+        t.nodes.push(node(3));
+        let new = t.nodes[3].id.clone();
+        let slots = t.pick_slots(1638, &new);
+        assert_eq!(slots.len(), 1638);
+        t.start_migrations(&slots, &new, 7).unwrap();
+        assert_eq!(t.slot_count(&new), 1638);
+        // Taken evenly from the three owners, one migration per source.
+        assert_eq!(t.migrations.len(), 3);
+        for (i, m) in t.migrations.iter().enumerate() {
+            assert_eq!((m.id, m.since), ((7 << 16) + i as u64, 7));
+            assert_eq!(m.state, MigrationState::Handoff);
+            assert!((545..=547).contains(&m.slot_count()), "{m:?}");
+            assert!(m.each_slot().all(|s| t.owners()[usize::from(s)] == Some(3)));
+        }
+        assert_eq!(Topology::decode(&t.encode()).unwrap(), t);
+        // A slot cannot move twice at once, nor a migration name a slot
+        // its target does not own.
+        assert!(t
+            .clone()
+            .start_migrations(&slots[..1], &t.nodes[0].id.clone(), 20)
+            .is_err());
+        let mut bad = t.clone();
+        bad.migrations[0].slots.push((0, 0));
+        assert!(bad.validate().is_err());
+        let mut unknown = t.clone();
+        unknown.migrations[0].from = format!("{:040x}", 99);
+        assert!(unknown.validate().is_err());
+        // The next pick avoids slots already moving.
+        let more = t.pick_slots(100, &new);
+        assert!(more.iter().all(|&s| t.migration_of(s).is_none()));
     }
 
     #[test]

@@ -8,9 +8,42 @@
 //! an older one ([`super::ClusterNode::install`]), so a node that lost a
 //! slot has stopped serving it by the time it says so.
 
+use std::sync::Arc;
+
 use super::slot::{key_slot, SLOTS};
-use super::topology::{NodeInfo, Topology};
+use super::topology::{MigrationState, NodeInfo, Topology};
 use crate::resp::Reply;
+
+/// A set of slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotSet(Box<[u64]>);
+
+impl Default for SlotSet {
+    fn default() -> Self {
+        SlotSet(vec![0; SLOTS / 64].into_boxed_slice())
+    }
+}
+
+impl SlotSet {
+    /// Adds `slot`.
+    pub fn insert(&mut self, slot: u16) {
+        if let Some(w) = self.0.get_mut(usize::from(slot) / 64) {
+            *w |= 1 << (slot % 64);
+        }
+    }
+
+    /// Whether `slot` is in the set.
+    pub fn contains(&self, slot: u16) -> bool {
+        self.0
+            .get(usize::from(slot) / 64)
+            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+}
 
 /// Slot owner entry for a slot with no owner.
 const NO_OWNER: u16 = u16::MAX;
@@ -20,6 +53,21 @@ const NO_OWNER: u16 = u16::MAX;
 pub enum Route {
     /// It has no keys, or all its keys are in a slot this node serves.
     Here,
+    /// Its keys are in `slot`, which this node serves while it pulls the
+    /// slot's keys from node `source` (index into the topology's nodes):
+    /// keys not here yet are fetched before the request runs.
+    Pull {
+        /// The keys' slot.
+        slot: u16,
+        /// The node the slot's data is still on.
+        source: usize,
+    },
+    /// Its keys are in `slot`, which this node takes over once the
+    /// previous owner acknowledges that it stopped serving it.
+    Wait {
+        /// The keys' slot.
+        slot: u16,
+    },
     /// Its keys are in `slot`, which node `owner` (index into the
     /// topology's nodes) serves.
     Moved {
@@ -48,6 +96,8 @@ pub struct View {
     pub me: Option<usize>,
     /// The owner of each slot, an index into the topology's nodes.
     owner: Box<[u16]>,
+    /// Slots this node imports (a migration to it in handoff or pulling).
+    importing: Option<Arc<SlotSet>>,
 }
 
 impl View {
@@ -61,12 +111,25 @@ impl View {
             }
             me = t.index_of(my_id);
         }
+        let mut importing = SlotSet::default();
+        for m in topology.iter().flat_map(|t| &t.migrations) {
+            if m.to == my_id && m.state != MigrationState::Dropping {
+                m.each_slot().for_each(|s| importing.insert(s));
+            }
+        }
         View {
             topology,
             my_id: my_id.to_string(),
             me,
             owner,
+            importing: (!importing.is_empty()).then(|| Arc::new(importing)),
         }
+    }
+
+    /// The slots this node is importing, if any: writes to their keys
+    /// leave import markers.
+    pub fn importing(&self) -> Option<Arc<SlotSet>> {
+        self.importing.clone()
     }
 
     /// The topology's version (0 before the cluster is created).
@@ -108,7 +171,20 @@ impl View {
         };
         match self.owner(slot) {
             None => Route::Down { slot },
-            Some(o) if Some(o) == self.me => Route::Here,
+            Some(o) if Some(o) == self.me => {
+                if !self.importing.as_ref().is_some_and(|s| s.contains(slot)) {
+                    return Route::Here;
+                }
+                let t = self.topology.as_ref();
+                match t.and_then(|t| Some((t, t.migration_of(slot)?))) {
+                    Some((t, m)) => match (m.state, t.index_of(&m.from)) {
+                        (MigrationState::Handoff, _) => Route::Wait { slot },
+                        (MigrationState::Pulling, Some(source)) => Route::Pull { slot, source },
+                        _ => Route::Here,
+                    },
+                    None => Route::Here,
+                }
+            }
             Some(owner) => Route::Moved { slot, owner },
         }
     }
@@ -117,7 +193,10 @@ impl View {
     /// if it runs here.
     pub fn refusal(&self, route: Route) -> Option<Reply> {
         match route {
-            Route::Here => None,
+            Route::Here | Route::Pull { .. } => None,
+            Route::Wait { .. } => Some(Reply::Error(
+                "TRYAGAIN the slot is moving to this node; retry".into(),
+            )),
             Route::CrossSlot => Some(Reply::Error(
                 "CROSSSLOT Keys in request don't hash to the same slot".into(),
             )),

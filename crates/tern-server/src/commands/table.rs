@@ -120,6 +120,11 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("asking", 1, C, 0, 0, 0, "cluster", "3.0.0", "Signals that a cluster client is following an -ASK redirect.", crate::cluster::commands::asking),
     cmd!("readonly", 1, C, 0, 0, 0, "cluster", "3.0.0", "Enables read-only queries for a connection to a Redis Cluster replica node.", crate::cluster::commands::readonly),
     cmd!("readwrite", 1, C, 0, 0, 0, "cluster", "3.0.0", "Enables read-write queries for a connection to a Redis Cluster replica node.", crate::cluster::commands::readonly),
+    cmd!("tern.fetch", -2, RS, 0, 0, 0, "cluster", "0.1.0", "Returns keys' values and expiries to a node importing their slot (internal).", crate::cluster::migrate::fetch),
+    cmd!("tern.slotscan", 4, RS, 0, 0, 0, "cluster", "0.1.0", "Returns one page of a slot's records to a node importing it (internal).", crate::cluster::migrate::slotscan),
+    cmd!("tern.import", -4, WS, 0, 0, 0, "cluster", "0.1.0", "Stores migrated records a client has not overwritten here (internal).", crate::cluster::migrate::import),
+    cmd!("tern.dropslot", 3, WS, 0, 0, 0, "cluster", "0.1.0", "Deletes keys of a slot that moved away (internal).", crate::cluster::migrate::dropslot),
+    cmd!("tern.clearmarks", 3, WS, 0, 0, 0, "cluster", "0.1.0", "Deletes import markers of a slot no longer being imported (internal).", crate::cluster::migrate::clearmarks),
     cmd!("quit", -1, NOAUTH, 0, 0, 0, "connection", "1.0.0", "Closes the connection.", server::quit),
     cmd!("shutdown", -1, &["admin", "noscript", "loading", "stale", "no_async_loading"], 0, 0, 0, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server.", server::shutdown),
 ];

@@ -227,6 +227,9 @@ fn expire_cycle(
 ) -> crate::store::StoreResult<u64> {
     let store = &state.store;
     let mut pending = Pending::new(store.layout(), store.meta(), std::mem::take(cache));
+    if let Some(c) = &state.cluster {
+        pending.set_importing(c.view().importing());
+    }
     let result = expire_steps(store, cursor, &mut pending);
     *cache = pending.into_cache();
     result
@@ -292,6 +295,11 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
     // on the next commit.
     let mut settled = vec![0; jobs.len()];
     for (ji, job) in jobs.iter_mut().enumerate() {
+        // At least as new as the view the job was routed with: writes to a
+        // slot being imported leave import markers.
+        if let Some(c) = &state.cluster {
+            pending.set_importing(c.view().importing());
+        }
         let mut reply_bytes = 0;
         while reply_bytes < JOB_REPLY_BYTES {
             let Some(req) = job.requests.pop_front() else {

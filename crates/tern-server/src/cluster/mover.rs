@@ -1,0 +1,412 @@
+//! What a node does for the migrations it takes part in, driven by the
+//! topology it routes with (so a restarted node picks up where the
+//! cluster is, and an admin that dies after starting a migration leaves
+//! nothing stuck):
+//!
+//! - as a target in **handoff**: waits until the source acknowledges the
+//!   topology that took the slots (it has stopped serving them), or until
+//!   its registration lapsed, then moves the migration to **pulling**;
+//! - as a target **pulling**: copies the slots page by page from the
+//!   source (`TERN.SLOTSCAN` there, `TERN.IMPORT` here, at a bounded rate),
+//!   reporting progress in etcd, then moves the migration to **dropping**;
+//! - as a source **dropping**: deletes its copy of the slots, then removes
+//!   the migration;
+//! - always: deletes keys of slots it neither serves nor is dropping for a
+//!   migration (left by a crash), and import markers of slots no longer
+//!   being imported.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::etcd::{ClusterError, Registry};
+use super::migrate::import_args;
+use super::topology::{Migration, MigrationState};
+use super::ClusterNode;
+use crate::commands::Session;
+use crate::exec::{Exec, Request};
+use crate::resp::Reply;
+use crate::state::{ClientDetail, ClientInfo, State};
+
+/// Keys deleted per committer job when dropping a slot or its markers.
+const DROP_BATCH: usize = 512;
+/// Pause after a failed step before trying again.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Progress of a migration's background copy, as stored in etcd.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// Slots copied completely.
+    pub slots_done: usize,
+    /// Slots to copy.
+    pub slots: usize,
+    /// Records imported (not overwritten here before they arrived).
+    pub keys: u64,
+    /// Bytes of keys and values received.
+    pub bytes: u64,
+}
+
+/// The step of one migration a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Role {
+    Handoff,
+    Copy,
+    Drop,
+}
+
+/// Runs node `node`'s part in migrations until the process ends.
+pub async fn drive(
+    node: Arc<ClusterNode>,
+    reg: Registry,
+    state: Arc<State>,
+    exec: Arc<Exec>,
+    rate: u64,
+    ttl: Duration,
+) {
+    let running: Arc<Mutex<HashSet<(u64, Role)>>> = Arc::default();
+    let mut versions = node.versions.subscribe();
+    let mut cleaned = 0;
+    loop {
+        let view = node.view();
+        if let Some(t) = &view.topology {
+            for m in &t.migrations {
+                let role = match m.state {
+                    MigrationState::Handoff if m.to == node.info.id => Role::Handoff,
+                    MigrationState::Pulling if m.to == node.info.id => Role::Copy,
+                    MigrationState::Dropping if m.from == node.info.id => Role::Drop,
+                    _ => continue,
+                };
+                if !running.lock().insert((m.id, role)) {
+                    continue;
+                }
+                let step = Step {
+                    node: node.clone(),
+                    reg: reg.clone(),
+                    state: state.clone(),
+                    exec: exec.clone(),
+                    m: m.clone(),
+                };
+                let running = running.clone();
+                tokio::spawn(async move {
+                    match role {
+                        Role::Handoff => step.handoff(ttl).await,
+                        Role::Copy => step.copy(rate).await,
+                        Role::Drop => step.drop_source().await,
+                    }
+                    running.lock().remove(&(step.m.id, role));
+                });
+            }
+            // Leftovers of finished or crashed migrations, once per
+            // version, one cleanup at a time.
+            if cleaned != t.version && running.lock().insert((0, Role::Drop)) {
+                cleaned = t.version;
+                let (n, st, ex, r) = (node.clone(), state.clone(), exec.clone(), running.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = clean_leftovers(&n, &st, &ex).await {
+                        tracing::warn!("tern serve: cleaning up after migrations failed: {e}");
+                    }
+                    r.lock().remove(&(0, Role::Drop));
+                });
+            }
+        }
+        drop(view);
+        if versions.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A session for the node's own commands.
+fn internal_session(state: &State) -> Session {
+    let any = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    let info = Arc::new(ClientInfo {
+        id: state.next_id(),
+        addr: any,
+        laddr: any,
+        created: Instant::now(),
+        detail: parking_lot::Mutex::new(ClientDetail::default()),
+    });
+    Session::new(info, true)
+}
+
+/// Runs `args` on the committer; its reply.
+async fn write(state: &Arc<State>, exec: &Exec, args: Vec<Vec<u8>>) -> Result<Reply, String> {
+    let req = VecDeque::from([Request::new(args)]);
+    let (_, _, replies) = exec
+        .committer
+        .run(state.clone(), internal_session(state), req)
+        .await
+        .ok_or("the server is stopping")?;
+    match replies.into_iter().next() {
+        Some(Reply::Error(e)) => Err(e),
+        Some(r) => Ok(r),
+        None => Err("no reply".into()),
+    }
+}
+
+fn count_of(r: &Reply) -> i64 {
+    match r {
+        Reply::Int(n) => *n,
+        _ => 0,
+    }
+}
+
+struct Step {
+    node: Arc<ClusterNode>,
+    reg: Registry,
+    state: Arc<State>,
+    exec: Arc<Exec>,
+    m: Migration,
+}
+
+impl Step {
+    /// Whether the migration is still at `state` in the node's view.
+    fn still(&self, state: MigrationState) -> bool {
+        let v = self.node.view();
+        v.topology
+            .as_ref()
+            .and_then(|t| t.migrations.iter().find(|m| m.id == self.m.id))
+            .is_some_and(|m| m.state == state)
+    }
+
+    /// Moves the migration from `from` to `to` (or removes it, `None`).
+    async fn advance(
+        &self,
+        from: MigrationState,
+        to: Option<MigrationState>,
+    ) -> Result<(), ClusterError> {
+        let id = self.m.id;
+        let mut reg = self.reg.clone();
+        reg.update(|t| {
+            let mut t = t
+                .cloned()
+                .ok_or_else(|| ClusterError("no topology".into()))?;
+            let i = t
+                .migrations
+                .iter()
+                .position(|m| m.id == id && m.state == from)
+                .ok_or_else(|| ClusterError(format!("migration {id} is no longer {from:?}")))?;
+            match to {
+                Some(s) => t.migrations[i].state = s,
+                None => {
+                    t.migrations.remove(i);
+                }
+            }
+            Ok(t)
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn handoff(&self, ttl: Duration) {
+        let mut reg = self.reg.clone();
+        let mut gone_since: Option<Instant> = None;
+        while self.still(MigrationState::Handoff) {
+            let acked = reg
+                .acks()
+                .await
+                .ok()
+                .and_then(|a| a.get(&self.m.from).copied())
+                .is_some_and(|v| v >= self.m.since);
+            // A source whose registration lapsed a lease ago serves
+            // nothing (docs/cluster.md says what a frozen one may still
+            // finish).
+            let alive = reg
+                .live_nodes()
+                .await
+                .map(|l| l.contains_key(&self.m.from))
+                .unwrap_or(true);
+            if alive {
+                gone_since = None;
+            } else {
+                gone_since.get_or_insert_with(Instant::now);
+            }
+            let fenced = gone_since.is_some_and(|t| t.elapsed() >= ttl);
+            if acked || fenced {
+                match self
+                    .advance(MigrationState::Handoff, Some(MigrationState::Pulling))
+                    .await
+                {
+                    Ok(()) => return,
+                    Err(e) => tracing::debug!("handoff of migration {}: {e}", self.m.id),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn copy(&self, rate: u64) {
+        loop {
+            if !self.still(MigrationState::Pulling) {
+                return;
+            }
+            match self.copy_once(rate).await {
+                Ok(()) => {
+                    match self
+                        .advance(MigrationState::Pulling, Some(MigrationState::Dropping))
+                        .await
+                    {
+                        Ok(()) => return,
+                        Err(e) => tracing::warn!("migration {}: {e}", self.m.id),
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    "tern serve: copying migration {} from its source: {e}; retrying",
+                    self.m.id
+                ),
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+
+    /// Copies every slot of the migration once (again from the start
+    /// after a failure: records already settled here are skipped).
+    async fn copy_once(&self, rate: u64) -> Result<(), String> {
+        let source = self
+            .node
+            .view()
+            .topology
+            .as_ref()
+            .and_then(|t| t.node(&self.m.from).cloned())
+            .ok_or("the source left the topology")?;
+        let started = Instant::now();
+        let mut progress = Progress {
+            slots: self.m.slot_count(),
+            ..Progress::default()
+        };
+        let password = self.state.config.requirepass.clone();
+        for slot in self.m.each_slot() {
+            let mut cursor: Vec<u8> = Vec::new();
+            loop {
+                if !self.still(MigrationState::Pulling) {
+                    return Err("the migration moved on".into());
+                }
+                let (node, host, pw, c) = (
+                    self.node.clone(),
+                    source.host.clone(),
+                    password.clone(),
+                    cursor.clone(),
+                );
+                let port = source.port;
+                let (page, next) = tokio::task::spawn_blocking(move || {
+                    node.with_peer(&host, port, &pw, |p| p.page(slot, &c))
+                })
+                .await
+                .map_err(|e| e.to_string())??;
+                progress.bytes += page
+                    .iter()
+                    .map(|(k, _, v)| (k.len() + v.len()) as u64)
+                    .sum::<u64>();
+                if !page.is_empty() {
+                    let r = write(&self.state, &self.exec, import_args(page)).await?;
+                    progress.keys += count_of(&r).max(0) as u64;
+                }
+                // Bounded rate: foreground requests keep the disk and the
+                // committer.
+                if rate > 0 {
+                    let due = Duration::from_secs_f64(progress.bytes as f64 / rate as f64);
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                match next {
+                    Some(n) => cursor = n,
+                    None => break,
+                }
+            }
+            progress.slots_done += 1;
+            if progress.slots_done % 64 == 0 || progress.slots_done == progress.slots {
+                let _ = self.reg.clone().put_progress(self.m.id, &progress).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn drop_source(&self) {
+        loop {
+            if !self.still(MigrationState::Dropping) {
+                return;
+            }
+            let mut ok = true;
+            for slot in self.m.each_slot() {
+                if let Err(e) = drop_slot(&self.state, &self.exec, slot).await {
+                    tracing::warn!("tern serve: dropping slot {slot}: {e}; retrying");
+                    ok = false;
+                    break;
+                }
+            }
+            if ok {
+                match self.advance(MigrationState::Dropping, None).await {
+                    Ok(()) => {
+                        let _ = self.reg.clone().clear_progress(self.m.id).await;
+                        return;
+                    }
+                    Err(e) => tracing::warn!("migration {}: {e}", self.m.id),
+                }
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+}
+
+/// Deletes every key of `slot` here, in committer jobs of
+/// [`DROP_BATCH`].
+async fn drop_slot(state: &Arc<State>, exec: &Exec, slot: u16) -> Result<(), String> {
+    loop {
+        let args = vec![
+            b"TERN.DROPSLOT".to_vec(),
+            slot.to_string().into_bytes(),
+            DROP_BATCH.to_string().into_bytes(),
+        ];
+        if count_of(&write(state, exec, args).await?) == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// Drops keys of slots this node neither serves nor still has to hand
+/// over, and import markers of slots it no longer imports.
+async fn clean_leftovers(
+    node: &Arc<ClusterNode>,
+    state: &Arc<State>,
+    exec: &Exec,
+) -> Result<(), String> {
+    let st = state.clone();
+    let (key_slots, marker_slots) = tokio::task::spawn_blocking(move || st.store.occupied_slots())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let view = node.view();
+    let Some(t) = view.topology.as_ref() else {
+        return Ok(());
+    };
+    let me = &node.info.id;
+    let importing = view.importing();
+    for slot in key_slots {
+        let handing_over = t.migration_of(slot).is_some_and(|m| &m.from == me);
+        if !view.serves(slot) && !handing_over && t.node(me).is_some() {
+            tracing::info!(
+                "tern serve: dropping keys of slot {slot}, which this node no longer owns"
+            );
+            drop_slot(state, exec, slot).await?;
+        }
+    }
+    for slot in marker_slots {
+        if importing.as_ref().is_some_and(|s| s.contains(slot)) {
+            continue;
+        }
+        loop {
+            let args = vec![
+                b"TERN.CLEARMARKS".to_vec(),
+                slot.to_string().into_bytes(),
+                DROP_BATCH.to_string().into_bytes(),
+            ];
+            if count_of(&write(state, exec, args).await?) == 0 {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
