@@ -35,13 +35,17 @@ fn tern() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tern"))
 }
 
+/// Megabytes per second a migration copies in these tests: slow enough
+/// to kill a node in the middle of it.
+const MIGRATE_RATE_MB: f64 = 0.25;
+
 /// Starts a node on `port` with its data in `dir`; returns once it serves.
 fn start_node(etcd_url: &str, dir: &Path, port: u16) -> Proc {
     let cfg = dir.with_extension("toml");
     std::fs::write(
         &cfg,
         format!(
-            "appendfsync = \"always\"\nmetrics-bind = \"off\"\n[cluster]\netcd = \"{etcd_url}\"\nnode-ttl-secs = {NODE_TTL}\n"
+            "appendfsync = \"always\"\nmetrics-bind = \"off\"\n[cluster]\netcd = \"{etcd_url}\"\nnode-ttl-secs = {NODE_TTL}\nmigrate-rate-mb = {MIGRATE_RATE_MB}\n"
         ),
     )
     .unwrap();
@@ -406,4 +410,281 @@ fn an_added_node_joins_without_slots_and_redirects_everything() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+}
+
+/// A YCSB-style writer and reader through redis-py's `RedisCluster`: loads
+/// `n` keys of 1 KiB, prints `ready`, then updates (60%) and reads (40%)
+/// random keys until the stop file appears, checking every read against
+/// the last acknowledged write (or a write whose outcome it never learned).
+/// Writes its log (acknowledged values, unsure ones, error counts) as
+/// JSON. `verify` mode reads every key with a fresh client and counts
+/// those that do not hold an acknowledged (or unsure) value.
+const LOAD_PY: &str = r#"
+import json, os, random, sys, time
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
+mode, port, n, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rc = RedisCluster(host="127.0.0.1", port=port)
+pad = "x" * 1000
+if mode == "verify":
+    st = json.load(open(log))
+    acked, unsure = st["acked"], st["unsure"]
+    bad = []
+    for i in range(n):
+        k = f"k{i}"
+        got = rc.get(k)
+        got = got.decode() if got is not None else None
+        if got != acked.get(k) and got not in unsure.get(k, []):
+            bad.append((k, got[:20] if got else got, (acked.get(k) or "")[:20]))
+    print(json.dumps({"bad": len(bad), "examples": bad[:5]}))
+    sys.exit(0)
+stop = sys.argv[5]
+acked, unsure = {}, {}
+p = rc.pipeline()
+for i in range(n):
+    v = f"{i}-init-{pad}"
+    p.set(f"k{i}", v)
+    acked[f"k{i}"] = v
+p.execute()
+print("ready", flush=True)
+ops = errors = bad_reads = 0
+examples = []
+lat = []
+while not os.path.exists(stop):
+    i = random.randrange(n)
+    k = f"k{i}"
+    t0 = time.monotonic()
+    try:
+        if random.random() < 0.6:
+            v = f"{i}-{ops}-{pad}"
+            unsure.setdefault(k, []).append(v)
+            rc.set(k, v)
+            acked[k] = v
+            unsure.pop(k, None)
+        else:
+            got = rc.get(k)
+            got = got.decode() if got is not None else None
+            if got != acked.get(k) and got not in unsure.get(k, []):
+                bad_reads += 1
+                examples.append((k, (got or "")[:20], acked.get(k, "")[:20]))
+    except RedisError as e:
+        errors += 1
+        if len(examples) < 10:
+            examples.append(("error", str(e)[:120]))
+    lat.append(time.monotonic() - t0)
+    ops += 1
+lat.sort()
+p99 = lat[int(len(lat) * 0.99)] if lat else 0
+json.dump({"acked": acked, "unsure": unsure, "ops": ops, "errors": errors,
+           "bad_reads": bad_reads, "examples": examples, "p99_ms": p99 * 1000}, open(log, "w"))
+"#;
+
+/// Keys the scale-out tests load.
+const LOAD_KEYS: usize = 4000;
+
+/// What the load client reported.
+#[derive(Debug)]
+struct LoadReport {
+    ops: u64,
+    errors: u64,
+    bad_reads: u64,
+    p99_ms: f64,
+    examples: String,
+}
+
+/// The load client, running.
+struct Load {
+    proc: Proc,
+    log: PathBuf,
+    stop: PathBuf,
+}
+
+impl Load {
+    /// Starts the load through node `entry`; `None` without redis-py.
+    fn start(c: &Cluster, entry: u16) -> Option<Load> {
+        python("import sys", &[])?;
+        let log = c.root.path().join("load.json");
+        let stop = c.root.path().join("load.stop");
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(LOAD_PY)
+            .args(["load", &entry.to_string(), &LOAD_KEYS.to_string()])
+            .arg(&log)
+            .arg(&stop)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the load client did not start");
+        Some(Load {
+            proc: Proc(child),
+            log,
+            stop,
+        })
+    }
+
+    /// Stops the load and returns its report.
+    fn finish(mut self) -> LoadReport {
+        std::fs::write(&self.stop, b"").unwrap();
+        let status = self.proc.0.wait().unwrap();
+        assert!(status.success(), "the load client failed");
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&self.log).unwrap()).unwrap();
+        LoadReport {
+            ops: v["ops"].as_u64().unwrap(),
+            errors: v["errors"].as_u64().unwrap(),
+            bad_reads: v["bad_reads"].as_u64().unwrap(),
+            p99_ms: v["p99_ms"].as_f64().unwrap(),
+            examples: v["examples"].to_string(),
+        }
+    }
+}
+
+/// Reads every key through a fresh cluster client and checks it against
+/// the load's log; returns the number of keys that lost their
+/// acknowledged value.
+fn verify(c: &Cluster, entry: u16, log: &Path) -> u64 {
+    let out = python(
+        LOAD_PY,
+        &[
+            "verify".into(),
+            entry.to_string(),
+            LOAD_KEYS.to_string(),
+            log.display().to_string(),
+        ],
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let bad = v["bad"].as_u64().unwrap();
+    assert_eq!(bad, 0, "keys lost their acknowledged value: {}", v["examples"]);
+    let _ = c;
+    bad
+}
+
+/// Waits until no migration is under way.
+fn wait_migrations_done(c: &Cluster, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let status = c.admin(&["status"]);
+        if !status.contains("migrations:") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "migrations stuck:\n{status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until `tern cluster status` mentions `what`.
+fn wait_status(c: &Cluster, what: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let status = c.admin(&["status"]);
+        if status.contains(what) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "never saw {what:?}:\n{status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Keys stored on all nodes together.
+fn total_keys(c: &Cluster) -> i64 {
+    (0..c.nodes.len())
+        .map(|i| redis::cmd("DBSIZE").query::<i64>(&mut c.conn(i)).unwrap())
+        .sum()
+}
+
+/// Where a scale-out is disturbed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Disturb {
+    Nothing,
+    KillSource,
+    KillTarget,
+    KillAdmin,
+}
+
+/// Moves 10% of the slots of a three-node cluster to a fourth node while
+/// the load runs, disturbed by `d`; then every acknowledged write must be
+/// readable and every key stored exactly once.
+fn scale_out_under_load(d: Disturb) {
+    let Some(mut c) = Cluster::start(3) else { return };
+    c.admin(&["create", "--nodes", "3"]);
+    c.add();
+    let entry = c.nodes[1].port;
+    let Some(load) = Load::start(&c, entry) else { return };
+    let to = format!("127.0.0.1:{}", c.nodes[3].port);
+    let mut admin = tern()
+        .args(["cluster", "scale-out", "--slots", "1638", "--to", &to, "--etcd"])
+        .arg(&c.etcd_url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(admin.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("moving 1638 slots"), "{first}");
+    match d {
+        Disturb::Nothing => {}
+        Disturb::KillAdmin => {
+            admin.kill().unwrap();
+        }
+        Disturb::KillSource | Disturb::KillTarget => {
+            wait_status(&c, "pulling;", Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(300));
+            let victim = if d == Disturb::KillSource { 0 } else { 3 };
+            c.kill(victim);
+            std::thread::sleep(Duration::from_millis(1500));
+            c.restart(victim);
+        }
+    }
+    wait_migrations_done(&c, Duration::from_secs(90));
+    if d != Disturb::KillAdmin {
+        assert!(admin.wait().unwrap().success(), "tern cluster scale-out failed");
+    }
+    let _ = admin.wait();
+    let log = load.log.clone();
+    let report = load.finish();
+    eprintln!(
+        "{d:?}: {} ops, {} errors, p99 {:.1} ms",
+        report.ops, report.errors, report.p99_ms
+    );
+    assert!(report.ops > 100, "the load hardly ran: {report:?}");
+    assert_eq!(report.bad_reads, 0, "stale or lost reads: {}", report.examples);
+    if matches!(d, Disturb::Nothing | Disturb::KillAdmin) {
+        assert_eq!(report.errors, 0, "requests failed: {}", report.examples);
+    }
+    verify(&c, c.nodes[2].port, &log);
+    // Every key once: the sources dropped what moved.
+    assert_eq!(total_keys(&c), LOAD_KEYS as i64);
+    let status = c.admin(&["status"]);
+    let line = status
+        .lines()
+        .find(|l| l.contains(&to))
+        .unwrap()
+        .to_string();
+    assert!(line.contains(" 1638 "), "{status}");
+}
+
+#[test]
+fn scale_out_under_load_loses_no_acknowledged_write() {
+    scale_out_under_load(Disturb::Nothing);
+}
+
+#[test]
+fn scale_out_survives_the_admin_killed_after_it_started() {
+    scale_out_under_load(Disturb::KillAdmin);
+}
+
+#[test]
+fn scale_out_survives_the_source_killed_mid_copy() {
+    scale_out_under_load(Disturb::KillSource);
+}
+
+#[test]
+fn scale_out_survives_the_target_killed_mid_copy() {
+    scale_out_under_load(Disturb::KillTarget);
 }
