@@ -558,7 +558,11 @@ fn verify(c: &Cluster, entry: u16, log: &Path) -> u64 {
     .unwrap();
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let bad = v["bad"].as_u64().unwrap();
-    assert_eq!(bad, 0, "keys lost their acknowledged value: {}", v["examples"]);
+    assert_eq!(
+        bad, 0,
+        "keys lost their acknowledged value: {}",
+        v["examples"]
+    );
     let _ = c;
     bad
 }
@@ -603,20 +607,38 @@ enum Disturb {
     KillSource,
     KillTarget,
     KillAdmin,
+    /// SIGSTOP the source before the move, SIGCONT once the target took
+    /// its slots over without its acknowledgement.
+    FreezeSource,
 }
 
 /// Moves 10% of the slots of a three-node cluster to a fourth node while
 /// the load runs, disturbed by `d`; then every acknowledged write must be
 /// readable and every key stored exactly once.
 fn scale_out_under_load(d: Disturb) {
-    let Some(mut c) = Cluster::start(3) else { return };
+    let Some(mut c) = Cluster::start(3) else {
+        return;
+    };
     c.admin(&["create", "--nodes", "3"]);
     c.add();
     let entry = c.nodes[1].port;
-    let Some(load) = Load::start(&c, entry) else { return };
+    let Some(load) = Load::start(&c, entry) else {
+        return;
+    };
     let to = format!("127.0.0.1:{}", c.nodes[3].port);
+    if d == Disturb::FreezeSource {
+        c.nodes[0].proc.as_ref().unwrap().signal("-STOP");
+    }
     let mut admin = tern()
-        .args(["cluster", "scale-out", "--slots", "1638", "--to", &to, "--etcd"])
+        .args([
+            "cluster",
+            "scale-out",
+            "--slots",
+            "1638",
+            "--to",
+            &to,
+            "--etcd",
+        ])
         .arg(&c.etcd_url)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -632,6 +654,7 @@ fn scale_out_under_load(d: Disturb) {
         Disturb::KillAdmin => {
             admin.kill().unwrap();
         }
+        Disturb::FreezeSource => {}
         Disturb::KillSource | Disturb::KillTarget => {
             wait_status(&c, "pulling;", Duration::from_secs(20));
             std::thread::sleep(Duration::from_millis(300));
@@ -641,9 +664,41 @@ fn scale_out_under_load(d: Disturb) {
             c.restart(victim);
         }
     }
+    if d == Disturb::FreezeSource {
+        // The target waits for the frozen source's registration to lapse
+        // (and a lease more) before it serves the slots.
+        let frozen = redis_cli(c.nodes[1].port, &["cluster", "nodes"]);
+        let id = frozen
+            .lines()
+            .find(|l| l.contains(&format!(":{}@", c.nodes[0].port)))
+            .and_then(|l| l.split(' ').next())
+            .unwrap()
+            .to_string();
+        let deadline = Instant::now() + Duration::from_secs(NODE_TTL * 6 + 10);
+        loop {
+            let status = c.admin(&["status"]);
+            let from_frozen = status
+                .lines()
+                .find(|l| l.contains(&format!("127.0.0.1:{} ->", c.nodes[0].port)))
+                .unwrap_or("")
+                .to_string();
+            if from_frozen.contains("pulling") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never took over from {id}:\n{status}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        c.nodes[0].proc.as_ref().unwrap().signal("-CONT");
+    }
     wait_migrations_done(&c, Duration::from_secs(90));
     if d != Disturb::KillAdmin {
-        assert!(admin.wait().unwrap().success(), "tern cluster scale-out failed");
+        assert!(
+            admin.wait().unwrap().success(),
+            "tern cluster scale-out failed"
+        );
     }
     let _ = admin.wait();
     let log = load.log.clone();
@@ -653,7 +708,11 @@ fn scale_out_under_load(d: Disturb) {
         report.ops, report.errors, report.p99_ms
     );
     assert!(report.ops > 100, "the load hardly ran: {report:?}");
-    assert_eq!(report.bad_reads, 0, "stale or lost reads: {}", report.examples);
+    assert_eq!(
+        report.bad_reads, 0,
+        "stale or lost reads: {}",
+        report.examples
+    );
     if matches!(d, Disturb::Nothing | Disturb::KillAdmin) {
         assert_eq!(report.errors, 0, "requests failed: {}", report.examples);
     }
@@ -682,6 +741,11 @@ fn scale_out_survives_the_admin_killed_after_it_started() {
 #[test]
 fn scale_out_survives_the_source_killed_mid_copy() {
     scale_out_under_load(Disturb::KillSource);
+}
+
+#[test]
+fn scale_out_fences_a_frozen_source_and_finishes_once_it_thaws() {
+    scale_out_under_load(Disturb::FreezeSource);
 }
 
 #[test]

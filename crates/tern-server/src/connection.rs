@@ -284,13 +284,23 @@ async fn run_requests(
             Class::Write => {
                 let n = requests.iter().take_while(|r| r.class == class).count();
                 let run: VecDeque<Request> = requests.drain(..n).collect();
-                let (s, rest, replies) = exec
+                let (s, rest, mut replies) = exec
                     .committer
                     .run(state.clone(), session, run)
                     .await
                     .ok_or(Close::Gone)?;
                 session = s;
                 put_back(requests, rest);
+                // A node frozen or cut off mid-batch may have lost its
+                // slots meanwhile: what it wrote is not acknowledged.
+                if state.cluster.as_ref().is_some_and(|c| !c.lease_fresh()) {
+                    for r in replies.iter_mut().filter(|r| !r.is_error()) {
+                        *r = Reply::Error(
+                            "TRYAGAIN the node lost touch with the cluster while writing; retry"
+                                .into(),
+                        );
+                    }
+                }
                 replies
             }
         };
@@ -335,7 +345,7 @@ async fn route_cluster(
         node.changed_since(v, left).await;
         view = node.view();
     }
-    let pulls = crate::cluster::route_batch(&view, &mut session, requests);
+    let pulls = crate::cluster::route_batch(&view, node.lease_fresh(), &mut session, requests);
     if pulls.is_empty() {
         return Ok((session, view));
     }

@@ -207,22 +207,6 @@ impl Registry {
         Ok(lease)
     }
 
-    /// Keeps lease `lease` alive, renewing every third of `ttl`, until it
-    /// cannot (etcd unreachable, or the lease expired).
-    pub async fn keep_alive(&self, lease: i64, ttl: Duration) -> Result<(), ClusterError> {
-        let mut client = self.client.clone();
-        let (mut keeper, mut stream) = client.lease_keep_alive(lease).await.map_err(etcd)?;
-        let every = (ttl / 3).max(Duration::from_millis(200));
-        loop {
-            keeper.keep_alive().await.map_err(etcd)?;
-            match stream.message().await.map_err(etcd)? {
-                Some(r) if r.ttl() > 0 => {}
-                _ => return Err(ClusterError("the node's etcd lease expired".into())),
-            }
-            tokio::time::sleep(every).await;
-        }
-    }
-
     /// The nodes registered and alive, by id.
     pub async fn live_nodes(&mut self) -> Result<BTreeMap<String, NodeInfo>, ClusterError> {
         let r = self

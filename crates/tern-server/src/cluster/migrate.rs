@@ -211,9 +211,9 @@ impl Peer {
         let conn = client
             .get_connection_with_timeout(Duration::from_secs(2))
             .map_err(|e| format!("cannot reach node {host}:{port}: {e}"))?;
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
-        conn.set_write_timeout(Some(Duration::from_secs(10)))
+        conn.set_write_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
         Ok(Peer { conn })
     }

@@ -63,6 +63,16 @@ pub struct ClusterNode {
     peers: Mutex<std::collections::HashMap<(String, u16), Vec<migrate::Peer>>>,
     /// Raised on every installed view.
     versions: tokio::sync::watch::Sender<u64>,
+    /// Fencing: until when (ms after `epoch`) this node's registration is
+    /// known to hold; past it the node may have been deposed (its slots
+    /// handed over) and serves no keys.
+    fresh_until: std::sync::atomic::AtomicU64,
+    /// Whether the node re-read the topology (and drained every batch
+    /// routed before) since its registration last lapsed.
+    synced: std::sync::atomic::AtomicBool,
+    /// The lease the node's registration is attached to.
+    lease: std::sync::atomic::AtomicI64,
+    epoch: std::time::Instant,
 }
 
 impl std::fmt::Debug for migrate::Peer {
@@ -82,7 +92,43 @@ impl ClusterNode {
             connected: std::sync::atomic::AtomicBool::new(false),
             peers: Mutex::new(Default::default()),
             versions: tokio::sync::watch::channel(0).0,
+            fresh_until: std::sync::atomic::AtomicU64::new(0),
+            synced: std::sync::atomic::AtomicBool::new(false),
+            lease: std::sync::atomic::AtomicI64::new(0),
+            epoch: std::time::Instant::now(),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Whether the node may serve keys: its registration in etcd is known
+    /// to hold, and it has caught up with the topology since it last
+    /// lapsed. A node cut off from etcd (or frozen) longer than its lease
+    /// stops serving before another node can take its slots over (which
+    /// waits a further lease after the registration disappears).
+    pub fn lease_fresh(&self) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        self.synced.load(Acquire) && self.now_ms() < self.fresh_until.load(Acquire)
+    }
+
+    /// Records a renewal of the registration requested at `sent_ms` (a
+    /// lease of `ttl`), counted from when it was sent, less a margin.
+    fn renewed(&self, sent_ms: u64, ttl: Duration) {
+        let ttl = ttl.as_millis() as u64;
+        self.fresh_until.fetch_max(
+            sent_ms + ttl - ttl / 10,
+            std::sync::atomic::Ordering::AcqRel,
+        );
+    }
+
+    /// The refusal for keyed requests while [`ClusterNode::lease_fresh`]
+    /// is false.
+    pub fn fenced_reply() -> crate::resp::Reply {
+        crate::resp::Reply::Error(
+            "CLUSTERDOWN The node is cut off from the cluster's metadata (etcd); retry".into(),
+        )
     }
 
     /// Runs `f` on a connection to node `host:port` (reused across calls;
@@ -182,11 +228,14 @@ pub fn must_wait(view: &View, requests: &std::collections::VecDeque<crate::exec:
 /// node does not serve gets its redirect (`-MOVED`, `-CROSSSLOT`,
 /// `-CLUSTERDOWN`, `-TRYAGAIN`) as its reply instead of running. Returns
 /// the requests (index, source node) whose keys may have to be pulled
-/// from a previous owner first. `ASKING` is accepted and cleared by the
+/// from a previous owner first. While `fresh` is false (the node's
+/// registration may have lapsed) every keyed request is refused. `ASKING`
+/// is accepted and cleared by the
 /// next keyed request (ownership moves before data here, so no request
 /// needs it).
 pub fn route_batch(
     view: &View,
+    fresh: bool,
     session: &mut crate::commands::Session,
     requests: &mut std::collections::VecDeque<crate::exec::Request>,
 ) -> Vec<(usize, usize)> {
@@ -204,10 +253,16 @@ pub fn route_batch(
             continue;
         };
         session.asking = false;
-        if let view::Route::Pull { source, .. } = route {
-            pulls.push((i, source));
-        }
-        if let Some(reply) = view.refusal(route) {
+        let refusal = match route {
+            // A node that may have been deposed serves no keys.
+            _ if !fresh => Some(ClusterNode::fenced_reply()),
+            view::Route::Pull { source, .. } => {
+                pulls.push((i, source));
+                None
+            }
+            r => view.refusal(r),
+        };
+        if let Some(reply) = refusal {
             req.redirect = Some(reply);
             req.class = crate::exec::Class::Inline;
         }
@@ -231,7 +286,11 @@ pub fn request_keys(req: &crate::exec::Request) -> Vec<Vec<u8>> {
 /// Returns the registry for [`run`].
 pub async fn join(node: &Arc<ClusterNode>, s: &NodeSettings) -> Result<Registry, ClusterError> {
     let mut reg = Registry::connect(&s.etcd, &s.name).await?;
-    reg.register(&node.info, s.ttl).await?;
+    let sent = node.now_ms();
+    let lease = reg.register(&node.info, s.ttl).await?;
+    node.lease
+        .store(lease, std::sync::atomic::Ordering::Release);
+    node.renewed(sent, s.ttl);
     let mut stored = reg.topology().await?;
     let moved = stored
         .topology
@@ -265,7 +324,34 @@ pub async fn join(node: &Arc<ClusterNode>, s: &NodeSettings) -> Result<Registry,
     }
     node.connected
         .store(true, std::sync::atomic::Ordering::Relaxed);
+    node.synced
+        .store(true, std::sync::atomic::Ordering::Release);
     Ok(reg)
+}
+
+/// Renews node `node`'s registration (lease `lease`) until it lapses.
+async fn keep_registered(
+    node: &ClusterNode,
+    reg: &Registry,
+    lease: i64,
+    ttl: Duration,
+) -> Result<(), ClusterError> {
+    let fail = |e: etcd_client::Error| ClusterError(format!("etcd: {e}"));
+    let mut client = reg.client();
+    let (mut keeper, mut stream) = client.lease_keep_alive(lease).await.map_err(fail)?;
+    let every = (ttl / 4).max(Duration::from_millis(100));
+    loop {
+        let sent = node.now_ms();
+        keeper.keep_alive().await.map_err(fail)?;
+        let answer = tokio::time::timeout(ttl, stream.message())
+            .await
+            .map_err(|_| ClusterError("etcd did not answer a lease renewal".into()))?;
+        match answer.map_err(fail)? {
+            Some(r) if r.ttl() > 0 => node.renewed(sent, ttl),
+            _ => return Err(ClusterError("the node's etcd lease expired".into())),
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// Keeps node `node` registered and its view current until `shutdown`
@@ -283,23 +369,39 @@ pub async fn run(
         let mut reg = reg.clone();
         let s = s.clone();
         async move {
-            let mut lease = None;
+            use std::sync::atomic::Ordering::{Acquire, Release};
+            let mut lease = node.lease.load(Acquire);
             loop {
-                let l = match lease.take() {
-                    Some(l) => l,
-                    None => match reg.register(&node.info, s.ttl).await {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::warn!("tern serve: cannot register in etcd: {e}");
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                            continue;
-                        }
-                    },
-                };
-                if let Err(e) = reg.keep_alive(l, s.ttl).await {
+                if let Err(e) = keep_registered(&node, &reg, lease, s.ttl).await {
                     tracing::warn!("tern serve: etcd registration lapsed: {e}");
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                // Serve no keys again until registered anew and caught up
+                // with the topology: the slots may have moved meanwhile.
+                node.synced.store(false, Release);
+                loop {
+                    let sent = node.now_ms();
+                    let again = async {
+                        let l = reg.register(&node.info, s.ttl).await?;
+                        let t = reg.topology().await?.topology;
+                        Ok::<_, ClusterError>((l, t))
+                    };
+                    match again.await {
+                        Ok((l, t)) => {
+                            lease = l;
+                            node.lease.store(l, Release);
+                            node.renewed(sent, s.ttl);
+                            // Installing waits out every batch routed with
+                            // an older view.
+                            if apply(&node, &mut reg, t).await.is_ok() {
+                                node.synced.store(true, Release);
+                                tracing::info!("tern serve: registered in etcd again");
+                                break;
+                            }
+                        }
+                        Err(e) => tracing::warn!("tern serve: cannot register in etcd: {e}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
             }
         }
     };
