@@ -14,6 +14,7 @@
 
 pub mod commands;
 pub mod etcd;
+pub mod fuzz;
 pub mod migrate;
 pub mod mover;
 pub mod slot;

@@ -1,0 +1,33 @@
+//! Fuzz harness for the cluster's decoders (`fuzz/fuzz_targets/cluster.rs`,
+//! and the corpus replay test): the topology document a node reads from
+//! etcd and the cluster record it reads from its store. Arbitrary bytes
+//! must decode to something that passes the checks, or to an error, never
+//! a panic; whatever decodes routes every slot without panicking.
+
+use super::topology::Topology;
+use super::view::View;
+use crate::keyspace::ClusterRecord;
+
+/// Decodes `data`: the first byte picks the decoder.
+pub fn decode(data: &[u8]) {
+    let Some((which, body)) = data.split_first() else {
+        return;
+    };
+    if which % 2 == 1 {
+        if let Ok(r) = ClusterRecord::decode(body) {
+            assert_eq!(ClusterRecord::decode(&r.encode()).as_ref(), Ok(&r));
+        }
+        return;
+    }
+    let Ok(t) = Topology::decode(body) else {
+        return;
+    };
+    // What decodes re-encodes to the same document and routes every slot.
+    assert_eq!(Topology::decode(&t.encode()).as_ref(), Ok(&t));
+    let me = t.nodes.first().map(|n| n.id.clone()).unwrap_or_default();
+    let view = View::new(&me, Some(t));
+    for slot in 0..super::slot::SLOTS as u16 {
+        let _ = view.owner(slot);
+    }
+    let _ = view.route([&body[..body.len().min(8)]]);
+}

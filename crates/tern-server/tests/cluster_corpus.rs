@@ -1,0 +1,29 @@
+//! Replays the cluster decoders' fuzz corpus (`fuzz/corpus/cluster`)
+//! through the fuzz harness, and checks that the seeds decode as they
+//! should, so `cargo test` catches regressions without the fuzzer.
+#![allow(clippy::unwrap_used)]
+
+use tern_server::cluster::fuzz::decode;
+use tern_server::cluster::topology::Topology;
+use tern_server::keyspace::ClusterRecord;
+
+#[test]
+fn cluster_fuzz_corpus_replays_without_panics() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/cluster");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        decode(&data);
+        for cut in 0..data.len().min(64) {
+            decode(&data[..cut]);
+        }
+        n += 1;
+    }
+    assert!(n >= 5, "the corpus should hold the seed inputs, found {n}");
+    let seed = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let t = Topology::decode(&seed("topology-with-migration")[1..]).unwrap();
+    assert_eq!(t.migrations.len(), 1);
+    assert!(Topology::decode(&seed("topology-overlap")[1..]).is_err());
+    assert!(ClusterRecord::decode(&seed("record")[1..]).is_ok());
+    assert!(ClusterRecord::decode(&seed("record-bad-id")[1..]).is_err());
+}
