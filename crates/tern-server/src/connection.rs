@@ -358,20 +358,37 @@ async fn route_cluster(
                 .extend(crate::cluster::request_keys(r));
         }
     }
-    let (st, v) = (state.clone(), view.clone());
-    let fetched = exec
+    // Which keys are not here yet is a store read: on the read pool.
+    let st = state.clone();
+    let missing = exec
         .readers
         .run(move || {
-            let mut records = Vec::new();
+            let mut out = Vec::new();
             for (source, keys) in by_source {
-                records.extend(crate::cluster::migrate::pull_missing(
-                    &st, &v, source, &keys,
-                )?);
+                out.push((source, crate::cluster::migrate::unsettled(&st, &keys)?));
             }
-            Ok::<_, String>(records)
+            Ok::<_, String>(out)
         })
         .await
         .ok_or(Close::Gone)?;
+    let fetched = match missing {
+        Err(e) => Err(e),
+        Ok(missing) => {
+            let mut records = Vec::new();
+            let mut failed = None;
+            for (source, keys) in missing.into_iter().filter(|(_, k)| !k.is_empty()) {
+                let pw = &state.config.requirepass;
+                match crate::cluster::migrate::fetch_from(node, &view, source, pw, keys).await {
+                    Ok(r) => records.extend(r),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            match failed {
+                Some(e) => Err(e),
+                None => Ok(records),
+            }
+        }
+    };
     let failed = match fetched {
         Ok(records) if records.is_empty() => None,
         Ok(records) => {

@@ -192,66 +192,118 @@ pub fn clearmarks(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     Reply::Int(marks.len() as i64)
 }
 
-/// A connection to another node, for fetches and page reads.
+/// A connection to another node, for fetches and page reads (pipelined:
+/// every connection and the background copy share it).
+#[derive(Debug, Clone)]
 pub struct Peer {
-    conn: redis::Connection,
+    conn: tern_client::Connection,
+}
+
+/// Longest wait for another node's answer.
+const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn bulk(r: tern_client::Reply) -> Result<Vec<u8>, String> {
+    match r {
+        tern_client::Reply::Bulk(b) => Ok(b),
+        other => Err(format!("expected a string, got {other:?}")),
+    }
+}
+
+fn int(r: &tern_client::Reply) -> Result<i64, String> {
+    match r {
+        tern_client::Reply::Int(n) => Ok(*n),
+        other => Err(format!("expected an integer, got {other:?}")),
+    }
 }
 
 impl Peer {
-    /// Connects to `host:port`, authenticating with `password` if set.
-    pub fn connect(host: &str, port: u16, password: &str) -> Result<Peer, String> {
-        let info = redis::ConnectionInfo {
-            addr: redis::ConnectionAddr::Tcp(host.to_string(), port),
-            redis: redis::RedisConnectionInfo {
-                password: (!password.is_empty()).then(|| password.to_string()),
-                ..Default::default()
-            },
-        };
-        let client = redis::Client::open(info).map_err(|e| e.to_string())?;
-        let conn = client
-            .get_connection_with_timeout(Duration::from_secs(2))
-            .map_err(|e| format!("cannot reach node {host}:{port}: {e}"))?;
-        conn.set_read_timeout(Some(Duration::from_secs(5)))
+    /// Connects to `addr`, authenticating with `password` if set.
+    pub async fn connect(addr: &str, password: &str) -> Result<Peer, String> {
+        let conn = tern_client::Connection::connect(addr)
+            .await
             .map_err(|e| e.to_string())?;
-        conn.set_write_timeout(Some(Duration::from_secs(5)))
+        let peer = Peer { conn };
+        if !password.is_empty() {
+            peer.call(vec![b"AUTH".to_vec(), password.as_bytes().to_vec()])
+                .await?;
+        }
+        Ok(peer)
+    }
+
+    /// Whether the connection failed.
+    pub fn is_broken(&self) -> bool {
+        self.conn.is_broken()
+    }
+
+    async fn call(&self, cmd: Vec<Vec<u8>>) -> Result<tern_client::Reply, String> {
+        let r = tokio::time::timeout(PEER_TIMEOUT, self.conn.call(cmd))
+            .await
+            .map_err(|_| format!("node {} did not answer in time", self.conn.addr()))?
             .map_err(|e| e.to_string())?;
-        Ok(Peer { conn })
+        match r {
+            tern_client::Reply::Error(e) => Err(format!("node {} answered: {e}", self.conn.addr())),
+            r => Ok(r),
+        }
     }
 
     /// `TERN.FETCH` of `keys`: per key, `None` if the source has none,
     /// else its value and expiry.
-    pub fn fetch(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Fetched>, String> {
-        let mut cmd = redis::cmd("TERN.FETCH");
-        for k in keys {
-            cmd.arg(k.as_slice());
-        }
-        let v: Vec<Fetched> = cmd.query(&mut self.conn).map_err(|e| e.to_string())?;
-        if v.len() != keys.len() {
+    pub async fn fetch(&self, keys: &[Vec<u8>]) -> Result<Vec<Fetched>, String> {
+        let mut cmd = Vec::with_capacity(keys.len() + 1);
+        cmd.push(b"TERN.FETCH".to_vec());
+        cmd.extend(keys.iter().cloned());
+        let tern_client::Reply::Array(items) = self.call(cmd).await? else {
+            return Err("TERN.FETCH did not answer with an array".into());
+        };
+        if items.len() != keys.len() {
             return Err("TERN.FETCH answered for a different number of keys".into());
         }
-        Ok(v)
+        items
+            .into_iter()
+            .map(|it| match it {
+                tern_client::Reply::Nil => Ok(None),
+                tern_client::Reply::Array(mut pair) if pair.len() == 2 => {
+                    let exp = int(&pair[1])?;
+                    let value = bulk(pair.swap_remove(0))?;
+                    Ok(Some((value, exp)))
+                }
+                other => Err(format!("TERN.FETCH item {other:?}")),
+            })
+            .collect()
     }
 
-    /// One `TERN.SLOTSCAN` page: `(key, pexpireat, value)` records and
-    /// the cursor of the next page (`None`: done).
-    pub fn page(
-        &mut self,
+    /// One `TERN.SLOTSCAN` page: records and the cursor of the next page
+    /// (`None`: done).
+    pub async fn page(
+        &self,
         slot: u16,
         cursor: &[u8],
     ) -> Result<(Vec<Record>, Option<Vec<u8>>), String> {
-        let (next, flat): (Option<Vec<u8>>, Vec<redis::Value>) = redis::cmd("TERN.SLOTSCAN")
-            .arg(slot)
-            .arg(cursor)
-            .arg(PAGE_KEYS)
-            .query(&mut self.conn)
-            .map_err(|e| e.to_string())?;
+        let cmd = vec![
+            b"TERN.SLOTSCAN".to_vec(),
+            slot.to_string().into_bytes(),
+            cursor.to_vec(),
+            PAGE_KEYS.to_string().into_bytes(),
+        ];
+        let tern_client::Reply::Array(mut parts) = self.call(cmd).await? else {
+            return Err("TERN.SLOTSCAN did not answer with an array".into());
+        };
+        if parts.len() != 2 {
+            return Err("TERN.SLOTSCAN answered with a malformed page".into());
+        }
+        let flat = match parts.pop() {
+            Some(tern_client::Reply::Array(f)) if f.len() % 3 == 0 => f,
+            _ => return Err("TERN.SLOTSCAN answered with a malformed page".into()),
+        };
+        let next = match parts.pop() {
+            Some(tern_client::Reply::Nil) => None,
+            Some(r) => Some(bulk(r)?),
+            None => None,
+        };
         let mut out = Vec::with_capacity(flat.len() / 3);
         let mut it = flat.into_iter();
         while let (Some(k), Some(e), Some(v)) = (it.next(), it.next(), it.next()) {
-            let k: Vec<u8> = redis::from_redis_value(&k).map_err(|e| e.to_string())?;
-            let e: i64 = redis::from_redis_value(&e).map_err(|e| e.to_string())?;
-            let v: Vec<u8> = redis::from_redis_value(&v).map_err(|e| e.to_string())?;
-            out.push((k, e, v));
+            out.push((bulk(k)?, int(&e)?, bulk(v)?));
         }
         Ok((out, next))
     }
@@ -269,16 +321,9 @@ pub fn import_args(records: Vec<Record>) -> Vec<Vec<u8>> {
     args
 }
 
-/// Of `keys` (in slots this node pulls from node `source` of `view`),
-/// fetches those not settled here yet from the source; returns the
-/// `TERN.IMPORT` records for them (`pexpireat` -1 where the source has
-/// none), or why the source could not answer. Blocking.
-pub fn pull_missing(
-    state: &State,
-    view: &View,
-    source: usize,
-    keys: &[Vec<u8>],
-) -> Result<Vec<Record>, String> {
+/// Of `keys`, those not settled here yet (no record, no import
+/// marker): the ones to pull. Blocking (reads the store).
+pub fn unsettled(state: &State, keys: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, String> {
     let store = &state.store;
     let mut missing = Vec::new();
     for k in keys {
@@ -295,20 +340,25 @@ pub fn pull_missing(
             missing.push(k.clone());
         }
     }
-    if missing.is_empty() {
-        return Ok(Vec::new());
-    }
-    let node = view
+    Ok(missing)
+}
+
+/// Fetches `keys` from node `source` of `view`: the `TERN.IMPORT` records
+/// for them (`pexpireat` -1 where the source has none), or why the source
+/// could not answer.
+pub async fn fetch_from(
+    node: &super::ClusterNode,
+    view: &View,
+    source: usize,
+    password: &str,
+    keys: Vec<Vec<u8>>,
+) -> Result<Vec<Record>, String> {
+    let src = view
         .node(source)
         .ok_or_else(|| "the source node is not in the topology".to_string())?;
-    let cluster = state
-        .cluster
-        .as_ref()
-        .ok_or_else(|| "not a cluster node".to_string())?;
-    let values = cluster.with_peer(&node.host, node.port, &state.config.requirepass, |p| {
-        p.fetch(&missing)
-    })?;
-    Ok(missing
+    let peer = node.peer(&src.addr(), password).await?;
+    let values = peer.fetch(&keys).await?;
+    Ok(keys
         .into_iter()
         .zip(values)
         .map(|(k, v)| match v {

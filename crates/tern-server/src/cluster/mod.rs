@@ -61,7 +61,7 @@ pub struct ClusterNode {
     /// Whether the node is in touch with etcd.
     connected: std::sync::atomic::AtomicBool,
     /// Connections to other nodes, by address, for pulls.
-    peers: Mutex<std::collections::HashMap<(String, u16), Vec<migrate::Peer>>>,
+    peers: Mutex<std::collections::HashMap<String, migrate::Peer>>,
     /// Raised on every installed view.
     versions: tokio::sync::watch::Sender<u64>,
     /// Fencing: until when (ms after `epoch`) this node's registration is
@@ -74,12 +74,6 @@ pub struct ClusterNode {
     /// The lease the node's registration is attached to.
     lease: std::sync::atomic::AtomicI64,
     epoch: std::time::Instant,
-}
-
-impl std::fmt::Debug for migrate::Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Peer")
-    }
 }
 
 impl ClusterNode {
@@ -132,30 +126,14 @@ impl ClusterNode {
         )
     }
 
-    /// Runs `f` on a connection to node `host:port` (reused across calls;
-    /// a connection that failed is dropped).
-    pub fn with_peer<T>(
-        &self,
-        host: &str,
-        port: u16,
-        password: &str,
-        f: impl FnOnce(&mut migrate::Peer) -> Result<T, String>,
-    ) -> Result<T, String> {
-        let key = (host.to_string(), port);
-        let pooled = self.peers.lock().get_mut(&key).and_then(|v| v.pop());
-        let mut peer = match pooled {
-            Some(p) => p,
-            None => migrate::Peer::connect(host, port, password)?,
-        };
-        let r = f(&mut peer);
-        if r.is_ok() {
-            let mut peers = self.peers.lock();
-            let list = peers.entry(key).or_default();
-            if list.len() < 8 {
-                list.push(peer);
-            }
+    /// A connection to node `addr` (one per node, shared: it pipelines).
+    pub async fn peer(&self, addr: &str, password: &str) -> Result<migrate::Peer, String> {
+        if let Some(p) = self.peers.lock().get(addr).filter(|p| !p.is_broken()) {
+            return Ok(p.clone());
         }
-        r
+        let p = migrate::Peer::connect(addr, password).await?;
+        self.peers.lock().insert(addr.to_string(), p.clone());
+        Ok(p)
     }
 
     /// Waits until a view newer than `version` is installed, for at most

@@ -283,18 +283,8 @@ impl Step {
                 if !self.still(MigrationState::Pulling) {
                     return Err("the migration moved on".into());
                 }
-                let (node, host, pw, c) = (
-                    self.node.clone(),
-                    source.host.clone(),
-                    password.clone(),
-                    cursor.clone(),
-                );
-                let port = source.port;
-                let (page, next) = tokio::task::spawn_blocking(move || {
-                    node.with_peer(&host, port, &pw, |p| p.page(slot, &c))
-                })
-                .await
-                .map_err(|e| e.to_string())??;
+                let peer = self.node.peer(&source.addr(), &password).await?;
+                let (page, next) = peer.page(slot, &cursor).await?;
                 progress.bytes += page
                     .iter()
                     .map(|(k, _, v)| (k.len() + v.len()) as u64)
