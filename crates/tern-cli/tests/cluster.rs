@@ -752,3 +752,104 @@ fn scale_out_fences_a_frozen_source_and_finishes_once_it_thaws() {
 fn scale_out_survives_the_target_killed_mid_copy() {
     scale_out_under_load(Disturb::KillTarget);
 }
+
+/// `tern-client` through a scale-out: pipelined batches that span every
+/// node keep succeeding while slots move (redirects and retries are the
+/// client's business), and every acknowledged write reads back.
+#[test]
+fn tern_client_batches_ride_through_a_scale_out() {
+    let Some(mut c) = Cluster::start(3) else {
+        return;
+    };
+    c.admin(&["create", "--nodes", "3"]);
+    let added = c.add();
+    let to = format!("127.0.0.1:{}", c.nodes[added].port);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let seed = format!("127.0.0.1:{}", c.nodes[0].port);
+    let client = rt
+        .block_on(tern_client::ClusterClient::connect(&[&seed]))
+        .unwrap();
+    let set = |k: &str, v: &str| {
+        vec![
+            b"SET".to_vec(),
+            k.as_bytes().to_vec(),
+            v.as_bytes().to_vec(),
+        ]
+    };
+    let get = |k: &str| vec![b"GET".to_vec(), k.as_bytes().to_vec()];
+    let n = 3000;
+    let pad = "x".repeat(1000);
+    let mut model: Vec<String> = (0..n).map(|i| format!("init-{i}-{pad}")).collect();
+    let load: Vec<_> = (0..n).map(|i| set(&format!("t{i}"), &model[i])).collect();
+    for r in rt.block_on(client.batch(load)).unwrap() {
+        assert_eq!(r, tern_client::Reply::Simple("OK".into()));
+    }
+    let admin = tern()
+        .args([
+            "cluster",
+            "scale-out",
+            "--slots",
+            "1638",
+            "--to",
+            &to,
+            "--no-wait",
+            "--etcd",
+        ])
+        .arg(&c.etcd_url)
+        .output()
+        .unwrap();
+    assert!(admin.status.success());
+    let mut round = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        // 64 writes and 64 reads per batch, over all nodes.
+        // The order of commands on one key is kept, so each read must
+        // see the writes before it in the batch.
+        let mut cmds = Vec::new();
+        let mut expect = Vec::new();
+        for j in 0..64 {
+            let i = ((round * 7919 + j * 104729) % n as u64) as usize;
+            model[i] = format!("r{round}-{i}-{pad}");
+            cmds.push(set(&format!("t{i}"), &model[i]));
+            let r = ((round * 31 + j * 613) % n as u64) as usize;
+            cmds.push(get(&format!("t{r}")));
+            expect.push((r, model[r].clone()));
+        }
+        let replies = rt.block_on(client.batch(cmds)).unwrap();
+        for (pair, (r, want)) in replies.chunks(2).zip(&expect) {
+            assert_eq!(
+                pair[0],
+                tern_client::Reply::Simple("OK".into()),
+                "round {round}"
+            );
+            let want = tern_client::Reply::Bulk(want.clone().into_bytes());
+            assert_eq!(pair[1], want, "round {round}, key t{r}");
+        }
+        round += 1;
+        let status = c.admin(&["status"]);
+        if !status.contains("migrations:") && round > 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the scale-out did not finish:\n{status}"
+        );
+    }
+    let (moved, retries) = client.counters();
+    eprintln!("{round} batches, {moved} redirects followed, {retries} retries");
+    assert!(moved > 0, "the client never followed a redirect");
+    let all: Vec<_> = (0..n).map(|i| get(&format!("t{i}"))).collect();
+    let replies = rt.block_on(client.batch(all)).unwrap();
+    for (i, r) in replies.into_iter().enumerate() {
+        assert_eq!(
+            r,
+            tern_client::Reply::Bulk(model[i].clone().into_bytes()),
+            "t{i}"
+        );
+    }
+    assert_eq!(total_keys(&c), n as i64);
+}
