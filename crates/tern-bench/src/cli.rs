@@ -28,11 +28,13 @@ use crate::{Error, Result};
         space amplification, compaction I/O, and write-stall time. --json writes them \
         for scripts, --report draws them as a self-contained HTML page.\n\n\
         Bindings (--db): tern, rocksdb and rocksdb-blob (build with --features rocksdb), \
-        fjall (--features fjall), resp://HOST:PORT (any Redis-protocol server).",
+        fjall (--features fjall), resp://HOST:PORT (any Redis-protocol server), \
+        resp-cluster://HOST:PORT,... (a Redis Cluster or Tern cluster, through tern-client).",
     after_help = "Examples:\n  \
         tern bench ycsb -P workloads/workloada -p recordcount=100000 -p operationcount=100000 --load --run --db tern\n  \
         tern bench ycsb -P workloads/workloadc -p threadcount=4 -p tern.write_buffer_size=32M --load --run --db tern --json a.json --report a.html\n  \
         tern bench ycsb -P workloads/workloada --load --run --db resp://127.0.0.1:6379\n  \
+        tern bench ycsb -P workloads/workloada --load --run --db resp-cluster://127.0.0.1:7001\n  \
         tern bench db --benchmarks=fillrandom,readrandom,mixgraph --num=1000000 --db tern\n  \
         tern bench gen-trace --format twitter --cluster 51 --ops 1000000 -o c51.csv\n  \
         tern bench trace --format twitter c51.csv --db tern\n  \
@@ -77,7 +79,7 @@ pub struct YcsbArgs {
     /// Run the transaction phase (operationcount operations).
     #[arg(long)]
     pub run: bool,
-    /// Binding: tern, rocksdb, rocksdb-blob, fjall or resp://HOST:PORT.
+    /// Binding: tern, rocksdb, rocksdb-blob, fjall, resp://HOST:PORT or resp-cluster://HOST:PORT,....
     #[arg(long, default_value = "tern")]
     pub db: String,
     /// Data directory of embedded bindings.
@@ -121,7 +123,7 @@ pub struct DbArgs {
     /// RNG seed.
     #[arg(long, default_value_t = 301)]
     pub seed: u64,
-    /// Binding: tern, rocksdb, rocksdb-blob, fjall or resp://HOST:PORT.
+    /// Binding: tern, rocksdb, rocksdb-blob, fjall, resp://HOST:PORT or resp-cluster://HOST:PORT,....
     #[arg(long, default_value = "tern")]
     pub db: String,
     /// Data directory of embedded bindings.
@@ -362,7 +364,7 @@ pub fn run_ycsb(a: YcsbArgs) -> Result<Report> {
     if !a.load && !a.run {
         return Err(Error::msg("nothing to do: pass --load, --run or both"));
     }
-    if !a.db.starts_with("resp://") {
+    if !a.db.starts_with("resp://") && !a.db.starts_with("resp-cluster://") {
         prepare_dir(&a.dir, a.fresh)?;
     }
     let db = binding::open(&a.db, &a.dir, &props)?;
@@ -389,7 +391,7 @@ pub fn run_ycsb(a: YcsbArgs) -> Result<Report> {
 /// `tern bench db`.
 pub fn run_db(a: DbArgs) -> Result<Report> {
     let props = props_from(&[], &a.props)?;
-    if !a.db.starts_with("resp://") {
+    if !a.db.starts_with("resp://") && !a.db.starts_with("resp-cluster://") {
         prepare_dir(&a.dir, a.fresh)?;
     }
     let db = binding::open(&a.db, &a.dir, &props)?;
@@ -446,7 +448,7 @@ pub fn run_trace(a: TraceArgs) -> Result<Report> {
         trace.preload.len()
     );
     let props = props_from(&[], &a.props)?;
-    if !a.db.starts_with("resp://") {
+    if !a.db.starts_with("resp://") && !a.db.starts_with("resp-cluster://") {
         prepare_dir(&a.dir, true)?;
     }
     let db = binding::open(&a.db, &a.dir, &props)?;

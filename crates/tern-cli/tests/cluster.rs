@@ -853,3 +853,97 @@ fn tern_client_batches_ride_through_a_scale_out() {
     }
     assert_eq!(total_keys(&c), n as i64);
 }
+
+/// A client that pipelines large replies and never reads them must not
+/// hold up a topology change: the node routes the rest of its requests
+/// again after each write instead of keeping the old view.
+#[test]
+fn a_client_that_never_reads_does_not_hold_up_a_topology_change() {
+    use std::io::Write;
+    let Some(mut c) = Cluster::start(2) else {
+        return;
+    };
+    c.admin(&["create", "--nodes", "2"]);
+    let port = c.nodes[0].port;
+    // A key this node owns, with a 512 KiB value.
+    let mut conn = c.conn(0);
+    let key = (0..)
+        .map(|i| format!("big{i}"))
+        .find(|k| {
+            redis::cmd("GET")
+                .arg(k)
+                .query::<Option<String>>(&mut conn)
+                .is_ok()
+        })
+        .unwrap();
+    let value = "v".repeat(512 << 10);
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&value)
+        .query(&mut conn)
+        .unwrap();
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let get = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());
+    let pipeline = get.repeat(200);
+    slow.write_all(pipeline.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // The node must acknowledge the new topology (add-node waits 10 s for
+    // every member) while `slow` sits on 100 MiB of unread replies.
+    let i = c.add();
+    let started = Instant::now();
+    c.admin(&["add-node", &format!("127.0.0.1:{}", c.nodes[i].port)]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    drop(slow);
+}
+
+/// The source refuses to drop a slot a target is still pulling from it.
+#[test]
+fn a_source_refuses_to_drop_a_slot_still_being_handed_over() {
+    let Some(mut c) = Cluster::start(2) else {
+        return;
+    };
+    c.admin(&["create", "--nodes", "2"]);
+    let i = c.add();
+    let to = format!("127.0.0.1:{}", c.nodes[i].port);
+    // Enough data that the copy (at MIGRATE_RATE_MB) takes a while.
+    let value = "x".repeat(1000);
+    for k in 0..3000 {
+        assert_eq!(
+            redis_cli(c.nodes[0].port, &["set", &format!("d{k}"), &value]),
+            "OK"
+        );
+    }
+    c.admin(&["scale-out", "--slots", "4000", "--to", &to, "--no-wait"]);
+    wait_status(&c, "pulling;", Duration::from_secs(20));
+    // The first slot of each range the target took: its source refuses to
+    // drop it; the other node has nothing there to drop.
+    let topo: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut c.conn(0))
+        .unwrap();
+    let mine = topo.lines().find(|l| l.contains(&to)).unwrap();
+    let firsts: Vec<u16> = mine
+        .split(' ')
+        .skip(8)
+        .filter_map(|r| r.split('-').next()?.parse().ok())
+        .collect();
+    let mut refused = 0;
+    for &slot in &firsts {
+        for n in 0..2 {
+            match redis::cmd("TERN.DROPSLOT")
+                .arg(slot)
+                .arg(10)
+                .query::<i64>(&mut c.conn(n))
+            {
+                Ok(dropped) => assert_eq!(dropped, 0, "node {n} dropped keys of slot {slot}"),
+                Err(e) => {
+                    assert!(e.to_string().contains("handed over"), "{e}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(refused >= 2, "sources did not refuse: {firsts:?}");
+    wait_migrations_done(&c, Duration::from_secs(60));
+    assert_eq!(total_keys(&c), 3000);
+}

@@ -234,7 +234,7 @@ async fn run_requests(
 ) -> Result<Session, Close> {
     // Cluster mode: the batch is routed with one view, held until it has
     // run, so a topology change is acknowledged only after it.
-    let _view = match &state.cluster {
+    let mut view = match &state.cluster {
         Some(c) if session.authed => {
             let (s, view) = route_cluster(state, exec, c, session, requests).await?;
             session = s;
@@ -312,9 +312,22 @@ async fn run_requests(
             return Ok(session);
         }
         if out.len() >= OUT_FLUSH {
+            // A client slow to read must not hold the view (and with it a
+            // topology change): the requests not run yet are routed again
+            // after the write, with the view current then.
+            let rerouting = view.take().is_some();
             write_out(sock, out, stall).await?;
+            if let (true, Some(c)) = (rerouting, &state.cluster) {
+                for r in requests.iter_mut() {
+                    r.reset_route();
+                }
+                let (s, v) = route_cluster(state, exec, c, session, requests).await?;
+                session = s;
+                view = Some(v);
+            }
         }
     }
+    drop(view);
     Ok(session)
 }
 

@@ -7,6 +7,7 @@
 #[cfg(feature = "fjall")]
 pub mod fjall;
 pub mod resp;
+pub mod resp_cluster;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 pub mod tern;
@@ -101,6 +102,7 @@ pub const BINDINGS: &[&str] = &[
     "rocksdb-blob",
     "fjall",
     "resp://HOST:PORT",
+    "resp-cluster://HOST:PORT,HOST:PORT",
 ];
 
 /// Opens binding `name` on directory `dir`, configured from `props`
@@ -112,7 +114,7 @@ pub const BINDINGS: &[&str] = &[
 pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Binding>> {
     if let Some((base, opts)) = name
         .split_once('@')
-        .filter(|_| !name.starts_with("resp://"))
+        .filter(|_| !name.starts_with("resp://") && !name.starts_with("resp-cluster://"))
     {
         let mut p = props.clone();
         let prefix = base.split('-').next().unwrap_or(base);
@@ -121,6 +123,11 @@ pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Bindin
             p.set(&format!("{prefix}.{k}"), v);
         }
         return open(base, dir, &p);
+    }
+    if let Some(seeds) = name.strip_prefix("resp-cluster://") {
+        return Ok(Arc::new(resp_cluster::RespClusterBinding::connect(
+            seeds, props,
+        )?));
     }
     if let Some(addr) = name.strip_prefix("resp://") {
         return Ok(Arc::new(resp::RespBinding::connect(addr, props)?));

@@ -155,13 +155,24 @@ fn slot_and_count(args: &[Vec<u8>]) -> Result<(u16, usize), Reply> {
 pub fn dropslot(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     tri!(cluster_only(ctx));
     let (slot, count) = tri!(slot_and_count(args));
-    if ctx
-        .state
-        .cluster
-        .as_ref()
-        .is_some_and(|c| c.view().serves(slot))
-    {
-        return Reply::err(format!("slot {slot} is served here; refusing to drop it"));
+    // Never the keys of a slot served here, nor of one a target still
+    // pulls from here (decided with the view current now: the committer
+    // runs this between other writes).
+    let keep = ctx.state.cluster.as_ref().is_some_and(|c| {
+        let v = c.view();
+        let handing_over = v
+            .topology
+            .as_ref()
+            .and_then(|t| t.migration_of(slot))
+            .is_some_and(|m| {
+                m.from == c.info.id && m.state != super::topology::MigrationState::Dropping
+            });
+        v.serves(slot) || handing_over
+    });
+    if keep {
+        return Reply::err(format!(
+            "slot {slot} is served here or still being handed over; refusing to drop it"
+        ));
     }
     let keys = tri!(ctx.store().slot_keys_all(slot, count).map_err(store_error));
     let mut n = 0;

@@ -368,20 +368,28 @@ async fn clean_leftovers(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    let view = node.view();
-    let Some(t) = view.topology.as_ref() else {
-        return Ok(());
+    // Decided with the view now; the view is not held while dropping (a
+    // topology change waits for no cleanup), and `TERN.DROPSLOT` checks
+    // again, with the view current when it runs, that the slot is not
+    // served here.
+    let (drop_slots, importing) = {
+        let view = node.view();
+        let Some(t) = view.topology.as_ref() else {
+            return Ok(());
+        };
+        let me = &node.info.id;
+        let drop_slots: Vec<u16> = key_slots
+            .into_iter()
+            .filter(|&slot| {
+                let handing_over = t.migration_of(slot).is_some_and(|m| &m.from == me);
+                !view.serves(slot) && !handing_over && t.node(me).is_some()
+            })
+            .collect();
+        (drop_slots, view.importing())
     };
-    let me = &node.info.id;
-    let importing = view.importing();
-    for slot in key_slots {
-        let handing_over = t.migration_of(slot).is_some_and(|m| &m.from == me);
-        if !view.serves(slot) && !handing_over && t.node(me).is_some() {
-            tracing::info!(
-                "tern serve: dropping keys of slot {slot}, which this node no longer owns"
-            );
-            drop_slot(state, exec, slot).await?;
-        }
+    for slot in drop_slots {
+        tracing::info!("tern serve: dropping keys of slot {slot}, which this node no longer owns");
+        drop_slot(state, exec, slot).await?;
     }
     for slot in marker_slots {
         if importing.as_ref().is_some_and(|s| s.contains(slot)) {

@@ -74,8 +74,26 @@ impl Request {
     /// error).
     pub fn new(args: Vec<Vec<u8>>) -> Request {
         let cmd = args.first().and_then(|n| table::lookup(n));
+        Request {
+            class: classify(cmd, &args),
+            args,
+            cmd,
+            redirect: None,
+        }
+    }
+
+    /// Forgets a routing decision (the request is routed again).
+    pub fn reset_route(&mut self) {
+        self.redirect = None;
+        self.class = classify(self.cmd, &self.args);
+    }
+}
+
+/// Where the command at `cmd` in the table, called with `args`, runs.
+fn classify(cmd: Option<usize>, args: &[Vec<u8>]) -> Class {
+    {
         let spec = cmd.map(|i| &table::COMMANDS[i]);
-        let class = match spec {
+        match spec {
             None => Class::Inline,
             // The two CLUSTER subcommands that walk the store.
             Some(s) if s.name == "cluster" => match args.get(1).map(|a| a.to_ascii_lowercase()) {
@@ -88,12 +106,6 @@ impl Request {
             }
             Some(s) if s.flags.contains(&"readonly") => Class::Read,
             Some(_) => Class::Inline,
-        };
-        Request {
-            class,
-            args,
-            cmd,
-            redirect: None,
         }
     }
 }
