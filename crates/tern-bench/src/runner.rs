@@ -203,7 +203,7 @@ pub fn run_phase(
     let start = Instant::now();
     let tty = std::io::stdout().is_terminal() && !spec.quiet;
 
-    let series = std::thread::scope(|s| {
+    let (series, runtime) = std::thread::scope(|s| {
         let mut handles = Vec::new();
         for (i, h) in hists.iter().enumerate() {
             let mut worker = workload.worker(i, threads);
@@ -289,10 +289,12 @@ pub fn run_phase(
         for h in handles {
             let _ = h.join();
         }
+        // Taken before the sampler's last sleep ends: a short phase's
+        // throughput is not rounded to its 100 ms ticks.
+        let runtime = start.elapsed().as_secs_f64();
         finished.store(true, Ordering::Release);
-        sampler.join().unwrap_or_default()
+        (sampler.join().unwrap_or_default(), runtime)
     });
-    let runtime = start.elapsed().as_secs_f64();
     let settle_start = Instant::now();
     db.settle()?;
     let settle_sec = settle_start.elapsed().as_secs_f64();

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use procs::{etcd, free_port, Proc};
+use procs::{etcd_on, free_port, Netns, Proc};
 
 /// Seconds a killed node stays registered in etcd.
 const NODE_TTL: u64 = 2;
@@ -21,11 +21,17 @@ struct Node {
     proc: Option<Proc>,
     port: u16,
     dir: PathBuf,
+    /// The address it listens on.
+    host: String,
+    /// The network namespace it runs in (another "host"), if any.
+    netns: Option<String>,
 }
 
 /// etcd and the nodes of one test cluster.
 struct Cluster {
     etcd_url: String,
+    /// etcd's URL from inside the namespace, if there is one.
+    ns_etcd_url: Option<String>,
     nodes: Vec<Node>,
     root: tempfile::TempDir,
     _etcd: Proc,
@@ -39,8 +45,9 @@ fn tern() -> Command {
 /// to kill a node in the middle of it.
 const MIGRATE_RATE_MB: f64 = 0.25;
 
-/// Starts a node on `port` with its data in `dir`; returns once it serves.
-fn start_node(etcd_url: &str, dir: &Path, port: u16) -> Proc {
+/// Starts a node listening on `host:port` with its data in `dir`, inside
+/// network namespace `netns` if given; returns once it serves.
+fn start_node(etcd_url: &str, dir: &Path, host: &str, port: u16, netns: Option<&str>) -> Proc {
     let cfg = dir.with_extension("toml");
     std::fs::write(
         &cfg,
@@ -49,8 +56,23 @@ fn start_node(etcd_url: &str, dir: &Path, port: u16) -> Proc {
         ),
     )
     .unwrap();
-    let mut child = tern()
-        .args(["serve", "--port", &port.to_string(), "--config"])
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_tern")]);
+            c
+        }
+        None => tern(),
+    };
+    let mut child = cmd
+        .args([
+            "serve",
+            "--bind",
+            host,
+            "--port",
+            &port.to_string(),
+            "--config",
+        ])
         .arg(&cfg)
         .arg("--dir")
         .arg(dir)
@@ -76,30 +98,53 @@ fn start_node(etcd_url: &str, dir: &Path, port: u16) -> Proc {
 impl Cluster {
     /// etcd and `n` running nodes; `None` in a partial run without etcd.
     fn start(n: usize) -> Option<Cluster> {
+        Cluster::start_in(n, None)
+    }
+
+    /// [`Cluster::start`], with node 0 inside network namespace `ns`
+    /// (another host, reached over its link).
+    fn start_in(n: usize, ns: Option<&Netns>) -> Option<Cluster> {
         let root = tempfile::tempdir().unwrap();
-        let (etcd_proc, etcd_url) = etcd(&root.path().join("etcd"))?;
+        let extra: Vec<&str> = ns.iter().map(|n| n.host_ip.as_str()).collect();
+        let (etcd_proc, etcd_url) = etcd_on(&root.path().join("etcd"), &extra)?;
+        let port = etcd_url.rsplit(':').next().unwrap().to_string();
         let mut c = Cluster {
+            ns_etcd_url: ns.map(|n| format!("http://{}:{port}", n.host_ip)),
             etcd_url,
             nodes: Vec::new(),
             root,
             _etcd: etcd_proc,
         };
-        for _ in 0..n {
-            c.add();
+        for i in 0..n {
+            match ns.filter(|_| i == 0) {
+                Some(ns) => c.add_at(&ns.ns_ip.clone(), Some(ns.name.clone())),
+                None => c.add(),
+            };
         }
         Some(c)
     }
 
     /// Starts one more node; returns its index.
     fn add(&mut self) -> usize {
+        self.add_at("127.0.0.1", None)
+    }
+
+    /// Starts one more node on `host`, in `netns` if given.
+    fn add_at(&mut self, host: &str, netns: Option<String>) -> usize {
         let i = self.nodes.len();
         let dir = self.root.path().join(format!("node{i}"));
         let port = free_port();
-        let proc = start_node(&self.etcd_url, &dir, port);
+        let url = match &netns {
+            Some(_) => self.ns_etcd_url.clone().unwrap(),
+            None => self.etcd_url.clone(),
+        };
+        let proc = start_node(&url, &dir, host, port, netns.as_deref());
         self.nodes.push(Node {
             proc: Some(proc),
             port,
             dir,
+            host: host.to_string(),
+            netns,
         });
         i
     }
@@ -130,12 +175,17 @@ impl Cluster {
 
     fn restart(&mut self, i: usize) {
         let n = &self.nodes[i];
-        let p = start_node(&self.etcd_url, &n.dir, n.port);
+        let url = match &n.netns {
+            Some(_) => self.ns_etcd_url.clone().unwrap(),
+            None => self.etcd_url.clone(),
+        };
+        let p = start_node(&url, &n.dir, &n.host, n.port, n.netns.as_deref());
         self.nodes[i].proc = Some(p);
     }
 
     fn conn(&self, i: usize) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.nodes[i].port))
+        let n = &self.nodes[i];
+        redis::Client::open(format!("redis://{}:{}/", n.host, n.port))
             .unwrap()
             .get_connection()
             .unwrap()
@@ -610,13 +660,23 @@ enum Disturb {
     /// SIGSTOP the source before the move, SIGCONT once the target took
     /// its slots over without its acknowledgement.
     FreezeSource,
+    /// Cut the link of a source on another host (a network namespace)
+    /// mid-copy for three leases, then restore it.
+    CutSource,
 }
 
 /// Moves 10% of the slots of a three-node cluster to a fourth node while
 /// the load runs, disturbed by `d`; then every acknowledged write must be
 /// readable and every key stored exactly once.
 fn scale_out_under_load(d: Disturb) {
-    let Some(mut c) = Cluster::start(3) else {
+    let ns = match d {
+        Disturb::CutSource => match Netns::new() {
+            Some(ns) => Some(ns),
+            None => return,
+        },
+        _ => None,
+    };
+    let Some(mut c) = Cluster::start_in(3, ns.as_ref()) else {
         return;
     };
     c.admin(&["create", "--nodes", "3"]);
@@ -655,6 +715,14 @@ fn scale_out_under_load(d: Disturb) {
             admin.kill().unwrap();
         }
         Disturb::FreezeSource => {}
+        Disturb::CutSource => {
+            wait_status(&c, "pulling;", Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(300));
+            let ns = ns.as_ref().unwrap();
+            ns.link(false);
+            std::thread::sleep(Duration::from_secs(NODE_TTL * 3));
+            ns.link(true);
+        }
         Disturb::KillSource | Disturb::KillTarget => {
             wait_status(&c, "pulling;", Duration::from_secs(20));
             std::thread::sleep(Duration::from_millis(300));
@@ -746,6 +814,11 @@ fn scale_out_survives_the_source_killed_mid_copy() {
 #[test]
 fn scale_out_fences_a_frozen_source_and_finishes_once_it_thaws() {
     scale_out_under_load(Disturb::FreezeSource);
+}
+
+#[test]
+fn scale_out_survives_the_sources_link_cut_mid_copy() {
+    scale_out_under_load(Disturb::CutSource);
 }
 
 #[test]

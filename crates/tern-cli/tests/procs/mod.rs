@@ -39,6 +39,12 @@ pub fn free_port() -> u16 {
 /// Starts an etcd with its data in `dir`; returns it and its client URL.
 /// `None` (in a run declared partial) if etcd is not installed.
 pub fn etcd(dir: &Path) -> Option<(Proc, String)> {
+    etcd_on(dir, &[])
+}
+
+/// [`etcd`], listening for clients on `extra` addresses too (another
+/// host's side of a link) at the same port.
+pub fn etcd_on(dir: &Path, extra: &[&str]) -> Option<(Proc, String)> {
     if Command::new("etcd")
         .arg("--version")
         .stdout(Stdio::null())
@@ -56,12 +62,16 @@ pub fn etcd(dir: &Path) -> Option<(Proc, String)> {
     let (client, peer) = (free_port(), free_port());
     let url = format!("http://127.0.0.1:{client}");
     let peer_url = format!("http://127.0.0.1:{peer}");
+    let mut listen = url.clone();
+    for h in extra {
+        listen += &format!(",http://{h}:{client}");
+    }
     let child = Command::new("etcd")
         .arg("--data-dir")
         .arg(dir)
         .args([
             "--listen-client-urls",
-            &url,
+            &listen,
             "--advertise-client-urls",
             &url,
         ])
@@ -94,6 +104,7 @@ pub struct Netns {
     pub name: String,
     pub host_if: String,
     pub host_ip: String,
+    pub ns_ip: String,
 }
 
 /// Runs `ip` with `args`; whether it succeeded.
@@ -120,6 +131,7 @@ impl Netns {
             name,
             host_if,
             host_ip,
+            ns_ip: ns_ip.clone(),
         };
         let ok =
             made && ip(&[
