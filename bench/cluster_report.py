@@ -111,20 +111,36 @@ mid = lambda w: (w["start"] + w["end"]) / 2
 html = ["<!doctype html><meta charset=utf-8><title>Tern cluster benchmark</title>",
         "<body style='font-family:sans-serif;max-width:780px;margin:auto'>"]
 import html as h
+table = []
+
+
+def flush_table():
+    if not table:
+        return
+    html.append("<table border=1 style='border-collapse:collapse'>")
+    for j, row in enumerate(table):
+        tag = "th" if j == 0 else "td"
+        cells = [h.escape(c.strip()) for c in row.strip("|").split("|")]
+        html.append("<tr>" + "".join(f"<{tag} style='padding:2px 8px'>{c}</{tag}>" for c in cells) + "</tr>")
+    html.append("</table>")
+    table.clear()
+
+
 for l in lines:
+    if l.startswith("|"):
+        if not l.startswith("|---"):
+            table.append(l)
+        continue
+    flush_table()
     if l.startswith("# "):
         html.append(f"<h1>{h.escape(l[2:])}</h1>")
     elif l.startswith("## "):
         html.append(f"<h2>{h.escape(l[3:])}</h2>")
-    elif l.startswith("|") and not l.startswith("|---"):
-        cells = [h.escape(c.strip()) for c in l.strip("|").split("|")]
-        html.append("<tr>" + "".join(f"<td style='padding:2px 8px'>{c}</td>" for c in cells) + "</tr>")
     elif l:
         html.append(f"<p>{h.escape(l)}</p>")
-html = "\n".join(html).replace("</p>\n<tr>", "</p>\n<table border=1 style='border-collapse:collapse'><tr>")
-html = html.replace("</tr>\n<h2>", "</tr></table>\n<h2>")
+flush_table()
+html = "\n".join(html)
 if windows:
-    html += "</table>"
     html += chart("Throughput per window (YCSB A, ops/s)", [("ops/s", [(mid(w), w["tput"]) for w in windows])], "ops/s", mig)
     html += chart("p99 latency per window (µs)", [("read p99", [(mid(w), w["read_p99"]) for w in windows]),
                                                 ("update p99", [(mid(w), w["update_p99"]) for w in windows])], "µs", mig)
