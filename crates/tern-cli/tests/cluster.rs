@@ -663,6 +663,28 @@ enum Disturb {
     /// Cut the link of a source on another host (a network namespace)
     /// mid-copy for three leases, then restore it.
     CutSource,
+    /// With the source frozen (so the move stays in handoff), kill the
+    /// target and restart it.
+    KillTargetInHandoff,
+    /// Freeze the source (the move stays in handoff), kill it, restart it.
+    KillSourceInHandoff,
+    /// Kill a source while it drops its copy, restart it.
+    KillSourceWhileDropping,
+}
+
+/// The port of the source of a migration `status` shows in `state`.
+fn source_in(status: &str, state: &str) -> Option<u16> {
+    status
+        .lines()
+        .find(|l| l.contains(&format!(": {state};")))?
+        .split(" slots ")
+        .nth(1)?
+        .split(' ')
+        .next()?
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Moves 10% of the slots of a three-node cluster to a fourth node while
@@ -686,7 +708,11 @@ fn scale_out_under_load(d: Disturb) {
         return;
     };
     let to = format!("127.0.0.1:{}", c.nodes[3].port);
-    if d == Disturb::FreezeSource {
+    let frozen = matches!(
+        d,
+        Disturb::FreezeSource | Disturb::KillTargetInHandoff | Disturb::KillSourceInHandoff
+    );
+    if frozen {
         c.nodes[0].proc.as_ref().unwrap().signal("-STOP");
     }
     let mut admin = tern()
@@ -715,6 +741,25 @@ fn scale_out_under_load(d: Disturb) {
             admin.kill().unwrap();
         }
         Disturb::FreezeSource => {}
+        Disturb::KillTargetInHandoff => {
+            wait_status(&c, "handoff;", Duration::from_secs(20));
+            c.kill(3);
+            std::thread::sleep(Duration::from_millis(1000));
+            c.restart(3);
+        }
+        Disturb::KillSourceInHandoff => {
+            wait_status(&c, "handoff;", Duration::from_secs(20));
+            c.kill(0);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Disturb::KillSourceWhileDropping => {
+            let status = wait_status(&c, "dropping;", Duration::from_secs(60));
+            let port = source_in(&status, "dropping").unwrap();
+            let i = c.nodes.iter().position(|n| n.port == port).unwrap();
+            c.kill(i);
+            std::thread::sleep(Duration::from_millis(1000));
+            c.restart(i);
+        }
         Disturb::CutSource => {
             wait_status(&c, "pulling;", Duration::from_secs(20));
             std::thread::sleep(Duration::from_millis(300));
@@ -732,7 +777,7 @@ fn scale_out_under_load(d: Disturb) {
             c.restart(victim);
         }
     }
-    if d == Disturb::FreezeSource {
+    if frozen {
         // The target waits for the frozen source's registration to lapse
         // (and a lease more) before it serves the slots.
         let frozen = redis_cli(c.nodes[1].port, &["cluster", "nodes"]);
@@ -759,7 +804,10 @@ fn scale_out_under_load(d: Disturb) {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        c.nodes[0].proc.as_ref().unwrap().signal("-CONT");
+        match d {
+            Disturb::KillSourceInHandoff => c.restart(0),
+            _ => c.nodes[0].proc.as_ref().unwrap().signal("-CONT"),
+        }
     }
     wait_migrations_done(&c, Duration::from_secs(90));
     if d != Disturb::KillAdmin {
@@ -819,6 +867,21 @@ fn scale_out_fences_a_frozen_source_and_finishes_once_it_thaws() {
 #[test]
 fn scale_out_survives_the_sources_link_cut_mid_copy() {
     scale_out_under_load(Disturb::CutSource);
+}
+
+#[test]
+fn scale_out_survives_the_target_killed_in_handoff() {
+    scale_out_under_load(Disturb::KillTargetInHandoff);
+}
+
+#[test]
+fn scale_out_survives_the_source_killed_in_handoff() {
+    scale_out_under_load(Disturb::KillSourceInHandoff);
+}
+
+#[test]
+fn scale_out_survives_a_source_killed_while_dropping() {
+    scale_out_under_load(Disturb::KillSourceWhileDropping);
 }
 
 #[test]

@@ -93,7 +93,7 @@ pub async fn drive(
                     match role {
                         Role::Handoff => step.handoff(ttl).await,
                         Role::Copy => step.copy(rate).await,
-                        Role::Drop => step.drop_source().await,
+                        Role::Drop => step.drop_source(rate).await,
                     }
                     running.lock().remove(&(step.m.id, role));
                 });
@@ -104,7 +104,7 @@ pub async fn drive(
                 cleaned = t.version;
                 let (n, st, ex, r) = (node.clone(), state.clone(), exec.clone(), running.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = clean_leftovers(&n, &st, &ex).await {
+                    if let Err(e) = clean_leftovers(&n, &st, &ex, rate).await {
                         tracing::warn!("tern serve: cleaning up after migrations failed: {e}");
                     }
                     r.lock().remove(&(0, Role::Drop));
@@ -314,14 +314,14 @@ impl Step {
         Ok(())
     }
 
-    async fn drop_source(&self) {
+    async fn drop_source(&self, rate: u64) {
         loop {
             if !self.still(MigrationState::Dropping) {
                 return;
             }
             let mut ok = true;
             for slot in self.m.each_slot() {
-                if let Err(e) = drop_slot(&self.state, &self.exec, slot).await {
+                if let Err(e) = drop_slot(&self.state, &self.exec, slot, rate).await {
                     tracing::warn!("tern serve: dropping slot {slot}: {e}; retrying");
                     ok = false;
                     break;
@@ -342,16 +342,22 @@ impl Step {
 }
 
 /// Deletes every key of `slot` here, in committer jobs of
-/// [`DROP_BATCH`].
-async fn drop_slot(state: &Arc<State>, exec: &Exec, slot: u16) -> Result<(), String> {
+/// [`DROP_BATCH`], at most `rate / 1 KiB` keys a second (0: unbounded):
+/// deletes are writes, and foreground writes share the committer.
+async fn drop_slot(state: &Arc<State>, exec: &Exec, slot: u16, rate: u64) -> Result<(), String> {
+    let keys_per_sec = (rate / 1024).max(1);
     loop {
         let args = vec![
             b"TERN.DROPSLOT".to_vec(),
             slot.to_string().into_bytes(),
             DROP_BATCH.to_string().into_bytes(),
         ];
-        if count_of(&write(state, exec, args).await?) == 0 {
+        let n = count_of(&write(state, exec, args).await?);
+        if n == 0 {
             return Ok(());
+        }
+        if rate > 0 {
+            tokio::time::sleep(Duration::from_secs_f64(n as f64 / keys_per_sec as f64)).await;
         }
     }
 }
@@ -362,6 +368,7 @@ async fn clean_leftovers(
     node: &Arc<ClusterNode>,
     state: &Arc<State>,
     exec: &Exec,
+    rate: u64,
 ) -> Result<(), String> {
     let st = state.clone();
     let (key_slots, marker_slots) = tokio::task::spawn_blocking(move || st.store.occupied_slots())
@@ -389,7 +396,7 @@ async fn clean_leftovers(
     };
     for slot in drop_slots {
         tracing::info!("tern serve: dropping keys of slot {slot}, which this node no longer owns");
-        drop_slot(state, exec, slot).await?;
+        drop_slot(state, exec, slot, rate).await?;
     }
     for slot in marker_slots {
         if importing.as_ref().is_some_and(|s| s.contains(slot)) {
