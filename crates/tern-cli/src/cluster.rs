@@ -7,8 +7,8 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use tern_server::cluster::etcd::Progress;
 use tern_server::cluster::etcd::{ClusterError, Registry};
-use tern_server::cluster::mover::Progress;
 use tern_server::cluster::slot::SLOTS;
 use tern_server::cluster::topology::{MigrationState, NodeInfo, Topology};
 

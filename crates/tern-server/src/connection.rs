@@ -348,7 +348,7 @@ async fn route_cluster(
 ) -> Result<(Session, Arc<crate::cluster::view::View>), Close> {
     let deadline = tokio::time::Instant::now() + HANDOFF_WAIT;
     let mut view = node.view();
-    while crate::cluster::must_wait(&view, requests) {
+    while crate::routing::must_wait(&view, requests) {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
             break;
@@ -358,7 +358,7 @@ async fn route_cluster(
         node.changed_since(v, left).await;
         view = node.view();
     }
-    let pulls = crate::cluster::route_batch(&view, node.lease_fresh(), &mut session, requests);
+    let pulls = crate::routing::route_batch(&view, node.lease_fresh(), &mut session, requests);
     if pulls.is_empty() {
         return Ok((session, view));
     }
@@ -368,7 +368,7 @@ async fn route_cluster(
             by_source
                 .entry(source)
                 .or_default()
-                .extend(crate::cluster::request_keys(r));
+                .extend(crate::routing::request_keys(r));
         }
     }
     // Which keys are not here yet is a store read: on the read pool.

@@ -6,7 +6,9 @@
 //! writes the replies back; the writes of every connection are committed
 //! to the engine in groups. Redis keys live in their own
 //! namespace of the engine's key space, with expiry stored in the value
-//! ([`keyspace`], `docs/format/server.md`). Start a server with [`start`].
+//! ([`keyspace`], `docs/format/server.md`). In cluster mode ([`cluster`],
+//! `docs/cluster.md`) each batch is first routed against the node's view
+//! of the topology ([`routing`]). Start a server with [`start`].
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
@@ -23,6 +25,7 @@ pub mod keyspace;
 pub mod metrics;
 pub mod pending;
 pub mod resp;
+pub mod routing;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -50,6 +50,19 @@ pub fn prefix_for(name: &str) -> String {
     format!("/tern/clusters/{name}")
 }
 
+/// Progress of a migration's background copy, as stored in etcd.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// Slots copied completely.
+    pub slots_done: usize,
+    /// Slots to copy.
+    pub slots: usize,
+    /// Records imported (not overwritten here before they arrived).
+    pub keys: u64,
+    /// Bytes of keys and values received.
+    pub bytes: u64,
+}
+
 /// A connection to one cluster's metadata.
 #[derive(Clone)]
 pub struct Registry {
@@ -256,11 +269,7 @@ impl Registry {
     }
 
     /// Records the background copy's progress of migration `id`.
-    pub async fn put_progress(
-        &mut self,
-        id: u64,
-        p: &super::mover::Progress,
-    ) -> Result<(), ClusterError> {
+    pub async fn put_progress(&mut self, id: u64, p: &Progress) -> Result<(), ClusterError> {
         let v = serde_json::to_vec(p).unwrap_or_default();
         self.client
             .put(format!("{}/progress/{id}", self.prefix), v, None)
@@ -279,9 +288,7 @@ impl Registry {
     }
 
     /// The recorded progress of each migration's copy, by id.
-    pub async fn progress(
-        &mut self,
-    ) -> Result<BTreeMap<u64, super::mover::Progress>, ClusterError> {
+    pub async fn progress(&mut self) -> Result<BTreeMap<u64, Progress>, ClusterError> {
         let prefix = format!("{}/progress/", self.prefix);
         let r = self
             .client

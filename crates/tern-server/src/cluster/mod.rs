@@ -6,13 +6,16 @@
 //! - [`view`]: the routing a node does with one version of it;
 //! - [`etcd`]: the document, node registrations and acknowledgements in
 //!   etcd;
-//! - [`commands`]: `CLUSTER …`, `ASKING`, `READONLY`, `READWRITE`.
+//! - [`migrate`], [`mover`]: moving slots between nodes.
+//!
+//! The commands (`CLUSTER …`, the internal `TERN.*` ones) are in
+//! `crate::commands::cluster` and `crate::commands::migrate`; routing a
+//! request batch with a view is `crate::routing`.
 //!
 //! A [`ClusterNode`] keeps the node's current view, installs new ones as
 //! the watch on etcd delivers them, and acknowledges each only once no
 //! request batch still routes with an older one.
 
-pub mod commands;
 pub mod etcd;
 pub mod fuzz;
 pub mod migrate;
@@ -179,85 +182,6 @@ impl ClusterNode {
     pub fn connected(&self) -> bool {
         self.connected.load(std::sync::atomic::Ordering::Relaxed)
     }
-}
-
-/// The route of request `req` under `view`; `None` for a request without
-/// keys (or with the wrong number of arguments, which it reports itself).
-fn request_route(view: &View, req: &crate::exec::Request) -> Option<view::Route> {
-    use crate::commands::table::{arity_ok, COMMANDS};
-    let spec = req.cmd.and_then(|i| COMMANDS.get(i))?;
-    if spec.first_key == 0 || !arity_ok(spec.arity, req.args.len()) {
-        return None;
-    }
-    let keys = crate::commands::key_positions(spec, req.args.len())
-        .filter_map(|i| req.args.get(i))
-        .map(|k| k.as_slice());
-    Some(view.route(keys))
-}
-
-/// Whether a request of the batch touches a slot in handoff to this node
-/// (worth waiting a moment for the previous owner to let go).
-pub fn must_wait(view: &View, requests: &std::collections::VecDeque<crate::exec::Request>) -> bool {
-    requests
-        .iter()
-        .any(|r| matches!(request_route(view, r), Some(view::Route::Wait { .. })))
-}
-
-/// Routes a batch of requests with one view: a request whose keys this
-/// node does not serve gets its redirect (`-MOVED`, `-CROSSSLOT`,
-/// `-CLUSTERDOWN`, `-TRYAGAIN`) as its reply instead of running. Returns
-/// the requests (index, source node) whose keys may have to be pulled
-/// from a previous owner first. While `fresh` is false (the node's
-/// registration may have lapsed) every keyed request is refused. `ASKING`
-/// is accepted and cleared by the
-/// next keyed request (ownership moves before data here, so no request
-/// needs it).
-pub fn route_batch(
-    view: &View,
-    fresh: bool,
-    session: &mut crate::commands::Session,
-    requests: &mut std::collections::VecDeque<crate::exec::Request>,
-) -> Vec<(usize, usize)> {
-    let mut pulls = Vec::new();
-    for (i, req) in requests.iter_mut().enumerate() {
-        if req
-            .cmd
-            .and_then(|c| crate::commands::table::COMMANDS.get(c))
-            .is_some_and(|s| s.name == "asking")
-        {
-            session.asking = true;
-            continue;
-        }
-        let Some(route) = request_route(view, req) else {
-            continue;
-        };
-        session.asking = false;
-        let refusal = match route {
-            // A node that may have been deposed serves no keys.
-            _ if !fresh => Some(ClusterNode::fenced_reply()),
-            view::Route::Pull { source, .. } => {
-                pulls.push((i, source));
-                None
-            }
-            r => view.refusal(r),
-        };
-        if let Some(reply) = refusal {
-            req.redirect = Some(reply);
-            req.class = crate::exec::Class::Inline;
-        }
-    }
-    pulls
-}
-
-/// The keys of request `req`.
-pub fn request_keys(req: &crate::exec::Request) -> Vec<Vec<u8>> {
-    use crate::commands::table::COMMANDS;
-    let Some(spec) = req.cmd.and_then(|i| COMMANDS.get(i)) else {
-        return Vec::new();
-    };
-    crate::commands::key_positions(spec, req.args.len())
-        .filter_map(|i| req.args.get(i).cloned())
-        .collect()
 }
 
 /// Connects node `node` to etcd: registers it, reads the topology (and

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::etcd::{ClusterError, Registry};
+use super::etcd::{ClusterError, Progress, Registry};
 use super::migrate::import_args;
 use super::topology::{Migration, MigrationState};
 use super::ClusterNode;
@@ -34,19 +34,6 @@ use crate::state::{ClientDetail, ClientInfo, State};
 const DROP_BATCH: usize = 512;
 /// Pause after a failed step before trying again.
 const RETRY: Duration = Duration::from_millis(500);
-
-/// Progress of a migration's background copy, as stored in etcd.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Progress {
-    /// Slots copied completely.
-    pub slots_done: usize,
-    /// Slots to copy.
-    pub slots: usize,
-    /// Records imported (not overwritten here before they arrived).
-    pub keys: u64,
-    /// Bytes of keys and values received.
-    pub bytes: u64,
-}
 
 /// The step of one migration a node runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

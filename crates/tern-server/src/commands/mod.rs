@@ -3,7 +3,9 @@
 //! write through [`Ctx::put`] and [`Ctx::delete`], which go to the
 //! committer's pending batch (see [`crate::exec`]).
 
+pub mod cluster;
 pub mod keys;
+pub mod migrate;
 pub mod server;
 pub mod strings;
 pub mod table;

@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 
-use super::slot::{key_slot, SLOTS};
-use super::view::View;
-use super::ClusterNode;
-use crate::commands::strings::tri;
-use crate::commands::{int_arg, store_error, wrong_arity, Ctx};
+use super::strings::tri;
+use super::{int_arg, store_error, wrong_arity, Ctx};
+use crate::cluster::slot::{key_slot, SLOTS};
+use crate::cluster::view::View;
+use crate::cluster::ClusterNode;
 use crate::resp::Reply;
 
 /// The cluster bus port Redis would use; reported in `CLUSTER NODES`
@@ -34,7 +34,7 @@ fn slot_arg(a: &[u8]) -> Result<u16, Reply> {
 pub fn asking(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
     tri!(node_of(ctx));
     // The flag is set and used where requests are routed
-    // (`crate::cluster::route_batch`), before the batch runs.
+    // (`crate::routing::route_batch`), before the batch runs.
     Reply::Ok
 }
 
@@ -49,7 +49,7 @@ pub fn readonly(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
 pub fn cluster(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let sub = args[1].to_ascii_lowercase();
     if sub == b"help" {
-        return crate::commands::server::help(&[
+        return super::server::help(&[
             "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "INFO",
             "    Return information about the cluster.",

@@ -1,0 +1,190 @@
+//! The commands nodes send each other while slots move (Shadowfax-style:
+//! ownership first, data after; see `crate::cluster::migrate` for the
+//! client side and the on-demand pull):
+//!
+//! - `TERN.FETCH key ...` (on the source): the keys' values and expiries,
+//!   for a target that was asked for keys it does not have yet;
+//! - `TERN.SLOTSCAN slot cursor count` (on the source): one page of a
+//!   slot's keys and values, for the target's background copy;
+//! - `TERN.IMPORT key value pexpireat ...` (on the target, run by the
+//!   committer): stores each record unless the key was settled here
+//!   already (imported before, or written by a client since the slot
+//!   moved, as its import marker says), so migrated data never overwrites
+//!   a newer write; `pexpireat` -1 records that the source has no such key;
+//! - `TERN.DROPSLOT slot count` (on the source, once the target has
+//!   everything): deletes keys of a slot this node no longer owns;
+//! - `TERN.CLEARMARKS slot count`: deletes import markers of a slot no
+//!   longer being imported.
+//!
+//! None of these is routed: they name slots this node may not own.
+
+use super::strings::tri;
+use super::{int_arg, store_error, Ctx};
+use crate::cluster::migrate::PAGE_BYTES;
+use crate::cluster::slot::key_slot;
+use crate::expiry::now_ms;
+use crate::resp::Reply;
+
+fn cluster_only(ctx: &Ctx<'_>) -> Result<(), Reply> {
+    match ctx.state.cluster {
+        Some(_) => Ok(()),
+        None => Err(Reply::err("This instance has cluster support disabled")),
+    }
+}
+
+fn expiry_arg(e: Option<u64>) -> Reply {
+    Reply::Int(e.map_or(0, |t| t.min(i64::MAX as u64) as i64))
+}
+
+/// TERN.FETCH key [key ...]
+pub fn fetch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(cluster_only(ctx));
+    let now = now_ms();
+    let mut out = Vec::with_capacity(args.len() - 1);
+    for k in &args[1..] {
+        match tri!(ctx.store().get_at(k, now).map_err(store_error)) {
+            None => out.push(Reply::NilArray),
+            Some(e) => {
+                let exp = expiry_arg(e.expire_at);
+                out.push(Reply::Array(vec![Reply::Bulk(e.value), exp]));
+            }
+        }
+    }
+    Reply::Array(out)
+}
+
+/// TERN.SLOTSCAN slot cursor count
+pub fn slotscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(cluster_only(ctx));
+    let slot = match int_arg(&args[1]) {
+        Ok(s) if (0..16384).contains(&s) => s as u16,
+        _ => return Reply::err("Invalid slot"),
+    };
+    let count = match int_arg(&args[3]) {
+        Ok(c) if c > 0 => (c as usize).min(4096),
+        _ => return Reply::err("count must be positive"),
+    };
+    let (page, next) = tri!(ctx
+        .store()
+        .slot_page(slot, &args[2], count, PAGE_BYTES)
+        .map_err(store_error));
+    let mut flat = Vec::with_capacity(page.len() * 3);
+    for (k, e) in page {
+        flat.push(Reply::Bulk(k));
+        flat.push(expiry_arg(e.expire_at));
+        flat.push(Reply::Bulk(e.value));
+    }
+    let next = match next {
+        Some(k) => Reply::Bulk(k),
+        None => Reply::Nil,
+    };
+    Reply::Array(vec![next, Reply::Array(flat)])
+}
+
+/// TERN.IMPORT key pexpireat value [key pexpireat value ...]
+pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(cluster_only(ctx));
+    if (args.len() - 1) % 3 != 0 {
+        return Reply::err("TERN.IMPORT takes key, pexpireat, value triples");
+    }
+    let view = ctx.state.cluster.as_ref().map(|c| c.view());
+    let importing = view.as_ref().and_then(|v| v.importing());
+    let store = &ctx.state.store;
+    let now = now_ms();
+    let mut applied = 0;
+    for t in args[1..].chunks_exact(3) {
+        let (key, exp, value) = (&t[0], &t[1], &t[2]);
+        if !importing
+            .as_ref()
+            .is_some_and(|s| s.contains(key_slot(key)))
+        {
+            return Reply::err(format!("slot {} is not being imported here", key_slot(key)));
+        }
+        let exp = tri!(int_arg(exp));
+        let pending = tri!(ctx.pending());
+        if tri!(pending.marked(store, key).map_err(store_error)) {
+            continue;
+        }
+        // Settled from now on, whatever the source said.
+        pending.mark(key);
+        let expire_at = match exp {
+            -1 => continue,
+            0 => None,
+            t if t > 0 => Some(t as u64),
+            _ => return Reply::err("bad pexpireat"),
+        };
+        if ctx.get(key).map_err(store_error).map(|e| e.is_some()) == Ok(true) {
+            continue;
+        }
+        if expire_at.is_some_and(|t| t <= now) {
+            continue;
+        }
+        tri!(ctx.put(key, value, expire_at));
+        applied += 1;
+    }
+    Reply::Int(applied)
+}
+
+fn slot_and_count(args: &[Vec<u8>]) -> Result<(u16, usize), Reply> {
+    let slot = match int_arg(&args[1]) {
+        Ok(s) if (0..16384).contains(&s) => s as u16,
+        _ => return Err(Reply::err("Invalid slot")),
+    };
+    let count = match int_arg(&args[2]) {
+        Ok(c) if c > 0 => (c as usize).min(4096),
+        _ => return Err(Reply::err("count must be positive")),
+    };
+    Ok((slot, count))
+}
+
+/// TERN.DROPSLOT slot count
+pub fn dropslot(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(cluster_only(ctx));
+    let (slot, count) = tri!(slot_and_count(args));
+    // Never the keys of a slot served here, nor of one a target still
+    // pulls from here (decided with the view current now: the committer
+    // runs this between other writes).
+    let keep = ctx.state.cluster.as_ref().is_some_and(|c| {
+        let v = c.view();
+        let handing_over = v
+            .topology
+            .as_ref()
+            .and_then(|t| t.migration_of(slot))
+            .is_some_and(|m| {
+                m.from == c.info.id && m.state != crate::cluster::topology::MigrationState::Dropping
+            });
+        v.serves(slot) || handing_over
+    });
+    if keep {
+        return Reply::err(format!(
+            "slot {slot} is served here or still being handed over; refusing to drop it"
+        ));
+    }
+    let keys = tri!(ctx.store().slot_keys_all(slot, count).map_err(store_error));
+    let mut n = 0;
+    for k in keys {
+        tri!(ctx.delete(&k));
+        n += 1;
+    }
+    Reply::Int(n)
+}
+
+/// TERN.CLEARMARKS slot count
+pub fn clearmarks(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(cluster_only(ctx));
+    let (slot, count) = tri!(slot_and_count(args));
+    let importing = ctx
+        .state
+        .cluster
+        .as_ref()
+        .and_then(|c| c.view().importing());
+    if importing.is_some_and(|s| s.contains(slot)) {
+        return Reply::Int(0);
+    }
+    let marks = tri!(ctx.store().markers(slot, count).map_err(store_error));
+    let pending = tri!(ctx.pending());
+    for m in &marks {
+        pending.delete_raw(m);
+    }
+    Reply::Int(marks.len() as i64)
+}
