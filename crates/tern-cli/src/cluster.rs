@@ -79,6 +79,10 @@ enum Sub {
         /// first if it runs but is not a member).
         #[arg(long)]
         to: String,
+        /// Take the slots from this node only (its id or host:port)
+        /// [default: from the nodes that own the most].
+        #[arg(long)]
+        from: Option<String>,
         /// Return once the move has started instead of waiting for it.
         #[arg(long)]
         no_wait: bool,
@@ -128,9 +132,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 target,
                 slots,
                 to,
+                from,
                 no_wait,
                 timeout,
-            } => scale_out(&target, slots, &to, no_wait, Duration::from_secs(timeout)).await,
+            } => {
+                let wait = Duration::from_secs(timeout);
+                scale_out(&target, slots, &to, from.as_deref(), no_wait, wait).await
+            }
             Sub::Status { target } => status(&target).await,
             Sub::Fix { target, rollback } => fix(&target, rollback).await,
         }
@@ -347,6 +355,7 @@ async fn scale_out(
     t: &Target,
     count: usize,
     to: &str,
+    from: Option<&str>,
     no_wait: bool,
     timeout: Duration,
 ) -> Result<ExitCode, Failure> {
@@ -373,6 +382,16 @@ async fn scale_out(
     if !live.contains_key(&target.id) {
         return Err(Failure::new(format!("node {to} is down")).hint("start it first"));
     }
+    let donor = match from {
+        None => None,
+        Some(f) => Some(
+            cur.nodes
+                .iter()
+                .find(|n| n.id == f || n.addr() == f)
+                .map(|n| n.id.clone())
+                .ok_or_else(|| Failure::new(format!("no member node is {f}")))?,
+        ),
+    };
     let started = reg
         .update(|cur| {
             let mut next = cur
@@ -382,7 +401,7 @@ async fn scale_out(
                 next.nodes.push(target.clone());
             }
             let since = next.version + 1;
-            let slots = next.pick_slots(count, &target.id);
+            let slots = next.pick_slots(count, &target.id, donor.as_deref());
             if slots.is_empty() {
                 return Err(ClusterError("no slots can move to that node".into()));
             }

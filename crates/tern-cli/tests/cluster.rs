@@ -48,11 +48,23 @@ const MIGRATE_RATE_MB: f64 = 0.25;
 /// Starts a node listening on `host:port` with its data in `dir`, inside
 /// network namespace `netns` if given; returns once it serves.
 fn start_node(etcd_url: &str, dir: &Path, host: &str, port: u16, netns: Option<&str>) -> Proc {
+    start_node_at_rate(etcd_url, dir, host, port, netns, MIGRATE_RATE_MB)
+}
+
+/// [`start_node`] with migrations (copies, drops, cleanup) at `rate` MB/s.
+fn start_node_at_rate(
+    etcd_url: &str,
+    dir: &Path,
+    host: &str,
+    port: u16,
+    netns: Option<&str>,
+    rate: f64,
+) -> Proc {
     let cfg = dir.with_extension("toml");
     std::fs::write(
         &cfg,
         format!(
-            "appendfsync = \"always\"\nmetrics-bind = \"off\"\n[cluster]\netcd = \"{etcd_url}\"\nnode-ttl-secs = {NODE_TTL}\nmigrate-rate-mb = {MIGRATE_RATE_MB}\n"
+            "appendfsync = \"always\"\nmetrics-bind = \"off\"\n[cluster]\netcd = \"{etcd_url}\"\nnode-ttl-secs = {NODE_TTL}\nmigrate-rate-mb = {rate}\n"
         ),
     )
     .unwrap();
@@ -1080,6 +1092,94 @@ fn a_source_refuses_to_drop_a_slot_still_being_handed_over() {
         }
     }
     assert!(refused >= 2, "sources did not refuse: {firsts:?}");
+    // FLUSHDB would lose keys the target still needs (on a source) or
+    // leave half a slot (on the target): refused on every node involved.
+    for n in [0, 1, i] {
+        let e = redis::cmd("FLUSHDB")
+            .query::<()>(&mut c.conn(n))
+            .unwrap_err();
+        assert!(e.to_string().contains("migration"), "node {n}: {e}");
+    }
     wait_migrations_done(&c, Duration::from_secs(60));
     assert_eq!(total_keys(&c), 3000);
+}
+
+/// A node that takes back slots it held before must serve their current
+/// values, not what it kept of them: here a source killed while dropping
+/// (its copy half deleted, the migration finished by `tern cluster fix`)
+/// comes back with a crawling cleanup, and the slots move back to it.
+#[test]
+fn a_node_taking_slots_back_serves_their_values_not_its_leftovers() {
+    let Some(mut c) = Cluster::start(3) else {
+        return;
+    };
+    c.admin(&["create", "--nodes", "3"]);
+    let t = c.add();
+    let t_addr = format!("127.0.0.1:{}", c.nodes[t].port);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let seed = format!("127.0.0.1:{}", c.nodes[0].port);
+    let client = rt
+        .block_on(tern_client::ClusterClient::connect(&[&seed]))
+        .unwrap();
+    let n = 6000;
+    let write_all = |tag: &str| {
+        let cmds: Vec<_> = (0..n)
+            .map(|i| {
+                vec![
+                    b"SET".to_vec(),
+                    format!("l{i}").into_bytes(),
+                    format!("{tag}-{i}").into_bytes(),
+                ]
+            })
+            .collect();
+        for r in rt.block_on(client.batch(cmds)).unwrap() {
+            assert_eq!(r, tern_client::Reply::Simple("OK".into()));
+        }
+    };
+    write_all("v1");
+    c.admin(&["scale-out", "--slots", "1638", "--to", &t_addr, "--no-wait"]);
+    let status = wait_status(&c, "dropping;", Duration::from_secs(60));
+    let port = source_in(&status, "dropping").unwrap();
+    let s = c.nodes.iter().position(|x| x.port == port).unwrap();
+    c.kill(s);
+    wait_status(
+        &c,
+        "the source is down",
+        Duration::from_secs(NODE_TTL * 5 + 5),
+    );
+    let fixed = c.admin(&["fix"]);
+    assert!(fixed.contains("finished"), "{fixed}");
+    wait_migrations_done(&c, Duration::from_secs(60));
+    // Back, with a cleanup that deletes a key a second.
+    let node = &c.nodes[s];
+    let p = start_node_at_rate(&c.etcd_url, &node.dir, &node.host, node.port, None, 0.001);
+    c.nodes[s].proc = Some(p);
+    let rt2 = &rt;
+    let _ = rt2.block_on(client.refresh());
+    write_all("v2");
+    assert!(
+        total_keys(&c) > n as i64,
+        "the killed source kept no leftovers; nothing to test"
+    );
+    let s_addr = format!("127.0.0.1:{}", c.nodes[s].port);
+    c.admin(&[
+        "scale-out",
+        "--slots",
+        "1638",
+        "--from",
+        &t_addr,
+        "--to",
+        &s_addr,
+    ]);
+    let cmds: Vec<_> = (0..n)
+        .map(|i| vec![b"GET".to_vec(), format!("l{i}").into_bytes()])
+        .collect();
+    let got = rt.block_on(client.batch(cmds)).unwrap();
+    for (i, r) in got.into_iter().enumerate() {
+        let want = tern_client::Reply::Bulk(format!("v2-{i}").into_bytes());
+        assert_eq!(r, want, "l{i} is stale");
+    }
 }

@@ -200,9 +200,11 @@ impl ClusterClient {
                         }
                         pipe.push(cmds[i].clone());
                     }
+                    // Connecting failed: nothing was sent, so retrying is
+                    // safe. Sent and then failed: the outcome is unknown.
                     let result = match self.conn(&addr).await {
-                        Ok(c) => c.pipeline(&pipe).await,
-                        Err(e) => Err(e),
+                        Ok(c) => c.pipeline(&pipe).await.map_err(|e| (e, true)),
+                        Err(e) => Err((e, false)),
                     };
                     (addr, items, result)
                 }
@@ -213,14 +215,16 @@ impl ClusterClient {
             for (addr, items, result) in results {
                 let got = match result {
                     Ok(r) => r,
-                    Err(e) => {
+                    Err((e, sent)) => {
                         // The node failed: the slot map may be stale.
                         self.forget(&addr);
-                        refresh = true;
-                        wait = true;
-                        if attempt + 1 == ATTEMPTS {
+                        if sent || attempt + 1 == ATTEMPTS {
+                            // Commands that may have run are not sent
+                            // again (an INCR would count twice).
                             return Err(e);
                         }
+                        refresh = true;
+                        wait = true;
                         todo.extend(items.iter().map(|&(i, _)| (i, None, false)));
                         continue;
                     }

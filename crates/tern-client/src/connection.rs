@@ -25,6 +25,9 @@ use crate::{Cmd, Result};
 const QUEUE: usize = 4096;
 /// Longest wait for a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for a pipeline's replies: a server that stops answering
+/// (frozen, cut off) fails its callers instead of hanging them.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A batch of commands written together, answered together.
 struct Job {
@@ -105,8 +108,17 @@ impl Connection {
             .send(job)
             .await
             .map_err(|_| Error::Io(format!("the connection to {} is closed", self.addr)))?;
-        rx.await
-            .map_err(|_| Error::Io(format!("the connection to {} closed", self.addr)))?
+        match tokio::time::timeout(REPLY_TIMEOUT, rx).await {
+            Ok(r) => r.map_err(|_| Error::Io(format!("the connection to {} closed", self.addr)))?,
+            Err(_) => {
+                // Replies may still come for it: the connection is unusable.
+                self.broken.store(true, Ordering::Relaxed);
+                Err(Error::Io(format!(
+                    "{} did not answer within {REPLY_TIMEOUT:?}",
+                    self.addr
+                )))
+            }
+        }
     }
 
     /// Sends one command; its reply.

@@ -238,7 +238,7 @@ async fn run_requests(
         Some(c) if session.authed => {
             let (s, view) = route_cluster(state, exec, c, session, requests).await?;
             session = s;
-            Some(view)
+            view
         }
         _ => None,
     };
@@ -273,13 +273,21 @@ async fn run_requests(
                         .then(|| execute_from_memory(state, &mut session, &req.args))
                         .flatten()
                 });
-                if replies.is_empty() {
+                let mut replies = if replies.is_empty() {
                     let (s, replies) = read_on_pool(state, exec, session, requests).await?;
                     session = s;
                     replies
                 } else {
                     replies
+                };
+                // A node that may have lost its slots while reading
+                // answers nothing it read.
+                if state.cluster.as_ref().is_some_and(|c| !c.lease_fresh()) {
+                    for r in replies.iter_mut().filter(|r| !r.is_error()) {
+                        *r = crate::cluster::ClusterNode::fenced_reply();
+                    }
                 }
+                replies
             }
             Class::Write => {
                 let n = requests.iter().take_while(|r| r.class == class).count();
@@ -291,13 +299,14 @@ async fn run_requests(
                     .ok_or(Close::Gone)?;
                 session = s;
                 put_back(requests, rest);
-                // A node frozen or cut off mid-batch may have lost its
-                // slots meanwhile: what it wrote is not acknowledged.
+                // A node frozen or cut off between its commit and here may
+                // have lost its slots meanwhile: the write is not
+                // acknowledged, and not retryable either (it did apply
+                // here, so it may show at the new owner).
                 if state.cluster.as_ref().is_some_and(|c| !c.lease_fresh()) {
                     for r in replies.iter_mut().filter(|r| !r.is_error()) {
-                        *r = Reply::Error(
-                            "TRYAGAIN the node lost touch with the cluster while writing; retry"
-                                .into(),
+                        *r = Reply::err(
+                            "the node lost touch with the cluster after this write; its outcome is unknown",
                         );
                     }
                 }
@@ -323,7 +332,7 @@ async fn run_requests(
                 }
                 let (s, v) = route_cluster(state, exec, c, session, requests).await?;
                 session = s;
-                view = Some(v);
+                view = v;
             }
         }
     }
@@ -345,7 +354,7 @@ async fn route_cluster(
     node: &crate::cluster::ClusterNode,
     mut session: Session,
     requests: &mut VecDeque<Request>,
-) -> Result<(Session, Arc<crate::cluster::view::View>), Close> {
+) -> Result<(Session, Option<Arc<crate::cluster::view::View>>), Close> {
     let deadline = tokio::time::Instant::now() + HANDOFF_WAIT;
     let mut view = node.view();
     while crate::routing::must_wait(&view, requests) {
@@ -359,8 +368,11 @@ async fn route_cluster(
         view = node.view();
     }
     let pulls = crate::routing::route_batch(&view, node.lease_fresh(), &mut session, requests);
+    if !crate::routing::any_keyed(requests) {
+        return Ok((session, None));
+    }
     if pulls.is_empty() {
-        return Ok((session, view));
+        return Ok((session, Some(view)));
     }
     let mut by_source: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
     for &(i, source) in &pulls {
@@ -431,7 +443,7 @@ async fn route_cluster(
             }
         }
     }
-    Ok((session, view))
+    Ok((session, Some(view)))
 }
 
 /// Returns the requests a job did not run to the front of the queue.

@@ -98,6 +98,11 @@ impl Pending {
         self.importing = slots;
     }
 
+    /// The slots being imported, as set.
+    pub fn importing(&self) -> Option<std::sync::Arc<SlotSet>> {
+        self.importing.clone()
+    }
+
     /// Whether Redis key `key` has an import marker, pending or committed.
     pub fn marked(&mut self, store: &Store, key: &[u8]) -> StoreResult<bool> {
         let m = marker_key(key);

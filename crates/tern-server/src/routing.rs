@@ -84,3 +84,15 @@ pub fn request_keys(req: &crate::exec::Request) -> Vec<Vec<u8>> {
         .filter_map(|i| req.args.get(i).cloned())
         .collect()
 }
+
+/// Whether any request of the batch names keys (a batch without keys
+/// need not hold the view while it runs: nothing in it depends on who owns
+/// what).
+pub fn any_keyed(requests: &std::collections::VecDeque<crate::exec::Request>) -> bool {
+    use crate::commands::table::COMMANDS;
+    requests.iter().any(|r| {
+        r.cmd
+            .and_then(|i| COMMANDS.get(i))
+            .is_some_and(|s| s.first_key != 0)
+    })
+}

@@ -240,11 +240,21 @@ impl Registry {
     }
 
     /// Records that node `id` routes with topology version `version`.
+    /// Acknowledgements only rise: concurrent writers cannot move one back.
+    /// Stored as 20 zero-padded digits, so etcd compares them as numbers.
     pub async fn ack(&mut self, id: &str, version: u64) -> Result<(), ClusterError> {
-        self.client
-            .put(self.ack_key(id), version.to_string(), None)
-            .await
-            .map_err(etcd)?;
+        let key = self.ack_key(id);
+        let value = format!("{version:020}");
+        let raise = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Less, value.clone())])
+            .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+        if self.client.txn(raise).await.map_err(etcd)?.succeeded() {
+            return Ok(());
+        }
+        let first = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value, None)]);
+        self.client.txn(first).await.map_err(etcd)?;
         Ok(())
     }
 

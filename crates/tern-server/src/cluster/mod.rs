@@ -67,6 +67,10 @@ pub struct ClusterNode {
     peers: Mutex<std::collections::HashMap<String, migrate::Peer>>,
     /// Raised on every installed view.
     versions: tokio::sync::watch::Sender<u64>,
+    /// Held by [`ClusterNode::install`].
+    installing: Mutex<()>,
+    /// Views replaced and not yet known to be out of use.
+    retired: Mutex<Vec<std::sync::Weak<View>>>,
     /// Fencing: until when (ms after `epoch`) this node's registration is
     /// known to hold; past it the node may have been deposed (its slots
     /// handed over) and serves no keys.
@@ -90,6 +94,8 @@ impl ClusterNode {
             connected: std::sync::atomic::AtomicBool::new(false),
             peers: Mutex::new(Default::default()),
             versions: tokio::sync::watch::channel(0).0,
+            installing: Mutex::new(()),
+            retired: Mutex::new(Vec::new()),
             fresh_until: std::sync::atomic::AtomicU64::new(0),
             synced: std::sync::atomic::AtomicBool::new(false),
             lease: std::sync::atomic::AtomicI64::new(0),
@@ -155,20 +161,32 @@ impl ClusterNode {
     /// Routes with `topology` from now on, and returns once no request
     /// batch routes with an older view: from then on this node serves
     /// nothing the new topology took from it. Blocking.
-    pub fn install(&self, topology: Option<Topology>) {
+    /// Returns the version now routed with (never older than before).
+    pub fn install(&self, topology: Option<Topology>) -> u64 {
+        // One install at a time, each waiting out every view retired
+        // before it: a second install cannot acknowledge past batches
+        // the first is still waiting for.
+        let _one = self.installing.lock();
         let next = Arc::new(View::new(&self.info.id, topology));
-        let old = {
+        {
             let mut v = self.view.write();
-            if next.version() < v.version() {
-                // A late event: never route with an older document.
-                return;
+            // A late document is never routed with, but the wait below
+            // still runs (a re-sync relies on it).
+            if next.version() >= v.version() {
+                let old = std::mem::replace(&mut *v, next);
+                self.retired.lock().push(Arc::downgrade(&old));
             }
-            std::mem::replace(&mut *v, next)
-        };
+        }
         let version = self.view.read().version();
         self.versions.send_replace(version);
         // Batches clone the view and drop it when they finish.
-        while Arc::strong_count(&old) > 1 {
+        loop {
+            let mut retired = self.retired.lock();
+            retired.retain(|w| w.strong_count() > 0);
+            if retired.is_empty() {
+                return version;
+            }
+            drop(retired);
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -216,15 +234,7 @@ pub async fn join(node: &Arc<ClusterNode>, s: &NodeSettings) -> Result<Registry,
         stored = reg.topology().await?;
     }
     *node.live.lock() = reg.live_nodes().await?.into_keys().collect();
-    let version = stored.topology.as_ref().map(|t| t.version);
-    let n = node.clone();
-    let t = stored.topology;
-    tokio::task::spawn_blocking(move || n.install(t))
-        .await
-        .map_err(|e| ClusterError(format!("installing the topology failed: {e}")))?;
-    if let Some(v) = version {
-        reg.ack(&node.info.id, v).await?;
-    }
+    apply(node, &mut reg, stored.topology).await?;
     node.connected
         .store(true, std::sync::atomic::Ordering::Relaxed);
     node.synced
@@ -283,28 +293,42 @@ pub async fn run(
                 node.synced.store(false, Release);
                 loop {
                     let sent = node.now_ms();
-                    let again = async {
-                        let l = reg.register(&node.info, s.ttl).await?;
-                        let t = reg.topology().await?.topology;
-                        Ok::<_, ClusterError>((l, t))
-                    };
-                    match again.await {
-                        Ok((l, t)) => {
+                    match reg.register(&node.info, s.ttl).await {
+                        Ok(l) => {
                             lease = l;
                             node.lease.store(l, Release);
                             node.renewed(sent, s.ttl);
-                            // Installing waits out every batch routed with
-                            // an older view.
-                            if apply(&node, &mut reg, t).await.is_ok() {
-                                node.synced.store(true, Release);
-                                tracing::info!("tern serve: registered in etcd again");
-                                break;
-                            }
+                            break;
                         }
                         Err(e) => tracing::warn!("tern serve: cannot register in etcd: {e}"),
                     }
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
+                // Caught up in the background, while the new lease is
+                // renewed: installing waits out every batch routed with an
+                // older view, which may take longer than a lease.
+                let (n, mut r, epoch) = (node.clone(), reg.clone(), lease);
+                tokio::spawn(async move {
+                    loop {
+                        let synced = async {
+                            let t = r.topology().await?.topology;
+                            apply(&n, &mut r, t).await
+                        };
+                        match synced.await {
+                            // Only for the lease it was started for.
+                            Ok(()) if n.lease.load(Acquire) == epoch => {
+                                n.synced.store(true, Release);
+                                tracing::info!("tern serve: registered in etcd again");
+                                return;
+                            }
+                            Ok(()) => return,
+                            Err(e) => {
+                                tracing::warn!("tern serve: catching up with the topology: {e}")
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                });
             }
         }
     };
@@ -329,18 +353,19 @@ async fn watch(node: Arc<ClusterNode>, mut reg: Registry) {
     }
 }
 
+/// Installs `t` (waiting out every batch routed with an older view) and
+/// acknowledges the version then routed with.
 async fn apply(
     node: &Arc<ClusterNode>,
     reg: &mut Registry,
     t: Option<Topology>,
 ) -> Result<(), ClusterError> {
-    let version = t.as_ref().map(|t| t.version);
     let n = node.clone();
-    tokio::task::spawn_blocking(move || n.install(t))
+    let version = tokio::task::spawn_blocking(move || n.install(t))
         .await
         .map_err(|e| ClusterError(format!("installing the topology failed: {e}")))?;
-    if let Some(v) = version {
-        reg.ack(&node.info.id, v).await?;
+    if version > 0 {
+        reg.ack(&node.info.id, version).await?;
     }
     Ok(())
 }

@@ -91,8 +91,11 @@ pub async fn drive(
                 cleaned = t.version;
                 let (n, st, ex, r) = (node.clone(), state.clone(), exec.clone(), running.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = clean_leftovers(&n, &st, &ex, rate).await {
-                        tracing::warn!("tern serve: cleaning up after migrations failed: {e}");
+                    while let Err(e) = clean_leftovers(&n, &st, &ex, rate).await {
+                        tracing::warn!(
+                            "tern serve: cleaning up after migrations failed: {e}; retrying"
+                        );
+                        tokio::time::sleep(RETRY * 2).await;
                     }
                     r.lock().remove(&(0, Role::Drop));
                 });
@@ -212,6 +215,13 @@ impl Step {
             }
             let fenced = gone_since.is_some_and(|t| t.elapsed() >= ttl);
             if acked || fenced {
+                // Whatever this node kept of the slots from an earlier
+                // time it held them must not pass for their data.
+                if let Err(e) = self.reset_slots().await {
+                    tracing::warn!("tern serve: clearing slots before importing them: {e}");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
                 match self
                     .advance(MigrationState::Handoff, Some(MigrationState::Pulling))
                     .await
@@ -224,6 +234,23 @@ impl Step {
         }
     }
 
+    /// Deletes this node's keys and import markers of the moving slots.
+    async fn reset_slots(&self) -> Result<(), String> {
+        for slot in self.m.each_slot() {
+            loop {
+                let args = vec![
+                    b"TERN.RESETSLOT".to_vec(),
+                    slot.to_string().into_bytes(),
+                    DROP_BATCH.to_string().into_bytes(),
+                ];
+                if count_of(&write(&self.state, &self.exec, args).await?) == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn copy(&self, rate: u64) {
         loop {
             if !self.still(MigrationState::Pulling) {
@@ -231,6 +258,17 @@ impl Step {
             }
             match self.copy_once(rate).await {
                 Ok(()) => {
+                    // What was imported is durable before the source
+                    // deletes its copy, whatever appendfsync says.
+                    let st = self.state.clone();
+                    match tokio::task::spawn_blocking(move || st.store.db.sync_wal()).await {
+                        Ok(Ok(())) => {}
+                        other => {
+                            tracing::warn!("tern serve: syncing imported records: {other:?}");
+                            tokio::time::sleep(RETRY).await;
+                            continue;
+                        }
+                    }
                     match self
                         .advance(MigrationState::Pulling, Some(MigrationState::Dropping))
                         .await

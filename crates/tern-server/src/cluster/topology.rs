@@ -296,11 +296,19 @@ impl Topology {
         self.validate()
     }
 
-    /// Picks `count` slots for node `to` from the nodes that own the most,
-    /// from the top of their ranges, evening out ownership.
-    pub fn pick_slots(&self, count: usize, to: &str) -> Vec<u16> {
+    /// Picks `count` slots for node `to` from the nodes that own the most
+    /// (only from node `from` if given), from the top of their ranges,
+    /// evening out ownership.
+    pub fn pick_slots(&self, count: usize, to: &str, from: Option<&str>) -> Vec<u16> {
         let owners = self.owners();
-        let mut counts: Vec<usize> = self.nodes.iter().map(|n| self.slot_count(&n.id)).collect();
+        let mut counts: Vec<usize> = self
+            .nodes
+            .iter()
+            .map(|n| match from {
+                Some(f) if f != n.id => 0,
+                _ => self.slot_count(&n.id),
+            })
+            .collect();
         let to_idx = self.index_of(to);
         let mut taken = vec![false; SLOTS];
         let mut out = Vec::new();
@@ -463,7 +471,7 @@ mod tests {
         let mut t = Topology::create((0..3).map(node).collect()).unwrap();
         t.nodes.push(node(3));
         let new = t.nodes[3].id.clone();
-        let slots = t.pick_slots(1638, &new);
+        let slots = t.pick_slots(1638, &new, None);
         assert_eq!(slots.len(), 1638);
         t.start_migrations(&slots, &new, 7).unwrap();
         assert_eq!(t.slot_count(&new), 1638);
@@ -489,7 +497,10 @@ mod tests {
         unknown.migrations[0].from = format!("{:040x}", 99);
         assert!(unknown.validate().is_err());
         // The next pick avoids slots already moving.
-        let more = t.pick_slots(100, &new);
+        let more = t.pick_slots(100, &new, None);
+        let only = t.pick_slots(10, &new, Some(&t.nodes[1].id.clone()));
+        assert_eq!(only.len(), 10);
+        assert!(only.iter().all(|&s| t.owners()[usize::from(s)] == Some(1)));
         assert!(more.iter().all(|&s| t.migration_of(s).is_none()));
     }
 

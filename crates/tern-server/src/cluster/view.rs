@@ -126,6 +126,14 @@ impl View {
         }
     }
 
+    /// Whether this node is the source or the target of a migration that
+    /// still needs the source's data.
+    pub fn in_migration(&self) -> bool {
+        self.topology.iter().flat_map(|t| &t.migrations).any(|m| {
+            (m.from == self.my_id || m.to == self.my_id) && m.state != MigrationState::Dropping
+        })
+    }
+
     /// The slots this node is importing, if any: writes to their keys
     /// leave import markers.
     pub fn importing(&self) -> Option<Arc<SlotSet>> {

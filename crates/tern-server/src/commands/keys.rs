@@ -273,6 +273,15 @@ pub fn flushdb(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     {
         return syntax_error();
     }
+    // A node moving slots in or out would lose (or half bring back) keys
+    // the other side still needs.
+    if let Some(c) = &ctx.state.cluster {
+        if c.view().in_migration() {
+            return Reply::err(
+                "a slot migration to or from this node is under way; retry once `tern cluster status` shows none",
+            );
+        }
+    }
     // The committer committed what was pending before this command ran,
     // and starts the next writes from the new generation.
     tri!(ctx.pending());

@@ -89,9 +89,9 @@ pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }
     let view = ctx.state.cluster.as_ref().map(|c| c.view());
     let importing = view.as_ref().and_then(|v| v.importing());
-    let store = &ctx.state.store;
-    let now = now_ms();
-    let mut applied = 0;
+    // Checked whole before anything is written: a refused import changes
+    // nothing.
+    let mut records = Vec::with_capacity((args.len() - 1) / 3);
     for t in args[1..].chunks_exact(3) {
         let (key, exp, value) = (&t[0], &t[1], &t[2]);
         if !importing
@@ -100,18 +100,27 @@ pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         {
             return Reply::err(format!("slot {} is not being imported here", key_slot(key)));
         }
-        let exp = tri!(int_arg(exp));
+        let expire_at = match tri!(int_arg(exp)) {
+            -1 => None,
+            0 => Some(None),
+            t if t > 0 => Some(Some(t as u64)),
+            _ => return Reply::err("bad pexpireat"),
+        };
+        records.push((key, expire_at, value));
+    }
+    let store = &ctx.state.store;
+    let now = now_ms();
+    let mut applied = 0;
+    for (key, expire_at, value) in records {
         let pending = tri!(ctx.pending());
         if tri!(pending.marked(store, key).map_err(store_error)) {
             continue;
         }
         // Settled from now on, whatever the source said.
         pending.mark(key);
-        let expire_at = match exp {
-            -1 => continue,
-            0 => None,
-            t if t > 0 => Some(t as u64),
-            _ => return Reply::err("bad pexpireat"),
+        // `None`: the source has no such key.
+        let Some(expire_at) = expire_at else {
+            continue;
         };
         if ctx.get(key).map_err(store_error).map(|e| e.is_some()) == Ok(true) {
             continue;
@@ -167,6 +176,47 @@ pub fn dropslot(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         n += 1;
     }
     Reply::Int(n)
+}
+
+/// TERN.RESETSLOT slot count: on a target in handoff (serving nothing of
+/// the slot yet), deletes up to `count` keys and import markers of the
+/// slot left from an earlier time this node held it, so the import starts
+/// from nothing. The keys are deleted without markers.
+pub fn resetslot(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(cluster_only(ctx));
+    let (slot, count) = tri!(slot_and_count(args));
+    let in_handoff = ctx.state.cluster.as_ref().is_some_and(|c| {
+        let v = c.view();
+        v.topology
+            .as_ref()
+            .and_then(|t| t.migration_of(slot))
+            .is_some_and(|m| {
+                m.to == c.info.id && m.state == crate::cluster::topology::MigrationState::Handoff
+            })
+    });
+    if !in_handoff {
+        return Reply::err(format!("slot {slot} is not in handoff to this node"));
+    }
+    let keys = tri!(ctx.store().slot_keys_all(slot, count).map_err(store_error));
+    let marks = tri!(ctx.store().markers(slot, count).map_err(store_error));
+    let n = keys.len() + marks.len();
+    let pending = tri!(ctx.pending());
+    let importing = pending.importing();
+    pending.set_importing(None);
+    let mut result = Ok(());
+    for k in &keys {
+        if let Err(e) = ctx.delete(k) {
+            result = Err(e);
+            break;
+        }
+    }
+    let pending = tri!(ctx.pending());
+    pending.set_importing(importing);
+    tri!(result);
+    for m in &marks {
+        pending.delete_raw(m);
+    }
+    Reply::Int(n as i64)
 }
 
 /// TERN.CLEARMARKS slot count

@@ -124,6 +124,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("tern.slotscan", 4, RS, 0, 0, 0, "cluster", "0.1.0", "Returns one page of a slot's records to a node importing it (internal).", super::migrate::slotscan),
     cmd!("tern.import", -4, WS, 0, 0, 0, "cluster", "0.1.0", "Stores migrated records a client has not overwritten here (internal).", super::migrate::import),
     cmd!("tern.dropslot", 3, WS, 0, 0, 0, "cluster", "0.1.0", "Deletes keys of a slot that moved away (internal).", super::migrate::dropslot),
+    cmd!("tern.resetslot", 3, WS, 0, 0, 0, "cluster", "0.1.0", "Deletes what a target holds of a slot in handoff to it (internal).", super::migrate::resetslot),
     cmd!("tern.clearmarks", 3, WS, 0, 0, 0, "cluster", "0.1.0", "Deletes import markers of a slot no longer being imported (internal).", super::migrate::clearmarks),
     cmd!("quit", -1, NOAUTH, 0, 0, 0, "connection", "1.0.0", "Closes the connection.", server::quit),
     cmd!("shutdown", -1, &["admin", "noscript", "loading", "stale", "no_async_loading"], 0, 0, 0, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server.", server::shutdown),

@@ -349,11 +349,20 @@ fn commit(
     let mut committed = true;
     if !pending.is_empty() {
         let (batch, meta) = pending.take();
-        let result = state.store.commit(batch, meta);
+        // A cluster node that may have lost its slots (its registration
+        // lapsed) writes nothing: the group fails, and retrying elsewhere
+        // is safe because nothing here took effect.
+        let fenced = state.cluster.as_ref().is_some_and(|c| !c.lease_fresh());
+        let result = if fenced {
+            Err(Reply::Error(
+                "TRYAGAIN the node lost touch with the cluster; nothing was written, retry".into(),
+            ))
+        } else {
+            state.store.commit(batch, meta).map_err(store_error)
+        };
         status.commits.fetch_add(1, Relaxed);
-        if let Err(e) = result {
+        if let Err(err) = result {
             committed = false;
-            let err = store_error(e);
             for (r, s) in replies.iter_mut().zip(settled.iter()) {
                 r[*s..].fill(err.clone());
             }
