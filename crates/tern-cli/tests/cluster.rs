@@ -901,17 +901,17 @@ fn scale_out_survives_the_target_killed_mid_copy() {
     scale_out_under_load(Disturb::KillTarget);
 }
 
-/// `tern-client` through a scale-out: pipelined batches that span every
-/// node keep succeeding while slots move (redirects and retries are the
-/// client's business), and every acknowledged write reads back.
-#[test]
-fn tern_client_batches_ride_through_a_scale_out() {
-    let Some(mut c) = Cluster::start(3) else {
-        return;
-    };
+/// A created cluster of three nodes, a fourth running outside it (its
+/// index), and a `tern-client` connected to the cluster.
+fn three_and_a_spare() -> Option<(
+    Cluster,
+    usize,
+    tokio::runtime::Runtime,
+    tern_client::ClusterClient,
+)> {
+    let mut c = Cluster::start(3)?;
     c.admin(&["create", "--nodes", "3"]);
-    let added = c.add();
-    let to = format!("127.0.0.1:{}", c.nodes[added].port);
+    let spare = c.add();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -921,6 +921,18 @@ fn tern_client_batches_ride_through_a_scale_out() {
     let client = rt
         .block_on(tern_client::ClusterClient::connect(&[&seed]))
         .unwrap();
+    Some((c, spare, rt, client))
+}
+
+/// `tern-client` through a scale-out: pipelined batches that span every
+/// node keep succeeding while slots move (redirects and retries are the
+/// client's business), and every acknowledged write reads back.
+#[test]
+fn tern_client_batches_ride_through_a_scale_out() {
+    let Some((c, added, rt, client)) = three_and_a_spare() else {
+        return;
+    };
+    let to = format!("127.0.0.1:{}", c.nodes[added].port);
     let set = |k: &str, v: &str| {
         vec![
             b"SET".to_vec(),
@@ -1110,20 +1122,10 @@ fn a_source_refuses_to_drop_a_slot_still_being_handed_over() {
 /// comes back with a crawling cleanup, and the slots move back to it.
 #[test]
 fn a_node_taking_slots_back_serves_their_values_not_its_leftovers() {
-    let Some(mut c) = Cluster::start(3) else {
+    let Some((mut c, t, rt, client)) = three_and_a_spare() else {
         return;
     };
-    c.admin(&["create", "--nodes", "3"]);
-    let t = c.add();
     let t_addr = format!("127.0.0.1:{}", c.nodes[t].port);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let seed = format!("127.0.0.1:{}", c.nodes[0].port);
-    let client = rt
-        .block_on(tern_client::ClusterClient::connect(&[&seed]))
-        .unwrap();
     let n = 6000;
     let write_all = |tag: &str| {
         let cmds: Vec<_> = (0..n)
