@@ -1185,3 +1185,72 @@ fn a_node_taking_slots_back_serves_their_values_not_its_leftovers() {
         assert_eq!(r, want, "l{i} is stale");
     }
 }
+
+/// A field of `CLUSTER INFO` of node `i`.
+fn cluster_info(c: &Cluster, i: usize, field: &str) -> u64 {
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut c.conn(i))
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {info}"))
+}
+
+/// The hottest records of moving slots come with the ownership change:
+/// the new owner has a key read often on the old one before anyone asks
+/// for it there, and serves it without a pull.
+#[test]
+fn hot_records_travel_with_the_slots() {
+    let Some((c, spare, _rt, _client)) = three_and_a_spare() else {
+        return;
+    };
+    // The top slot of some node's first range: `scale-out --slots 1
+    // --from` that node moves exactly it.
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut c.conn(0))
+        .unwrap();
+    let line = nodes.lines().next().unwrap();
+    let donor_port: u16 = line
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .split(['@', ':'])
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let top: u16 = line
+        .split(' ')
+        .nth(8)
+        .and_then(|r| r.split('-').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    let key = (0..)
+        .map(|i| format!("hot{i}"))
+        .find(|k| tern_client::slot::key_slot(k.as_bytes()) == top)
+        .unwrap();
+    let donor = c.nodes.iter().position(|n| n.port == donor_port).unwrap();
+    let mut conn = c.conn(donor);
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("burning")
+        .query(&mut conn)
+        .unwrap();
+    for _ in 0..400 {
+        let _: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    }
+    let to = format!("127.0.0.1:{}", c.nodes[spare].port);
+    let from = format!("127.0.0.1:{donor_port}");
+    c.admin(&["scale-out", "--slots", "1", "--from", &from, "--to", &to]);
+    assert!(cluster_info(&c, spare, "tern_migration_hot_records_received") >= 1);
+    assert!(cluster_info(&c, donor, "tern_migration_hot_records_sent") >= 1);
+    let got: String = redis::cmd("GET")
+        .arg(&key)
+        .query(&mut c.conn(spare))
+        .unwrap();
+    assert_eq!(got, "burning");
+    assert_eq!(cluster_info(&c, spare, "tern_migration_pulled_keys"), 0);
+}

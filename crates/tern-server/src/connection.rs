@@ -367,7 +367,8 @@ async fn route_cluster(
         node.changed_since(v, left).await;
         view = node.view();
     }
-    let pulls = crate::routing::route_batch(&view, node.lease_fresh(), &mut session, requests);
+    let pulls =
+        crate::routing::route_batch(node, &view, node.lease_fresh(), &mut session, requests);
     if !crate::routing::any_keyed(requests) {
         return Ok((session, None));
     }
@@ -417,6 +418,9 @@ async fn route_cluster(
     let failed = match fetched {
         Ok(records) if records.is_empty() => None,
         Ok(records) => {
+            node.counters
+                .pulled_keys
+                .fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
             let import =
                 VecDeque::from([Request::new(crate::cluster::migrate::import_args(records))]);
             let (s, _, replies) = exec

@@ -38,6 +38,7 @@ pub fn must_wait(view: &View, requests: &std::collections::VecDeque<crate::exec:
 /// next keyed request (ownership moves before data here, so no request
 /// needs it).
 pub fn route_batch(
+    node: &ClusterNode,
     view: &View,
     fresh: bool,
     session: &mut crate::commands::Session,
@@ -64,6 +65,12 @@ pub fn route_batch(
                 pulls.push((i, source));
                 None
             }
+            Route::Here => {
+                if let Some(k) = first_key(req) {
+                    node.hot.touch(k);
+                }
+                None
+            }
             r => view.refusal(r),
         };
         if let Some(reply) = refusal {
@@ -72,6 +79,17 @@ pub fn route_batch(
         }
     }
     pulls
+}
+
+/// The first key of request `req`.
+fn first_key(req: &crate::exec::Request) -> Option<&[u8]> {
+    let spec = req
+        .cmd
+        .and_then(|i| crate::commands::table::COMMANDS.get(i))?;
+    crate::commands::key_positions(spec, req.args.len())
+        .next()
+        .and_then(|i| req.args.get(i))
+        .map(|k| k.as_slice())
 }
 
 /// The keys of request `req`.

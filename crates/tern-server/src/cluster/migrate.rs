@@ -100,6 +100,28 @@ impl Peer {
             .collect()
     }
 
+    /// `TERN.HOTKEYS`: up to `count` of the source's hottest records in
+    /// slot ranges `ranges`.
+    pub async fn hot(&self, count: usize, ranges: &[(u16, u16)]) -> Result<Vec<Record>, String> {
+        let mut cmd = vec![b"TERN.HOTKEYS".to_vec(), count.to_string().into_bytes()];
+        for &(a, b) in ranges {
+            cmd.push(a.to_string().into_bytes());
+            cmd.push(b.to_string().into_bytes());
+        }
+        let tern_client::Reply::Array(flat) = self.call(cmd).await? else {
+            return Err("TERN.HOTKEYS did not answer with an array".into());
+        };
+        if flat.len() % 3 != 0 {
+            return Err("TERN.HOTKEYS answered with a malformed list".into());
+        }
+        let mut out = Vec::with_capacity(flat.len() / 3);
+        let mut it = flat.into_iter();
+        while let (Some(k), Some(e), Some(v)) = (it.next(), it.next(), it.next()) {
+            out.push((bulk(k)?, int(&e)?, bulk(v)?));
+        }
+        Ok(out)
+    }
+
     /// One `TERN.SLOTSCAN` page: records and the cursor of the next page
     /// (`None`: done).
     pub async fn page(

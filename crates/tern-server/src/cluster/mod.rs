@@ -18,6 +18,7 @@
 
 pub mod etcd;
 pub mod fuzz;
+pub mod hot;
 pub mod migrate;
 pub mod mover;
 pub mod slot;
@@ -51,6 +52,19 @@ pub struct NodeSettings {
     pub migrate_rate: u64,
 }
 
+/// What this node did for migrations (`CLUSTER INFO`).
+#[derive(Debug, Default)]
+pub struct MigrationCounters {
+    /// Keys pulled on demand from a previous owner.
+    pub pulled_keys: std::sync::atomic::AtomicU64,
+    /// Hot records received with ownership changes.
+    pub hot_records_received: std::sync::atomic::AtomicU64,
+    /// Hot records sent to new owners.
+    pub hot_records_sent: std::sync::atomic::AtomicU64,
+    /// Records imported by background copies.
+    pub copied_keys: std::sync::atomic::AtomicU64,
+}
+
 /// This node's cluster state.
 #[derive(Debug)]
 pub struct ClusterNode {
@@ -67,6 +81,10 @@ pub struct ClusterNode {
     peers: Mutex<std::collections::HashMap<String, migrate::Peer>>,
     /// Raised on every installed view.
     versions: tokio::sync::watch::Sender<u64>,
+    /// The keys served most (shipped to a slot's next owner).
+    pub hot: hot::HotKeys,
+    /// Migration counters (`CLUSTER INFO`).
+    pub counters: MigrationCounters,
     /// Held by [`ClusterNode::install`].
     installing: Mutex<()>,
     /// Views replaced and not yet known to be out of use.
@@ -94,6 +112,8 @@ impl ClusterNode {
             connected: std::sync::atomic::AtomicBool::new(false),
             peers: Mutex::new(Default::default()),
             versions: tokio::sync::watch::channel(0).0,
+            hot: hot::HotKeys::default(),
+            counters: MigrationCounters::default(),
             installing: Mutex::new(()),
             retired: Mutex::new(Vec::new()),
             fresh_until: std::sync::atomic::AtomicU64::new(0),

@@ -30,6 +30,8 @@ use crate::exec::{Exec, Request};
 use crate::resp::Reply;
 use crate::state::{ClientDetail, ClientInfo, State};
 
+/// Hot records a target asks its source for when it takes slots over.
+const HOT_RECORDS: usize = 1024;
 /// Keys deleted per committer job when dropping a slot or its markers.
 const DROP_BATCH: usize = 512;
 /// Pause after a failed step before trying again.
@@ -222,6 +224,14 @@ impl Step {
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
+                // The source's hottest records come with the slots, so the
+                // first requests for them need no pull (best effort: a
+                // source that is gone sends none).
+                if acked {
+                    if let Err(e) = self.take_hot_records().await {
+                        tracing::info!("tern serve: no hot records from the source: {e}");
+                    }
+                }
                 match self
                     .advance(MigrationState::Handoff, Some(MigrationState::Pulling))
                     .await
@@ -232,6 +242,35 @@ impl Step {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// A connection to the migration's source.
+    async fn source(&self) -> Result<super::migrate::Peer, String> {
+        let source = self
+            .node
+            .view()
+            .topology
+            .as_ref()
+            .and_then(|t| t.node(&self.m.from).cloned())
+            .ok_or("the source left the topology")?;
+        self.node
+            .peer(&source.addr(), &self.state.config.requirepass)
+            .await
+    }
+
+    /// Imports the source's hottest records of the moving slots.
+    async fn take_hot_records(&self) -> Result<(), String> {
+        let peer = self.source().await?;
+        let records = peer.hot(HOT_RECORDS, &self.m.slots).await?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        let r = write(&self.state, &self.exec, import_args(records)).await?;
+        self.node.counters.hot_records_received.fetch_add(
+            count_of(&r).max(0) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(())
     }
 
     /// Deletes this node's keys and import markers of the moving slots.
@@ -289,34 +328,30 @@ impl Step {
     /// Copies every slot of the migration once (again from the start
     /// after a failure: records already settled here are skipped).
     async fn copy_once(&self, rate: u64) -> Result<(), String> {
-        let source = self
-            .node
-            .view()
-            .topology
-            .as_ref()
-            .and_then(|t| t.node(&self.m.from).cloned())
-            .ok_or("the source left the topology")?;
         let started = Instant::now();
         let mut progress = Progress {
             slots: self.m.slot_count(),
             ..Progress::default()
         };
-        let password = self.state.config.requirepass.clone();
         for slot in self.m.each_slot() {
             let mut cursor: Vec<u8> = Vec::new();
             loop {
                 if !self.still(MigrationState::Pulling) {
                     return Err("the migration moved on".into());
                 }
-                let peer = self.node.peer(&source.addr(), &password).await?;
-                let (page, next) = peer.page(slot, &cursor).await?;
+                let (page, next) = self.source().await?.page(slot, &cursor).await?;
                 progress.bytes += page
                     .iter()
                     .map(|(k, _, v)| (k.len() + v.len()) as u64)
                     .sum::<u64>();
                 if !page.is_empty() {
                     let r = write(&self.state, &self.exec, import_args(page)).await?;
-                    progress.keys += count_of(&r).max(0) as u64;
+                    let n = count_of(&r).max(0) as u64;
+                    progress.keys += n;
+                    self.node
+                        .counters
+                        .copied_keys
+                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                 }
                 // Bounded rate: foreground requests keep the disk and the
                 // committer.

@@ -152,6 +152,16 @@ fn info(node: &ClusterNode, view: &View) -> String {
         "tern_etcd_connected",
         u8::from(node.connected()).to_string(),
     );
+    let c = &node.counters;
+    let get =
+        |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed).to_string();
+    kv("tern_migration_pulled_keys", get(&c.pulled_keys));
+    kv("tern_migration_copied_keys", get(&c.copied_keys));
+    kv(
+        "tern_migration_hot_records_received",
+        get(&c.hot_records_received),
+    );
+    kv("tern_migration_hot_records_sent", get(&c.hot_records_sent));
     out
 }
 

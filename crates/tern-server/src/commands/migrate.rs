@@ -81,6 +81,46 @@ pub fn slotscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     Reply::Array(vec![next, Reply::Array(flat)])
 }
 
+/// TERN.HOTKEYS count start end [start end ...]: up to `count` of the
+/// hottest sampled keys in those slot ranges, as records (key, pexpireat,
+/// value), hottest first; keys gone since they were sampled are left out.
+pub fn hotkeys(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(cluster_only(ctx));
+    if args.len() % 2 != 0 {
+        return Reply::err("TERN.HOTKEYS takes a count and slot ranges");
+    }
+    let count = match int_arg(&args[1]) {
+        Ok(c) if c >= 0 => (c as usize).min(65536),
+        _ => return Reply::err("count must be 0 or more"),
+    };
+    let mut ranges = Vec::with_capacity(args.len() / 2 - 1);
+    for r in args[2..].chunks_exact(2) {
+        match (int_arg(&r[0]), int_arg(&r[1])) {
+            (Ok(a), Ok(b)) if 0 <= a && a <= b && b < 16384 => ranges.push((a as u16, b as u16)),
+            _ => return Reply::err("Invalid slot range"),
+        }
+    }
+    let Some(node) = ctx.state.cluster.clone() else {
+        return Reply::err("This instance has cluster support disabled");
+    };
+    let keys = node
+        .hot
+        .hottest(count, |s| ranges.iter().any(|&(a, b)| (a..=b).contains(&s)));
+    let now = now_ms();
+    let mut flat = Vec::with_capacity(keys.len() * 3);
+    for k in keys {
+        if let Some(e) = tri!(ctx.store().get_at(&k, now).map_err(store_error)) {
+            flat.push(Reply::Bulk(k));
+            flat.push(expiry_arg(e.expire_at));
+            flat.push(Reply::Bulk(e.value));
+        }
+    }
+    node.counters
+        .hot_records_sent
+        .fetch_add(flat.len() as u64 / 3, std::sync::atomic::Ordering::Relaxed);
+    Reply::Array(flat)
+}
+
 /// TERN.IMPORT key pexpireat value [key pexpireat value ...]
 pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     tri!(cluster_only(ctx));

@@ -122,6 +122,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("readwrite", 1, C, 0, 0, 0, "cluster", "3.0.0", "Enables read-write queries for a connection to a Redis Cluster replica node.", super::cluster::readonly),
     cmd!("tern.fetch", -2, RS, 0, 0, 0, "cluster", "0.1.0", "Returns keys' values and expiries to a node importing their slot (internal).", super::migrate::fetch),
     cmd!("tern.slotscan", 4, RS, 0, 0, 0, "cluster", "0.1.0", "Returns one page of a slot's records to a node importing it (internal).", super::migrate::slotscan),
+    cmd!("tern.hotkeys", -4, RS, 0, 0, 0, "cluster", "0.1.0", "Returns the hottest records of slot ranges to their next owner (internal).", super::migrate::hotkeys),
     cmd!("tern.import", -4, WS, 0, 0, 0, "cluster", "0.1.0", "Stores migrated records a client has not overwritten here (internal).", super::migrate::import),
     cmd!("tern.dropslot", 3, WS, 0, 0, 0, "cluster", "0.1.0", "Deletes keys of a slot that moved away (internal).", super::migrate::dropslot),
     cmd!("tern.resetslot", 3, WS, 0, 0, 0, "cluster", "0.1.0", "Deletes what a target holds of a slot in handoff to it (internal).", super::migrate::resetslot),
