@@ -40,7 +40,10 @@ pub struct Target {
     tern serve --cluster --etcd http://127.0.0.1:2379 --port 7002 --dir n2 &\n  \
     tern cluster create --etcd http://127.0.0.1:2379 --nodes 2\n  \
     tern cluster status --etcd http://127.0.0.1:2379\n  \
-    redis-cli -c -p 7001 set foo bar")]
+    redis-cli -c -p 7001 set foo bar\n  \
+    tern serve --cluster --etcd http://127.0.0.1:2379 --port 7003 --dir n3 &\n  \
+    tern cluster scale-out --etcd http://127.0.0.1:2379 --slots 1638 --to 127.0.0.1:7003\n\n\
+    How it works and what each failure does: docs/cluster.md")]
 pub struct Args {
     #[command(subcommand)]
     command: Sub,
