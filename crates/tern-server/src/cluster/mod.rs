@@ -448,3 +448,69 @@ async fn watch_once(node: &Arc<ClusterNode>, reg: &mut Registry) -> Result<(), C
     }
     Err(ClusterError("the watch stream ended".into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::topology::test_node;
+    use super::*;
+
+    fn topology(version: u64) -> Topology {
+        let mut t = Topology::create((0..2).map(test_node).collect()).unwrap();
+        t.version = version;
+        t
+    }
+
+    /// An install returns only once no batch holds an older view, however
+    /// many installs overlap, and the node never routes with an older
+    /// document than it has.
+    #[test]
+    fn installs_wait_out_every_older_view_and_never_go_back() {
+        let node = Arc::new(ClusterNode::new(test_node(0), "t"));
+        assert_eq!(node.install(Some(topology(1))), 1);
+        // A batch routed with version 1, still running.
+        let batch = node.view();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut threads = Vec::new();
+        for v in [3, 2] {
+            let (n, tx) = (node.clone(), tx.clone());
+            threads.push(std::thread::spawn(move || {
+                let routed = n.install(Some(topology(v)));
+                tx.send((v, routed)).unwrap();
+            }));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Neither install may return while the batch holds version 1.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        assert_eq!(node.view().version(), 3, "the newer document wins");
+        drop(batch);
+        let mut done: Vec<(u64, u64)> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+            .collect();
+        done.sort_unstable();
+        // The late version 2 changed nothing: both report version 3.
+        assert_eq!(done, vec![(2, 3), (3, 3)]);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(node.view().version(), 3);
+    }
+
+    #[test]
+    fn a_fresh_node_is_fenced_until_it_has_synced_and_renewed() {
+        let node = ClusterNode::new(test_node(0), "t");
+        assert!(!node.lease_fresh());
+        node.renewed(node.now_ms(), Duration::from_secs(5));
+        assert!(!node.lease_fresh(), "renewed but not caught up");
+        node.synced
+            .store(true, std::sync::atomic::Ordering::Release);
+        assert!(node.lease_fresh());
+        // A renewal sent long ago no longer counts.
+        let stale = ClusterNode::new(test_node(1), "t");
+        stale
+            .synced
+            .store(true, std::sync::atomic::Ordering::Release);
+        stale.renewed(0, Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!stale.lease_fresh());
+    }
+}
