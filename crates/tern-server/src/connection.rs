@@ -367,87 +367,140 @@ async fn route_cluster(
         node.changed_since(v, left).await;
         view = node.view();
     }
-    let pulls =
-        crate::routing::route_batch(node, &view, node.lease_fresh(), &mut session, requests);
-    if !crate::routing::any_keyed(requests) {
-        return Ok((session, None));
-    }
-    if pulls.is_empty() {
-        return Ok((session, Some(view)));
-    }
-    let mut by_source: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
-    for &(i, source) in &pulls {
-        if let Some(r) = requests.get(i) {
-            by_source
-                .entry(source)
-                .or_default()
-                .extend(crate::routing::request_keys(r));
+    let mut round = 0;
+    loop {
+        let pulls =
+            crate::routing::route_batch(node, &view, node.lease_fresh(), &mut session, requests);
+        if !crate::routing::any_keyed(requests) {
+            return Ok((session, None));
         }
-    }
-    // Which keys are not here yet is a store read: on the read pool.
-    let st = state.clone();
-    let missing = exec
-        .readers
-        .run(move || {
-            let mut out = Vec::new();
-            for (source, keys) in by_source {
-                out.push((source, crate::cluster::migrate::unsettled(&st, &keys)?));
+        if pulls.is_empty() {
+            return Ok((session, Some(view)));
+        }
+        // Which keys are not here yet is a store read: on the read pool.
+        let mut by_source: std::collections::BTreeMap<usize, Vec<Vec<u8>>> = Default::default();
+        for &(i, source) in &pulls {
+            if let Some(r) = requests.get(i) {
+                by_source
+                    .entry(source)
+                    .or_default()
+                    .extend(crate::routing::request_keys(r));
             }
-            Ok::<_, String>(out)
-        })
-        .await
-        .ok_or(Close::Gone)?;
-    let fetched = match missing {
-        Err(e) => Err(e),
-        Ok(missing) => {
-            let mut records = Vec::new();
-            let mut failed = None;
-            for (source, keys) in missing.into_iter().filter(|(_, k)| !k.is_empty()) {
-                let pw = &state.config.requirepass;
-                match crate::cluster::migrate::fetch_from(node, &view, source, pw, keys).await {
-                    Ok(r) => records.extend(r),
-                    Err(e) => failed = Some(e),
+        }
+        let st = state.clone();
+        let missing = exec
+            .readers
+            .run(move || {
+                let mut out = Vec::new();
+                for (source, keys) in by_source {
+                    let keys = crate::cluster::migrate::unsettled(&st, &keys)?;
+                    if !keys.is_empty() {
+                        out.push((source, keys));
+                    }
+                }
+                Ok::<_, String>(out)
+            })
+            .await
+            .ok_or(Close::Gone)?;
+        let why = match missing {
+            Ok(m) if m.is_empty() => return Ok((session, Some(view))),
+            Ok(_) if round >= PULL_ROUNDS => {
+                "the slot kept moving while its keys were pulled".into()
+            }
+            Err(e) => e,
+            Ok(missing) => {
+                // The view is let go while the source answers: a topology
+                // change must not wait on the network. The batch is routed
+                // again afterwards, with the view current then.
+                let sources: Vec<_> = missing
+                    .into_iter()
+                    .filter_map(|(source, keys)| Some((view.node(source)?.addr(), keys)))
+                    .collect();
+                drop(view);
+                let (s, pulled) = pull(state, exec, node, session, sources).await?;
+                session = s;
+                view = node.view();
+                for r in requests.iter_mut() {
+                    r.reset_route();
+                }
+                match pulled {
+                    Ok(()) => {
+                        round += 1;
+                        continue;
+                    }
+                    Err(e) => {
+                        // Routed again to find the requests still waiting on
+                        // the source.
+                        let again = crate::routing::route_batch(
+                            node,
+                            &view,
+                            node.lease_fresh(),
+                            &mut session,
+                            requests,
+                        );
+                        refuse_pulls(requests, &again, &e);
+                        return Ok((session, Some(view)));
+                    }
                 }
             }
-            match failed {
-                Some(e) => Err(e),
-                None => Ok(records),
-            }
-        }
-    };
-    let failed = match fetched {
-        Ok(records) if records.is_empty() => None,
-        Ok(records) => {
-            node.counters
-                .pulled_keys
-                .fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            let import =
-                VecDeque::from([Request::new(crate::cluster::migrate::import_args(records))]);
-            let (s, _, replies) = exec
-                .committer
-                .run(state.clone(), session, import)
-                .await
-                .ok_or(Close::Gone)?;
-            session = s;
-            match replies.first() {
-                Some(Reply::Error(e)) => Some(e.clone()),
-                _ => None,
-            }
-        }
-        Err(e) => Some(e),
-    };
-    if let Some(why) = failed {
-        tracing::warn!("tern serve: pulling keys from a slot's previous owner failed: {why}");
-        for (i, _) in pulls {
-            if let Some(r) = requests.get_mut(i) {
-                r.redirect = Some(Reply::Error(format!(
-                    "TRYAGAIN the slot's previous owner did not answer ({why}); retry"
-                )));
-                r.class = crate::exec::Class::Inline;
-            }
+        };
+        refuse_pulls(requests, &pulls, &why);
+        return Ok((session, Some(view)));
+    }
+}
+
+/// Pull rounds per batch before its requests get `-TRYAGAIN`.
+const PULL_ROUNDS: usize = 3;
+
+/// Answers the requests `pulls` names with `-TRYAGAIN`, saying `why`.
+fn refuse_pulls(requests: &mut VecDeque<Request>, pulls: &[(usize, usize)], why: &str) {
+    tracing::warn!("tern serve: pulling keys from a slot's previous owner failed: {why}");
+    for &(i, _) in pulls {
+        if let Some(r) = requests.get_mut(i) {
+            r.redirect = Some(Reply::Error(format!(
+                "TRYAGAIN the slot's previous owner did not answer ({why}); retry"
+            )));
+            r.class = crate::exec::Class::Inline;
         }
     }
-    Ok((session, Some(view)))
+}
+
+/// Fetches `sources`' keys (address, keys) from every source at once and
+/// imports them through the committer.
+async fn pull(
+    state: &Arc<State>,
+    exec: &Exec,
+    node: &crate::cluster::ClusterNode,
+    session: Session,
+    sources: Vec<(String, Vec<Vec<u8>>)>,
+) -> Result<(Session, Result<(), String>), Close> {
+    let pw = &state.config.requirepass;
+    let fetches = sources.into_iter().map(|(addr, keys)| async move {
+        crate::cluster::migrate::fetch_from(node, &addr, pw, keys).await
+    });
+    let mut records = Vec::new();
+    for r in futures::future::join_all(fetches).await {
+        match r {
+            Ok(r) => records.extend(r),
+            Err(e) => return Ok((session, Err(e))),
+        }
+    }
+    if records.is_empty() {
+        return Ok((session, Ok(())));
+    }
+    node.counters
+        .pulled_keys
+        .fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    let import = VecDeque::from([Request::new(crate::cluster::migrate::import_args(records))]);
+    let (session, _, replies) = exec
+        .committer
+        .run(state.clone(), session, import)
+        .await
+        .ok_or(Close::Gone)?;
+    match replies.first() {
+        Some(Reply::Error(e)) => Ok((session, Err(e.clone()))),
+        _ => Ok((session, Ok(()))),
+    }
 }
 
 /// Returns the requests a job did not run to the front of the queue.

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use super::view::View;
 use crate::state::State;
 
 /// A migrated record: key, `pexpireat` (-1: the source has no such key;
@@ -193,20 +192,16 @@ pub fn unsettled(state: &State, keys: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, String
     Ok(missing)
 }
 
-/// Fetches `keys` from node `source` of `view`: the `TERN.IMPORT` records
-/// for them (`pexpireat` -1 where the source has none), or why the source
-/// could not answer.
+/// Fetches `keys` from the node at `addr` (a slot's previous owner): the
+/// `TERN.IMPORT` records for them (`pexpireat` -1 where the source has
+/// none), or why the source could not answer.
 pub async fn fetch_from(
     node: &super::ClusterNode,
-    view: &View,
-    source: usize,
+    addr: &str,
     password: &str,
     keys: Vec<Vec<u8>>,
 ) -> Result<Vec<Record>, String> {
-    let src = view
-        .node(source)
-        .ok_or_else(|| "the source node is not in the topology".to_string())?;
-    let peer = node.peer(&src.addr(), password).await?;
+    let peer = node.peer(addr, password).await?;
     let values = peer.fetch(&keys).await?;
     Ok(keys
         .into_iter()
