@@ -220,23 +220,33 @@ impl Registry {
         Ok(lease)
     }
 
-    /// The nodes registered and alive, by id.
-    pub async fn live_nodes(&mut self) -> Result<BTreeMap<String, NodeInfo>, ClusterError> {
+    /// Every record under `<prefix>/<dir>/`: the rest of its key, its
+    /// value.
+    async fn list(&mut self, dir: &str) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
+        let prefix = format!("{}/{dir}/", self.prefix);
         let r = self
             .client
-            .get(
-                format!("{}/nodes/", self.prefix),
-                Some(GetOptions::new().with_prefix()),
-            )
+            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
             .await
             .map_err(etcd)?;
-        let mut out = BTreeMap::new();
-        for kv in r.kvs() {
-            if let Ok(info) = serde_json::from_slice::<NodeInfo>(kv.value()) {
-                out.insert(info.id.clone(), info);
-            }
-        }
-        Ok(out)
+        Ok(r.kvs()
+            .iter()
+            .filter_map(|kv| {
+                let rest = kv.key_str().ok()?.strip_prefix(&prefix)?;
+                Some((rest.to_string(), kv.value().to_vec()))
+            })
+            .collect())
+    }
+
+    /// The nodes registered and alive, by id.
+    pub async fn live_nodes(&mut self) -> Result<BTreeMap<String, NodeInfo>, ClusterError> {
+        Ok(self
+            .list("nodes")
+            .await?
+            .into_iter()
+            .filter_map(|(_, v)| serde_json::from_slice::<NodeInfo>(&v).ok())
+            .map(|info| (info.id.clone(), info))
+            .collect())
     }
 
     /// Records that node `id` routes with topology version `version`.
@@ -260,22 +270,12 @@ impl Registry {
 
     /// The topology version each node last acknowledged, by id.
     pub async fn acks(&mut self) -> Result<BTreeMap<String, u64>, ClusterError> {
-        let prefix = format!("{}/acks/", self.prefix);
-        let r = self
-            .client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(etcd)?;
-        let mut out = BTreeMap::new();
-        for kv in r.kvs() {
-            let (Ok(k), Ok(v)) = (kv.key_str(), kv.value_str()) else {
-                continue;
-            };
-            if let (Some(id), Ok(v)) = (k.strip_prefix(&prefix), v.parse()) {
-                out.insert(id.to_string(), v);
-            }
-        }
-        Ok(out)
+        Ok(self
+            .list("acks")
+            .await?
+            .into_iter()
+            .filter_map(|(id, v)| Some((id, std::str::from_utf8(&v).ok()?.parse().ok()?)))
+            .collect())
     }
 
     /// Records the background copy's progress of migration `id`.
@@ -299,24 +299,12 @@ impl Registry {
 
     /// The recorded progress of each migration's copy, by id.
     pub async fn progress(&mut self) -> Result<BTreeMap<u64, Progress>, ClusterError> {
-        let prefix = format!("{}/progress/", self.prefix);
-        let r = self
-            .client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await
-            .map_err(etcd)?;
-        let mut out = BTreeMap::new();
-        for kv in r.kvs() {
-            let id = kv
-                .key_str()
-                .ok()
-                .and_then(|k| k.strip_prefix(&prefix))
-                .and_then(|k| k.parse().ok());
-            if let (Some(id), Ok(p)) = (id, serde_json::from_slice(kv.value())) {
-                out.insert(id, p);
-            }
-        }
-        Ok(out)
+        Ok(self
+            .list("progress")
+            .await?
+            .into_iter()
+            .filter_map(|(id, v)| Some((id.parse().ok()?, serde_json::from_slice(&v).ok()?)))
+            .collect())
     }
 
     /// Waits until every node of `topology` has acknowledged its version
