@@ -161,22 +161,11 @@ impl Store {
             (None, Layout::Slotted) => {
                 // Only an empty store becomes a cluster node: its keys would
                 // have to move to the slotted layout otherwise.
-                let (lo, hi) = (vec![NS_KEYS], vec![NS_KEYS + 1]);
-                let mut it = store.db.iter(ReadOptions {
-                    lower_bound: Some(lo),
-                    upper_bound: Some(hi),
-                    value_heads: true,
-                    ..ReadOptions::default()
-                })?;
-                it.seek_to_first();
+                let it = store.range_iter(&[NS_KEYS], vec![NS_KEYS + 1], true, Some(1))?;
                 it.status()?;
-                let v1 = store.db.iter(ReadOptions {
-                    lower_bound: Some(vec![NS_V1_STRINGS]),
-                    upper_bound: Some(vec![NS_V1_STRINGS + 1]),
-                    ..ReadOptions::default()
-                })?;
-                let mut v1 = v1;
-                v1.seek_to_first();
+                let v1 =
+                    store.range_iter(&[NS_V1_STRINGS], vec![NS_V1_STRINGS + 1], true, Some(1))?;
+                v1.status()?;
                 if it.valid() || v1.valid() {
                     return Err(StoreError::Format(
                         "this data directory holds a standalone server's keys; a cluster node starts on an empty directory (use another --dir)".into(),
@@ -369,6 +358,27 @@ impl Store {
         })?)
     }
 
+    /// An iterator over `[lo, hi)` positioned at `lo`, reading value heads
+    /// only when `heads`; `hint` says how many keys the caller expects to
+    /// read.
+    fn range_iter(
+        &self,
+        lo: &[u8],
+        hi: Vec<u8>,
+        heads: bool,
+        hint: Option<usize>,
+    ) -> StoreResult<tern::DbIterator> {
+        let mut it = self.db.iter(ReadOptions {
+            lower_bound: Some(lo.to_vec()),
+            upper_bound: Some(hi),
+            value_heads: heads,
+            scan_len_hint: hint,
+            ..ReadOptions::default()
+        })?;
+        it.seek(lo);
+        Ok(it)
+    }
+
     /// Applies `batch` with the configured durability, then records `meta`
     /// as the committed counts (the caller put it in the batch).
     pub fn commit(&self, batch: WriteBatch, meta: Option<Meta>) -> StoreResult<()> {
@@ -508,15 +518,8 @@ impl Store {
     ) -> StoreResult<SlotPage> {
         let gen = self.generation();
         let (lo, hi) = Layout::slot_bounds(gen, slot);
-        let mut it = self.db.iter(ReadOptions {
-            lower_bound: Some(lo.clone()),
-            upper_bound: Some(hi),
-            scan_len_hint: Some(max_keys),
-            ..ReadOptions::default()
-        })?;
-        if from.is_empty() {
-            it.seek(&lo);
-        } else {
+        let mut it = self.range_iter(&lo, hi, false, Some(max_keys))?;
+        if !from.is_empty() {
             it.seek(&self.layout.key(gen, from));
         }
         let p = self.layout.prefix_len();
@@ -541,14 +544,7 @@ impl Store {
     pub fn slot_keys_all(&self, slot: u16, limit: usize) -> StoreResult<Vec<Vec<u8>>> {
         let gen = self.generation();
         let (lo, hi) = Layout::slot_bounds(gen, slot);
-        let mut it = self.db.iter(ReadOptions {
-            lower_bound: Some(lo.clone()),
-            upper_bound: Some(hi),
-            value_heads: true,
-            scan_len_hint: Some(limit),
-            ..ReadOptions::default()
-        })?;
-        it.seek(&lo);
+        let mut it = self.range_iter(&lo, hi, true, Some(limit))?;
         let p = self.layout.prefix_len();
         let mut out = Vec::new();
         while it.valid() && out.len() < limit {
@@ -562,13 +558,7 @@ impl Store {
     /// Up to `limit` import markers (engine keys) of slot `slot`.
     pub fn markers(&self, slot: u16, limit: usize) -> StoreResult<Vec<Vec<u8>>> {
         let (lo, hi) = keyspace::marker_bounds(slot);
-        let mut it = self.db.iter(ReadOptions {
-            lower_bound: Some(lo.clone()),
-            upper_bound: Some(hi),
-            scan_len_hint: Some(limit),
-            ..ReadOptions::default()
-        })?;
-        it.seek(&lo);
+        let mut it = self.range_iter(&lo, hi, false, Some(limit))?;
         let mut out = Vec::new();
         while it.valid() && out.len() < limit {
             out.push(it.key().to_vec());
@@ -593,13 +583,7 @@ impl Store {
             } else {
                 (vec![tag], vec![tag + 1])
             };
-            let mut it = self.db.iter(ReadOptions {
-                lower_bound: Some(lo.clone()),
-                upper_bound: Some(hi),
-                value_heads: true,
-                ..ReadOptions::default()
-            })?;
-            it.seek(&lo);
+            let mut it = self.range_iter(&lo, hi, true, None)?;
             let at = lo.len();
             while it.valid() {
                 let Some(s) = it.key().get(at..at + 2) else {
@@ -630,13 +614,7 @@ impl Store {
         }
         let gen = self.generation();
         let (lo, hi) = Layout::slot_bounds(gen, slot);
-        let mut it = self.db.iter(ReadOptions {
-            lower_bound: Some(lo.clone()),
-            upper_bound: Some(hi),
-            value_heads: true,
-            ..ReadOptions::default()
-        })?;
-        it.seek(&lo);
+        let mut it = self.range_iter(&lo, hi, true, None)?;
         let p = self.layout.prefix_len();
         let now = now_ms();
         while it.valid() {
