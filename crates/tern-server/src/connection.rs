@@ -369,8 +369,7 @@ async fn route_cluster(
     }
     let mut round = 0;
     loop {
-        let pulls =
-            crate::routing::route_batch(node, &view, node.lease_fresh(), &mut session, requests);
+        let pulls = crate::routing::route_batch(node, &view, node.lease_fresh(), requests);
         if !crate::routing::any_keyed(requests) {
             return Ok((session, None));
         }
@@ -431,13 +430,8 @@ async fn route_cluster(
                     Err(e) => {
                         // Routed again to find the requests still waiting on
                         // the source.
-                        let again = crate::routing::route_batch(
-                            node,
-                            &view,
-                            node.lease_fresh(),
-                            &mut session,
-                            requests,
-                        );
+                        let again =
+                            crate::routing::route_batch(node, &view, node.lease_fresh(), requests);
                         refuse_pulls(requests, &again, &e);
                         return Ok((session, Some(view)));
                     }

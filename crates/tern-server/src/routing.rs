@@ -33,31 +33,20 @@ pub fn must_wait(view: &View, requests: &std::collections::VecDeque<crate::exec:
 /// `-CLUSTERDOWN`, `-TRYAGAIN`) as its reply instead of running. Returns
 /// the requests (index, source node) whose keys may have to be pulled
 /// from a previous owner first. While `fresh` is false (the node's
-/// registration may have lapsed) every keyed request is refused. `ASKING`
-/// is accepted and cleared by the
-/// next keyed request (ownership moves before data here, so no request
-/// needs it).
+/// registration may have lapsed) every keyed request is refused.
+/// `ASKING` changes nothing: ownership moves before data here, so the
+/// owner serves every slot it has, moving or not.
 pub fn route_batch(
     node: &ClusterNode,
     view: &View,
     fresh: bool,
-    session: &mut crate::commands::Session,
     requests: &mut std::collections::VecDeque<crate::exec::Request>,
 ) -> Vec<(usize, usize)> {
     let mut pulls = Vec::new();
     for (i, req) in requests.iter_mut().enumerate() {
-        if req
-            .cmd
-            .and_then(|c| crate::commands::table::COMMANDS.get(c))
-            .is_some_and(|s| s.name == "asking")
-        {
-            session.asking = true;
-            continue;
-        }
         let Some(route) = request_route(view, req) else {
             continue;
         };
-        session.asking = false;
         let refusal = match route {
             // A node that may have been deposed serves no keys.
             _ if !fresh => Some(ClusterNode::fenced_reply()),

@@ -30,11 +30,10 @@ fn slot_arg(a: &[u8]) -> Result<u16, Reply> {
     }
 }
 
-/// ASKING: the next command may touch a slot being imported here.
+/// ASKING: accepted; it changes nothing here, since the owner of a moving
+/// slot serves it itself (`docs/cluster.md`).
 pub fn asking(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
     tri!(node_of(ctx));
-    // The flag is set and used where requests are routed
-    // (`crate::routing::route_batch`), before the batch runs.
     Reply::Ok
 }
 

@@ -40,9 +40,6 @@ pub struct Session {
     pub close: bool,
     /// Close without sending the last reply (SHUTDOWN).
     pub silent_close: bool,
-    /// `ASKING` was sent: the next keyed command may use a slot being
-    /// imported here (cluster mode).
-    pub asking: bool,
     /// SCAN cursors: id → key to resume from.
     scan_cursors: VecDeque<(u64, Vec<u8>)>,
     next_cursor: u64,
@@ -57,7 +54,6 @@ impl Session {
             authed,
             close: false,
             silent_close: false,
-            asking: false,
             scan_cursors: VecDeque::new(),
             next_cursor: 0,
         }
