@@ -255,7 +255,12 @@ async fn run_requests(
                     break;
                 };
                 let reply = match req.redirect {
-                    Some(r) => r,
+                    Some(r) => {
+                        // Inside MULTI a redirected command aborts the
+                        // transaction, as in Redis Cluster.
+                        session.multi_failed |= session.multi.is_some();
+                        r
+                    }
                     None => execute(state, &mut session, &req.args, Access::Read),
                 };
                 if session.silent_close {

@@ -12,12 +12,15 @@
 //! committer's counts never change behind its back.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tern::compaction::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
 
-use crate::keyspace::{decode_header, dropped_value, generation_of, NS_EXPIRES, NS_KEYS};
+use crate::keyspace::{decode_header, dropped_value, generation_of, Layout, NS_EXPIRES, NS_KEYS};
+use crate::members::{metadata_key, parse_member_key, NS_MEMBERS};
 
 /// The current time, unix milliseconds.
 pub fn now_ms() -> u64 {
@@ -27,11 +30,41 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Reclaims expired values and flushed generations during compaction.
+/// Answers the compaction filter's one question about a member key: is the
+/// composite value it belongs to still live, and of which version.
+pub trait MetaLookup: Send + Sync {
+    /// The version of the live composite value whose metadata record is
+    /// engine key `meta_key`: `Some(None)` if there is none (deleted,
+    /// expired, or of another kind), `None` if the store could not tell.
+    fn live_version(&self, meta_key: &[u8]) -> Option<Option<u64>>;
+}
+
+/// Where the filter finds [`MetaLookup`]: set once the store is open (the
+/// filter is made before it).
+pub type LookupSlot = Arc<OnceLock<Weak<dyn MetaLookup>>>;
+
+/// Reclaims expired values, flushed generations and the members of deleted
+/// or overwritten composite values during compaction.
 #[derive(Debug, Default)]
 pub struct ExpiryFilter {
     /// The store's current generation (shared with [`crate::store::Store`]).
     pub generation: Arc<AtomicU32>,
+    /// How Redis keys map to engine keys.
+    pub layout: Layout,
+    /// Finds the live version of a member key's value. Without it (an
+    /// offload worker), members are kept unless their generation is gone.
+    pub lookup: LookupSlot,
+    /// The last metadata record looked up and what it said: a value's
+    /// members sort together, so one lookup serves them all. A stale
+    /// "live" answer only keeps garbage until the next compaction; a "dead"
+    /// one never goes stale, since versions are never reused.
+    last: Mutex<Option<(Vec<u8>, Option<u64>)>>,
+}
+
+impl std::fmt::Debug for dyn MetaLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetaLookup")
+    }
 }
 
 /// The name offload workers know [`ExpiryFilter`] by.
@@ -48,7 +81,54 @@ impl ExpiryFilter {
             .map_err(|_| format!("{EXPIRY_FILTER} takes 4 bytes, got {}", params.len()))?;
         Ok(Arc::new(ExpiryFilter {
             generation: Arc::new(AtomicU32::new(u32::from_le_bytes(g))),
+            ..ExpiryFilter::default()
         }))
+    }
+
+    /// A filter for a store of `layout` whose generation is `generation`.
+    pub fn new(generation: Arc<AtomicU32>, layout: Layout) -> ExpiryFilter {
+        ExpiryFilter {
+            generation,
+            layout,
+            ..ExpiryFilter::default()
+        }
+    }
+
+    /// Whether member key `key` still belongs to a live value.
+    fn member_decision(&self, key: &[u8]) -> FilterDecision {
+        let Some(m) = parse_member_key(self.layout, key) else {
+            return FilterDecision::Keep;
+        };
+        let current = self.generation.load(Ordering::Acquire);
+        if m.generation < current {
+            return FilterDecision::Remove;
+        }
+        if m.generation > current {
+            return FilterDecision::Keep;
+        }
+        let Some(lookup) = self.lookup.get().and_then(Weak::upgrade) else {
+            return FilterDecision::Keep;
+        };
+        let meta = metadata_key(self.layout, &m);
+        let cached = {
+            let last = self.last.lock();
+            last.as_ref().filter(|(k, _)| *k == meta).map(|(_, v)| *v)
+        };
+        let live = match cached {
+            Some(v) => v,
+            None => match lookup.live_version(&meta) {
+                Some(v) => {
+                    *self.last.lock() = Some((meta, v));
+                    v
+                }
+                None => return FilterDecision::Keep,
+            },
+        };
+        if live == Some(m.version) {
+            FilterDecision::Keep
+        } else {
+            FilterDecision::Remove
+        }
     }
 }
 
@@ -70,6 +150,9 @@ impl CompactionFilter for ExpiryFilter {
 
     fn filter(&self, _output_level: usize, key: &[u8], value: FilterValue<'_>) -> FilterDecision {
         let tag = key.first().copied();
+        if tag == Some(NS_MEMBERS) {
+            return self.member_decision(key);
+        }
         if tag != Some(NS_KEYS) && tag != Some(NS_EXPIRES) {
             return FilterDecision::Keep;
         }
@@ -83,7 +166,7 @@ impl CompactionFilter for ExpiryFilter {
         let partial = matches!(value, FilterValue::Separated { .. });
         match decode_header(value.bytes(), partial) {
             Ok(Some(h)) if !h.dropped => match h.expire_at {
-                Some(t) if t <= now_ms() => FilterDecision::Replace(dropped_value(t)),
+                Some(t) if t <= now_ms() => FilterDecision::Replace(dropped_value(h.kind, t)),
                 _ => FilterDecision::Keep,
             },
             // Already a stand-in, too short a head, or unreadable: keep.
@@ -95,7 +178,7 @@ impl CompactionFilter for ExpiryFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keyspace::{encode_value, engine_key, expiry_key};
+    use crate::keyspace::{encode_value, engine_key, expiry_key, Kind};
 
     fn decide(f: &ExpiryFilter, key: &[u8], value: &[u8]) -> FilterDecision {
         f.filter(1, key, FilterValue::Inline(value))
@@ -107,9 +190,12 @@ mod tests {
         let k = engine_key(0, b"a");
         assert_eq!(
             decide(&f, &k, &encode_value(b"v", Some(1))),
-            FilterDecision::Replace(dropped_value(1))
+            FilterDecision::Replace(dropped_value(Kind::String, 1))
         );
-        assert_eq!(decide(&f, &k, &dropped_value(1)), FilterDecision::Keep);
+        assert_eq!(
+            decide(&f, &k, &dropped_value(Kind::String, 1)),
+            FilterDecision::Keep
+        );
         assert_eq!(
             decide(&f, &k, &encode_value(b"v", None)),
             FilterDecision::Keep
@@ -134,7 +220,7 @@ mod tests {
                     size: 602
                 }
             ),
-            FilterDecision::Replace(dropped_value(1))
+            FilterDecision::Replace(dropped_value(Kind::String, 1))
         );
         assert_eq!(
             f.filter(

@@ -32,13 +32,67 @@ pub const NS_V1_STRINGS: u8 = b's';
 /// Engine key of the [`Meta`] record.
 pub const META_KEY: &[u8] = b"mkeyspace";
 /// Keyspace format version written by this server.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
+/// The keyspace format before composite types (read, then rewritten as
+/// [`FORMAT_VERSION`] by the next write that changes the counts).
+pub const FORMAT_VERSION_2: u8 = 2;
 /// Value format version written by this server.
 pub const VALUE_VERSION: u8 = 1;
 /// Flags bit: an expiry follows the flags byte.
 pub const FLAG_EXPIRES: u8 = 0x01;
 /// Flags bit: compaction dropped the payload of this expired value.
 pub const FLAG_DROPPED: u8 = 0x02;
+/// Flags bits holding the value's [`Kind`].
+pub const KIND_SHIFT: u8 = 4;
+
+/// What a Redis key holds: bits 4–7 of a value's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Kind {
+    /// A string: the payload is the value.
+    #[default]
+    String = 0,
+    /// A hash: the payload is a [`crate::members::Composite`], each field
+    /// one member key.
+    Hash = 1,
+    /// A set (members as member keys).
+    Set = 2,
+    /// A sorted set (members as member keys, plus a score index).
+    ZSet = 3,
+    /// A list (elements as member keys by position).
+    List = 4,
+}
+
+impl Kind {
+    /// The kind stored in flags bits 4–7, if known.
+    pub fn from_flags(flags: u8) -> Option<Kind> {
+        Some(match flags >> KIND_SHIFT {
+            0 => Kind::String,
+            1 => Kind::Hash,
+            2 => Kind::Set,
+            3 => Kind::ZSet,
+            4 => Kind::List,
+            _ => return None,
+        })
+    }
+
+    /// The name TYPE replies with.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::Hash => "hash",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
+            Kind::List => "list",
+        }
+    }
+
+    /// Whether the value is a metadata record with member keys.
+    pub fn is_composite(self) -> bool {
+        self != Kind::String
+    }
+}
+
 /// Value header length without expiry.
 pub const HEADER_LEN: usize = 2;
 /// Value header length with expiry: what the engine must keep beside a
@@ -220,7 +274,10 @@ pub fn generation_bounds(tag: u8, gen: u32) -> (Vec<u8>, Vec<u8>) {
 /// A stored value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    /// The string value.
+    /// What the key holds.
+    pub kind: Kind,
+    /// The payload: the string, or a composite's metadata
+    /// ([`crate::members::Composite`]).
     pub value: Vec<u8>,
     /// When it expires, unix milliseconds; `None`: never.
     pub expire_at: Option<u64>,
@@ -237,24 +294,32 @@ fn array<const N: usize>(v: &[u8], at: usize) -> [u8; N] {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub String);
 
-/// Encodes a value with its optional expiry.
+/// Encodes a string value with its optional expiry.
 pub fn encode_value(value: &[u8], expire_at: Option<u64>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.len() + HEAD_LEN);
+    encode_typed(Kind::String, value, expire_at)
+}
+
+/// Encodes a value of `kind` (its payload) with its optional expiry.
+pub fn encode_typed(kind: Kind, payload: &[u8], expire_at: Option<u64>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + HEAD_LEN);
     out.push(VALUE_VERSION);
+    let kind_bits = (kind as u8) << KIND_SHIFT;
     match expire_at {
         Some(t) => {
-            out.push(FLAG_EXPIRES);
+            out.push(FLAG_EXPIRES | kind_bits);
             out.extend_from_slice(&t.to_be_bytes());
         }
-        None => out.push(0),
+        None => out.push(kind_bits),
     }
-    out.extend_from_slice(value);
+    out.extend_from_slice(payload);
     out
 }
 
 /// What a value's header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// What the key holds.
+    pub kind: Kind,
     /// When the key expires, unix ms.
     pub expire_at: Option<u64>,
     /// Compaction dropped the payload (the value had expired).
@@ -274,9 +339,11 @@ impl Header {
 pub fn decode_header(raw: &[u8], partial: bool) -> Result<Option<Header>, DecodeError> {
     match raw {
         [VALUE_VERSION, flags, rest @ ..] => {
-            if flags & !(FLAG_EXPIRES | FLAG_DROPPED) != 0 {
+            let kind = Kind::from_flags(*flags);
+            let low = flags & ((1 << KIND_SHIFT) - 1);
+            let Some(kind) = kind.filter(|_| low & !(FLAG_EXPIRES | FLAG_DROPPED) == 0) else {
                 return Err(DecodeError(format!("unknown value flags {flags:#04x}")));
-            }
+            };
             let expire_at = if flags & FLAG_EXPIRES == 0 {
                 None
             } else if rest.len() >= 8 {
@@ -287,6 +354,7 @@ pub fn decode_header(raw: &[u8], partial: bool) -> Result<Option<Header>, Decode
                 return Err(DecodeError("value too short for its expiry".into()));
             };
             Ok(Some(Header {
+                kind,
                 expire_at,
                 dropped: flags & FLAG_DROPPED != 0,
             }))
@@ -299,12 +367,12 @@ pub fn decode_header(raw: &[u8], partial: bool) -> Result<Option<Header>, Decode
     }
 }
 
-/// The stand-in compaction leaves for an expired value: its header with
-/// [`FLAG_DROPPED`] and no payload.
-pub fn dropped_value(expire_at: u64) -> Vec<u8> {
+/// The stand-in compaction leaves for an expired value of `kind`: its
+/// header with [`FLAG_DROPPED`] and no payload.
+pub fn dropped_value(kind: Kind, expire_at: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEAD_LEN);
     out.push(VALUE_VERSION);
-    out.push(FLAG_EXPIRES | FLAG_DROPPED);
+    out.push(FLAG_EXPIRES | FLAG_DROPPED | ((kind as u8) << KIND_SHIFT));
     out.extend_from_slice(&expire_at.to_be_bytes());
     out
 }
@@ -332,6 +400,7 @@ fn entry(mut raw: Vec<u8>, h: Header) -> Entry {
     let skip = HEADER_LEN + if h.expire_at.is_some() { 8 } else { 0 };
     raw.drain(..skip);
     Entry {
+        kind: h.kind,
         value: raw,
         expire_at: h.expire_at,
     }
@@ -349,10 +418,16 @@ pub struct Meta {
     pub expires: u64,
     /// Sum of their expiry times, unix ms (for INFO's `avg_ttl`).
     pub expire_sum: u128,
+    /// The version the next composite value created gets: its member keys
+    /// carry it, so members of a deleted or overwritten value never mix
+    /// with a new one's and compaction can tell them apart.
+    pub next_version: u64,
 }
 
 /// Encoded length of [`Meta`].
-const META_LEN: usize = 1 + 4 + 8 + 8 + 16;
+const META_LEN: usize = 1 + 4 + 8 + 8 + 16 + 8;
+/// Encoded length of a format 2 [`Meta`] (no `next_version`).
+const META_LEN_2: usize = META_LEN - 8;
 
 impl Meta {
     /// Encodes as `version ‖ generation ‖ keys ‖ expires ‖ expire_sum`,
@@ -364,20 +439,26 @@ impl Meta {
         v.extend_from_slice(&self.keys.to_be_bytes());
         v.extend_from_slice(&self.expires.to_be_bytes());
         v.extend_from_slice(&self.expire_sum.to_be_bytes());
+        v.extend_from_slice(&self.next_version.to_be_bytes());
         v
     }
 
     /// Decodes a record written by [`Meta::encode`].
+    /// A format 2 record (before composite types) reads with
+    /// `next_version` 1.
     pub fn decode(v: &[u8]) -> Result<Meta, DecodeError> {
-        if v.first() != Some(&FORMAT_VERSION) {
+        let expect = match v.first() {
+            Some(&FORMAT_VERSION) => META_LEN,
+            Some(&FORMAT_VERSION_2) => META_LEN_2,
+            other => {
+                return Err(DecodeError(format!(
+                "keyspace record of format {other:?}; this server reads formats {FORMAT_VERSION_2} and {FORMAT_VERSION}"
+            )))
+            }
+        };
+        if v.len() != expect {
             return Err(DecodeError(format!(
-                "keyspace record of format {:?}; this server reads format {FORMAT_VERSION}",
-                v.first()
-            )));
-        }
-        if v.len() != META_LEN {
-            return Err(DecodeError(format!(
-                "keyspace record of {} bytes, expected {META_LEN}",
+                "keyspace record of {} bytes, expected {expect}",
                 v.len()
             )));
         }
@@ -386,6 +467,11 @@ impl Meta {
             keys: u64::from_be_bytes(array(v, 5)),
             expires: u64::from_be_bytes(array(v, 13)),
             expire_sum: u128::from_be_bytes(array(v, 21)),
+            next_version: if expect == META_LEN {
+                u64::from_be_bytes(array(v, 37))
+            } else {
+                1
+            },
         })
     }
 
@@ -420,13 +506,30 @@ mod tests {
         assert!(decode_value(vec![]).is_err());
         assert!(decode_value(vec![9, 0]).is_err());
         assert!(decode_value(vec![1, 1, 0]).is_err());
-        assert!(decode_value(vec![1, 0x80]).is_err(), "unknown flag");
+        assert!(decode_value(vec![1, 0x80]).is_err(), "unknown kind");
+        assert!(decode_value(vec![1, 0x04]).is_err(), "unknown flag");
+        for kind in [Kind::String, Kind::Hash, Kind::Set, Kind::ZSet, Kind::List] {
+            let e = decode_value(encode_typed(kind, b"p", Some(5))).unwrap();
+            assert_eq!(
+                (e.kind, e.value.as_slice(), e.expire_at),
+                (kind, &b"p"[..], Some(5))
+            );
+            let d = decode_header(&dropped_value(kind, 5), false)
+                .unwrap()
+                .unwrap();
+            assert_eq!((d.kind, d.dropped), (kind, true));
+        }
         // A head cut short by an older blob_head_size: unknown, not damage.
         assert_eq!(decode_header(&[1, 1, 0], true).unwrap(), None);
         assert_eq!(decode_header(&[], true).unwrap(), None);
-        let d = decode_header(&dropped_value(7), false).unwrap().unwrap();
+        let d = decode_header(&dropped_value(Kind::String, 7), false)
+            .unwrap()
+            .unwrap();
         assert!(d.dropped && d.expired(0));
-        assert_eq!(live_entry(dropped_value(u64::MAX), 0).unwrap(), None);
+        assert_eq!(
+            live_entry(dropped_value(Kind::Hash, u64::MAX), 0).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -483,12 +586,24 @@ mod tests {
             keys: 10,
             expires: 2,
             expire_sum: 3000,
+            next_version: 42,
         };
         assert_eq!(Meta::decode(&m.encode()).unwrap(), m);
+        // A format 2 record (no next_version) still reads.
+        let mut v2 = m.encode();
+        v2.truncate(v2.len() - 8);
+        v2[0] = FORMAT_VERSION_2;
+        let old = Meta::decode(&v2).unwrap();
+        assert_eq!((old.keys, old.next_version), (10, 1));
         assert_eq!(m.avg_ttl(1000), 500);
         assert!(Meta::decode(&m.encode()[..10]).is_err());
         let mut other = m.encode();
         other[0] = 1;
         assert!(Meta::decode(&other).is_err());
+        other[0] = FORMAT_VERSION_2;
+        assert!(
+            Meta::decode(&other).is_err(),
+            "format 2 of format 3's length"
+        );
     }
 }

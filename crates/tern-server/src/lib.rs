@@ -22,6 +22,7 @@ pub mod glob;
 pub mod http;
 pub mod key_cache;
 pub mod keyspace;
+pub mod members;
 pub mod metrics;
 pub mod pending;
 pub mod resp;
@@ -29,6 +30,7 @@ pub mod routing;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod watch;
 
 pub use config::{AppendFsync, Config};
 pub use server::{start, ServerError, ServerHandle, StartOptions};

@@ -17,7 +17,7 @@ use tern::{ValueKind, WriteBatch};
 use crate::cluster::slot::key_slot;
 use crate::cluster::view::SlotSet;
 use crate::key_cache::KeyCache;
-use crate::keyspace::{encode_value, expiry_key, marker_key, Layout, Meta, META_KEY};
+use crate::keyspace::{encode_typed, expiry_key, marker_key, Kind, Layout, Meta, META_KEY};
 use crate::store::{KeyState, Store, StoreResult};
 
 /// The uncommitted writes of one commit group.
@@ -41,6 +41,11 @@ pub struct Pending {
     /// Slots this cluster node is importing: every write to one of their
     /// keys also writes the key's import marker.
     importing: Option<std::sync::Arc<SlotSet>>,
+    /// Redis keys whose members changed without their metadata record
+    /// (WATCH must see those writes too).
+    member_writes: Vec<Vec<u8>>,
+    /// Those of the last batch taken, until it settles.
+    unsettled_members: Vec<Vec<u8>>,
 }
 
 impl Pending {
@@ -57,6 +62,8 @@ impl Pending {
             cache,
             layout,
             importing: None,
+            member_writes: Vec::new(),
+            unsettled_members: Vec::new(),
         }
     }
 
@@ -73,6 +80,11 @@ impl Pending {
     /// Approximate bytes pending.
     pub fn bytes(&self) -> usize {
         self.batch.approximate_size()
+    }
+
+    /// Keys stored once the pending writes commit.
+    pub fn keys(&self) -> u64 {
+        self.meta.keys
     }
 
     /// The generation the pending writes go to.
@@ -159,17 +171,19 @@ impl Pending {
         self.states.insert(key.to_vec(), new);
     }
 
-    /// Sets Redis key `key`.
+    /// Sets Redis key `key` to a value of `kind` with `payload` (the
+    /// string, or a composite's metadata).
     pub fn put(
         &mut self,
         store: &Store,
         key: &[u8],
-        value: &[u8],
+        kind: Kind,
+        payload: &[u8],
         expire_at: Option<u64>,
     ) -> StoreResult<()> {
         let k = self.layout.key(self.meta.generation, key);
         let old = self.state(store, key, &k)?;
-        let v = encode_value(value, expire_at);
+        let v = encode_typed(kind, payload, expire_at);
         self.batch.put(&k, &v);
         if let Some(o) = &mut self.overlay {
             o.insert(k, Some(v));
@@ -239,12 +253,18 @@ impl Pending {
     }
 
     /// [`Pending::lookup`] by engine key.
-    fn lookup_raw(&mut self, k: &[u8]) -> Option<Option<&[u8]>> {
+    pub fn lookup_raw(&mut self, k: &[u8]) -> Option<Option<&[u8]>> {
+        self.overlay().and_then(|o| o.get(k)).map(|v| v.as_deref())
+    }
+
+    /// The pending writes by engine key, built on first use; `None` when
+    /// nothing is pending.
+    fn overlay(&mut self) -> Option<&HashMap<Vec<u8>, Option<Vec<u8>>>> {
         if self.batch.is_empty() {
             return None;
         }
         let batch = &self.batch;
-        let overlay = self.overlay.get_or_insert_with(|| {
+        Some(self.overlay.get_or_insert_with(|| {
             let mut o = HashMap::with_capacity(batch.len());
             // Entries were built by `put`/`delete` above, so they parse.
             for e in batch.iter().flatten() {
@@ -252,8 +272,67 @@ impl Pending {
                 o.insert(e.key.to_vec(), v);
             }
             o
-        });
-        overlay.get(k).map(|v| v.as_deref())
+        }))
+    }
+
+    /// The pending writes to engine keys in `[lo, hi)`, in key order
+    /// (`None`: a delete). Member walks merge them with the store.
+    pub fn range(&mut self, lo: &[u8], hi: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let Some(o) = self.overlay() else {
+            return Vec::new();
+        };
+        let mut out: Vec<_> = o
+            .iter()
+            .filter(|(k, _)| k.as_slice() >= lo && k.as_slice() < hi)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Writes member key `k` of Redis key `key` (no counts depend on it).
+    pub fn put_member(&mut self, key: &[u8], k: Vec<u8>, v: &[u8]) {
+        self.note_member_write(key);
+        self.batch.put(&k, v);
+        if let Some(o) = &mut self.overlay {
+            o.insert(k, Some(v.to_vec()));
+        }
+    }
+
+    /// Deletes member key `k` of Redis key `key`.
+    pub fn delete_member(&mut self, key: &[u8], k: Vec<u8>) {
+        self.note_member_write(key);
+        self.batch.delete(&k);
+        if let Some(o) = &mut self.overlay {
+            o.insert(k, None);
+        }
+    }
+
+    fn note_member_write(&mut self, key: &[u8]) {
+        if !self.states.contains_key(key)
+            && self.member_writes.last().map(Vec::as_slice) != Some(key)
+        {
+            self.member_writes.push(key.to_vec());
+        }
+    }
+
+    /// Whether the pending writes change Redis key `key` (an EXEC checks
+    /// its watched keys against the writes ordered before it).
+    pub fn writes_key(&self, key: &[u8]) -> bool {
+        self.states.contains_key(key) || self.member_writes.iter().any(|k| k == key)
+    }
+
+    /// A version no composite value had before (see
+    /// [`crate::members`]); committed with the counts.
+    pub fn new_version(&mut self) -> u64 {
+        let v = self.meta.next_version;
+        self.meta.next_version += 1;
+        v
+    }
+
+    /// How Redis keys map to engine keys.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// Takes the batch to commit, with the counts record when they changed,
@@ -262,6 +341,7 @@ impl Pending {
     pub fn take(&mut self) -> (WriteBatch, Option<Meta>) {
         self.overlay = None;
         self.unsettled = std::mem::take(&mut self.states);
+        self.unsettled_members = std::mem::take(&mut self.member_writes);
         let mut batch = std::mem::take(&mut self.batch);
         let meta = (self.meta != self.committed).then_some(self.meta);
         if let Some(m) = meta {
@@ -276,7 +356,16 @@ impl Pending {
     /// commit: it may have failed, or FLUSHDB may have started a
     /// generation). A failed commit makes the cache forget everything: the
     /// engine may or may not hold the batch.
-    pub fn settle(&mut self, committed: bool, meta: Meta) {
+    ///
+    /// The keys the batch wrote count as changed for WATCH either way.
+    pub fn settle(&mut self, store: &Store, committed: bool) {
+        let meta = store.meta();
+        store.watches.touch(
+            self.unsettled
+                .keys()
+                .chain(self.unsettled_members.iter())
+                .map(Vec::as_slice),
+        );
         let unsettled = std::mem::take(&mut self.unsettled);
         if committed {
             self.cache.extend(self.meta.generation, unsettled);
@@ -320,10 +409,10 @@ mod tests {
 
     /// Puts `key` in its own batch, commits it if `commit`, and settles.
     fn put_and_settle(p: &mut Pending, s: &Store, key: &[u8], commit: bool) {
-        p.put(s, key, b"v", None).unwrap();
+        p.put(s, key, Kind::String, b"v", None).unwrap();
         let (batch, meta) = p.take();
         let ok = commit && s.commit(batch, meta).is_ok();
-        p.settle(ok, s.meta());
+        p.settle(s, ok);
     }
 
     #[test]

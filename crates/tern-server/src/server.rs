@@ -187,15 +187,24 @@ fn node_settings(
     })
 }
 
+/// How the server's Redis keys map to engine keys.
+fn layout_of(config: &Config) -> crate::keyspace::Layout {
+    if config.cluster.is_some() {
+        crate::keyspace::Layout::Slotted
+    } else {
+        crate::keyspace::Layout::Plain
+    }
+}
+
 /// Opens the engine in `config.dir`, binds the listeners and serves in the
 /// background; returns once clients can connect.
 pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerError> {
     config.validate().map_err(|e| ServerError(e.0))?;
     let mut engine_opts = config.engine_options();
     let generation = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    engine_opts.compaction_filter = Some(Arc::new(ExpiryFilter {
-        generation: generation.clone(),
-    }));
+    let filter = ExpiryFilter::new(generation.clone(), layout_of(&config));
+    let lookup = filter.lookup.clone();
+    engine_opts.compaction_filter = Some(Arc::new(filter));
     if let Some(fs) = &opts.fs {
         engine_opts.fs = fs.clone();
     }
@@ -241,11 +250,7 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .local_addr()
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
     let metrics_addr = metrics.as_ref().and_then(|m| m.local_addr().ok());
-    let layout = if config.cluster.is_some() {
-        crate::keyspace::Layout::Slotted
-    } else {
-        crate::keyspace::Layout::Plain
-    };
+    let layout = layout_of(&config);
     let store = Store::open(
         db,
         config.appendfsync,
@@ -294,6 +299,8 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         }
     };
     let state = Arc::new(state);
+    let weak = Arc::downgrade(&state);
+    let _ = lookup.set(weak as std::sync::Weak<dyn crate::expiry::MetaLookup>);
     if let Some((node, reg, settings)) = joined {
         rt.spawn(crate::cluster::mover::drive(
             node.clone(),

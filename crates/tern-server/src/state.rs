@@ -140,3 +140,22 @@ impl State {
         self.shutdown.subscribe()
     }
 }
+
+impl crate::expiry::MetaLookup for State {
+    fn live_version(&self, meta_key: &[u8]) -> Option<Option<u64>> {
+        let raw = self.store.db.get(meta_key).ok()?;
+        let now = crate::expiry::now_ms();
+        let Some(e) = raw.map(|r| crate::keyspace::live_entry(r, now)) else {
+            return Some(None);
+        };
+        match e {
+            Ok(Some(e)) if e.kind.is_composite() => {
+                let c = crate::members::Composite::decode(e.kind, &e.value).ok()?;
+                Some(Some(c.version))
+            }
+            Ok(_) => Some(None),
+            // Unreadable: keep the members, the error surfaces elsewhere.
+            Err(_) => None,
+        }
+    }
+}

@@ -120,6 +120,8 @@ pub struct Store {
     layout: Layout,
     /// A cluster node's id (slotted layout only).
     node_id: Option<String>,
+    /// Keys clients WATCH.
+    pub watches: crate::watch::Watches,
 }
 
 impl Store {
@@ -145,6 +147,7 @@ impl Store {
             expiry_floor: AtomicU64::new(u64::MAX),
             layout,
             node_id: None,
+            watches: crate::watch::Watches::default(),
         };
         let record = match store.db.get(CLUSTER_KEY)? {
             Some(raw) => Some(ClusterRecord::decode(&raw)?),
@@ -252,6 +255,8 @@ impl Store {
     pub fn recount(&self, gen: u32) -> StoreResult<Meta> {
         let mut meta = Meta {
             generation: gen,
+            // Not a count: carried over.
+            next_version: self.meta().next_version,
             ..Meta::default()
         };
         self.walk(gen, b"", usize::MAX, |_, h| {
@@ -382,7 +387,15 @@ impl Store {
     /// Applies `batch` with the configured durability, then records `meta`
     /// as the committed counts (the caller put it in the batch).
     pub fn commit(&self, batch: WriteBatch, meta: Option<Meta>) -> StoreResult<()> {
-        self.db.write(batch, self.write_options())?;
+        if let Err(e) = self.db.write(batch, self.write_options()) {
+            // The batch may have reached the engine: composite versions it
+            // handed out are never handed out again.
+            if let Some(m) = meta {
+                let mut cur = self.meta.lock();
+                cur.next_version = cur.next_version.max(m.next_version);
+            }
+            return Err(e.into());
+        }
         if self.appendfsync != AppendFsync::Always {
             self.dirty.store(true, Ordering::Relaxed);
         }
@@ -446,11 +459,11 @@ impl Store {
         &self,
         from: &[u8],
         limit: usize,
-        mut f: impl FnMut(&[u8], Option<u64>) -> bool,
+        mut f: impl FnMut(&[u8], Header) -> bool,
     ) -> StoreResult<Option<Vec<u8>>> {
         let now = now_ms();
         self.walk(self.generation(), from, limit, |k, h| {
-            h.expired(now) || f(k, h.expire_at)
+            h.expired(now) || f(k, h)
         })
     }
 
@@ -673,6 +686,7 @@ impl Store {
             .ok_or_else(|| StoreError::Format("generation counter exhausted".into()))?;
         let meta = Meta {
             generation: next,
+            next_version: self.meta().next_version,
             ..Meta::default()
         };
         let mut b = WriteBatch::new();

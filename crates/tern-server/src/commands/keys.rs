@@ -5,10 +5,11 @@
 //! namespace, skipping expired values, so DBSIZE and KEYS cost time linear
 //! in the number of keys.
 
-use super::strings::{read, tri, write};
+use super::strings::{read_any, tri};
 use super::{int_arg, store_error, syntax_error, Ctx};
 use crate::expiry::now_ms;
 use crate::glob::glob_match;
+use crate::keyspace::{decode_header, generation_bounds, Header, Kind, NS_KEYS};
 use crate::resp::Reply;
 
 /// SCAN's default COUNT.
@@ -100,7 +101,7 @@ fn expire_generic(
     if when <= now {
         tri!(ctx.delete(key));
     } else {
-        tri!(write(ctx, key, &e.value, Some(when as u64)));
+        tri!(ctx.put_kind(key, e.kind, &e.value, Some(when as u64)));
     }
     Reply::Int(1)
 }
@@ -162,7 +163,7 @@ pub fn persist(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let key = &args[1];
     match tri!(ctx.get(key).map_err(store_error)) {
         Some(e) if e.expire_at.is_some() => {
-            tri!(write(ctx, key, &e.value, None));
+            tri!(ctx.put_kind(key, e.kind, &e.value, None));
             Reply::Int(1)
         }
         _ => Reply::Int(0),
@@ -171,10 +172,9 @@ pub fn persist(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 
 /// TYPE key
 pub fn type_(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let t = if tri!(read(ctx, &args[1])).is_some() {
-        "string"
-    } else {
-        "none"
+    let t = match tri!(read_any(ctx, &args[1])) {
+        Some(e) => e.kind.name(),
+        None => "none",
     };
     Reply::Simple(t.into())
 }
@@ -194,7 +194,8 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     };
     let mut pattern: Option<&[u8]> = None;
     let mut count = DEFAULT_SCAN_COUNT;
-    let mut only_strings = true;
+    let mut only: Option<Kind> = None;
+    let mut unknown_type = false;
     let mut i = 2;
     while i < args.len() {
         let opt = args[i].to_ascii_lowercase();
@@ -210,7 +211,14 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
                 count = c.min(1 << 20) as usize;
             }
             b"match" => pattern = Some(val),
-            b"type" => only_strings = val.eq_ignore_ascii_case(b"string"),
+            b"type" => {
+                let t = val.to_ascii_lowercase();
+                only = [Kind::String, Kind::Hash, Kind::Set, Kind::ZSet, Kind::List]
+                    .into_iter()
+                    .find(|k| k.name().as_bytes() == t.as_slice());
+                // Redis 7.0 matches an unknown type name against nothing.
+                unknown_type = only.is_none();
+            }
             _ => return syntax_error(),
         }
         i += 2;
@@ -224,15 +232,13 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         }
     };
     let mut keys = Vec::new();
-    let next = tri!(ctx
-        .store()
-        .scan(&from, count, |k, _| {
-            if only_strings && pattern.is_none_or(|p| glob_match(p, k)) {
-                keys.push(Reply::Bulk(k.to_vec()));
-            }
-            true
-        })
-        .map_err(store_error));
+    let next = tri!(scan_keys(ctx, &from, count, |k, h| {
+        let typed = !unknown_type && only.is_none_or(|t| t == h.kind);
+        if typed && pattern.is_none_or(|p| glob_match(p, k)) {
+            keys.push(Reply::Bulk(k.to_vec()));
+        }
+        true
+    }));
     let cursor = match next {
         Some(resume) => ctx.session.save_cursor(resume),
         None => 0,
@@ -245,22 +251,77 @@ pub fn keys(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let mut out = Vec::new();
     let p = &args[1];
     let all = p.as_slice() == b"*";
-    tri!(ctx
-        .store()
-        .scan(b"", usize::MAX, |k, _| {
-            if all || glob_match(p, k) {
-                out.push(Reply::Bulk(k.to_vec()));
-            }
-            true
-        })
-        .map_err(store_error));
+    tri!(scan_keys(ctx, b"", usize::MAX, |k, _| {
+        if all || glob_match(p, k) {
+            out.push(Reply::Bulk(k.to_vec()));
+        }
+        true
+    }));
     Reply::Array(out)
 }
 
-/// DBSIZE: the committed key count, expired keys not yet removed
-/// included (as Redis counts them); no walk of the store.
+/// DBSIZE: the committed key count (inside EXEC, with the writes queued
+/// before it), expired keys not yet removed included (as Redis counts
+/// them); no walk of the store.
 pub fn dbsize(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
-    Reply::Int(ctx.store().meta().keys as i64)
+    let keys = match ctx.pending() {
+        Ok(p) => p.keys(),
+        Err(_) => ctx.store().meta().keys,
+    };
+    Reply::Int(keys as i64)
+}
+
+/// [`crate::store::Store::scan`], with the pending writes merged in when
+/// the command runs on the committer (inside EXEC, after queued writes).
+pub(crate) fn scan_keys(
+    ctx: &mut Ctx<'_>,
+    from: &[u8],
+    limit: usize,
+    mut f: impl FnMut(&[u8], Header) -> bool,
+) -> Result<Option<Vec<u8>>, Reply> {
+    let state = ctx.state;
+    let store = &state.store;
+    let layout = store.layout();
+    let Ok(p) = ctx.pending() else {
+        return store.scan(from, limit, f).map_err(store_error);
+    };
+    let gen = p.generation();
+    let lo = layout.key(gen, from);
+    let hi = generation_bounds(NS_KEYS, gen).1;
+    let pend = p.range(&lo, &hi);
+    if pend.is_empty() {
+        return store.scan(from, limit, f).map_err(store_error);
+    }
+    // Enough stored keys that `limit` remain after the pending deletes.
+    let mut merged = std::collections::BTreeMap::new();
+    let resume = store
+        .scan(from, limit.saturating_add(pend.len()), |k, h| {
+            merged.insert(k.to_vec(), Some(h));
+            true
+        })
+        .map_err(store_error)?;
+    let now = now_ms();
+    let plen = layout.prefix_len();
+    for (k, v) in pend {
+        let key = k[plen..].to_vec();
+        if resume.as_ref().is_some_and(|r| key >= *r) {
+            break;
+        }
+        let header = match v {
+            Some(v) => decode_header(&v, false)
+                .map_err(|e| store_error(e.into()))?
+                .filter(|h| !h.expired(now)),
+            None => None,
+        };
+        merged.insert(key, header);
+    }
+    let mut live = merged.into_iter().filter_map(|(k, h)| Some((k, h?)));
+    for (seen, (k, h)) in live.by_ref().enumerate() {
+        if seen >= limit || !f(&k, h) {
+            return Ok(live.next().map(|(k, _)| k).or(resume));
+        }
+    }
+    Ok(resume)
 }
 
 /// FLUSHDB [ASYNC|SYNC] (also FLUSHALL): starts a new generation, one
@@ -285,12 +346,22 @@ pub fn flushdb(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     // The committer committed what was pending before this command ran,
     // and starts the next writes from the new generation.
     tri!(ctx.pending());
-    tri!(ctx.store().flush_all().map_err(store_error));
+    let store = ctx.store();
+    // A flush changes the watched keys that exist (expired or not).
+    let mut flushed = Vec::new();
+    for k in store.watches.keys() {
+        let ek = store.layout().key(store.generation(), &k);
+        if tri!(store.key_state(&ek).map_err(store_error)).exists {
+            flushed.push(k);
+        }
+    }
+    tri!(store.flush_all().map_err(store_error));
+    store.watches.touch(flushed.iter().map(Vec::as_slice));
     Reply::Ok
 }
 
 /// A pseudo-random 64-bit number (not for security).
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -307,6 +378,15 @@ fn random_u64() -> u64 {
 /// the key found there: every key can be returned, though not with equal
 /// probability.
 pub fn randomkey(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
+    if ctx.pending().is_ok() {
+        // Inside EXEC: the first live key, pending writes included.
+        let mut first = None;
+        tri!(scan_keys(ctx, b"", usize::MAX, |k, _| {
+            first = Some(k.to_vec());
+            false
+        }));
+        return first.map_or(Reply::Nil, Reply::Bulk);
+    }
     let store = ctx.store();
     let Some(first) = tri!(store.first_key_from(b"").map_err(store_error)) else {
         return Reply::Nil;

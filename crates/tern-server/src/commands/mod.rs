@@ -4,8 +4,11 @@
 //! committer's pending batch (see [`crate::exec`]).
 
 pub mod cluster;
+pub mod composite;
+pub mod hashes;
 pub mod keys;
 pub mod migrate;
+pub mod multi;
 pub mod server;
 pub mod strings;
 pub mod table;
@@ -15,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::expiry::now_ms;
-use crate::keyspace::{live_entry, Entry};
+use crate::keyspace::{live_entry, Entry, Kind};
 use crate::pending::Pending;
 use crate::resp::Reply;
 use crate::state::{ClientInfo, State};
@@ -43,6 +46,12 @@ pub struct Session {
     /// SCAN cursors: id → key to resume from.
     scan_cursors: VecDeque<(u64, Vec<u8>)>,
     next_cursor: u64,
+    /// After MULTI: the commands queued for EXEC.
+    pub multi: Option<Vec<Vec<Vec<u8>>>>,
+    /// A command was refused while queuing: EXEC aborts.
+    pub multi_failed: bool,
+    /// Keys this connection WATCHes.
+    pub watched: Vec<crate::watch::Watched>,
 }
 
 impl Session {
@@ -56,6 +65,9 @@ impl Session {
             silent_close: false,
             scan_cursors: VecDeque::new(),
             next_cursor: 0,
+            multi: None,
+            multi_failed: false,
+            watched: Vec::new(),
         }
     }
 
@@ -153,13 +165,33 @@ impl Ctx<'_> {
     /// has already passed deletes the key instead, as Redis does, so it is
     /// neither stored nor counted.
     pub fn put(&mut self, key: &[u8], value: &[u8], expire_at: Option<u64>) -> Result<(), Reply> {
+        self.put_kind(key, Kind::String, value, expire_at)
+    }
+
+    /// Sets `key` to a value of `kind` (the string, or a composite's
+    /// metadata), as [`Ctx::put`] does.
+    pub fn put_kind(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        payload: &[u8],
+        expire_at: Option<u64>,
+    ) -> Result<(), Reply> {
         if expire_at.is_some_and(|t| t <= now_ms()) {
             return self.delete(key);
         }
         let store = &self.state.store;
         self.pending()?
-            .put(store, key, value, expire_at)
+            .put(store, key, kind, payload, expire_at)
             .map_err(store_error)
+    }
+
+    /// The live string of `key`: `WRONGTYPE` if it holds another kind.
+    pub fn get_string(&mut self, key: &[u8]) -> Result<Option<Entry>, Reply> {
+        match self.get(key).map_err(store_error)? {
+            Some(e) if e.kind != Kind::String => Err(wrong_type()),
+            e => Ok(e),
+        }
     }
 
     /// Removes `key` (committed with the rest of the group).
@@ -199,6 +231,11 @@ pub fn unknown_command(args: &[Vec<u8>]) -> Reply {
 /// Redis's reply for a wrong number of arguments.
 pub fn wrong_arity(name: &str) -> Reply {
     Reply::err(format!("wrong number of arguments for '{name}' command"))
+}
+
+/// Redis's reply for a command on a key of another type.
+pub fn wrong_type() -> Reply {
+    Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into())
 }
 
 /// `ERR syntax error`.
@@ -269,10 +306,12 @@ fn run(
             .metrics
             .unknown_commands
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        session.multi_failed |= session.multi.is_some();
         return (unknown_command(args), false);
     };
     let spec = &table::COMMANDS[idx];
     if !table::arity_ok(spec.arity, args.len()) {
+        session.multi_failed |= session.multi.is_some();
         return (wrong_arity(spec.name), false);
     }
     if !session.authed && !spec.flags.contains(&"no_auth") {
@@ -292,7 +331,26 @@ fn run(
             k.len(),
             state.max_key_len
         ));
+        session.multi_failed |= session.multi.is_some();
         return (reply, false);
+    }
+    if let Some(queue) = &mut session.multi {
+        if !multi::runs_in_multi(spec.name) {
+            if multi::refused_in_multi(spec.name) {
+                session.multi_failed = true;
+                let reply = Reply::err(format!(
+                    "{} cannot run inside MULTI on this server; send it outside the transaction",
+                    spec.name.to_uppercase()
+                ));
+                return (reply, false);
+            }
+            if let Some(err) = multi::queue_error(spec.name, args) {
+                session.multi_failed = true;
+                return (err, false);
+            }
+            queue.push(args.to_vec());
+            return (Reply::Simple("QUEUED".into()), false);
+        }
     }
     {
         let mut d = session.info.detail.lock();

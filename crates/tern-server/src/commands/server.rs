@@ -257,7 +257,7 @@ pub(crate) fn help(lines: &[&str]) -> Reply {
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }
 
-pub(super) fn unknown_subcommand(sub: &[u8], cmd: &str) -> Reply {
+pub(crate) fn unknown_subcommand(sub: &[u8], cmd: &str) -> Reply {
     Reply::err(format!(
         "unknown subcommand '{}'. Try {cmd} HELP.",
         String::from_utf8_lossy(sub)

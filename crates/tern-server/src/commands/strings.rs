@@ -7,7 +7,7 @@
 
 use super::{int_arg, store_error, syntax_error, Ctx};
 use crate::expiry::now_ms;
-use crate::keyspace::Entry;
+use crate::keyspace::{Entry, Kind};
 use crate::resp::Reply;
 
 /// Unwraps a `Result<T, Reply>`, returning the reply on error.
@@ -21,8 +21,18 @@ macro_rules! tri {
 }
 pub(crate) use tri;
 
-/// Reads `key`, counting a hit or a miss.
+/// Reads string `key`, counting a hit or a miss: `WRONGTYPE` if it holds
+/// another kind.
 pub(crate) fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Entry>, Reply> {
+    let e = read_any(ctx, key)?;
+    match e {
+        Some(e) if e.kind != Kind::String => Err(super::wrong_type()),
+        e => Ok(e),
+    }
+}
+
+/// Reads `key` whatever it holds, counting a hit or a miss.
+pub(crate) fn read_any(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Entry>, Reply> {
     let e = ctx.get(key).map_err(store_error)?;
     if e.is_some() {
         ctx.hits += 1;
@@ -166,8 +176,11 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let change = tri!(resolve_expire(&o, "set"));
     let key = &args[1];
     let needs_read = o.nx || o.xx || o.get || change == ExpiryChange::Keep;
-    let old = if needs_read {
+    // SET overwrites a key of any kind; only GET needs the old string.
+    let old = if o.get {
         tri!(read(ctx, key))
+    } else if needs_read {
+        tri!(read_any(ctx, key))
     } else {
         None
     };
@@ -195,7 +208,7 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 
 /// SETNX key value
 pub fn setnx(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    if tri!(read(ctx, &args[1])).is_some() {
+    if tri!(read_any(ctx, &args[1])).is_some() {
         return Reply::Int(0);
     }
     tri!(write(ctx, &args[1], &args[2], None));
@@ -262,7 +275,9 @@ pub fn getex(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 pub fn mget(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let mut out = Vec::with_capacity(args.len() - 1);
     for k in &args[1..] {
-        out.push(value_reply(tri!(read(ctx, k))));
+        // A key of another kind reads as nil here, not WRONGTYPE.
+        let e = tri!(read_any(ctx, k)).filter(|e| e.kind == Kind::String);
+        out.push(value_reply(e));
     }
     Reply::Array(out)
 }
@@ -284,7 +299,7 @@ pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         return super::wrong_arity("msetnx");
     }
     for k in args[1..].iter().step_by(2) {
-        if tri!(read(ctx, k)).is_some() {
+        if tri!(read_any(ctx, k)).is_some() {
             return Reply::Int(0);
         }
     }
@@ -336,7 +351,7 @@ pub fn decrby(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 }
 
 /// Parses a float as Redis's `string2ld` (no spaces, no NaN).
-fn parse_float(s: &[u8]) -> Option<f64> {
+pub(crate) fn parse_float(s: &[u8]) -> Option<f64> {
     if s.is_empty() || s.len() > 5000 || s[0].is_ascii_whitespace() {
         return None;
     }

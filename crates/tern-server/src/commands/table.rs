@@ -2,7 +2,7 @@
 //! function that runs each command; and `COMMAND`, which reports the table.
 
 use super::server::{help, unknown_subcommand};
-use super::{keys, server, strings, wrong_arity, Ctx, Handler};
+use super::{hashes, keys, multi, server, strings, wrong_arity, Ctx, Handler};
 use crate::resp::Reply;
 
 /// One command.
@@ -38,6 +38,8 @@ const WF: &[&str] = &["write", "denyoom", "fast"];
 const WD: &[&str] = &["write", "fast"];
 const WS: &[&str] = &["write"];
 const C: &[&str] = &["fast"];
+const TX: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+const TX_EXEC: &[&str] = &["noscript", "loading", "stale", "skip_slowlog"];
 const NOAUTH: &[&str] = &[
     "noscript",
     "loading",
@@ -87,6 +89,27 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("getrange", 4, RS, 1, 1, 1, "string", "2.4.0", "Returns a substring of the string stored at a key.", strings::getrange),
     cmd!("substr", 4, RS, 1, 1, 1, "string", "1.0.0", "Returns a substring from a string value.", strings::getrange),
     cmd!("setrange", 4, W, 1, 1, 1, "string", "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", strings::setrange),
+    cmd!("hset", -4, WF, 1, 1, 1, "hash", "2.0.0", "Creates or modifies the value of a field in a hash.", hashes::hset),
+    cmd!("hsetnx", 4, WF, 1, 1, 1, "hash", "2.0.0", "Sets the value of a field in a hash only when the field doesn't exist.", hashes::hsetnx),
+    cmd!("hmset", -4, WF, 1, 1, 1, "hash", "2.0.0", "Sets the values of multiple fields.", hashes::hmset),
+    cmd!("hget", 3, R, 1, 1, 1, "hash", "2.0.0", "Returns the value of a field in a hash.", hashes::hget),
+    cmd!("hmget", -3, R, 1, 1, 1, "hash", "2.0.0", "Returns the values of all fields in a hash.", hashes::hmget),
+    cmd!("hgetall", 2, RS, 1, 1, 1, "hash", "2.0.0", "Returns all fields and values in a hash.", hashes::hgetall),
+    cmd!("hdel", -3, WD, 1, 1, 1, "hash", "2.0.0", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", hashes::hdel),
+    cmd!("hlen", 2, R, 1, 1, 1, "hash", "2.0.0", "Returns the number of fields in a hash.", hashes::hlen),
+    cmd!("hexists", 3, R, 1, 1, 1, "hash", "2.0.0", "Determines whether a field exists in a hash.", hashes::hexists),
+    cmd!("hkeys", 2, RS, 1, 1, 1, "hash", "2.0.0", "Returns all fields in a hash.", hashes::hkeys),
+    cmd!("hvals", 2, RS, 1, 1, 1, "hash", "2.0.0", "Returns all values in a hash.", hashes::hvals),
+    cmd!("hincrby", 4, WF, 1, 1, 1, "hash", "2.0.0", "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.", hashes::hincrby),
+    cmd!("hincrbyfloat", 4, WF, 1, 1, 1, "hash", "2.6.0", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", hashes::hincrbyfloat),
+    cmd!("hstrlen", 3, R, 1, 1, 1, "hash", "3.2.0", "Returns the length of the value of a field.", hashes::hstrlen),
+    cmd!("hscan", -3, RS, 1, 1, 1, "hash", "2.8.0", "Iterates over fields and values of a hash.", hashes::hscan),
+    cmd!("hrandfield", -2, RS, 1, 1, 1, "hash", "6.2.0", "Returns one or more random fields from a hash.", hashes::hrandfield),
+    cmd!("multi", 1, TX, 0, 0, 0, "transactions", "1.2.0", "Starts a transaction.", multi::multi),
+    cmd!("exec", 1, TX_EXEC, 0, 0, 0, "transactions", "1.2.0", "Executes all commands in a transaction.", multi::exec),
+    cmd!("discard", 1, TX, 0, 0, 0, "transactions", "2.0.0", "Discards a transaction.", multi::discard),
+    cmd!("watch", -2, TX, 1, -1, 1, "transactions", "2.2.0", "Monitors changes to keys to determine the execution of a transaction.", multi::watch),
+    cmd!("unwatch", 1, TX, 0, 0, 0, "transactions", "2.2.0", "Forgets about watched keys of a transaction.", multi::unwatch),
     cmd!("del", -2, WS, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", keys::del),
     cmd!("unlink", -2, WD, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", keys::del),
     cmd!("exists", -2, R, 1, -1, 1, "generic", "1.0.0", "Determines whether one or more keys exist.", keys::exists),

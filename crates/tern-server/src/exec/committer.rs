@@ -266,7 +266,7 @@ fn expire_steps(
         }
         let (batch, meta) = pending.take();
         let result = store.commit(batch, meta);
-        pending.settle(result.is_ok(), store.meta());
+        pending.settle(store, result.is_ok());
         result?;
         // Moved only once the deletes committed.
         if let Some((at, _)) = due.last() {
@@ -368,7 +368,7 @@ fn commit(
             }
         }
     }
-    pending.settle(committed, state.store.meta());
+    pending.settle(&state.store, committed);
     for (r, s) in replies.iter().zip(settled.iter_mut()) {
         *s = r.len();
     }

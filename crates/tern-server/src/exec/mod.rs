@@ -100,6 +100,10 @@ fn classify(cmd: Option<usize>, args: &[Vec<u8>]) -> Class {
                 Some(a) if a == b"countkeysinslot" || a == b"getkeysinslot" => Class::Read,
                 _ => Class::Inline,
             },
+            // EXEC runs its queue where writes run; WATCH reads the
+            // keys' expiry.
+            Some(s) if s.name == "exec" => Class::Write,
+            Some(s) if s.name == "watch" => Class::PointRead,
             Some(s) if s.flags.contains(&"write") => Class::Write,
             Some(s) if s.flags.contains(&"readonly") && s.flags.contains(&"fast") => {
                 Class::PointRead

@@ -1,0 +1,237 @@
+//! What commands on composite values (hashes, sets, sorted sets, lists)
+//! share: a value's metadata (`WRONGTYPE` for another kind), its members
+//! one at a time or in order, pending writes included, and writing them.
+//! The layout is in [`crate::members`].
+
+use super::{store_error, wrong_type, Access, Ctx};
+use crate::keyspace::Kind;
+use crate::members::{member_key, member_prefix, prefix_end, Composite};
+use crate::resp::Reply;
+use crate::store::StoreError;
+
+/// A composite value as read: its metadata and expiry.
+#[derive(Debug, Clone, Copy)]
+pub struct Value {
+    /// Version and size.
+    pub meta: Composite,
+    /// When it expires, unix ms.
+    pub expire_at: Option<u64>,
+}
+
+/// Members with their stored bytes, in member order.
+pub type Members = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Tries of a member walk on the read pool before it gives up (see
+/// [`Ctx::members`]).
+const WALK_TRIES: usize = 8;
+
+impl Ctx<'_> {
+    /// The generation reads and writes go to.
+    fn generation_now(&mut self) -> u32 {
+        match &mut self.access {
+            Access::Write(p) => p.generation(),
+            _ => self.state.store.generation(),
+        }
+    }
+
+    /// The value of composite `key` of `kind`; `None` if the key is absent,
+    /// `WRONGTYPE` if it holds another kind. Counts a hit or a miss.
+    pub fn composite(&mut self, key: &[u8], kind: Kind) -> Result<Option<Value>, Reply> {
+        let Some(e) = self.get(key).map_err(store_error)? else {
+            self.misses += 1;
+            return Ok(None);
+        };
+        if e.kind != kind {
+            return Err(wrong_type());
+        }
+        self.hits += 1;
+        let meta = Composite::decode(kind, &e.value).map_err(|d| store_error(d.into()))?;
+        Ok(Some(Value {
+            meta,
+            expire_at: e.expire_at,
+        }))
+    }
+
+    /// A new, empty value (written once it has members).
+    pub fn new_composite(&mut self) -> Result<Value, Reply> {
+        if self.state.cluster.is_some() {
+            // Slot migration moves string records only so far: a composite
+            // value would lose its members on the way.
+            return Err(Reply::err(
+                "hashes, sets, sorted sets and lists are not available in cluster mode yet; use strings, or a standalone server",
+            ));
+        }
+        let version = self.pending()?.new_version();
+        Ok(Value {
+            meta: Composite { version, size: 0 },
+            expire_at: None,
+        })
+    }
+
+    /// The engine key of `member` of `key`'s value `v`.
+    fn member_engine_key(&mut self, key: &[u8], v: &Value, member: &[u8]) -> Vec<u8> {
+        let gen = self.generation_now();
+        member_key(self.state.store.layout(), gen, key, v.meta.version, member)
+    }
+
+    /// The stored bytes of `member` of `key`'s value `v`, pending writes
+    /// included.
+    pub fn member(
+        &mut self,
+        key: &[u8],
+        v: &Value,
+        member: &[u8],
+    ) -> Result<Option<Vec<u8>>, Reply> {
+        let k = self.member_engine_key(key, v, member);
+        let db = &self.state.store.db;
+        let r = match &mut self.access {
+            Access::Write(p) => match p.lookup_raw(&k) {
+                Some(found) => Ok(found.map(<[u8]>::to_vec)),
+                None => db.get(&k),
+            },
+            Access::Read => db.get(&k),
+            Access::MemoryOnly => match db.get_if_cached(&k) {
+                Ok(Some(found)) => Ok(found),
+                Ok(None) => {
+                    self.needs_io = true;
+                    return Err(store_error(StoreError::WouldBlock));
+                }
+                Err(e) => Err(e),
+            },
+        };
+        r.map_err(|e| store_error(e.into()))
+    }
+
+    /// Writes `member` of `key`'s value `v` (the caller updates the size).
+    pub fn put_member(
+        &mut self,
+        key: &[u8],
+        v: &Value,
+        member: &[u8],
+        bytes: &[u8],
+    ) -> Result<(), Reply> {
+        let k = self.member_engine_key(key, v, member);
+        self.pending()?.put_member(key, k, bytes);
+        Ok(())
+    }
+
+    /// Deletes `member` of `key`'s value `v` (the caller updates the size).
+    pub fn delete_member(&mut self, key: &[u8], v: &Value, member: &[u8]) -> Result<(), Reply> {
+        let k = self.member_engine_key(key, v, member);
+        self.pending()?.delete_member(key, k);
+        Ok(())
+    }
+
+    /// Writes the metadata of `key`'s value `v` of `kind`; a value left
+    /// without members is deleted, as Redis deletes an empty hash.
+    pub fn put_composite(&mut self, key: &[u8], kind: Kind, v: &Value) -> Result<(), Reply> {
+        if v.meta.size == 0 {
+            return self.delete(key);
+        }
+        self.put_kind(key, kind, &v.meta.encode(), v.expire_at)
+    }
+
+    /// Up to `limit` members of `key`'s value `v` from member `from` on (in
+    /// member order), with their stored bytes, pending writes included;
+    /// and the member to resume from (`None`: no more).
+    ///
+    /// On the read pool the walk's iterator pins one state of the store;
+    /// the metadata is read again after it is made, and since a version is
+    /// never reused, finding it unchanged proves the iterator sees this
+    /// very value (and not what compaction left of it after a delete).
+    pub fn members(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        v: &Value,
+        from: &[u8],
+        limit: usize,
+    ) -> Result<(Members, Option<Vec<u8>>), Reply> {
+        if matches!(self.access, Access::MemoryOnly) {
+            self.needs_io = true;
+            return Err(store_error(StoreError::WouldBlock));
+        }
+        let writing = matches!(self.access, Access::Write(_));
+        let mut v = *v;
+        for _ in 0..WALK_TRIES {
+            let gen = self.generation_now();
+            let prefix = member_prefix(self.state.store.layout(), gen, key, v.meta.version);
+            let end = prefix_end(&prefix);
+            let mut start = prefix.clone();
+            start.extend_from_slice(from);
+            let mut it = self
+                .state
+                .store
+                .db
+                .iter(tern::ReadOptions {
+                    lower_bound: Some(prefix.clone()),
+                    upper_bound: Some(end.clone()),
+                    scan_len_hint: Some(limit.min(256)),
+                    ..tern::ReadOptions::default()
+                })
+                .map_err(|e| store_error(e.into()))?;
+            if !writing {
+                // The value the iterator sees must be the one read.
+                let (hits, misses) = (self.hits, self.misses);
+                let again = self.composite(key, kind);
+                (self.hits, self.misses) = (hits, misses);
+                match again? {
+                    Some(now) if now.meta.version == v.meta.version => {}
+                    Some(now) => {
+                        v = now;
+                        continue;
+                    }
+                    None => return Ok((Vec::new(), None)),
+                }
+            }
+            let pend = match &mut self.access {
+                Access::Write(p) => p.range(&start, &end),
+                _ => Vec::new(),
+            };
+            it.seek(&start);
+            let mut pend = pend.into_iter().peekable();
+            let mut out = Vec::new();
+            let p = prefix.len();
+            loop {
+                let stored = it.valid().then(|| it.key());
+                let next_pending = pend.peek().map(|(k, _)| k.as_slice());
+                // The smaller key comes next; a pending write shadows the
+                // stored entry of the same key.
+                let take_pending = match (stored, next_pending) {
+                    (None, None) => break,
+                    (Some(_), None) => false,
+                    (None, Some(_)) => true,
+                    (Some(s), Some(q)) => q <= s,
+                };
+                let (k, val) = if take_pending {
+                    let Some((k, val)) = pend.next() else { break };
+                    if stored == Some(k.as_slice()) {
+                        it.next();
+                    }
+                    match val {
+                        Some(val) => (k, val),
+                        None => continue,
+                    }
+                } else {
+                    let kv = (it.key().to_vec(), it.value().to_vec());
+                    it.next();
+                    kv
+                };
+                if out.len() >= limit {
+                    return Ok((out, Some(k[p..].to_vec())));
+                }
+                out.push((k[p..].to_vec(), val));
+            }
+            it.status().map_err(|e| store_error(e.into()))?;
+            return Ok((out, None));
+        }
+        Err(Reply::err(
+            "the value kept changing while it was read; retry",
+        ))
+    }
+
+    /// Every member of `key`'s value `v` with its stored bytes.
+    pub fn all_members(&mut self, key: &[u8], kind: Kind, v: &Value) -> Result<Members, Reply> {
+        Ok(self.members(key, kind, v, b"", usize::MAX)?.0)
+    }
+}
