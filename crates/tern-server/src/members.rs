@@ -32,36 +32,56 @@ pub struct Composite {
     pub version: u64,
     /// How many members it has (never 0: an empty value is deleted).
     pub size: u64,
+    /// A list's first position (its members are positions
+    /// `head..head + size`); `None` for the other kinds.
+    pub head: Option<u64>,
 }
 
-/// Encoded length of [`Composite`].
+/// Encoded length of [`Composite`] without a head.
 pub const COMPOSITE_LEN: usize = 16;
+/// Encoded length of a list's [`Composite`] (with its head).
+pub const LIST_COMPOSITE_LEN: usize = 24;
+
+/// Where a new list's first element goes: the middle of the position
+/// space, so pushes either way have room.
+pub const LIST_START: u64 = 1 << 63;
+
+fn be_u64(b: &[u8]) -> u64 {
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(raw)
+}
 
 impl Composite {
-    /// Encodes as `version ‖ size`, big-endian.
-    pub fn encode(&self) -> [u8; COMPOSITE_LEN] {
-        let mut out = [0u8; COMPOSITE_LEN];
-        out[..8].copy_from_slice(&self.version.to_be_bytes());
-        out[8..].copy_from_slice(&self.size.to_be_bytes());
+    /// Encodes as `version ‖ size [‖ head]`, big-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(LIST_COMPOSITE_LEN);
+        out.extend_from_slice(&self.version.to_be_bytes());
+        out.extend_from_slice(&self.size.to_be_bytes());
+        if let Some(h) = self.head {
+            out.extend_from_slice(&h.to_be_bytes());
+        }
         out
     }
 
     /// Decodes the payload of a metadata record of `kind`.
     pub fn decode(kind: Kind, payload: &[u8]) -> Result<Composite, DecodeError> {
-        let Ok(raw) = <[u8; COMPOSITE_LEN]>::try_from(payload) else {
+        let want = if kind == Kind::List {
+            LIST_COMPOSITE_LEN
+        } else {
+            COMPOSITE_LEN
+        };
+        if payload.len() != want {
             return Err(DecodeError(format!(
-                "{} metadata of {} bytes, expected {COMPOSITE_LEN}",
+                "{} metadata of {} bytes, expected {want}",
                 kind.name(),
                 payload.len()
             )));
-        };
-        let mut v = [0u8; 8];
-        v.copy_from_slice(&raw[..8]);
-        let mut n = [0u8; 8];
-        n.copy_from_slice(&raw[8..]);
+        }
         Ok(Composite {
-            version: u64::from_be_bytes(v),
-            size: u64::from_be_bytes(n),
+            version: be_u64(&payload[..8]),
+            size: be_u64(&payload[8..16]),
+            head: (kind == Kind::List).then(|| be_u64(&payload[16..])),
         })
     }
 }
@@ -178,9 +198,17 @@ mod tests {
         let c = Composite {
             version: 7,
             size: 1_000_000,
+            head: None,
         };
         assert_eq!(Composite::decode(Kind::Hash, &c.encode()).unwrap(), c);
         assert!(Composite::decode(Kind::Hash, &c.encode()[..15]).is_err());
         assert!(Composite::decode(Kind::Set, b"").is_err());
+        assert!(Composite::decode(Kind::List, &c.encode()).is_err());
+        let l = Composite {
+            head: Some(LIST_START - 3),
+            ..c
+        };
+        assert_eq!(Composite::decode(Kind::List, &l.encode()).unwrap(), l);
+        assert!(Composite::decode(Kind::ZSet, &l.encode()).is_err());
     }
 }

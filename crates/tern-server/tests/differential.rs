@@ -136,10 +136,12 @@ struct GenState {
 
 /// One random command (hashes and transactions included).
 fn gen(rng: &mut SmallRng, st: &mut GenState) -> Vec<String> {
-    let c = if rng.gen_bool(0.35) {
-        gen_hash_or_tx(rng, st)
-    } else {
-        gen_string(rng, st)
+    let c = match rng.gen_range(0..100) {
+        0..=19 => gen_hash_or_tx(rng, st),
+        20..=33 => gen_set(rng),
+        34..=47 => gen_list(rng),
+        48..=62 => gen_zset(rng),
+        _ => gen_string(rng, st),
     };
     match c.first().map(|s| s.to_uppercase()).as_deref() {
         Some("MULTI") => st.in_multi = true,
@@ -211,9 +213,293 @@ fn gen_hash_or_tx(rng: &mut SmallRng, st: &GenState) -> Vec<String> {
             s("COUNT"),
             s("1000"),
             s("TYPE"),
-            s(pick(rng, &["hash", "string", "nosuch"])),
+            s(pick(
+                rng,
+                &["hash", "string", "set", "list", "zset", "nosuch"],
+            )),
         ],
         _ => vec![s("HSET"), k, f],
+    }
+}
+
+const MEMBERS: &[&str] = &["a", "b", "c", "d", "1", "10", ""];
+
+/// `n` random members.
+fn members(rng: &mut SmallRng, n: usize) -> Vec<String> {
+    (0..n).map(|_| pick(rng, MEMBERS).to_string()).collect()
+}
+
+fn with(mut head: Vec<String>, rest: Vec<String>) -> Vec<String> {
+    head.extend(rest);
+    head
+}
+
+fn gen_set(rng: &mut SmallRng) -> Vec<String> {
+    let k = pick(rng, KEYS).to_string();
+    let k2 = pick(rng, KEYS).to_string();
+    let m = pick(rng, MEMBERS).to_string();
+    let s = |x: &str| x.to_string();
+    let n = rng.gen_range(1..4);
+    match rng.gen_range(0..22) {
+        0..=3 => with(vec![s("SADD"), k], members(rng, n)),
+        4 | 5 => with(vec![s("SREM"), k], members(rng, n)),
+        6 => vec![s("SISMEMBER"), k, m],
+        7 => with(vec![s("SMISMEMBER"), k], members(rng, n)),
+        8 => vec![s("SCARD"), k],
+        9 => vec![s("SMEMBERS"), k],
+        // Only pops that take every member are deterministic.
+        10 => vec![s("SPOP"), k, s(pick(rng, &["100", "0", "-1", "x"]))],
+        11 => {
+            let mut c = vec![s("SRANDMEMBER"), k];
+            if rng.gen_bool(0.7) {
+                c.push(s(pick(rng, &["2", "-3", "0", "x", "100"])));
+            }
+            c
+        }
+        12 => vec![s("SMOVE"), k, k2, m],
+        13 => vec![s(pick(rng, &["SINTER", "SUNION", "SDIFF"])), k, k2],
+        14 => vec![
+            s(pick(rng, &["SINTER", "SUNION", "SDIFF"])),
+            k,
+            k2,
+            s(pick(rng, KEYS)),
+        ],
+        15 | 16 => vec![
+            s(pick(rng, &["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"])),
+            k,
+            k2,
+            s(pick(rng, KEYS)),
+        ],
+        17 => {
+            let mut c = vec![
+                s("SINTERCARD"),
+                s(pick(rng, &["2", "1", "0", "3", "x"])),
+                k,
+                k2,
+            ];
+            if rng.gen_bool(0.4) {
+                c.extend([s("LIMIT"), s(pick(rng, &["1", "0", "-1", "x"]))]);
+            }
+            c
+        }
+        18 => vec![s("SSCAN"), k, s("0"), s("COUNT"), s("1000")],
+        19 => vec![s("TYPE"), k],
+        20 => vec![s("SPOP"), k, s("1"), s("2")],
+        _ => vec![s("SADD"), k],
+    }
+}
+
+const ELEMS: &[&str] = &["a", "b", "c", "a", "", "1"];
+const INDEXES: &[&str] = &["0", "-1", "1", "-2", "2", "5", "-10", "x"];
+
+fn gen_list(rng: &mut SmallRng) -> Vec<String> {
+    let k = pick(rng, KEYS).to_string();
+    let k2 = pick(rng, KEYS).to_string();
+    let e = pick(rng, ELEMS).to_string();
+    let s = |x: &str| x.to_string();
+    let n = rng.gen_range(1..4);
+    let elems: Vec<String> = (0..n).map(|_| pick(rng, ELEMS).to_string()).collect();
+    match rng.gen_range(0..24) {
+        0..=2 => with(vec![s(pick(rng, &["LPUSH", "RPUSH"])), k], elems),
+        3 => with(vec![s(pick(rng, &["LPUSHX", "RPUSHX"])), k], elems),
+        4 | 5 => {
+            let mut c = vec![s(pick(rng, &["LPOP", "RPOP"])), k];
+            if rng.gen_bool(0.4) {
+                c.push(s(pick(rng, &["2", "0", "-1", "x", "10"])));
+            }
+            if rng.gen_bool(0.05) {
+                c.push(s("1"));
+            }
+            c
+        }
+        6 => vec![s("LLEN"), k],
+        7 | 8 => vec![s("LRANGE"), k, s(pick(rng, INDEXES)), s(pick(rng, INDEXES))],
+        9 => vec![s("LINDEX"), k, s(pick(rng, INDEXES))],
+        10 => vec![s("LSET"), k, s(pick(rng, INDEXES)), e],
+        11 => vec![s("LTRIM"), k, s(pick(rng, INDEXES)), s(pick(rng, INDEXES))],
+        12 => vec![s("LREM"), k, s(pick(rng, &["0", "1", "-1", "2", "x"])), e],
+        13 => vec![
+            s("LINSERT"),
+            k,
+            s(pick(rng, &["BEFORE", "AFTER", "after", "MIDDLE"])),
+            e,
+            s(pick(rng, ELEMS)),
+        ],
+        14 => {
+            let mut c = vec![s("LPOS"), k, e];
+            for (opt, vals) in [
+                ("RANK", &["1", "-1", "2", "0", "x"][..]),
+                ("COUNT", &["0", "1", "2", "-1"][..]),
+                ("MAXLEN", &["0", "2", "-1"][..]),
+            ] {
+                if rng.gen_bool(0.3) {
+                    c.extend([s(opt), s(pick(rng, vals))]);
+                }
+            }
+            if rng.gen_bool(0.05) {
+                c.push(s("RANK"));
+            }
+            c
+        }
+        15 | 16 => vec![
+            s("LMOVE"),
+            k,
+            k2,
+            s(pick(rng, &["LEFT", "RIGHT", "right", "UP"])),
+            s(pick(rng, &["LEFT", "RIGHT"])),
+        ],
+        17 => vec![s("RPOPLPUSH"), k, k2],
+        18 => vec![s("TYPE"), k],
+        19 => vec![s("LRANGE"), k, s("0"), s("-1")],
+        _ => with(vec![s("RPUSH"), k], elems),
+    }
+}
+
+const SCORES: &[&str] = &[
+    "1", "2", "2", "-1.5", "0", "3.25", "inf", "-inf", "x", "0.1",
+];
+const SCORE_BOUNDS: &[&str] = &["-inf", "+inf", "1", "(1", "2", "(2", "0", "x", "(-1.5"];
+const LEX_BOUNDS: &[&str] = &["-", "+", "[a", "(a", "[c", "(d", "b", "[", "("];
+
+/// Options of ZRANGE after the range, in a random order and mix.
+fn zrange_options(rng: &mut SmallRng, by: Option<&str>, rev_allowed: bool) -> Vec<String> {
+    let mut opts = Vec::new();
+    if let Some(b) = by {
+        opts.push(vec![b.to_string()]);
+    }
+    if rev_allowed && rng.gen_bool(0.4) {
+        opts.push(vec!["REV".into()]);
+    }
+    if rng.gen_bool(0.4) {
+        opts.push(vec![
+            "LIMIT".into(),
+            pick(rng, &["0", "1", "-1", "x"]).into(),
+            pick(rng, &["2", "-1", "0", "10"]).into(),
+        ]);
+    }
+    if rng.gen_bool(0.5) {
+        opts.push(vec!["WITHSCORES".into()]);
+    }
+    if rng.gen_bool(0.3) {
+        opts.reverse();
+    }
+    opts.concat()
+}
+
+fn gen_zset(rng: &mut SmallRng) -> Vec<String> {
+    let k = pick(rng, KEYS).to_string();
+    let m = pick(rng, MEMBERS).to_string();
+    let s = |x: &str| x.to_string();
+    match rng.gen_range(0..30) {
+        0..=4 => {
+            let mut c = vec![s("ZADD"), k];
+            for f in ["NX", "XX", "GT", "LT", "CH", "INCR"] {
+                if rng.gen_bool(0.1) {
+                    c.push(s(f));
+                }
+            }
+            for _ in 0..rng.gen_range(1..4) {
+                c.extend([s(pick(rng, SCORES)), s(pick(rng, MEMBERS))]);
+            }
+            if rng.gen_bool(0.05) {
+                c.push(s("dangling"));
+            }
+            c
+        }
+        5 => vec![s("ZINCRBY"), k, s(pick(rng, SCORES)), m],
+        6 => with(vec![s("ZREM"), k], members(rng, 2)),
+        7 => vec![s("ZSCORE"), k, m],
+        8 => with(vec![s("ZMSCORE"), k], members(rng, 3)),
+        9 => vec![s("ZCARD"), k],
+        10 => vec![
+            s("ZCOUNT"),
+            k,
+            s(pick(rng, SCORE_BOUNDS)),
+            s(pick(rng, SCORE_BOUNDS)),
+        ],
+        11 | 12 => with(
+            vec![s("ZRANGE"), k, s(pick(rng, INDEXES)), s(pick(rng, INDEXES))],
+            zrange_options(rng, None, true),
+        ),
+        13 | 14 => with(
+            vec![
+                s("ZRANGE"),
+                k,
+                s(pick(rng, SCORE_BOUNDS)),
+                s(pick(rng, SCORE_BOUNDS)),
+            ],
+            zrange_options(rng, Some("BYSCORE"), true),
+        ),
+        15 => with(
+            vec![
+                s(pick(rng, &["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"])),
+                k,
+                s(pick(rng, SCORE_BOUNDS)),
+                s(pick(rng, SCORE_BOUNDS)),
+            ],
+            zrange_options(rng, None, false),
+        ),
+        16 => {
+            let mut c = vec![
+                s("ZREVRANGE"),
+                k,
+                s(pick(rng, INDEXES)),
+                s(pick(rng, INDEXES)),
+            ];
+            if rng.gen_bool(0.5) {
+                c.push(s("WITHSCORES"));
+            }
+            c
+        }
+        // Lexicographic ranges on a set whose scores are all equal (the
+        // only case Redis defines).
+        17 => vec![s("ZADD"), s("zl"), s("0"), m, s("0"), s(pick(rng, MEMBERS))],
+        18 => with(
+            vec![
+                s("ZRANGE"),
+                s("zl"),
+                s(pick(rng, LEX_BOUNDS)),
+                s(pick(rng, LEX_BOUNDS)),
+            ],
+            zrange_options(rng, Some("BYLEX"), true),
+        ),
+        19 => vec![s(pick(rng, &["ZRANK", "ZREVRANK"])), k, m],
+        20 => {
+            let mut c = vec![s(pick(rng, &["ZPOPMIN", "ZPOPMAX"])), k];
+            if rng.gen_bool(0.5) {
+                c.push(s(pick(rng, &["2", "0", "-1", "x", "10"])));
+            }
+            c
+        }
+        21 => vec![
+            s("ZREMRANGEBYSCORE"),
+            k,
+            s(pick(rng, SCORE_BOUNDS)),
+            s(pick(rng, SCORE_BOUNDS)),
+        ],
+        22 => vec![
+            s("ZREMRANGEBYRANK"),
+            k,
+            s(pick(rng, INDEXES)),
+            s(pick(rng, INDEXES)),
+        ],
+        23 => vec![s("ZSCAN"), k, s("0"), s("COUNT"), s("1000")],
+        24 => vec![s("TYPE"), k],
+        25 => with(
+            vec![
+                s(pick(rng, &["ZRANGEBYLEX", "ZREVRANGEBYLEX"])),
+                s("zl"),
+                s(pick(rng, LEX_BOUNDS)),
+                s(pick(rng, LEX_BOUNDS)),
+            ],
+            if rng.gen_bool(0.3) {
+                vec![s("LIMIT"), s("1"), s("2")]
+            } else {
+                Vec::new()
+            },
+        ),
+        26 => vec![s("ZRANGE"), k, s("0"), s("-1"), s("WITHSCORES")],
+        _ => vec![s("ZADD"), k, s(pick(rng, SCORES)), m],
     }
 }
 
@@ -506,6 +792,26 @@ fn normalize(args: &[String], r: Result<Value, String>) -> Result<Value, String>
             v => sorted_pairs(v),
         }),
         ("HKEYS" | "HVALS", Ok(Value::Array(v))) => Ok(Value::Array(sorted(v))),
+        // A set's order is each server's own.
+        (
+            "SMEMBERS" | "SINTER" | "SUNION" | "SDIFF" | "SPOP",
+            Ok(Value::Array(v) | Value::Set(v)),
+        ) => Ok(Value::Array(sorted(v))),
+        ("SSCAN", Ok(Value::Array(mut two))) if two.len() == 2 => {
+            if let Some(Value::Array(m)) = two.pop() {
+                two.push(Value::Array(sorted(m)));
+            }
+            Ok(Value::Array(two))
+        }
+        // Tern walks a sorted set's members in member order, Redis in its
+        // own: compare the member/score pairs.
+        ("ZSCAN", Ok(Value::Array(mut two))) if two.len() == 2 => {
+            let pairs = two.pop().map(sorted_pairs);
+            two.extend(pairs);
+            Ok(Value::Array(two))
+        }
+        ("SRANDMEMBER", Ok(Value::BulkString(_))) => Ok(Value::Int(1)),
+        ("SRANDMEMBER", Ok(Value::Array(v) | Value::Set(v))) => Ok(Value::Int(v.len() as i64)),
         // Which fields are random; how many is not.
         ("HRANDFIELD", Ok(Value::BulkString(_))) => Ok(Value::Int(1)),
         ("HRANDFIELD", Ok(Value::Array(v))) => Ok(Value::Int(v.len() as i64)),

@@ -21,6 +21,25 @@ pub struct Value {
 /// Members with their stored bytes, in member order.
 pub type Members = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// Which members a walk covers: those from `lo` (inclusive) to `hi`
+/// (exclusive; `None`: to the last one), compared as bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Span<'a> {
+    /// The first member that may be returned.
+    pub lo: &'a [u8],
+    /// The first member past the span.
+    pub hi: Option<&'a [u8]>,
+}
+
+/// Moves a walk's iterator one member on.
+fn step(it: &mut tern::DbIterator, reverse: bool) {
+    if reverse {
+        it.prev();
+    } else {
+        it.next();
+    }
+}
+
 /// Tries of a member walk on the read pool before it gives up (see
 /// [`Ctx::members`]).
 const WALK_TRIES: usize = 8;
@@ -52,6 +71,15 @@ impl Ctx<'_> {
         }))
     }
 
+    /// A new, empty value of `kind` (written once it has members).
+    pub fn new_composite_of(&mut self, kind: Kind) -> Result<Value, Reply> {
+        let mut v = self.new_composite()?;
+        if kind == Kind::List {
+            v.meta.head = Some(crate::members::LIST_START);
+        }
+        Ok(v)
+    }
+
     /// A new, empty value (written once it has members).
     pub fn new_composite(&mut self) -> Result<Value, Reply> {
         if self.state.cluster.is_some() {
@@ -63,7 +91,11 @@ impl Ctx<'_> {
         }
         let version = self.pending()?.new_version();
         Ok(Value {
-            meta: Composite { version, size: 0 },
+            meta: Composite {
+                version,
+                size: 0,
+                head: None,
+            },
             expire_at: None,
         })
     }
@@ -134,11 +166,6 @@ impl Ctx<'_> {
     /// Up to `limit` members of `key`'s value `v` from member `from` on (in
     /// member order), with their stored bytes, pending writes included;
     /// and the member to resume from (`None`: no more).
-    ///
-    /// On the read pool the walk's iterator pins one state of the store;
-    /// the metadata is read again after it is made, and since a version is
-    /// never reused, finding it unchanged proves the iterator sees this
-    /// very value (and not what compaction left of it after a delete).
     pub fn members(
         &mut self,
         key: &[u8],
@@ -146,6 +173,27 @@ impl Ctx<'_> {
         v: &Value,
         from: &[u8],
         limit: usize,
+    ) -> Result<(Members, Option<Vec<u8>>), Reply> {
+        self.walk(key, kind, v, Span { lo: from, hi: None }, limit, false)
+    }
+
+    /// Up to `limit` members of `key`'s value `v` in `span`, in member
+    /// order or (`reverse`) from the last one down, with their stored
+    /// bytes, pending writes included; and the next member the walk would
+    /// have returned (`None`: no more).
+    ///
+    /// On the read pool the walk's iterator pins one state of the store;
+    /// the metadata is read again after it is made, and since a version is
+    /// never reused, finding it unchanged proves the iterator sees this
+    /// very value (and not what compaction left of it after a delete).
+    pub fn walk(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        v: &Value,
+        span: Span<'_>,
+        limit: usize,
+        reverse: bool,
     ) -> Result<(Members, Option<Vec<u8>>), Reply> {
         if matches!(self.access, Access::MemoryOnly) {
             self.needs_io = true;
@@ -156,16 +204,26 @@ impl Ctx<'_> {
         for _ in 0..WALK_TRIES {
             let gen = self.generation_now();
             let prefix = member_prefix(self.state.store.layout(), gen, key, v.meta.version);
-            let end = prefix_end(&prefix);
-            let mut start = prefix.clone();
-            start.extend_from_slice(from);
+            let mut lo = prefix.clone();
+            lo.extend_from_slice(span.lo);
+            let hi = match span.hi {
+                Some(h) => {
+                    let mut hi = prefix.clone();
+                    hi.extend_from_slice(h);
+                    hi
+                }
+                None => prefix_end(&prefix),
+            };
+            if lo >= hi {
+                return Ok((Vec::new(), None));
+            }
             let mut it = self
                 .state
                 .store
                 .db
                 .iter(tern::ReadOptions {
-                    lower_bound: Some(prefix.clone()),
-                    upper_bound: Some(end.clone()),
+                    lower_bound: Some(lo.clone()),
+                    upper_bound: Some(hi.clone()),
                     scan_len_hint: Some(limit.min(256)),
                     ..tern::ReadOptions::default()
                 })
@@ -184,29 +242,34 @@ impl Ctx<'_> {
                     None => return Ok((Vec::new(), None)),
                 }
             }
-            let pend = match &mut self.access {
-                Access::Write(p) => p.range(&start, &end),
+            let mut pend = match &mut self.access {
+                Access::Write(p) => p.range(&lo, &hi),
                 _ => Vec::new(),
             };
-            it.seek(&start);
+            if reverse {
+                pend.reverse();
+                it.seek_to_last();
+            } else {
+                it.seek(&lo);
+            }
             let mut pend = pend.into_iter().peekable();
             let mut out = Vec::new();
             let p = prefix.len();
             loop {
                 let stored = it.valid().then(|| it.key());
                 let next_pending = pend.peek().map(|(k, _)| k.as_slice());
-                // The smaller key comes next; a pending write shadows the
+                // The nearer key comes next; a pending write shadows the
                 // stored entry of the same key.
                 let take_pending = match (stored, next_pending) {
                     (None, None) => break,
                     (Some(_), None) => false,
                     (None, Some(_)) => true,
-                    (Some(s), Some(q)) => q <= s,
+                    (Some(s), Some(q)) => (q <= s) != reverse || q == s,
                 };
                 let (k, val) = if take_pending {
                     let Some((k, val)) = pend.next() else { break };
                     if stored == Some(k.as_slice()) {
-                        it.next();
+                        step(&mut it, reverse);
                     }
                     match val {
                         Some(val) => (k, val),
@@ -214,7 +277,7 @@ impl Ctx<'_> {
                     }
                 } else {
                     let kv = (it.key().to_vec(), it.value().to_vec());
-                    it.next();
+                    step(&mut it, reverse);
                     kv
                 };
                 if out.len() >= limit {

@@ -15,12 +15,18 @@ const DEFAULT_SCAN_COUNT: usize = 10;
 
 /// Refuses a member the engine could not store as a key with `key`.
 pub(crate) fn check_member(ctx: &Ctx<'_>, key: &[u8], member: &[u8]) -> Result<(), Reply> {
+    check_member_len(ctx, key, member.len())
+}
+
+/// Refuses a member whose engine key adds `len` bytes to `key` when the
+/// engine could not store it.
+pub(crate) fn check_member_len(ctx: &Ctx<'_>, key: &[u8], len: usize) -> Result<(), Reply> {
     let limit = ctx.state.max_key_len + KEY_OVERHEAD;
-    if key.len() + member.len() + MEMBER_OVERHEAD > limit {
+    if key.len() + len + MEMBER_OVERHEAD > limit {
         return Err(Reply::err(format!(
             "a member of {} bytes in a key of {} bytes exceeds the longest member the store accepts \
              ({} bytes together; raise [engine] max_key_size)",
-            member.len(),
+            len,
             key.len(),
             limit - MEMBER_OVERHEAD
         )));

@@ -7,15 +7,20 @@ pub mod cluster;
 pub mod composite;
 pub mod hashes;
 pub mod keys;
+pub mod lists;
 pub mod migrate;
 pub mod multi;
 pub mod server;
+pub mod sets;
 pub mod strings;
 pub mod table;
+pub mod zsets;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
+
+pub use table::{arity_ok, lookup, CommandSpec, COMMANDS};
 
 use crate::expiry::now_ms;
 use crate::keyspace::{live_entry, Entry, Kind};

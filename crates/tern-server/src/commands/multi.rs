@@ -168,7 +168,7 @@ pub fn queue_error(name: &str, args: &[Vec<u8>]) -> Option<Reply> {
     let lower = String::from_utf8_lossy(sub).to_ascii_lowercase();
     match subs.iter().find(|(s, _)| *s == lower) {
         None => Some(super::server::unknown_subcommand(sub, &name.to_uppercase())),
-        Some((s, arity)) if !super::table::arity_ok(*arity, args.len()) => {
+        Some((s, arity)) if !super::arity_ok(*arity, args.len()) => {
             Some(super::wrong_arity(&format!("{name}|{s}")))
         }
         Some(_) => None,
@@ -184,8 +184,8 @@ fn cluster_refusal(ctx: &Ctx<'_>, queue: &[Vec<Vec<u8>>]) -> Option<Reply> {
     for args in queue {
         let spec = args
             .first()
-            .and_then(|n| super::table::lookup(n))
-            .map(|i| &super::table::COMMANDS[i])?;
+            .and_then(|n| super::lookup(n))
+            .map(|i| &super::COMMANDS[i])?;
         keys.extend(super::key_positions(spec, args.len()).map(|i| args[i].as_slice()));
     }
     let view = node.view();

@@ -25,6 +25,9 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// Text: a bulk string in RESP2, a verbatim string (`=`, `txt:`) in RESP3.
     Verbatim(String),
+    /// A double (a sorted set's score): a bulk string in RESP2, `,` in
+    /// RESP3, written as Redis 7.0 writes it ([`format_double`]).
+    Double(f64),
 }
 
 impl Reply {
@@ -53,7 +56,7 @@ impl Reply {
                     .map(|(k, v)| k.size_hint() + v.size_hint())
                     .sum::<usize>()
             }
-            Reply::Ok | Reply::Int(_) | Reply::Nil | Reply::NilArray => 16,
+            Reply::Ok | Reply::Int(_) | Reply::Nil | Reply::NilArray | Reply::Double(_) => 32,
         }
     }
 
@@ -103,8 +106,60 @@ impl Reply {
                 bulk(out, b'=', &body);
             }
             Reply::Verbatim(s) => bulk(out, b'$', s.as_bytes()),
+            Reply::Double(d) if resp3 => line(out, b',', &format_double(*d)),
+            Reply::Double(d) => bulk(out, b'$', format_double(*d).as_bytes()),
         }
     }
+}
+
+/// `d` as C's `printf("%.17g")` writes it (what Redis 7.0 replies with for
+/// scores), `inf` and `-inf` for the infinities.
+pub fn format_double(d: f64) -> String {
+    if d.is_infinite() {
+        return if d > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if d.is_nan() {
+        return "nan".into();
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    // 17 significant digits: one before the point, 16 after.
+    let e = format!("{d:.16e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let digits = digits.trim_end_matches('0');
+    let digits = if digits.is_empty() { "0" } else { digits };
+    if !(-4..17).contains(&exp) {
+        let (first, rest) = digits.split_at(1);
+        let frac = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let esign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{frac}e{esign}{:02}", exp.abs());
+    }
+    let out = if exp < 0 {
+        format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
+    } else {
+        let point = exp as usize + 1;
+        if digits.len() <= point {
+            format!("{digits}{}", "0".repeat(point - digits.len()))
+        } else {
+            format!("{}.{}", &digits[..point], &digits[point..])
+        }
+    };
+    format!("{sign}{out}")
 }
 
 fn clean(s: &str) -> String {
@@ -146,5 +201,30 @@ mod tests {
             "-ERR bad  thing\r\n"
         );
         assert_eq!(enc(&Reply::Set(vec![Reply::Ok]), true), "~1\r\n+OK\r\n");
+        assert_eq!(enc(&Reply::Double(1.5), false), "$3\r\n1.5\r\n");
+        assert_eq!(enc(&Reply::Double(1.5), true), ",1.5\r\n");
+    }
+
+    #[test]
+    fn doubles_print_as_printf_17g() {
+        for (d, s) in [
+            (1.0, "1"),
+            (-2.5, "-2.5"),
+            (0.1, "0.10000000000000001"),
+            (1.1, "1.1000000000000001"),
+            (100.0, "100"),
+            (1e17, "1e+17"),
+            (1.5e17, "1.5e+17"),
+            (12345678901234567.0, "12345678901234568"),
+            (0.0001, "0.0001"),
+            (0.00001, "1.0000000000000001e-05"),
+            (0.5e-5, "5.0000000000000004e-06"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+            (0.0, "0"),
+            (3e300, "3.0000000000000002e+300"),
+        ] {
+            assert_eq!(format_double(d), s, "{d}");
+        }
     }
 }
