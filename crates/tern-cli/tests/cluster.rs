@@ -216,32 +216,7 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
 
 /// Runs `script` with Python; `None` (in a partial run) without redis-py.
 fn python(script: &str, args: &[String]) -> Option<String> {
-    let has = Command::new("python3")
-        .args(["-c", "import redis.cluster"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has {
-        assert!(
-            std::env::var("TERN_PARTIAL").is_ok_and(|v| v == "1"),
-            "redis-py is not installed; run scripts/test.sh (it installs it), \
-             or set TERN_PARTIAL=1 to skip this part knowingly"
-        );
-        eprintln!("SKIPPED (TERN_PARTIAL=1): redis-py is not installed");
-        return None;
-    }
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(String::from_utf8_lossy(&out.stdout).to_string())
+    tern_stress::python::run_redis_py(script, args, "redis.cluster", Duration::from_secs(300))
 }
 
 /// The slot of `key`, asked of node 0.

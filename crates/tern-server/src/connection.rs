@@ -103,7 +103,7 @@ async fn run(
         max_args: cfg.max_args,
         max_request_len: cfg.client_query_buffer_limit,
     };
-    let authed = cfg.requirepass.is_empty();
+    let authed = state.tunables.requirepass().is_empty();
     let mut session = Session::new(info, authed);
     let mut parser = Parser::new(if authed {
         full_limits

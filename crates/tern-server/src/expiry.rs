@@ -34,9 +34,23 @@ pub fn now_ms() -> u64 {
 /// composite value it belongs to still live, and of which version.
 pub trait MetaLookup: Send + Sync {
     /// The version of the live composite value whose metadata record is
-    /// engine key `meta_key`: `Some(None)` if there is none (deleted,
-    /// expired, or of another kind), `None` if the store could not tell.
-    fn live_version(&self, meta_key: &[u8]) -> Option<Option<u64>>;
+    /// engine key `meta_key`, and the first version not yet handed out
+    /// when it was read; `None` if the store could not tell.
+    fn live_version(&self, meta_key: &[u8]) -> Option<Liveness>;
+}
+
+/// What a store said of one composite key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// The live value's version; `None` if there is none (deleted,
+    /// expired, or of another kind).
+    pub live: Option<u64>,
+    /// Every version below this had been handed out, and any value that
+    /// got one committed, before `live` was read (the store reads its
+    /// version counter first). A member of a lower version that is not
+    /// `live` is garbage for good, since versions are never reused; one of
+    /// this version or above may belong to a value created since.
+    pub next: u64,
 }
 
 /// Where the filter finds [`MetaLookup`]: set once the store is open (the
@@ -55,10 +69,12 @@ pub struct ExpiryFilter {
     /// offload worker), members are kept unless their generation is gone.
     pub lookup: LookupSlot,
     /// The last metadata record looked up and what it said: a value's
-    /// members sort together, so one lookup serves them all. A stale
-    /// "live" answer only keeps garbage until the next compaction; a "dead"
-    /// one never goes stale, since versions are never reused.
-    last: Mutex<Option<(Vec<u8>, Option<u64>)>>,
+    /// members sort together, so one lookup serves them all. The answer
+    /// holds for members of versions below its `next`; a member of a newer
+    /// version is looked up again. A "live" answer goes stale when the
+    /// value is deleted, which would keep its members as long as it is
+    /// remembered: it is trusted for [`CACHE_FOR`] only.
+    last: Mutex<Option<(Vec<u8>, Liveness, std::time::Instant)>>,
 }
 
 impl std::fmt::Debug for dyn MetaLookup {
@@ -66,6 +82,11 @@ impl std::fmt::Debug for dyn MetaLookup {
         f.write_str("MetaLookup")
     }
 }
+
+/// How long [`ExpiryFilter`] trusts what it last looked up: long enough to
+/// serve the members of one value met in one compaction, short enough that
+/// the next compaction looks again.
+const CACHE_FOR: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The name offload workers know [`ExpiryFilter`] by.
 pub const EXPIRY_FILTER: &str = "tern-server.expiry";
@@ -112,19 +133,21 @@ impl ExpiryFilter {
         let meta = metadata_key(self.layout, &m);
         let cached = {
             let last = self.last.lock();
-            last.as_ref().filter(|(k, _)| *k == meta).map(|(_, v)| *v)
+            last.as_ref()
+                .filter(|(k, l, at)| *k == meta && m.version < l.next && at.elapsed() < CACHE_FOR)
+                .map(|(_, l, _)| *l)
         };
-        let live = match cached {
-            Some(v) => v,
+        let said = match cached {
+            Some(l) => l,
             None => match lookup.live_version(&meta) {
-                Some(v) => {
-                    *self.last.lock() = Some((meta, v));
-                    v
+                Some(l) => {
+                    *self.last.lock() = Some((meta, l, std::time::Instant::now()));
+                    l
                 }
                 None => return FilterDecision::Keep,
             },
         };
-        if live == Some(m.version) {
+        if said.live == Some(m.version) || m.version >= said.next {
             FilterDecision::Keep
         } else {
             FilterDecision::Remove
@@ -234,6 +257,44 @@ mod tests {
             FilterDecision::Keep,
             "too short a head to tell"
         );
+    }
+
+    /// Answers as a store whose key `h` holds the value of `live`.
+    struct FakeStore {
+        live: Mutex<Option<u64>>,
+    }
+
+    impl MetaLookup for FakeStore {
+        fn live_version(&self, _meta_key: &[u8]) -> Option<Liveness> {
+            let live = *self.live.lock();
+            Some(Liveness {
+                live,
+                next: live.map_or(6, |v| v + 1),
+            })
+        }
+    }
+
+    #[test]
+    fn a_cached_lookup_never_removes_the_members_of_a_value_created_after_it() {
+        let fake = Arc::new(FakeStore {
+            live: Mutex::new(None),
+        });
+        let store: Arc<dyn MetaLookup> = fake.clone();
+        let f = ExpiryFilter::default();
+        f.lookup.set(Arc::downgrade(&store)).ok();
+        let member =
+            |version| crate::members::member_key(Layout::Plain, 0, b"h", version, b"field");
+        // `h` was deleted: its version 5 members are garbage.
+        assert_eq!(decide(&f, &member(5), b"v"), FilterDecision::Remove);
+        // `h` is created again (version 6); a later compaction meets its
+        // members while the filter still remembers the deleted value.
+        *fake.live.lock() = Some(6);
+        assert_eq!(decide(&f, &member(6), b"v"), FilterDecision::Keep);
+        assert_eq!(decide(&f, &member(5), b"v"), FilterDecision::Remove);
+        // Replaced by a newer value again: version 7 is live now.
+        *fake.live.lock() = Some(7);
+        assert_eq!(decide(&f, &member(7), b"v"), FilterDecision::Keep);
+        assert_eq!(decide(&f, &member(6), b"v"), FilterDecision::Remove);
     }
 
     #[test]

@@ -25,11 +25,13 @@ pub mod keyspace;
 pub mod members;
 pub mod metrics;
 pub mod pending;
+pub mod process;
 pub mod resp;
 pub mod routing;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod tunables;
 pub mod watch;
 
 pub use config::{AppendFsync, Config};

@@ -377,6 +377,11 @@ async fn run(
     if let Some(m) = metrics {
         tokio::spawn(crate::http::serve(m, state.clone()));
     }
+    // INFO's instantaneous_ops_per_sec, sampled as Redis samples it.
+    every(&state, Duration::from_millis(100), |st| {
+        st.sample_ops();
+        async {}
+    });
     // Active expiry, ten times a second as Redis does it by default.
     let ex = exec.clone();
     every(&state, Duration::from_millis(100), move |st| {
@@ -440,7 +445,7 @@ async fn run(
         });
         {
             let mut clients = state.clients.lock();
-            if clients.len() >= state.config.maxclients {
+            if clients.len() >= state.tunables.maxclients() {
                 drop(clients);
                 state.metrics.rejected_connections.fetch_add(1, Relaxed);
                 tokio::spawn(async move {

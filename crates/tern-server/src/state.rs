@@ -81,6 +81,11 @@ pub struct State {
     pub cluster: Option<Arc<crate::cluster::ClusterNode>>,
     /// Active expiry runs (`DEBUG SET-ACTIVE-EXPIRE`).
     pub active_expire: std::sync::atomic::AtomicBool,
+    /// Settings `CONFIG SET` changes.
+    pub tunables: crate::tunables::Tunables,
+    /// Commands processed, sampled ten times a second (INFO's
+    /// `instantaneous_ops_per_sec`).
+    pub ops_samples: Mutex<std::collections::VecDeque<(Instant, u64)>>,
 }
 
 impl State {
@@ -93,6 +98,7 @@ impl State {
         port: u16,
         config_file: String,
     ) -> Self {
+        let tunables = crate::tunables::Tunables::new(config.maxclients, &config.requirepass);
         State {
             store,
             exec,
@@ -109,9 +115,39 @@ impl State {
             next_client_id: AtomicU64::new(1),
             buffered: AtomicUsize::new(0),
             active_expire: std::sync::atomic::AtomicBool::new(true),
+            tunables,
+            ops_samples: Mutex::new(std::collections::VecDeque::new()),
             offload: None,
             cluster: None,
             shutdown: watch::channel(false).0,
+        }
+    }
+
+    /// The encoding thresholds `OBJECT ENCODING` applies.
+    pub fn encoding_limits(&self) -> crate::tunables::EncodingLimits {
+        self.tunables.encoding_limits()
+    }
+
+    /// Records the number of commands processed so far (ten times a
+    /// second), keeping the last 16 samples.
+    pub fn sample_ops(&self) {
+        let total = self.metrics.total_commands();
+        let mut s = self.ops_samples.lock();
+        s.push_back((Instant::now(), total));
+        if s.len() > 16 {
+            s.pop_front();
+        }
+    }
+
+    /// Commands per second over the last samples.
+    pub fn instantaneous_ops(&self) -> u64 {
+        let s = self.ops_samples.lock();
+        match (s.front(), s.back()) {
+            (Some(a), Some(b)) if b.0 > a.0 => {
+                let dt = b.0.duration_since(a.0).as_secs_f64();
+                ((b.1 - a.1) as f64 / dt).round() as u64
+            }
+            _ => 0,
         }
     }
 
@@ -142,20 +178,24 @@ impl State {
 }
 
 impl crate::expiry::MetaLookup for State {
-    fn live_version(&self, meta_key: &[u8]) -> Option<Option<u64>> {
+    fn live_version(&self, meta_key: &[u8]) -> Option<crate::expiry::Liveness> {
+        // The counter first: a value that got a version below it had
+        // committed its metadata record by then (they commit together), so
+        // the record read next reflects it.
+        let counter = self.store.db.get(crate::keyspace::META_KEY).ok()??;
+        let next = crate::keyspace::Meta::decode(&counter).ok()?.next_version;
         let raw = self.store.db.get(meta_key).ok()?;
         let now = crate::expiry::now_ms();
-        let Some(e) = raw.map(|r| crate::keyspace::live_entry(r, now)) else {
-            return Some(None);
-        };
-        match e {
-            Ok(Some(e)) if e.kind.is_composite() => {
+        let live = match raw.map(|r| crate::keyspace::live_entry(r, now)) {
+            None => None,
+            Some(Ok(Some(e))) if e.kind.is_composite() => {
                 let c = crate::members::Composite::decode(e.kind, &e.value).ok()?;
-                Some(Some(c.version))
+                Some(c.version)
             }
-            Ok(_) => Some(None),
+            Some(Ok(_)) => None,
             // Unreadable: keep the members, the error surfaces elsewhere.
-            Err(_) => None,
-        }
+            Some(Err(_)) => return None,
+        };
+        Some(crate::expiry::Liveness { live, next })
     }
 }

@@ -310,7 +310,28 @@ impl Store {
 
     /// The entry of `key` as of time `now` (unix ms).
     pub fn get_at(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        match self.db.get(&self.layout.key(self.generation(), key))? {
+        self.get_in(key, now, None)
+    }
+
+    /// [`Store::get_at`] as of `snapshot` (the latest state if `None`).
+    pub fn get_in(
+        &self,
+        key: &[u8],
+        now: u64,
+        snapshot: Option<&tern::Snapshot>,
+    ) -> StoreResult<Option<Entry>> {
+        let k = self.layout.key(self.generation(), key);
+        let raw = match snapshot {
+            None => self.db.get(&k)?,
+            Some(s) => self.db.get_opt(
+                &k,
+                &tern::ReadOptions {
+                    snapshot: Some(s),
+                    ..tern::ReadOptions::default()
+                },
+            )?,
+        };
+        match raw {
             None => Ok(None),
             Some(raw) => Ok(live_entry(raw, now)?),
         }

@@ -141,6 +141,7 @@ fn gen(rng: &mut SmallRng, st: &mut GenState) -> Vec<String> {
         20..=33 => gen_set(rng),
         34..=47 => gen_list(rng),
         48..=62 => gen_zset(rng),
+        63..=72 => gen_bits_and_keys(rng),
         _ => gen_string(rng, st),
     };
     match c.first().map(|s| s.to_uppercase()).as_deref() {
@@ -503,6 +504,143 @@ fn gen_zset(rng: &mut SmallRng) -> Vec<String> {
     }
 }
 
+const BIT_VALUES: &[&str] = &["", "a", "\u{ff}\u{f0}", "foobar", "\0\0\x01", "abc"];
+const BIT_INDEXES: &[&str] = &["0", "1", "-1", "2", "-3", "7", "100", "x"];
+
+fn gen_bits_and_keys(rng: &mut SmallRng) -> Vec<String> {
+    let k = pick(rng, KEYS).to_string();
+    let k2 = pick(rng, KEYS).to_string();
+    let s = |x: &str| x.to_string();
+    match rng.gen_range(0..22) {
+        0 | 1 => vec![
+            s("SETBIT"),
+            k,
+            s(pick(rng, &["0", "7", "13", "100", "-1", "x"])),
+            s(pick(rng, &["0", "1", "1", "2", "x"])),
+        ],
+        2 => vec![s("GETBIT"), k, s(pick(rng, &["0", "1", "7", "100", "-1"]))],
+        3 => vec![s("SET"), k, s(pick(rng, BIT_VALUES))],
+        4 | 5 => {
+            let mut c = vec![s("BITCOUNT"), k];
+            if rng.gen_bool(0.7) {
+                c.extend([s(pick(rng, BIT_INDEXES)), s(pick(rng, BIT_INDEXES))]);
+                if rng.gen_bool(0.5) {
+                    c.push(s(pick(rng, &["BIT", "BYTE", "bit", "WORD"])));
+                }
+            } else if rng.gen_bool(0.1) {
+                c.push(s("0"));
+            }
+            c
+        }
+        6 | 7 => {
+            let mut c = vec![s("BITPOS"), k, s(pick(rng, &["0", "1", "1", "2"]))];
+            let n = rng.gen_range(0..4);
+            for i in 0..n {
+                c.push(if i < 2 {
+                    s(pick(rng, BIT_INDEXES))
+                } else {
+                    s(pick(rng, &["BIT", "BYTE", "FOO"]))
+                });
+            }
+            c
+        }
+        8 => {
+            let op = pick(rng, &["AND", "OR", "XOR", "NOT", "NAND"]);
+            let mut c = vec![s("BITOP"), s(op), k, k2];
+            if rng.gen_bool(0.5) {
+                c.push(s(pick(rng, KEYS)));
+            }
+            c
+        }
+        9 | 10 => {
+            let mut c = vec![s(pick(rng, &["BITFIELD", "BITFIELD", "BITFIELD_RO"])), k];
+            for _ in 0..rng.gen_range(0..4) {
+                let t = s(pick(
+                    rng,
+                    &["u8", "i8", "u4", "i16", "i64", "u63", "u64", "x8", "i0"],
+                ));
+                let off = s(pick(rng, &["0", "3", "#1", "#2", "100", "-1", "x"]));
+                match rng.gen_range(0..5) {
+                    0 | 1 => c.extend([s("GET"), t, off]),
+                    2 => c.extend([
+                        s("SET"),
+                        t,
+                        off,
+                        s(pick(rng, &["1", "-1", "255", "300", "-200", "x"])),
+                    ]),
+                    3 => c.extend([
+                        s("INCRBY"),
+                        t,
+                        off,
+                        s(pick(rng, &["1", "100", "-100", "200"])),
+                    ]),
+                    _ => c.extend([s("OVERFLOW"), s(pick(rng, &["WRAP", "SAT", "FAIL", "BAD"]))]),
+                }
+            }
+            c
+        }
+        11 | 12 => {
+            let mut c = vec![s("LCS"), k, k2];
+            for opt in ["LEN", "IDX", "WITHMATCHLEN"] {
+                if rng.gen_bool(0.3) {
+                    c.push(s(opt));
+                }
+            }
+            if rng.gen_bool(0.3) {
+                c.extend([s("MINMATCHLEN"), s(pick(rng, &["0", "2", "-1", "x"]))]);
+            }
+            c
+        }
+        13 | 14 => vec![s(pick(rng, &["RENAME", "RENAMENX"])), k, k2],
+        15 | 16 => {
+            let mut c = vec![s("COPY"), k, k2];
+            if rng.gen_bool(0.5) {
+                c.push(s("REPLACE"));
+            }
+            if rng.gen_bool(0.15) {
+                c.extend([s("DB"), s(pick(rng, &["0", "1", "x"]))]);
+            }
+            c
+        }
+        17 => vec![s("TOUCH"), k, k2],
+        18 => vec![
+            s("SET"),
+            k,
+            s(pick(rng, &["ohmytext", "mynewtext", "hello world"])),
+        ],
+        19 => match rng.gen_range(0..4) {
+            0 => vec![
+                s("CONFIG"),
+                s("SET"),
+                s(pick(
+                    rng,
+                    &[
+                        "hash-max-listpack-entries",
+                        "zset-max-ziplist-value",
+                        "maxclients",
+                    ],
+                )),
+                s(pick(rng, &["100", "64", "x", "-1"])),
+            ],
+            1 => vec![
+                s("CONFIG"),
+                s("GET"),
+                s(pick(
+                    rng,
+                    &[
+                        "hash-max-listpack-entries",
+                        "zset-max-ziplist-*",
+                        "maxclients",
+                    ],
+                )),
+            ],
+            2 => vec![s("CONFIG"), s("SET"), s("no-such-setting"), s("1")],
+            _ => vec![s("CONFIG"), s("SET"), s("maxclients")],
+        },
+        _ => vec![s("EXISTS"), k, k2],
+    }
+}
+
 fn gen_string(rng: &mut SmallRng, st: &GenState) -> Vec<String> {
     let k = pick(rng, KEYS).to_string();
     let v = pick(rng, VALUES).to_string();
@@ -860,6 +998,8 @@ fn normalize(args: &[String], r: Result<Value, String>) -> Result<Value, String>
                 .collect(),
         )),
         ("CLIENT", Ok(Value::Int(_))) => Ok(Value::Int(1)),
+        // CONFIG GET's order is each server's own.
+        ("CONFIG", Ok(v @ (Value::Array(_) | Value::Map(_)))) => Ok(sorted_pairs(v)),
         (_, r) => r,
     }
 }

@@ -93,27 +93,6 @@ fn a_field_read_is_a_point_lookup_and_del_one_write_whatever_the_hash_size() {
     assert_eq!(all, ["f2", "new"]);
 }
 
-/// Member keys of the store (every generation, live or garbage).
-fn member_keys(t: &common::TestServer) -> usize {
-    let db = &t.server.state().store.db;
-    let mut it = db
-        .iter(tern::ReadOptions {
-            lower_bound: Some(vec![b'f']),
-            upper_bound: Some(vec![b'g']),
-            value_heads: true,
-            ..tern::ReadOptions::default()
-        })
-        .unwrap();
-    it.seek(b"f");
-    let mut n = 0;
-    while it.valid() {
-        n += 1;
-        it.next();
-    }
-    it.status().unwrap();
-    n
-}
-
 #[test]
 fn compaction_reclaims_the_fields_of_deleted_overwritten_and_expired_hashes() {
     let t = start();
@@ -127,7 +106,7 @@ fn compaction_reclaims_the_fields_of_deleted_overwritten_and_expired_hashes() {
     db.flush().unwrap();
     let before = db.stats().blob_live_bytes;
     assert!(before >= 400 * 4096, "fields were separated: {before}");
-    assert_eq!(member_keys(&t), 400);
+    assert_eq!(common::member_keys(&t), 400);
 
     run(&mut c, &["DEL", "deleted"]).unwrap();
     run(&mut c, &["SET", "overwritten", "now a string"]).unwrap();
@@ -141,7 +120,11 @@ fn compaction_reclaims_the_fields_of_deleted_overwritten_and_expired_hashes() {
         after * 100 <= before * 27,
         "live blob bytes {before} -> {after}: three of four hashes are garbage"
     );
-    assert_eq!(member_keys(&t), 100, "only the kept hash's fields remain");
+    assert_eq!(
+        common::member_keys(&t),
+        100,
+        "only the kept hash's fields remain"
+    );
     assert_eq!(hlen(&mut c, "kept"), 100);
     let v: String = redis::cmd("HGET")
         .arg("kept")

@@ -20,6 +20,7 @@ pub mod expected;
 pub mod fuzz;
 pub mod keys;
 pub mod offload;
+pub mod python;
 pub mod runner;
 pub mod sim;
 

@@ -4,10 +4,32 @@
 //! The layout is in [`crate::members`].
 
 use super::{store_error, wrong_type, Access, Ctx};
-use crate::keyspace::Kind;
-use crate::members::{member_key, member_prefix, prefix_end, Composite};
+use crate::expiry::now_ms;
+use crate::keyspace::{Entry, Kind, KEY_OVERHEAD};
+use crate::members::{member_key, member_prefix, prefix_end, Composite, MEMBER_OVERHEAD};
 use crate::resp::Reply;
 use crate::store::StoreError;
+
+/// Refuses a member the engine could not store as a key with `key`.
+pub(crate) fn check_member(ctx: &Ctx<'_>, key: &[u8], member: &[u8]) -> Result<(), Reply> {
+    check_member_len(ctx, key, member.len())
+}
+
+/// Refuses a member whose engine key adds `len` bytes to `key` when the
+/// engine could not store it.
+pub(crate) fn check_member_len(ctx: &Ctx<'_>, key: &[u8], len: usize) -> Result<(), Reply> {
+    let limit = ctx.state.max_key_len + KEY_OVERHEAD;
+    if key.len() + len + MEMBER_OVERHEAD > limit {
+        return Err(Reply::err(format!(
+            "a member of {} bytes in a key of {} bytes exceeds the longest member the store accepts \
+             ({} bytes together; raise [engine] max_key_size)",
+            len,
+            key.len(),
+            limit - MEMBER_OVERHEAD
+        )));
+    }
+    Ok(())
+}
 
 /// A composite value as read: its metadata and expiry.
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +78,15 @@ impl Ctx<'_> {
     /// The value of composite `key` of `kind`; `None` if the key is absent,
     /// `WRONGTYPE` if it holds another kind. Counts a hit or a miss.
     pub fn composite(&mut self, key: &[u8], kind: Kind) -> Result<Option<Value>, Reply> {
+        if matches!(self.access, Access::Read) && self.snapshot.is_none() {
+            let snap = self
+                .state
+                .store
+                .db
+                .snapshot()
+                .map_err(|e| store_error(e.into()))?;
+            self.snapshot = Some(snap);
+        }
         let Some(e) = self.get(key).map_err(store_error)? else {
             self.misses += 1;
             return Ok(None);
@@ -121,8 +152,25 @@ impl Ctx<'_> {
                 Some(found) => Ok(found.map(<[u8]>::to_vec)),
                 None => db.get(&k),
             },
-            Access::Read => db.get(&k),
+            Access::Read => db.get_opt(
+                &k,
+                &tern::ReadOptions {
+                    snapshot: self.snapshot.as_ref(),
+                    ..tern::ReadOptions::default()
+                },
+            ),
             Access::MemoryOnly => match db.get_if_cached(&k) {
+                // A member found belongs to this value as it was at some
+                // moment since its metadata was read: a version's members
+                // change only while it is live. One not found may have been
+                // dropped by compaction after the value was deleted: it
+                // counts only if the metadata still says the same (a
+                // version is never reused); otherwise the command runs
+                // again on the read pool, from one snapshot.
+                Ok(Some(None)) if !self.still(key, v)? => {
+                    self.needs_io = true;
+                    return Err(store_error(StoreError::WouldBlock));
+                }
                 Ok(Some(found)) => Ok(found),
                 Ok(None) => {
                     self.needs_io = true;
@@ -132,6 +180,16 @@ impl Ctx<'_> {
             },
         };
         r.map_err(|e| store_error(e.into()))
+    }
+
+    /// Whether `key`'s metadata, read from memory, still describes `v`.
+    fn still(&mut self, key: &[u8], v: &Value) -> Result<bool, Reply> {
+        match self.state.store.get_at_cached(key, now_ms()) {
+            Ok(Some(e)) => Ok(e.kind.is_composite()
+                && Composite::decode(e.kind, &e.value).is_ok_and(|c| c == v.meta)),
+            Ok(None) | Err(StoreError::WouldBlock) => Ok(false),
+            Err(e) => Err(store_error(e)),
+        }
     }
 
     /// Writes `member` of `key`'s value `v` (the caller updates the size).
@@ -225,6 +283,7 @@ impl Ctx<'_> {
                     lower_bound: Some(lo.clone()),
                     upper_bound: Some(hi.clone()),
                     scan_len_hint: Some(limit.min(256)),
+                    snapshot: self.snapshot.as_ref(),
                     ..tern::ReadOptions::default()
                 })
                 .map_err(|e| store_error(e.into()))?;
@@ -291,6 +350,31 @@ impl Ctx<'_> {
         Err(Reply::err(
             "the value kept changing while it was read; retry",
         ))
+    }
+
+    /// Stores `e`, the value of `src`, under `dst` as well, replacing what
+    /// `dst` held: a string is written again; a composite value gets a new
+    /// version under `dst` and a copy of every member (linear in its size).
+    pub fn copy_value(&mut self, src: &[u8], dst: &[u8], e: &Entry) -> Result<(), Reply> {
+        if !e.kind.is_composite() {
+            return self.put_kind(dst, e.kind, &e.value, e.expire_at);
+        }
+        let from = Value {
+            meta: Composite::decode(e.kind, &e.value).map_err(|d| store_error(d.into()))?,
+            expire_at: e.expire_at,
+        };
+        let members = self.all_members(src, e.kind, &from)?;
+        for (m, _) in &members {
+            check_member_len(self, dst, m.len())?;
+        }
+        let mut to = self.new_composite()?;
+        to.meta.size = from.meta.size;
+        to.meta.head = from.meta.head;
+        to.expire_at = from.expire_at;
+        for (m, bytes) in &members {
+            self.put_member(dst, &to, m, bytes)?;
+        }
+        self.put_composite(dst, e.kind, &to)
     }
 
     /// Every member of `key`'s value `v` with its stored bytes.

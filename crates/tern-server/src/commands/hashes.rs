@@ -2,37 +2,15 @@
 //! ([`crate::members`]), so reading or writing one field of a hash of any
 //! size costs a point lookup or one small write.
 
-use super::composite::{Members, Value};
+use super::composite::{check_member, Members, Value};
 use super::strings::{format_float, parse_float, tri};
 use super::{int_arg, syntax_error, wrong_arity, Ctx};
 use crate::glob::glob_match;
-use crate::keyspace::{Kind, KEY_OVERHEAD};
-use crate::members::MEMBER_OVERHEAD;
+use crate::keyspace::Kind;
 use crate::resp::Reply;
 
 /// HSCAN's default COUNT.
 const DEFAULT_SCAN_COUNT: usize = 10;
-
-/// Refuses a member the engine could not store as a key with `key`.
-pub(crate) fn check_member(ctx: &Ctx<'_>, key: &[u8], member: &[u8]) -> Result<(), Reply> {
-    check_member_len(ctx, key, member.len())
-}
-
-/// Refuses a member whose engine key adds `len` bytes to `key` when the
-/// engine could not store it.
-pub(crate) fn check_member_len(ctx: &Ctx<'_>, key: &[u8], len: usize) -> Result<(), Reply> {
-    let limit = ctx.state.max_key_len + KEY_OVERHEAD;
-    if key.len() + len + MEMBER_OVERHEAD > limit {
-        return Err(Reply::err(format!(
-            "a member of {} bytes in a key of {} bytes exceeds the longest member the store accepts \
-             ({} bytes together; raise [engine] max_key_size)",
-            len,
-            key.len(),
-            limit - MEMBER_OVERHEAD
-        )));
-    }
-    Ok(())
-}
 
 /// The hash at `key`, if any.
 fn hash(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, Reply> {

@@ -170,6 +170,13 @@ pub fn persist(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }
 }
 
+/// TOUCH key [key ...]
+///
+/// Tern keeps no access times: TOUCH counts the keys that exist.
+pub fn touch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    exists(ctx, args)
+}
+
 /// TYPE key
 pub fn type_(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let t = match tri!(read_any(ctx, &args[1])) {

@@ -5,7 +5,7 @@
 //! just the elements they touch; LINSERT and LREM rewrite the elements on
 //! one side of the change, as Redis's own lists move memory.
 
-use super::composite::{Span, Value};
+use super::composite::{check_member_len, Span, Value};
 use super::sets::positive_count;
 use super::strings::tri;
 use super::{int_arg, store_error, syntax_error, wrong_arity, Ctx};
@@ -33,6 +33,13 @@ fn end_arg(a: &[u8]) -> Result<End, Reply> {
 /// The list at `key`, if any.
 fn list(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, Reply> {
     ctx.composite(key, Kind::List)
+}
+
+/// A new, empty list at `key`, refused if the engine could not store its
+/// elements' keys (a position adds 8 bytes to the key).
+fn new_list(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Value, Reply> {
+    check_member_len(ctx, key, 8)?;
+    ctx.new_composite_of(Kind::List)
 }
 
 /// The first position of list `v`.
@@ -151,7 +158,7 @@ fn push_command(ctx: &mut Ctx<'_>, args: &[Vec<u8>], end: End, only_existing: bo
     let mut v = match tri!(list(ctx, key)) {
         Some(v) => v,
         None if only_existing => return Reply::Int(0),
-        None => tri!(ctx.new_composite_of(Kind::List)),
+        None => tri!(new_list(ctx, key)),
     };
     tri!(push(ctx, key, &mut v, end, &args[2..]));
     Reply::Int(v.meta.size as i64)
@@ -514,7 +521,7 @@ fn move_one(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: End) -> Re
     };
     let mut dv = match tri!(list(ctx, dst)) {
         Some(v) => v,
-        None => tri!(ctx.new_composite_of(Kind::List)),
+        None => tri!(new_list(ctx, dst)),
     };
     tri!(push(ctx, dst, &mut dv, to, std::slice::from_ref(&e)));
     Reply::Bulk(e)

@@ -3,13 +3,19 @@
 //! write through [`Ctx::put`] and [`Ctx::delete`], which go to the
 //! committer's pending batch (see [`crate::exec`]).
 
+pub mod bits;
 pub mod cluster;
 pub mod composite;
+pub mod config;
 pub mod hashes;
+pub mod info;
 pub mod keys;
+pub mod lcs;
 pub mod lists;
 pub mod migrate;
 pub mod multi;
+pub mod object;
+pub mod rename;
 pub mod server;
 pub mod sets;
 pub mod strings;
@@ -120,6 +126,10 @@ pub struct Ctx<'a> {
     access: Access<'a>,
     /// Set when a [`Access::MemoryOnly`] read would have waited.
     needs_io: bool,
+    /// On the read pool, the state of the store every read of a composite
+    /// value sees: taken before its metadata is read, so the metadata and
+    /// the members agree however the value changes meanwhile.
+    snapshot: Option<tern::Snapshot>,
     /// Keys this command found and missed (recorded once it completes).
     pub hits: u64,
     /// See `hits`.
@@ -145,7 +155,7 @@ impl Ctx<'_> {
                 Some(Some(raw)) => Ok(live_entry(raw.to_vec(), now)?),
                 None => self.state.store.get_at(key, now),
             },
-            Access::Read => self.state.store.get_at(key, now),
+            Access::Read => self.state.store.get_in(key, now, self.snapshot.as_ref()),
             Access::MemoryOnly => {
                 let r = self.state.store.get_at_cached(key, now);
                 self.needs_io |= matches!(r, Err(StoreError::WouldBlock));
@@ -368,6 +378,7 @@ fn run(
         session,
         access,
         needs_io: false,
+        snapshot: None,
         hits: 0,
         misses: 0,
     };

@@ -1,15 +1,11 @@
-//! Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, INFO,
-//! CONFIG, CLIENT, COMMAND, QUIT, SHUTDOWN.
+//! Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, TIME,
+//! CLIENT, DEBUG, QUIT, SHUTDOWN (INFO and CONFIG have their own modules).
 
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::strings::tri;
 use super::{int_arg, syntax_error, wrong_arity, Ctx};
-use crate::glob::glob_match;
-use crate::metrics::{engine_counters, engine_gauges};
 use crate::resp::Reply;
-use crate::state::{ClientInfo, State};
+use crate::state::ClientInfo;
 
 /// The Redis version the server reports (the command set it follows).
 pub const REDIS_VERSION: &str = "7.0.15";
@@ -55,7 +51,8 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 
 /// Checks a username/password pair; on success marks the session.
 fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> bool {
-    let required = ctx.state.config.requirepass.as_bytes();
+    let required = ctx.state.tunables.requirepass();
+    let required = required.as_bytes();
     let ok = user == b"default" && (required.is_empty() || same_secret(pass, required));
     if ok {
         ctx.session.authed = true;
@@ -73,7 +70,7 @@ pub fn auth(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         return syntax_error();
     }
     let (user, pass): (&[u8], &[u8]) = if args.len() == 2 {
-        if ctx.state.config.requirepass.is_empty() {
+        if ctx.state.tunables.requirepass().is_empty() {
             return Reply::err("AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
         }
         (b"default", &args[1])
@@ -170,6 +167,17 @@ pub fn select(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }
 }
 
+/// TIME
+pub fn time(_ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::text(now.as_secs().to_string()),
+        Reply::text(now.subsec_micros().to_string()),
+    ])
+}
+
 /// QUIT
 pub fn quit(ctx: &mut Ctx<'_>, _args: &[Vec<u8>]) -> Reply {
     ctx.session.close = true;
@@ -191,66 +199,6 @@ pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     ctx.session.close = true;
     ctx.session.silent_close = true;
     Reply::Ok
-}
-
-/// The configuration parameters CONFIG GET knows, with their values.
-fn config_params(state: &State) -> Vec<(&'static str, String)> {
-    let c = &state.config;
-    vec![
-        ("bind", c.bind.clone()),
-        ("port", state.port.to_string()),
-        ("dir", c.dir.display().to_string()),
-        ("requirepass", c.requirepass.clone()),
-        ("appendonly", "yes".into()),
-        ("appendfsync", c.appendfsync.as_str().into()),
-        ("save", String::new()),
-        ("maxclients", c.maxclients.to_string()),
-        ("timeout", c.timeout.to_string()),
-        ("proto-max-bulk-len", c.proto_max_bulk_len.to_string()),
-        (
-            "client-query-buffer-limit",
-            c.client_query_buffer_limit.to_string(),
-        ),
-        ("maxmemory-clients", c.maxmemory_clients.to_string()),
-        ("databases", "1".into()),
-        ("maxmemory", "0".into()),
-        ("maxmemory-policy", "noeviction".into()),
-        ("tcp-keepalive", "0".into()),
-        ("io-threads", c.threads.to_string()),
-    ]
-}
-
-/// CONFIG GET parameter [parameter ...] | SET | RESETSTAT | HELP
-pub fn config(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let sub = args[1].to_ascii_lowercase();
-    match sub.as_slice() {
-        b"get" => {
-            if args.len() < 3 {
-                return wrong_arity("config|get");
-            }
-            let mut out = Vec::new();
-            for (name, value) in config_params(ctx.state) {
-                if args[2..].iter().any(|p| glob_match(&p.to_ascii_lowercase(), name.as_bytes())) {
-                    out.push((Reply::text(name), Reply::text(value)));
-                }
-            }
-            Reply::Map(out)
-        }
-        b"set" => Reply::err(
-            "CONFIG SET is not supported: edit the configuration file (or the flags) and restart the server",
-        ),
-        b"resetstat" => Reply::Ok,
-        b"help" => help(&[
-            "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            "GET <pattern>",
-            "    Return parameters matching the glob-like <pattern> and their values.",
-            "RESETSTAT",
-            "    Accepted for compatibility; statistics are not reset.",
-            "HELP",
-            "    Print this help.",
-        ]),
-        _ => unknown_subcommand(&args[1], "CONFIG"),
-    }
 }
 
 pub(crate) fn help(lines: &[&str]) -> Reply {
@@ -361,181 +309,4 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         ]),
         _ => unknown_subcommand(&args[1], "CLIENT"),
     }
-}
-
-/// The sections INFO shows by default and with `all`.
-const SECTIONS: &[&str] = &[
-    "server",
-    "clients",
-    "persistence",
-    "stats",
-    "cluster",
-    "keyspace",
-    "tern",
-];
-
-/// INFO [section ...]
-pub fn info(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    let wanted: Vec<String> = args[1..]
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-        .collect();
-    let everything = wanted.is_empty()
-        || wanted
-            .iter()
-            .any(|w| matches!(w.as_str(), "all" | "everything" | "default"));
-    let mut out = String::new();
-    for &section in SECTIONS {
-        if everything || wanted.iter().any(|w| w == section) {
-            if !out.is_empty() {
-                out.push_str("\r\n");
-            }
-            tri!(info_section(ctx, section, &mut out));
-        }
-    }
-    Reply::Verbatim(out)
-}
-
-fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Reply> {
-    let st = ctx.state;
-    let m = &st.metrics;
-    let mut title = section.to_string();
-    title[..1].make_ascii_uppercase();
-    let _ = write!(out, "# {title}\r\n");
-    let mut kv = |k: &str, v: String| {
-        let _ = write!(out, "{k}:{v}\r\n");
-    };
-    match section {
-        "server" => {
-            let up = st.started.elapsed().as_secs();
-            kv("redis_version", REDIS_VERSION.into());
-            kv("tern_version", env!("CARGO_PKG_VERSION").into());
-            let mode = if st.cluster.is_some() {
-                "cluster"
-            } else {
-                "standalone"
-            };
-            kv("redis_mode", mode.into());
-            kv("os", std::env::consts::OS.into());
-            kv("arch_bits", (usize::BITS).to_string());
-            kv("process_id", std::process::id().to_string());
-            kv("tcp_port", st.port.to_string());
-            kv("uptime_in_seconds", up.to_string());
-            kv("uptime_in_days", (up / 86400).to_string());
-            kv("config_file", st.config_file.clone());
-        }
-        "clients" => {
-            kv("connected_clients", st.connected().to_string());
-            kv("maxclients", st.config.maxclients.to_string());
-            kv(
-                "client_recent_max_input_buffer",
-                st.buffered.load(Relaxed).to_string(),
-            );
-            kv("blocked_clients", "0".into());
-        }
-        "persistence" => {
-            kv("loading", "0".into());
-            kv("aof_enabled", "1".into());
-            kv("appendfsync", st.config.appendfsync.as_str().into());
-            // `err` once the engine refuses writes (see engine_background_error).
-            let failed = st.store.db.stats().background_error.is_some();
-            kv(
-                "aof_last_write_status",
-                if failed { "err" } else { "ok" }.into(),
-            );
-            kv("rdb_changes_since_last_save", "0".into());
-        }
-        "stats" => {
-            kv(
-                "total_connections_received",
-                m.connections_total.load(Relaxed).to_string(),
-            );
-            kv("total_commands_processed", m.total_commands().to_string());
-            kv(
-                "rejected_connections",
-                m.rejected_connections.load(Relaxed).to_string(),
-            );
-            kv("expired_keys", m.expired_keys.load(Relaxed).to_string());
-            kv("evicted_keys", "0".into());
-            kv("keyspace_hits", m.keyspace_hits.load(Relaxed).to_string());
-            kv(
-                "keyspace_misses",
-                m.keyspace_misses.load(Relaxed).to_string(),
-            );
-            kv(
-                "total_error_replies",
-                m.commands
-                    .iter()
-                    .map(|c| c.errors.load(Relaxed))
-                    .sum::<u64>()
-                    .to_string(),
-            );
-            kv(
-                "unexpected_error_replies",
-                m.protocol_errors.load(Relaxed).to_string(),
-            );
-        }
-        "cluster" => {
-            kv(
-                "cluster_enabled",
-                u8::from(st.cluster.is_some()).to_string(),
-            );
-        }
-        "keyspace" => {
-            // Counts the committer keeps exact: no walk of the store.
-            let m = st.store.meta();
-            if m.keys > 0 {
-                let avg_ttl = m.avg_ttl(crate::expiry::now_ms());
-                kv(
-                    "db0",
-                    format!("keys={},expires={},avg_ttl={avg_ttl}", m.keys, m.expires),
-                );
-            }
-        }
-        "tern" => {
-            // A commit that takes long is a stalled engine (or disk): the
-            // writes queued behind it wait, reads and everything else go on.
-            let c = &st.exec;
-            kv("write_queue_jobs", c.write_queue.load(Relaxed).to_string());
-            kv(
-                "write_commit_in_progress_ms",
-                (c.busy_micros() / 1000).to_string(),
-            );
-            kv(
-                "write_longest_commit_ms",
-                (c.longest_group_micros.load(Relaxed) / 1000).to_string(),
-            );
-            kv("write_commits", c.commits.load(Relaxed).to_string());
-            kv("read_queue_jobs", c.read_queue.load(Relaxed).to_string());
-            if let Some(o) = &st.offload {
-                for (name, _, v) in o.stats().counters() {
-                    kv(&format!("offload_{name}"), v.to_string());
-                }
-            }
-            let e = st.store.db.stats();
-            for (name, _, v) in engine_counters(&e).into_iter().chain(engine_gauges(&e)) {
-                kv(
-                    &format!("engine_{}", name.trim_end_matches("_total")),
-                    v.to_string(),
-                );
-            }
-            for (i, l) in e.levels.iter().enumerate() {
-                if l.files > 0 {
-                    kv(
-                        &format!("engine_level{i}"),
-                        format!("files={},bytes={}", l.files, l.bytes),
-                    );
-                }
-            }
-            kv(
-                "engine_write_amplification",
-                format!("{:.2}", e.write_amplification()),
-            );
-            // Why the engine refuses writes, on one line; `none` while it accepts them.
-            let cause = e.background_error.as_deref().unwrap_or("none");
-            kv("engine_background_error", cause.replace(['\r', '\n'], " "));
-        }
-        _ => {}
-    }
-    Ok(())
 }

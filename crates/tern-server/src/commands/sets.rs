@@ -5,8 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use super::composite::Value;
-use super::hashes::{check_member, scan_cursor, scan_options};
+use super::composite::{check_member, Value};
+use super::hashes::{scan_cursor, scan_options};
 use super::keys::random_u64;
 use super::strings::tri;
 use super::{int_arg, syntax_error, Ctx};

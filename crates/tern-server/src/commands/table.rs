@@ -2,7 +2,10 @@
 //! function that runs each command; and `COMMAND`, which reports the table.
 
 use super::server::{help, unknown_subcommand};
-use super::{hashes, keys, lists, multi, server, sets, strings, wrong_arity, zsets, Ctx, Handler};
+use super::{
+    bits, config, hashes, info, keys, lcs, lists, multi, object, rename, server, sets, strings,
+    wrong_arity, zsets, Ctx, Handler,
+};
 use crate::resp::Reply;
 
 /// One command.
@@ -89,6 +92,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("getrange", 4, RS, 1, 1, 1, "string", "2.4.0", "Returns a substring of the string stored at a key.", strings::getrange),
     cmd!("substr", 4, RS, 1, 1, 1, "string", "1.0.0", "Returns a substring from a string value.", strings::getrange),
     cmd!("setrange", 4, W, 1, 1, 1, "string", "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", strings::setrange),
+    cmd!("setbit", 4, W, 1, 1, 1, "bitmap", "2.2.0", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", bits::setbit),
+    cmd!("getbit", 3, R, 1, 1, 1, "bitmap", "2.2.0", "Returns a bit value by offset.", bits::getbit),
+    cmd!("bitcount", -2, RS, 1, 1, 1, "bitmap", "2.6.0", "Counts the number of set bits (population counting) in a string.", bits::bitcount),
+    cmd!("bitpos", -3, RS, 1, 1, 1, "bitmap", "2.8.7", "Finds the first set (1) or clear (0) bit in a string.", bits::bitpos),
+    cmd!("bitop", -4, W, 2, -1, 1, "bitmap", "2.6.0", "Performs bitwise operations on multiple strings, and stores the result.", bits::bitop),
+    cmd!("bitfield", -2, W, 1, 1, 1, "bitmap", "3.2.0", "Performs arbitrary bitfield integer operations on strings.", bits::bitfield),
+    cmd!("bitfield_ro", -2, R, 1, 1, 1, "bitmap", "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", bits::bitfield_ro),
+    cmd!("lcs", -3, RS, 1, 2, 1, "string", "7.0.0", "Finds the longest common substring.", lcs::lcs),
     cmd!("hset", -4, WF, 1, 1, 1, "hash", "2.0.0", "Creates or modifies the value of a field in a hash.", hashes::hset),
     cmd!("hsetnx", 4, WF, 1, 1, 1, "hash", "2.0.0", "Sets the value of a field in a hash only when the field doesn't exist.", hashes::hsetnx),
     cmd!("hmset", -4, WF, 1, 1, 1, "hash", "2.0.0", "Sets the values of multiple fields.", hashes::hmset),
@@ -176,20 +187,26 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("pttl", 2, R, 1, 1, 1, "generic", "2.6.0", "Returns the expiration time in milliseconds of a key.", keys::pttl),
     cmd!("persist", 2, WD, 1, 1, 1, "generic", "2.2.0", "Removes the expiration time of a key.", keys::persist),
     cmd!("type", 2, R, 1, 1, 1, "generic", "1.0.0", "Determines the type of value stored at a key.", keys::type_),
+    cmd!("rename", 3, WS, 1, 2, 1, "generic", "1.0.0", "Renames a key and overwrites the destination.", rename::rename),
+    cmd!("renamenx", 3, WF, 1, 2, 1, "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", rename::renamenx),
+    cmd!("copy", -3, W, 1, 2, 1, "generic", "6.2.0", "Copies the value of a key to a new key.", rename::copy),
+    cmd!("touch", -2, R, 1, -1, 1, "generic", "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", keys::touch),
+    cmd!("object", -2, RS, 2, 2, 1, "generic", "2.2.3", "A container for object introspection commands.", object::object),
     cmd!("scan", -2, RS, 0, 0, 0, "generic", "2.8.0", "Iterates over the key names in the database.", keys::scan),
     cmd!("keys", 2, RS, 0, 0, 0, "generic", "1.0.0", "Returns all key names that match a pattern.", keys::keys),
     cmd!("dbsize", 1, R, 0, 0, 0, "server", "1.0.0", "Returns the number of keys in the database.", keys::dbsize),
     cmd!("flushdb", -1, WS, 0, 0, 0, "server", "1.0.0", "Remove all keys from the current database.", keys::flushdb),
     cmd!("flushall", -1, WS, 0, 0, 0, "server", "1.0.0", "Removes all keys from all databases.", keys::flushdb),
     cmd!("randomkey", 1, RS, 0, 0, 0, "generic", "1.0.0", "Returns a random key name from the database.", keys::randomkey),
+    cmd!("time", 1, &["loading", "stale", "fast"], 0, 0, 0, "server", "2.6.0", "Returns the server time.", server::time),
     cmd!("ping", -1, C, 0, 0, 0, "connection", "1.0.0", "Returns the server's liveliness response.", server::ping),
     cmd!("echo", 2, C, 0, 0, 0, "connection", "1.0.0", "Returns the given string.", server::echo),
     cmd!("hello", -1, NOAUTH, 0, 0, 0, "connection", "6.0.0", "Handshakes with the Redis server.", server::hello),
     cmd!("auth", -2, NOAUTH, 0, 0, 0, "connection", "1.0.0", "Authenticates the connection.", server::auth),
     cmd!("select", 2, C, 0, 0, 0, "connection", "1.0.0", "Changes the selected database.", server::select),
     cmd!("debug", -2, &["admin", "noscript", "loading", "stale"], 0, 0, 0, "server", "1.0.0", "A container for debugging commands.", server::debug),
-    cmd!("info", -1, &["loading", "stale"], 0, 0, 0, "server", "1.0.0", "Returns information and statistics about the server.", server::info),
-    cmd!("config", -2, &[], 0, 0, 0, "server", "2.0.0", "A container for server configuration commands.", server::config),
+    cmd!("info", -1, &["loading", "stale"], 0, 0, 0, "server", "1.0.0", "Returns information and statistics about the server.", info::info),
+    cmd!("config", -2, &[], 0, 0, 0, "server", "2.0.0", "A container for server configuration commands.", config::config),
     cmd!("client", -2, &[], 0, 0, 0, "connection", "2.4.0", "A container for client connection commands.", server::client),
     cmd!("command", -1, &["loading", "stale"], 0, 0, 0, "server", "2.8.13", "Returns detailed information about all commands.", command),
     cmd!("cluster", -2, &["stale"], 0, 0, 0, "cluster", "3.0.0", "A container for Redis Cluster commands.", super::cluster::cluster),
@@ -238,6 +255,7 @@ fn acl_categories(spec: &CommandSpec) -> Vec<Reply> {
         "hash" => cats.push("@hash"),
         "set" => cats.push("@set"),
         "list" => cats.push("@list"),
+        "bitmap" => cats.push("@bitmap"),
         "sorted-set" => cats.push("@sortedset"),
         "generic" => cats.push("@keyspace"),
         "connection" => cats.push("@connection"),

@@ -5,8 +5,8 @@
 //! big-endian integers ([`score_key`]), so the index sorts by score, then
 //! member, as Redis orders a sorted set.
 
-use super::composite::{Span, Value};
-use super::hashes::{check_member_len, scan_cursor, scan_options};
+use super::composite::{check_member_len, Span, Value};
+use super::hashes::{scan_cursor, scan_options};
 use super::sets::positive_count;
 use super::strings::{parse_float, tri};
 use super::{int_arg, store_error, syntax_error, Ctx};

@@ -111,3 +111,25 @@ pub fn error_text(e: redis::RedisError) -> String {
         _ => e.to_string(),
     }
 }
+
+/// Member keys of the store (every generation, live or garbage): what
+/// compaction has yet to reclaim of composite values.
+pub fn member_keys(t: &TestServer) -> usize {
+    let db = &t.server.state().store.db;
+    let mut it = db
+        .iter(tern::ReadOptions {
+            lower_bound: Some(vec![b'f']),
+            upper_bound: Some(vec![b'g']),
+            value_heads: true,
+            ..tern::ReadOptions::default()
+        })
+        .unwrap();
+    it.seek(b"f");
+    let mut n = 0;
+    while it.valid() {
+        n += 1;
+        it.next();
+    }
+    it.status().unwrap();
+    n
+}
