@@ -10,7 +10,7 @@
 //! counts go into the same batch as the writes ([`Pending::take`]), so a
 //! crash never separates them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use tern::{ValueKind, WriteBatch};
 
@@ -25,7 +25,7 @@ pub struct Pending {
     batch: WriteBatch,
     /// Engine key → encoded value (`None`: deleted). Built on the first
     /// read, so a group of plain writes never pays for it.
-    overlay: Option<HashMap<Vec<u8>, Option<Vec<u8>>>>,
+    overlay: Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
     /// Redis key → its state after the pending writes.
     states: HashMap<Vec<u8>, KeyState>,
     /// The counts after the pending writes.
@@ -258,14 +258,15 @@ impl Pending {
     }
 
     /// The pending writes by engine key, built on first use; `None` when
-    /// nothing is pending.
-    fn overlay(&mut self) -> Option<&HashMap<Vec<u8>, Option<Vec<u8>>>> {
+    /// nothing is pending. Ordered, so a member walk finds the pending
+    /// writes in its range without looking at the others.
+    fn overlay(&mut self) -> Option<&BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
         if self.batch.is_empty() {
             return None;
         }
         let batch = &self.batch;
         Some(self.overlay.get_or_insert_with(|| {
-            let mut o = HashMap::with_capacity(batch.len());
+            let mut o = BTreeMap::new();
             // Entries were built by `put`/`delete` above, so they parse.
             for e in batch.iter().flatten() {
                 let v = (e.kind == ValueKind::Value).then(|| e.value.to_vec());
@@ -281,13 +282,12 @@ impl Pending {
         let Some(o) = self.overlay() else {
             return Vec::new();
         };
-        let mut out: Vec<_> = o
-            .iter()
-            .filter(|(k, _)| k.as_slice() >= lo && k.as_slice() < hi)
+        if lo >= hi {
+            return Vec::new();
+        }
+        o.range::<[u8], _>((std::ops::Bound::Included(lo), std::ops::Bound::Excluded(hi)))
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        out
+            .collect()
     }
 
     /// Writes member key `k` of Redis key `key` (no counts depend on it).

@@ -240,8 +240,9 @@ impl Ctx<'_> {
     /// bytes, pending writes included; and the next member the walk would
     /// have returned (`None`: no more).
     ///
-    /// On the read pool the walk's iterator pins one state of the store;
-    /// the metadata is read again after it is made, and since a version is
+    /// On the read pool the walk reads the snapshot the metadata was read
+    /// from. Without one, the iterator pins a state of its own: the
+    /// metadata is read again after it is made, and since a version is
     /// never reused, finding it unchanged proves the iterator sees this
     /// very value (and not what compaction left of it after a delete).
     pub fn walk(
@@ -287,8 +288,9 @@ impl Ctx<'_> {
                     ..tern::ReadOptions::default()
                 })
                 .map_err(|e| store_error(e.into()))?;
-            if !writing {
-                // The value the iterator sees must be the one read.
+            if !writing && self.snapshot.is_none() {
+                // The value the iterator sees must be the one read (with a
+                // snapshot, the metadata was read from the same state).
                 let (hits, misses) = (self.hits, self.misses);
                 let again = self.composite(key, kind);
                 (self.hits, self.misses) = (hits, misses);

@@ -12,6 +12,9 @@ use super::{int_arg, store_error, syntax_error, wrong_arity, Ctx};
 use crate::keyspace::Kind;
 use crate::resp::Reply;
 
+/// Up to this many elements are read with point reads rather than a walk.
+const POINT_READS: u64 = 4;
+
 /// Which end of a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -65,6 +68,22 @@ fn elements(
     start: u64,
     stop: u64,
 ) -> Result<Vec<Vec<u8>>, Reply> {
+    if stop - start < POINT_READS {
+        // A few elements (a pop): point reads, no iterator.
+        let mut out = Vec::with_capacity((stop - start + 1) as usize);
+        for i in start..=stop {
+            let p = position(v, i)?;
+            match ctx.member(key, v, &p)? {
+                Some(e) => out.push(e),
+                None => {
+                    return Err(store_error(
+                        crate::keyspace::DecodeError(format!("list element {i} is missing")).into(),
+                    ))
+                }
+            }
+        }
+        return Ok(out);
+    }
     let lo = position(v, start)?;
     let hi = position(v, stop).map(|p| u64::from_be_bytes(p).checked_add(1))?;
     let hi = hi.map(u64::to_be_bytes);
