@@ -1,4 +1,4 @@
-//! Fuzz target: the cluster's topology document and cluster record
+//! Fuzz target: the cluster's topology document, cluster record and value dumps
 //! (`tern_server::cluster::fuzz::decode`).
 #![no_main]
 

@@ -1229,3 +1229,144 @@ fn hot_records_travel_with_the_slots() {
     assert_eq!(got, "burning");
     assert_eq!(cluster_info(&c, spare, "tern_migration_pulled_keys"), 0);
 }
+
+/// Hashes, sets, sorted sets and lists move with their slots: their
+/// members are copied in the background, pulled on demand when a client
+/// asks for one first, and written to while the move is under way; every
+/// value reads back whole afterwards, with its expiry, and is stored once.
+#[test]
+fn composite_values_move_with_their_slots() {
+    let Some((c, spare, rt, client)) = three_and_a_spare() else {
+        return;
+    };
+    let cmd =
+        |parts: &[&str]| -> Vec<Vec<u8>> { parts.iter().map(|p| p.as_bytes().to_vec()).collect() };
+    let n = 400;
+    let mut load = Vec::new();
+    for i in 0..n {
+        let (h, s, z, l) = (
+            format!("h{i}"),
+            format!("s{i}"),
+            format!("z{i}"),
+            format!("l{i}"),
+        );
+        load.push(cmd(&[
+            "HSET",
+            &h,
+            "a",
+            &format!("A{i}"),
+            "b",
+            &format!("B{i}"),
+        ]));
+        load.push(cmd(&["SADD", &s, "x", "y", &format!("m{i}")]));
+        load.push(cmd(&["ZADD", &z, "1.5", "one", &format!("{i}"), "two"]));
+        load.push(cmd(&["RPUSH", &l, "p", "q", &format!("r{i}")]));
+    }
+    // One bigger value, and one that expires (long after the test).
+    let mut big = vec!["HSET".to_string(), "bighash".into()];
+    for f in 0..5000 {
+        big.push(format!("f{f}"));
+        big.push(format!("v{f}"));
+    }
+    load.push(big.iter().map(|s| s.as_bytes().to_vec()).collect());
+    load.push(cmd(&["SADD", "{tag}a", "1", "2", "3"]));
+    load.push(cmd(&["SADD", "{tag}b", "2", "3", "4"]));
+    load.push(cmd(&["RPUSH", "expiring", "e"]));
+    load.push(cmd(&["PEXPIRE", "expiring", "600000"]));
+    for r in rt.block_on(client.batch(load)).unwrap() {
+        assert!(!matches!(r, tern_client::Reply::Error(_)), "{r:?}");
+    }
+    let to = format!("127.0.0.1:{}", c.nodes[spare].port);
+    c.admin(&["scale-out", "--slots", "6000", "--to", &to, "--no-wait"]);
+    // While slots move: write to some values, read others (a read of a
+    // value not copied yet pulls it whole from its previous owner).
+    for i in (0..n).step_by(7) {
+        let replies = rt
+            .block_on(client.batch(vec![
+                cmd(&["HSET", &format!("h{i}"), "c", "C"]),
+                cmd(&["RPUSH", &format!("l{i}"), "s"]),
+                cmd(&["ZINCRBY", &format!("z{i}"), "1", "one"]),
+                cmd(&["SMEMBERS", &format!("s{}", (i + 3) % n)]),
+            ]))
+            .unwrap();
+        assert_eq!(replies[0], tern_client::Reply::Int(1), "h{i}");
+        assert_eq!(replies[1], tern_client::Reply::Int(4), "l{i}");
+        assert_eq!(
+            replies[2],
+            tern_client::Reply::Bulk(b"2.5".to_vec()),
+            "z{i}"
+        );
+        match &replies[3] {
+            tern_client::Reply::Array(m) => assert_eq!(m.len(), 3, "s{}", (i + 3) % n),
+            r => panic!("SMEMBERS: {r:?}"),
+        }
+    }
+    wait_migrations_done(&c, Duration::from_secs(120));
+    let bulk = |s: &str| tern_client::Reply::Bulk(s.as_bytes().to_vec());
+    let arr = |v: &[&str]| tern_client::Reply::Array(v.iter().map(|s| bulk(s)).collect());
+    let mut reads = Vec::new();
+    for i in 0..n {
+        reads.push(cmd(&["HGETALL", &format!("h{i}")]));
+        reads.push(cmd(&["SMEMBERS", &format!("s{i}")]));
+        reads.push(cmd(&["ZRANGE", &format!("z{i}"), "0", "-1", "WITHSCORES"]));
+        reads.push(cmd(&["LRANGE", &format!("l{i}"), "0", "-1"]));
+    }
+    let replies = rt.block_on(client.batch(reads)).unwrap();
+    for (i, r) in replies.chunks(4).enumerate() {
+        let touched = i % 7 == 0;
+        let (a, b) = (format!("A{i}"), format!("B{i}"));
+        let mut hash = vec!["a", a.as_str(), "b", b.as_str()];
+        if touched {
+            hash.extend(["c", "C"]);
+        }
+        assert_eq!(r[0], arr(&hash), "h{i}");
+        let m = format!("m{i}");
+        let mut set = vec![m.as_str(), "x", "y"];
+        set.sort();
+        assert_eq!(r[1], arr(&set), "s{i}");
+        let two = format!("{i}");
+        let one = if touched { "2.5" } else { "1.5" };
+        let mut z = [("one", one.to_string()), ("two", two.clone())];
+        z.sort_by(|x, y| {
+            let (a, b): (f64, f64) = (x.1.parse().unwrap(), y.1.parse().unwrap());
+            a.partial_cmp(&b).unwrap().then(x.0.cmp(y.0))
+        });
+        let zflat: Vec<&str> = z.iter().flat_map(|(m, s)| [*m, s.as_str()]).collect();
+        assert_eq!(r[2], arr(&zflat), "z{i}");
+        let last = format!("r{i}");
+        let mut list = vec!["p", "q", last.as_str()];
+        if touched {
+            list.push("s");
+        }
+        assert_eq!(r[3], arr(&list), "l{i}");
+    }
+    let more = rt
+        .block_on(client.batch(vec![
+            cmd(&["HLEN", "bighash"]),
+            cmd(&["HGET", "bighash", "f4999"]),
+            cmd(&["SINTERCARD", "2", "{tag}a", "{tag}b"]),
+            cmd(&["PTTL", "expiring"]),
+            cmd(&["LRANGE", "expiring", "0", "-1"]),
+        ]))
+        .unwrap();
+    assert_eq!(more[0], tern_client::Reply::Int(5000));
+    assert_eq!(more[1], bulk("v4999"));
+    assert_eq!(more[2], tern_client::Reply::Int(2));
+    match more[3] {
+        tern_client::Reply::Int(ms) => assert!(ms > 500_000, "the expiry moved too: {ms}"),
+        ref r => panic!("PTTL: {r:?}"),
+    }
+    assert_eq!(more[4], arr(&["e"]));
+    // Each value is stored once, on its owner.
+    assert_eq!(total_keys(&c), 4 * n as i64 + 4);
+    let (pulled, copied) = (
+        (0..c.nodes.len())
+            .map(|i| cluster_info(&c, i, "tern_migration_pulled_keys"))
+            .sum::<u64>(),
+        (0..c.nodes.len())
+            .map(|i| cluster_info(&c, i, "tern_migration_copied_keys"))
+            .sum::<u64>(),
+    );
+    eprintln!("{pulled} values pulled on demand, {copied} copied in the background");
+    assert!(copied > 0, "nothing was copied");
+}

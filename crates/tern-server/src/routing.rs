@@ -11,10 +11,10 @@ use crate::cluster::ClusterNode;
 fn request_route(view: &View, req: &crate::exec::Request) -> Option<Route> {
     use crate::commands::table::{arity_ok, COMMANDS};
     let spec = req.cmd.and_then(|i| COMMANDS.get(i))?;
-    if spec.first_key == 0 || !arity_ok(spec.arity, req.args.len()) {
+    if !crate::commands::has_keys(spec) || !arity_ok(spec.arity, req.args.len()) {
         return None;
     }
-    let keys = crate::commands::key_positions(spec, req.args.len())
+    let keys = crate::commands::key_positions(spec, &req.args)
         .filter_map(|i| req.args.get(i))
         .map(|k| k.as_slice());
     Some(view.route(keys))
@@ -75,7 +75,7 @@ fn first_key(req: &crate::exec::Request) -> Option<&[u8]> {
     let spec = req
         .cmd
         .and_then(|i| crate::commands::table::COMMANDS.get(i))?;
-    crate::commands::key_positions(spec, req.args.len())
+    crate::commands::key_positions(spec, &req.args)
         .next()
         .and_then(|i| req.args.get(i))
         .map(|k| k.as_slice())
@@ -87,7 +87,7 @@ pub fn request_keys(req: &crate::exec::Request) -> Vec<Vec<u8>> {
     let Some(spec) = req.cmd.and_then(|i| COMMANDS.get(i)) else {
         return Vec::new();
     };
-    crate::commands::key_positions(spec, req.args.len())
+    crate::commands::key_positions(spec, &req.args)
         .filter_map(|i| req.args.get(i).cloned())
         .collect()
 }
@@ -100,6 +100,6 @@ pub fn any_keyed(requests: &std::collections::VecDeque<crate::exec::Request>) ->
     requests.iter().any(|r| {
         r.cmd
             .and_then(|i| COMMANDS.get(i))
-            .is_some_and(|s| s.first_key != 0)
+            .is_some_and(crate::commands::has_keys)
     })
 }

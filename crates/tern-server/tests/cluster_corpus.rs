@@ -1,10 +1,12 @@
-//! Replays the cluster decoders' fuzz corpus (`fuzz/corpus/cluster`)
+//! Replays the cluster decoders' fuzz corpus (`fuzz/corpus/cluster`:
+//! topology documents, cluster records, value dumps)
 //! through the fuzz harness, and checks that the seeds decode as they
 //! should, so `cargo test` catches regressions without the fuzzer.
 #![allow(clippy::unwrap_used)]
 
 use tern_server::cluster::fuzz::decode;
 use tern_server::cluster::topology::Topology;
+use tern_server::commands::dump::Dump;
 use tern_server::keyspace::ClusterRecord;
 
 #[test]
@@ -26,4 +28,8 @@ fn cluster_fuzz_corpus_replays_without_panics() {
     assert!(Topology::decode(&seed("topology-overlap")[1..]).is_err());
     assert!(ClusterRecord::decode(&seed("record")[1..]).is_ok());
     assert!(ClusterRecord::decode(&seed("record-bad-id")[1..]).is_err());
+    for name in ["dump-hash", "dump-list", "dump-zset", "dump-string"] {
+        let d = Dump::decode(&seed(name)[1..]).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(Dump::decode(&d.encode()).unwrap(), d);
+    }
 }

@@ -1,6 +1,7 @@
 //! Fuzz harness for the cluster's decoders (`fuzz/fuzz_targets/cluster.rs`,
 //! and the corpus replay test): the topology document a node reads from
-//! etcd and the cluster record it reads from its store. Arbitrary bytes
+//! etcd, the cluster record it reads from its store, and the dump of a
+//! value another node sends it while a slot moves. Arbitrary bytes
 //! must decode to something that passes the checks, or to an error, never
 //! a panic; whatever decodes routes every slot without panicking.
 
@@ -13,7 +14,11 @@ pub fn decode(data: &[u8]) {
     let Some((which, body)) = data.split_first() else {
         return;
     };
-    if which % 2 == 1 {
+    if which % 3 == 2 {
+        crate::commands::dump::fuzz(body);
+        return;
+    }
+    if which % 3 == 1 {
         if let Ok(r) = ClusterRecord::decode(body) {
             assert_eq!(ClusterRecord::decode(&r.encode()).as_ref(), Ok(&r));
         }

@@ -113,13 +113,6 @@ impl Ctx<'_> {
 
     /// A new, empty value (written once it has members).
     pub fn new_composite(&mut self) -> Result<Value, Reply> {
-        if self.state.cluster.is_some() {
-            // Slot migration moves string records only so far: a composite
-            // value would lose its members on the way.
-            return Err(Reply::err(
-                "hashes, sets, sorted sets and lists are not available in cluster mode yet; use strings, or a standalone server",
-            ));
-        }
         let version = self.pending()?.new_version();
         Ok(Value {
             meta: Composite {

@@ -4,6 +4,8 @@
 //!
 //! - `TERN.FETCH key ...` (on the source): the keys' values and expiries,
 //!   for a target that was asked for keys it does not have yet;
+//!   values travel as dumps ([`super::dump`]), a hash, set, sorted set or
+//!   list with all its members;
 //! - `TERN.SLOTSCAN slot cursor count` (on the source): one page of a
 //!   slot's keys and values, for the target's background copy;
 //! - `TERN.IMPORT key value pexpireat ...` (on the target, run by the
@@ -18,6 +20,7 @@
 //!
 //! None of these is routed: they name slots this node may not own.
 
+use super::dump::{decode_arg, dump, restore};
 use super::strings::tri;
 use super::{int_arg, store_error, Ctx};
 use crate::cluster::migrate::PAGE_BYTES;
@@ -42,12 +45,16 @@ pub fn fetch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let now = now_ms();
     let mut out = Vec::with_capacity(args.len() - 1);
     for k in &args[1..] {
-        match tri!(ctx.store().get_at(k, now).map_err(store_error)) {
-            None => out.push(Reply::NilArray),
+        let found = match tri!(ctx.store().get_at(k, now).map_err(store_error)) {
+            None => None,
             Some(e) => {
                 let exp = expiry_arg(e.expire_at);
-                out.push(Reply::Array(vec![Reply::Bulk(e.value), exp]));
+                tri!(dump(ctx, k, e)).map(|d| (d, exp))
             }
+        };
+        match found {
+            None => out.push(Reply::NilArray),
+            Some((d, exp)) => out.push(Reply::Array(vec![Reply::Bulk(d), exp])),
         }
     }
     Reply::Array(out)
@@ -70,9 +77,12 @@ pub fn slotscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         .map_err(store_error));
     let mut flat = Vec::with_capacity(page.len() * 3);
     for (k, e) in page {
-        flat.push(Reply::Bulk(k));
-        flat.push(expiry_arg(e.expire_at));
-        flat.push(Reply::Bulk(e.value));
+        let exp = expiry_arg(e.expire_at);
+        if let Some(d) = tri!(dump(ctx, &k, e)) {
+            flat.push(Reply::Bulk(k));
+            flat.push(exp);
+            flat.push(Reply::Bulk(d));
+        }
     }
     let next = match next {
         Some(k) => Reply::Bulk(k),
@@ -110,9 +120,12 @@ pub fn hotkeys(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let mut flat = Vec::with_capacity(keys.len() * 3);
     for k in keys {
         if let Some(e) = tri!(ctx.store().get_at(&k, now).map_err(store_error)) {
-            flat.push(Reply::Bulk(k));
-            flat.push(expiry_arg(e.expire_at));
-            flat.push(Reply::Bulk(e.value));
+            let exp = expiry_arg(e.expire_at);
+            if let Some(d) = tri!(dump(ctx, &k, e)) {
+                flat.push(Reply::Bulk(k));
+                flat.push(exp);
+                flat.push(Reply::Bulk(d));
+            }
         }
     }
     node.counters
@@ -146,6 +159,10 @@ pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             t if t > 0 => Some(Some(t as u64)),
             _ => return Reply::err("bad pexpireat"),
         };
+        let value = match expire_at {
+            Some(_) => Some(tri!(decode_arg(value))),
+            None => None,
+        };
         records.push((key, expire_at, value));
     }
     let store = &ctx.state.store;
@@ -159,7 +176,7 @@ pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         // Settled from now on, whatever the source said.
         pending.mark(key);
         // `None`: the source has no such key.
-        let Some(expire_at) = expire_at else {
+        let (Some(expire_at), Some(value)) = (expire_at, value) else {
             continue;
         };
         if ctx.get(key).map_err(store_error).map(|e| e.is_some()) == Ok(true) {
@@ -168,7 +185,7 @@ pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         if expire_at.is_some_and(|t| t <= now) {
             continue;
         }
-        tri!(ctx.put(key, value, expire_at));
+        tri!(restore(ctx, key, value, expire_at));
         applied += 1;
     }
     Reply::Int(applied)

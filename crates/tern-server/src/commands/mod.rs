@@ -7,6 +7,7 @@ pub mod bits;
 pub mod cluster;
 pub mod composite;
 pub mod config;
+pub mod dump;
 pub mod hashes;
 pub mod info;
 pub mod keys;
@@ -268,8 +269,29 @@ pub fn int_arg(a: &[u8]) -> Result<i64, Reply> {
     crate::resp::parser::parse_int(a).ok_or_else(not_integer)
 }
 
-/// The argument positions that hold keys, per the command table.
-pub(crate) fn key_positions(spec: &table::CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
+/// Whether a command names keys (at fixed positions, or after a count of
+/// them: `movablekeys`).
+pub(crate) fn has_keys(spec: &table::CommandSpec) -> bool {
+    spec.first_key != 0 || spec.flags.contains(&"movablekeys")
+}
+
+/// The argument positions that hold keys, per the command table (and, for
+/// a command with `numkeys`, per that count).
+pub(crate) fn key_positions(
+    spec: &table::CommandSpec,
+    args: &[Vec<u8>],
+) -> std::iter::StepBy<std::ops::Range<usize>> {
+    let argc = args.len();
+    if spec.flags.contains(&"movablekeys") {
+        // `numkeys key [key ...]` from the second argument on.
+        let n = args
+            .get(1)
+            .and_then(|a| crate::resp::parser::parse_int(a))
+            .filter(|&n| n > 0)
+            .map_or(0, |n| n as usize);
+        let end = 2usize.saturating_add(n).min(argc);
+        return (2.min(end)..end).step_by(1);
+    }
     let first = spec.first_key.max(0) as usize;
     let last = if spec.last_key < 0 {
         argc as i64 + spec.last_key
@@ -335,7 +357,7 @@ fn run(
             false,
         );
     }
-    if let Some(k) = key_positions(spec, args.len())
+    if let Some(k) = key_positions(spec, args)
         .map(|i| &args[i])
         .find(|k| k.len() > state.max_key_len)
     {

@@ -186,7 +186,7 @@ fn cluster_refusal(ctx: &Ctx<'_>, queue: &[Vec<Vec<u8>>]) -> Option<Reply> {
             .first()
             .and_then(|n| super::lookup(n))
             .map(|i| &super::COMMANDS[i])?;
-        keys.extend(super::key_positions(spec, args.len()).map(|i| args[i].as_slice()));
+        keys.extend(super::key_positions(spec, args).map(|i| args[i].as_slice()));
     }
     let view = node.view();
     match view.route(keys) {

@@ -41,6 +41,7 @@ const WF: &[&str] = &["write", "denyoom", "fast"];
 const WD: &[&str] = &["write", "fast"];
 const WS: &[&str] = &["write"];
 const C: &[&str] = &["fast"];
+const RSM: &[&str] = &["readonly", "movablekeys"];
 const TX: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const TX_EXEC: &[&str] = &["noscript", "loading", "stale", "skip_slowlog"];
 const NOAUTH: &[&str] = &[
@@ -131,7 +132,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("sinterstore", -3, W, 1, -1, 1, "set", "1.0.0", "Stores the intersect of multiple sets in a key.", sets::sinterstore),
     cmd!("sunionstore", -3, W, 1, -1, 1, "set", "1.0.0", "Stores the union of multiple sets in a key.", sets::sunionstore),
     cmd!("sdiffstore", -3, W, 1, -1, 1, "set", "1.0.0", "Stores the difference of multiple sets in a key.", sets::sdiffstore),
-    cmd!("sintercard", -3, RS, 0, 0, 0, "set", "7.0.0", "Returns the number of members of the intersect of multiple sets.", sets::sintercard),
+    cmd!("sintercard", -3, RSM, 0, 0, 0, "set", "7.0.0", "Returns the number of members of the intersect of multiple sets.", sets::sintercard),
     cmd!("sscan", -3, RS, 1, 1, 1, "set", "2.8.0", "Iterates over members of a set.", sets::sscan),
     cmd!("lpush", -3, WF, 1, 1, 1, "list", "1.0.0", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", lists::lpush),
     cmd!("rpush", -3, WF, 1, 1, 1, "list", "1.0.0", "Appends one or more elements to a list. Creates the key if it doesn't exist.", lists::rpush),

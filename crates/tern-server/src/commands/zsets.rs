@@ -120,6 +120,18 @@ fn put(
     ctx.put_member(key, v, &score_key(score_bits(new), member), b"")
 }
 
+/// Writes `member` at `score` into a value being restored (no old score);
+/// the caller sets the size.
+pub(crate) fn restore_member(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    v: &Value,
+    member: &[u8],
+    score: f64,
+) -> Result<(), Reply> {
+    put(ctx, key, v, member, None, score)
+}
+
 /// Removes `member` (at score `old`); the caller updates the size.
 fn remove(ctx: &mut Ctx<'_>, key: &[u8], v: &Value, member: &[u8], old: f64) -> Result<(), Reply> {
     ctx.delete_member(key, v, &member_sub(member))?;
