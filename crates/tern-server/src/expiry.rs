@@ -188,7 +188,9 @@ impl CompactionFilter for ExpiryFilter {
         }
         let partial = matches!(value, FilterValue::Separated { .. });
         match decode_header(value.bytes(), partial) {
-            Ok(Some(h)) if !h.dropped => match h.expire_at {
+            // A composite value's metadata keeps its payload (16 or 24
+            // bytes): its version tells whose members are garbage.
+            Ok(Some(h)) if !h.dropped && !h.kind.is_composite() => match h.expire_at {
                 Some(t) if t <= now_ms() => FilterDecision::Replace(dropped_value(h.kind, t)),
                 _ => FilterDecision::Keep,
             },

@@ -46,7 +46,9 @@ pub const LIST_COMPOSITE_LEN: usize = 24;
 /// space, so pushes either way have room.
 pub const LIST_START: u64 = 1 << 63;
 
-fn be_u64(b: &[u8]) -> u64 {
+/// The big-endian u64 in the first 8 bytes of `b` (the caller checked
+/// its length).
+pub(crate) fn be_u64(b: &[u8]) -> u64 {
     let mut raw = [0u8; 8];
     raw.copy_from_slice(&b[..8]);
     u64::from_be_bytes(raw)

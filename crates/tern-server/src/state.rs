@@ -185,16 +185,28 @@ impl crate::expiry::MetaLookup for State {
         let counter = self.store.db.get(crate::keyspace::META_KEY).ok()??;
         let next = crate::keyspace::Meta::decode(&counter).ok()?.next_version;
         let raw = self.store.db.get(meta_key).ok()?;
-        let now = crate::expiry::now_ms();
-        let live = match raw.map(|r| crate::keyspace::live_entry(r, now)) {
+        // An expired value still owns its members until the committer
+        // deletes it: a PERSIST or EXPIRE decided just before the expiry
+        // may be on its way to the engine and keep it. Only a record that
+        // is gone, or holds another value, frees them.
+        let live = match raw {
             None => None,
-            Some(Ok(Some(e))) if e.kind.is_composite() => {
-                let c = crate::members::Composite::decode(e.kind, &e.value).ok()?;
-                Some(c.version)
+            Some(r) => {
+                let h = crate::keyspace::decode_header(&r, false).ok()??;
+                if !h.kind.is_composite() {
+                    None
+                } else if h.dropped {
+                    // Its version went with its payload: keep the members.
+                    return None;
+                } else {
+                    let e = crate::keyspace::decode_value(r).ok()?;
+                    Some(
+                        crate::members::Composite::decode(e.kind, &e.value)
+                            .ok()?
+                            .version,
+                    )
+                }
             }
-            Some(Ok(_)) => None,
-            // Unreadable: keep the members, the error surfaces elsewhere.
-            Some(Err(_)) => return None,
         };
         Some(crate::expiry::Liveness { live, next })
     }

@@ -244,6 +244,16 @@ fn sets_and_lists_of_deleted_or_expired_keys_are_reclaimed_by_compaction() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(run(&mut c, &["EXISTS", "l"]).unwrap(), Value::Int(0));
     assert_eq!(common::member_keys(&t), 1500);
+    // Active expiry deletes the expired list (its members are garbage from
+    // then on, not before).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while t.server.state().store.meta().keys > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "active expiry never deleted l"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     compact(&t);
     assert_eq!(
         common::member_keys(&t),
@@ -251,4 +261,134 @@ fn sets_and_lists_of_deleted_or_expired_keys_are_reclaimed_by_compaction() {
         "only the kept set's members remain"
     );
     assert_eq!(run(&mut c, &["SCARD", "kept"]).unwrap(), Value::Int(500));
+}
+
+#[test]
+fn srandmember_and_hrandfield_with_a_huge_negative_count_are_refused_not_fatal() {
+    let t = start();
+    let mut c = t.client();
+    run(&mut c, &["SADD", "s", "a"]).unwrap();
+    run(&mut c, &["HSET", "h", "f", "v"]).unwrap();
+    for cmd in [
+        vec!["SRANDMEMBER", "s", "-10000000000"],
+        vec!["SRANDMEMBER", "s", "-9000000000000000000"],
+        vec!["HRANDFIELD", "h", "-1000000000000"],
+        vec!["HRANDFIELD", "h", "-4000000000000000000", "WITHVALUES"],
+    ] {
+        let err = run(&mut c, &cmd).unwrap_err();
+        assert!(err.contains("too large"), "{cmd:?}: {err}");
+    }
+    // Small negative counts still repeat members, as in Redis.
+    let picks: Vec<String> = redis::cmd("SRANDMEMBER")
+        .arg("s")
+        .arg(-5)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(picks, ["a"; 5]);
+    assert_eq!(
+        run(&mut c, &["PING"]).unwrap(),
+        Value::SimpleString("PONG".into())
+    );
+}
+
+#[test]
+fn the_members_of_an_expired_value_stay_until_the_value_is_deleted() {
+    let t = start();
+    let mut c = t.client();
+    run(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
+    for i in 0..50 {
+        run(&mut c, &["HSET", "h", &format!("f{i}"), "v"]).unwrap();
+    }
+    run(&mut c, &["PEXPIRE", "h", "1"]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(run(&mut c, &["EXISTS", "h"]).unwrap(), Value::Int(0));
+    // Expired but not yet deleted: a PERSIST or EXPIRE decided a moment
+    // before the expiry may still be on its way to the engine, so the
+    // fields must outlive compaction until the key itself is deleted.
+    compact(&t);
+    assert_eq!(common::member_keys(&t), 50);
+    run(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "1"]).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while t.server.state().store.meta().keys > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "active expiry never deleted h"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(FILTER_MEMORY);
+    compact(&t);
+    assert_eq!(common::member_keys(&t), 0);
+}
+
+#[test]
+fn lmove_of_a_one_element_list_onto_itself_keeps_its_expiry() {
+    let t = start();
+    let mut c = t.client();
+    run(&mut c, &["RPUSH", "q", "x"]).unwrap();
+    run(&mut c, &["EXPIRE", "q", "100"]).unwrap();
+    for cmd in [
+        vec!["LMOVE", "q", "q", "LEFT", "RIGHT"],
+        vec!["RPOPLPUSH", "q", "q"],
+    ] {
+        assert_eq!(run(&mut c, &cmd).unwrap(), Value::BulkString(b"x".to_vec()));
+        let ttl: i64 = redis::cmd("TTL").arg("q").query(&mut c).unwrap();
+        assert!(ttl > 90, "{cmd:?} dropped the TTL: {ttl}");
+    }
+    let l: Vec<String> = redis::cmd("LRANGE")
+        .arg("q")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(l, ["x"]);
+}
+
+#[test]
+fn list_reads_racing_flushes_see_the_list_or_nothing() {
+    let t = start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let mut w = t.client();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(Ordering::Relaxed) {
+                run(&mut w, &["RPUSH", "L", "a", "b", "c"]).unwrap();
+                t_flush(&mut w);
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut r = t.client();
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+                let mut n = 0;
+                while std::time::Instant::now() < deadline {
+                    let l = run(&mut r, &["LRANGE", "L", "0", "-1"]).unwrap();
+                    let ok = l == Value::Array(vec![])
+                        || l == Value::Array(
+                            ["a", "b", "c"]
+                                .iter()
+                                .map(|s| Value::BulkString(s.as_bytes().to_vec()))
+                                .collect(),
+                        );
+                    assert!(ok, "{l:?}");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let reads: usize = readers.into_iter().map(|h| h.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    assert!(reads > 10 && rounds > 10, "{reads} reads, {rounds} flushes");
+}
+
+fn t_flush(c: &mut redis::Connection) {
+    run(c, &["FLUSHDB"]).unwrap();
 }

@@ -559,7 +559,20 @@ fn gen_bits_and_keys(rng: &mut SmallRng) -> Vec<String> {
                     rng,
                     &["u8", "i8", "u4", "i16", "i64", "u63", "u64", "x8", "i0"],
                 ));
-                let off = s(pick(rng, &["0", "3", "#1", "#2", "100", "-1", "x"]));
+                let off = s(pick(
+                    rng,
+                    &[
+                        "0",
+                        "3",
+                        "#1",
+                        "#2",
+                        "100",
+                        "-1",
+                        "x",
+                        "4294967296",
+                        "#536870912",
+                    ],
+                ));
                 match rng.gen_range(0..5) {
                     0 | 1 => c.extend([s("GET"), t, off]),
                     2 => c.extend([

@@ -69,7 +69,9 @@ fn a_field_read_is_a_point_lookup_and_del_one_write_whatever_the_hash_size() {
     assert_eq!(missing, None);
     let after = db.stats();
     assert!(
-        after.point_reads - before.point_reads <= 2 * 102,
+        // The HGET of a missing field checks the hash's metadata once more
+        // (a field not found counts only if its hash is still the same).
+        after.point_reads - before.point_reads <= 2 * 102 + 1,
         "{} point reads for 102 HGETs",
         after.point_reads - before.point_reads
     );
@@ -110,8 +112,10 @@ fn compaction_reclaims_the_fields_of_deleted_overwritten_and_expired_hashes() {
 
     run(&mut c, &["DEL", "deleted"]).unwrap();
     run(&mut c, &["SET", "overwritten", "now a string"]).unwrap();
-    eventually("the hash to expire", || {
-        run(&mut c, &["EXISTS", "expired"]).unwrap() == Value::Int(0)
+    // Expired, then deleted by active expiry: its fields are garbage from
+    // then on (a PERSIST could still keep an expired hash before that).
+    eventually("the hash to expire and be deleted", || {
+        t.server.state().store.meta().keys == 2
     });
     db.flush().unwrap();
     db.compact_range(None, None).unwrap();

@@ -145,13 +145,14 @@ pub fn bitcount(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         4 | 5 => {
             let start = tri!(int_arg(&args[2]));
             let end = tri!(int_arg(&args[3]));
+            // Redis answers this before it looks at the unit.
+            if start < 0 && end < 0 && start > end {
+                return Reply::Int(0);
+            }
             let in_bits = match args.get(4) {
                 Some(u) => tri!(unit(u)),
                 None => false,
             };
-            if start < 0 && end < 0 && start > end {
-                return Reply::Int(0);
-            }
             bit_range(v.len() as u64, start, end, in_bits)
         }
         _ => return syntax_error(),
@@ -284,15 +285,16 @@ fn field_type(a: &[u8]) -> Result<(bool, u32), Reply> {
     Ok((signed, bits as u32))
 }
 
-/// Parses a field offset: bits, or `#n` for n fields of `bits`.
-fn field_offset(a: &[u8], bits: u32) -> Result<u64, Reply> {
+/// Parses a field offset: bits, or `#n` for n fields of `bits`; like
+/// SETBIT's, within `proto-max-bulk-len` bytes.
+fn field_offset(a: &[u8], bits: u32, max_bytes: u64) -> Result<u64, Reply> {
     let (n, scale) = match a.strip_prefix(b"#") {
         Some(rest) => (rest, i64::from(bits)),
         None => (a, 1),
     };
     let o = crate::resp::parser::parse_int(n).ok_or_else(bad_offset)?;
     let o = o.checked_mul(scale).ok_or_else(bad_offset)?;
-    if o < 0 {
+    if o < 0 || (o as u64 >> 3) >= max_bytes {
         return Err(bad_offset());
     }
     Ok(o as u64)
@@ -343,7 +345,7 @@ fn fit(x: i128, signed: bool, bits: u32, overflow: Overflow) -> Option<i128> {
 }
 
 /// Parses BITFIELD's operations (`args[2..]`).
-fn parse_fields(args: &[Vec<u8>]) -> Result<Vec<Field>, Reply> {
+fn parse_fields(args: &[Vec<u8>], max_bytes: u64) -> Result<Vec<Field>, Reply> {
     let mut out = Vec::new();
     let mut overflow = Overflow::Wrap;
     let mut j = 2;
@@ -366,7 +368,7 @@ fn parse_fields(args: &[Vec<u8>]) -> Result<Vec<Field>, Reply> {
             _ => return Err(syntax_error()),
         };
         let (signed, bits) = field_type(&args[j + 1])?;
-        let offset = field_offset(&args[j + 2], bits)?;
+        let offset = field_offset(&args[j + 2], bits, max_bytes)?;
         let op = match sub.as_slice() {
             b"get" => Op::Get,
             b"set" => Op::Set(int_arg(&args[j + 3])?),
@@ -385,7 +387,10 @@ fn parse_fields(args: &[Vec<u8>]) -> Result<Vec<Field>, Reply> {
 }
 
 fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Vec<u8>], read_only: bool) -> Reply {
-    let fields = tri!(parse_fields(args));
+    let fields = tri!(parse_fields(
+        args,
+        ctx.state.config.proto_max_bulk_len as u64
+    ));
     let writes = fields.iter().any(|f| !matches!(f.op, Op::Get));
     if read_only && writes {
         return Reply::err("BITFIELD_RO only supports the GET subcommand");

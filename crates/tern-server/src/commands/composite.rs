@@ -31,6 +31,21 @@ pub(crate) fn check_member_len(ctx: &Ctx<'_>, key: &[u8], len: usize) -> Result<
     Ok(())
 }
 
+/// Most members one SRANDMEMBER or HRANDFIELD with a negative count (which
+/// repeats members) returns: the reply is built whole in memory.
+pub(crate) const MAX_RANDOM_REPLY: u64 = 1 << 20;
+
+/// Refuses a negative count asking for more than [`MAX_RANDOM_REPLY`]
+/// members (Redis would try to send them all).
+pub(crate) fn check_random_count(c: i64) -> Result<(), Reply> {
+    if c < 0 && c.unsigned_abs() > MAX_RANDOM_REPLY {
+        return Err(Reply::err(format!(
+            "count is too large: at most {MAX_RANDOM_REPLY} members a call; call again for more"
+        )));
+    }
+    Ok(())
+}
+
 /// A composite value as read: its metadata and expiry.
 #[derive(Debug, Clone, Copy)]
 pub struct Value {
@@ -96,6 +111,10 @@ impl Ctx<'_> {
         }
         self.hits += 1;
         let meta = Composite::decode(kind, &e.value).map_err(|d| store_error(d.into()))?;
+        if matches!(self.access, Access::Read) {
+            let gen = self.state.store.generation();
+            self.read_versions.push((key.to_vec(), gen, meta.version));
+        }
         Ok(Some(Value {
             meta,
             expire_at: e.expire_at,
@@ -175,6 +194,35 @@ impl Ctx<'_> {
         r.map_err(|e| store_error(e.into()))
     }
 
+    /// Whether every composite value this command read from its snapshot
+    /// is still there, same version and generation: then no member it read
+    /// can have been dropped by compaction meanwhile (compaction drops only
+    /// the members of values deleted or replaced).
+    pub(super) fn reads_still_hold(&self) -> bool {
+        let store = &self.state.store;
+        self.read_versions.iter().all(|(key, gen, version)| {
+            if store.generation() != *gen {
+                return false;
+            }
+            let Ok(Some(raw)) = store.db.get(&store.layout().key(*gen, key)) else {
+                return false;
+            };
+            crate::keyspace::decode_value(raw).is_ok_and(|e| {
+                e.kind.is_composite()
+                    && Composite::decode(e.kind, &e.value).is_ok_and(|c| c.version == *version)
+            })
+        })
+    }
+
+    /// Forgets the snapshot and what was read from it, to run the command
+    /// again.
+    pub(super) fn restart_reads(&mut self) {
+        self.snapshot = None;
+        self.read_versions.clear();
+        self.hits = 0;
+        self.misses = 0;
+    }
+
     /// Whether `key`'s metadata, read from memory, still describes `v`.
     fn still(&mut self, key: &[u8], v: &Value) -> Result<bool, Reply> {
         match self.state.store.get_at_cached(key, now_ms()) {
@@ -232,12 +280,6 @@ impl Ctx<'_> {
     /// order or (`reverse`) from the last one down, with their stored
     /// bytes, pending writes included; and the next member the walk would
     /// have returned (`None`: no more).
-    ///
-    /// On the read pool the walk reads the snapshot the metadata was read
-    /// from. Without one, the iterator pins a state of its own: the
-    /// metadata is read again after it is made, and since a version is
-    /// never reused, finding it unchanged proves the iterator sees this
-    /// very value (and not what compaction left of it after a delete).
     pub fn walk(
         &mut self,
         key: &[u8],
@@ -247,6 +289,56 @@ impl Ctx<'_> {
         limit: usize,
         reverse: bool,
     ) -> Result<(Members, Option<Vec<u8>>), Reply> {
+        let mut out = Vec::new();
+        let next = self.walk_each(key, kind, v, span, reverse, limit, &mut |m, val| {
+            if out.len() >= limit {
+                return false;
+            }
+            out.push((m.to_vec(), val));
+            true
+        })?;
+        Ok((out, next))
+    }
+
+    /// How many members of `key`'s value `v` lie in `span`, counted
+    /// without keeping them.
+    pub fn count_members(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        v: &Value,
+        span: Span<'_>,
+    ) -> Result<u64, Reply> {
+        let mut n = 0u64;
+        self.walk_each(key, kind, v, span, false, usize::MAX, &mut |_, _| {
+            n += 1;
+            true
+        })?;
+        Ok(n)
+    }
+
+    /// Hands the members of `key`'s value `v` in `span` to `f` one by one
+    /// (in member order, or from the last one down), pending writes
+    /// included, until `f` declines one: returns that member (`None` if
+    /// the walk ran out). `hint` is how many members the caller expects to
+    /// take (the engine reads ahead that far).
+    ///
+    /// On the read pool the walk reads the snapshot the metadata was read
+    /// from. Without one, the iterator pins a state of its own: the
+    /// metadata is read again after it is made, and since a version is
+    /// never reused, finding it unchanged proves the iterator sees this
+    /// very value (and not what compaction left of it after a delete).
+    #[allow(clippy::too_many_arguments)]
+    pub fn walk_each(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        v: &Value,
+        span: Span<'_>,
+        reverse: bool,
+        hint: usize,
+        f: &mut dyn FnMut(&[u8], Vec<u8>) -> bool,
+    ) -> Result<Option<Vec<u8>>, Reply> {
         if matches!(self.access, Access::MemoryOnly) {
             self.needs_io = true;
             return Err(store_error(StoreError::WouldBlock));
@@ -267,7 +359,7 @@ impl Ctx<'_> {
                 None => prefix_end(&prefix),
             };
             if lo >= hi {
-                return Ok((Vec::new(), None));
+                return Ok(None);
             }
             let mut it = self
                 .state
@@ -276,7 +368,7 @@ impl Ctx<'_> {
                 .iter(tern::ReadOptions {
                     lower_bound: Some(lo.clone()),
                     upper_bound: Some(hi.clone()),
-                    scan_len_hint: Some(limit.min(256)),
+                    scan_len_hint: Some(hint.min(256)),
                     snapshot: self.snapshot.as_ref(),
                     ..tern::ReadOptions::default()
                 })
@@ -293,7 +385,7 @@ impl Ctx<'_> {
                         v = now;
                         continue;
                     }
-                    None => return Ok((Vec::new(), None)),
+                    None => return Ok(None),
                 }
             }
             let mut pend = match &mut self.access {
@@ -307,7 +399,6 @@ impl Ctx<'_> {
                 it.seek(&lo);
             }
             let mut pend = pend.into_iter().peekable();
-            let mut out = Vec::new();
             let p = prefix.len();
             loop {
                 let stored = it.valid().then(|| it.key());
@@ -334,13 +425,12 @@ impl Ctx<'_> {
                     step(&mut it, reverse);
                     kv
                 };
-                if out.len() >= limit {
-                    return Ok((out, Some(k[p..].to_vec())));
+                if !f(&k[p..], val) {
+                    return Ok(Some(k[p..].to_vec()));
                 }
-                out.push((k[p..].to_vec(), val));
             }
             it.status().map_err(|e| store_error(e.into()))?;
-            return Ok((out, None));
+            return Ok(None);
         }
         Err(Reply::err(
             "the value kept changing while it was read; retry",

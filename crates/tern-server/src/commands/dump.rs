@@ -18,6 +18,7 @@
 use super::composite::{check_member_len, Value};
 use super::{store_error, Ctx};
 use crate::keyspace::{DecodeError, Entry, Kind};
+use crate::members::be_u64;
 use crate::resp::Reply;
 
 /// Format version of a dump.
@@ -38,12 +39,6 @@ pub enum Dump {
         /// Members and their stored bytes.
         members: Vec<(Vec<u8>, Vec<u8>)>,
     },
-}
-
-fn be_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(a)
 }
 
 impl Dump {

@@ -338,6 +338,9 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             Some(_) => Reply::Array(Vec::new()),
         };
     };
+    if let Some(c) = count {
+        tri!(super::composite::check_random_count(c));
+    }
     let all = tri!(ctx.all_members(key, Kind::Hash, &v));
     if all.is_empty() {
         return Reply::Nil;

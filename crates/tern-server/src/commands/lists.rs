@@ -534,6 +534,13 @@ fn move_one(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: End) -> Re
     };
     // A destination of another type is refused before anything moves.
     tri!(list(ctx, dst));
+    if src == dst && sv.meta.size == 1 {
+        // The one element comes back where it was: the list (and its
+        // expiry) stays as it is, though it counts as written for WATCH.
+        let e = tri!(elements(ctx, src, &sv, 0, 0)).pop();
+        tri!(ctx.put_composite(src, Kind::List, &sv));
+        return e.map_or(Reply::Nil, Reply::Bulk);
+    }
     let popped = tri!(pop(ctx, src, &mut sv, from, 1));
     let Some(e) = popped.into_iter().next() else {
         return Reply::Nil;

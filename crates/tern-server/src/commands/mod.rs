@@ -131,6 +131,9 @@ pub struct Ctx<'a> {
     /// value sees: taken before its metadata is read, so the metadata and
     /// the members agree however the value changes meanwhile.
     snapshot: Option<tern::Snapshot>,
+    /// On the read pool, the composite values read from the snapshot, by
+    /// key: their version and the generation it was read in.
+    read_versions: Vec<(Vec<u8>, u32, u64)>,
     /// Keys this command found and missed (recorded once it completes).
     pub hits: u64,
     /// See `hits`.
@@ -307,6 +310,10 @@ pub(crate) fn key_positions(
     (first..end.max(first)).step_by(step)
 }
 
+/// Times a read of composite values is tried before it gives up (see
+/// [`Ctx::reads_still_hold`]).
+const READ_TRIES: usize = 4;
+
 /// Runs one request with `access` (the committer passes its pending
 /// writes, the read pool [`Access::Read`]) and returns its reply.
 pub fn execute(
@@ -401,10 +408,24 @@ fn run(
         access,
         needs_io: false,
         snapshot: None,
+        read_versions: Vec::new(),
         hits: 0,
         misses: 0,
     };
-    let reply = (spec.handler)(&mut ctx, args);
+    let mut reply = (spec.handler)(&mut ctx, args);
+    let mut tries = 1;
+    while !ctx.reads_still_hold() {
+        // A composite value read from a snapshot was deleted or replaced
+        // since: compaction may have dropped members the snapshot still
+        // showed, so the reply may mix two states. Read again.
+        if tries == READ_TRIES {
+            reply = Reply::err("the value kept changing while it was read; retry");
+            break;
+        }
+        ctx.restart_reads();
+        reply = (spec.handler)(&mut ctx, args);
+        tries += 1;
+    }
     if ctx.needs_io {
         // Runs again on the read pool, which records it.
         return (reply, true);

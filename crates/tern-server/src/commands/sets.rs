@@ -225,6 +225,9 @@ pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             Some(_) => Reply::Array(Vec::new()),
         };
     };
+    if let Some(c) = count {
+        tri!(super::composite::check_random_count(c));
+    }
     let members: Vec<Vec<u8>> = tri!(ctx.all_members(key, Kind::Set, &v))
         .into_iter()
         .map(|(m, _)| m)

@@ -140,7 +140,22 @@ fn remove(ctx: &mut Ctx<'_>, key: &[u8], v: &Value, member: &[u8], old: f64) -> 
 
 /// A score argument (`ERR value is not a valid float` otherwise).
 fn score_arg(a: &[u8]) -> Result<f64, Reply> {
-    parse_float(a).ok_or_else(|| Reply::err("value is not a valid float"))
+    parse_score(a).ok_or_else(|| Reply::err("value is not a valid float"))
+}
+
+/// Parses a score as Redis does (`strtod`, refusing NaN and what is out of
+/// a double's range: `1e400` is not infinity, `1e-400` not zero).
+fn parse_score(a: &[u8]) -> Option<f64> {
+    let s = parse_float(a)?;
+    let text = std::str::from_utf8(a).ok()?.to_ascii_lowercase();
+    let mantissa = text.split('e').next().unwrap_or("");
+    if s.is_infinite() && !text.contains("inf") {
+        return None;
+    }
+    if s == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+        return None;
+    }
+    Some(s)
 }
 
 /// The ZADD flags.
@@ -516,34 +531,51 @@ fn select(
             page.into_iter().skip(offset).collect()
         }
         Range::Lex(r) => {
-            let (page, _) = ctx.walk(key, Kind::ZSet, v, all_index, usize::MAX, q.rev)?;
+            // Walked in index order, keeping only the members in range and
+            // stopping at the first past it or once LIMIT is met.
             let mut out = Vec::new();
             let mut started = false;
             let mut skipped = 0;
-            for (sub, val) in page {
-                let (_, m) = parse_index(&sub)?;
-                let (inside_start, inside_end) = if q.rev {
-                    (r.below_max(m), r.above_min(m))
-                } else {
-                    (r.above_min(m), r.below_max(m))
-                };
-                if !started {
-                    if !inside_start {
-                        continue;
+            let mut bad = None;
+            ctx.walk_each(
+                key,
+                Kind::ZSet,
+                v,
+                all_index,
+                q.rev,
+                count,
+                &mut |sub, val| {
+                    let m = match parse_index(sub) {
+                        Ok((_, m)) => m,
+                        Err(e) => {
+                            bad = Some(e);
+                            return false;
+                        }
+                    };
+                    let (inside_start, inside_end) = if q.rev {
+                        (r.below_max(m), r.above_min(m))
+                    } else {
+                        (r.above_min(m), r.below_max(m))
+                    };
+                    if !started {
+                        if !inside_start {
+                            return true;
+                        }
+                        started = true;
                     }
-                    started = true;
-                }
-                if !inside_end {
-                    break;
-                }
-                if skipped < offset {
-                    skipped += 1;
-                    continue;
-                }
-                if out.len() >= count {
-                    break;
-                }
-                out.push((sub, val));
+                    if !inside_end || out.len() >= count {
+                        return false;
+                    }
+                    if skipped < offset {
+                        skipped += 1;
+                        return true;
+                    }
+                    out.push((sub.to_vec(), val));
+                    true
+                },
+            )?;
+            if let Some(e) = bad {
+                return Err(e);
             }
             out
         }
@@ -710,13 +742,15 @@ pub fn zcount(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let Some(v) = tri!(zset(ctx, key)) else {
         return Reply::Int(0);
     };
-    let q = RangeQuery {
-        range: Range::Score(r),
-        rev: false,
-        limit: None,
-        with_scores: false,
+    let Some((lo, hi)) = r.span() else {
+        return Reply::Int(0);
     };
-    Reply::Int(tri!(select(ctx, key, &v, &q)).len() as i64)
+    let span = Span {
+        lo: &lo,
+        hi: Some(&hi),
+    };
+    let n = tri!(ctx.count_members(key, Kind::ZSet, &v, span));
+    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// The rank of `member` from the lowest score (or the highest, `rev`).
@@ -745,8 +779,8 @@ fn rank(ctx: &mut Ctx<'_>, args: &[Vec<u8>], rev: bool) -> Reply {
             hi: Some(&own),
         }
     };
-    let (page, _) = tri!(ctx.walk(key, Kind::ZSet, &v, span, usize::MAX, false));
-    Reply::Int(page.len() as i64)
+    let n = tri!(ctx.count_members(key, Kind::ZSet, &v, span));
+    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// ZRANK key member

@@ -312,15 +312,23 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
             if alone {
                 commit(&state, &mut pending, &mut replies, &mut settled, status);
             }
-            let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 execute(
                     &state,
                     &mut job.session,
                     &req.args,
                     Access::Write(&mut pending),
                 )
-            }))
-            .unwrap_or_else(|_| Reply::err("internal error: the command panicked"));
+            }));
+            let Ok(reply) = ran else {
+                // What the command wrote so far is half a command (half an
+                // EXEC): nothing pending is committed, and every reply that
+                // waited on it, this one's included, becomes the error.
+                let err = Reply::err("internal error: the command panicked; nothing it or the commands grouped with it wrote was kept");
+                replies[ji].push(err.clone());
+                abandon(&state, &mut pending, &mut replies, &mut settled, err);
+                continue;
+            };
             reply_bytes += reply.size_hint();
             replies[ji].push(reply);
             if alone || pending.bytes() >= GROUP_MAX_BYTES {
@@ -331,6 +339,25 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
     commit(&state, &mut pending, &mut replies, &mut settled, status);
     *cache = pending.into_cache();
     replies
+}
+
+/// Drops what is pending without committing it: every reply given since
+/// the last commit becomes `err`.
+fn abandon(
+    state: &State,
+    pending: &mut Pending,
+    replies: &mut [Vec<Reply>],
+    settled: &mut [usize],
+    err: Reply,
+) {
+    if !pending.is_empty() {
+        let _ = pending.take();
+    }
+    pending.settle(&state.store, false);
+    for (r, s) in replies.iter_mut().zip(settled.iter_mut()) {
+        r[*s..].fill(err.clone());
+        *s = r.len();
+    }
 }
 
 /// Commits what is pending. Every reply given since the last commit waits
