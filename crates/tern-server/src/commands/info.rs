@@ -58,6 +58,9 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
     let m = &st.metrics;
     let mut title = section.to_string();
     title[..1].make_ascii_uppercase();
+    if section == "cpu" {
+        title = "CPU".into();
+    }
     let _ = write!(out, "# {title}\r\n");
     let mut kv = |k: &str, v: String| {
         let _ = write!(out, "{k}:{v}\r\n");
