@@ -748,7 +748,15 @@ fn gen_string(rng: &mut SmallRng, st: &GenState) -> Vec<String> {
                 pick(rng, &["100", "200", "-1", "x", "0"]).into(),
             ];
             if rng.gen_bool(0.4) {
-                c.push(pick(rng, &["NX", "XX", "GT", "LT", "FOO"]).into());
+                let opt = pick(rng, &["NX", "XX", "GT", "LT", "FOO"]);
+                if matches!(opt, "GT" | "LT") && matches!(c[2].as_str(), "100" | "200") {
+                    // GT and LT compare expiry times: the same relative time
+                    // set twice compares by which millisecond each server
+                    // ran in. A time no other command sets keeps the
+                    // comparison the test's, not the clocks'.
+                    c[2] = rng.gen_range(1_000..1_000_000).to_string();
+                }
+                c.push(opt.into());
             }
             c
         }
