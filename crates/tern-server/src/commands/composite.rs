@@ -46,6 +46,51 @@ pub(crate) fn check_random_count(c: i64) -> Result<(), Reply> {
     Ok(())
 }
 
+/// Redis's clamping of the rank range `start..=stop` (negative: from the
+/// end) to a list or sorted set of `len`; `None` if the range is empty.
+pub(crate) fn clamp(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    let start = if start < 0 {
+        start.saturating_add(len).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 {
+        stop.saturating_add(len)
+    } else {
+        stop
+    };
+    if start > stop || start >= len {
+        return None;
+    }
+    Some((start as u64, stop.min(len - 1) as u64))
+}
+
+/// A small random-number source for picking members.
+pub(crate) fn rng() -> impl FnMut() -> u64 {
+    let mut s = super::keys::random_u64() | 1;
+    move || {
+        // xorshift64*: enough for picking members.
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        s.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// `n` distinct random indexes below `len` (all of them if `n >= len`).
+pub(crate) fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
+    let mut next = rng();
+    let mut idx: Vec<usize> = (0..len).collect();
+    let n = n.min(len);
+    for i in 0..n {
+        let j = i + (next() % (len - i) as u64) as usize;
+        idx.swap(i, j);
+    }
+    idx.truncate(n);
+    idx
+}
+
 /// A composite value as read: its metadata and expiry.
 #[derive(Debug, Clone, Copy)]
 pub struct Value {

@@ -2,7 +2,7 @@
 //! ([`crate::members`]), so reading or writing one field of a hash of any
 //! size costs a point lookup or one small write.
 
-use super::composite::{check_member, Members, Value};
+use super::composite::{check_member, check_random_count, distinct_picks, rng, Members, Value};
 use super::strings::{format_float, parse_float, tri};
 use super::{int_arg, syntax_error, wrong_arity, Ctx};
 use crate::glob::glob_match;
@@ -339,34 +339,19 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         };
     };
     if let Some(c) = count {
-        tri!(super::composite::check_random_count(c));
+        tri!(check_random_count(c));
     }
     let all = tri!(ctx.all_members(key, Kind::Hash, &v));
     if all.is_empty() {
         return Reply::Nil;
     }
-    let mut rng = super::keys::random_u64();
-    let mut next = move || {
-        // xorshift64*: enough for picking fields.
-        rng ^= rng >> 12;
-        rng ^= rng << 25;
-        rng ^= rng >> 27;
-        rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    };
+    let mut next = rng();
     let Some(c) = count else {
         let i = (next() % all.len() as u64) as usize;
         return Reply::Bulk(all[i].0.clone());
     };
     let picks: Vec<usize> = if c >= 0 {
-        // Distinct fields: a partial shuffle.
-        let mut idx: Vec<usize> = (0..all.len()).collect();
-        let n = (c as usize).min(idx.len());
-        for i in 0..n {
-            let j = i + (next() % (idx.len() - i) as u64) as usize;
-            idx.swap(i, j);
-        }
-        idx.truncate(n);
-        idx
+        distinct_picks(all.len(), c as usize)
     } else {
         (0..c.unsigned_abs())
             .map(|_| (next() % all.len() as u64) as usize)

@@ -5,7 +5,7 @@
 //! just the elements they touch; LINSERT and LREM rewrite the elements on
 //! one side of the change, as Redis's own lists move memory.
 
-use super::composite::{check_member_len, Span, Value};
+use super::composite::{check_member_len, clamp, Span, Value};
 use super::sets::positive_count;
 use super::strings::tri;
 use super::{int_arg, store_error, syntax_error, wrong_arity, Ctx};
@@ -236,26 +236,6 @@ pub fn rpop(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 pub fn llen(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let n = tri!(list(ctx, &args[1])).map_or(0, |v| v.meta.size);
     Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
-}
-
-/// Redis's clamping of `start..=stop` (negative: from the end) to a list
-/// of `len`; `None` if the range is empty.
-fn clamp(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
-    let len = i64::try_from(len).unwrap_or(i64::MAX);
-    let start = if start < 0 {
-        start.saturating_add(len).max(0)
-    } else {
-        start
-    };
-    let stop = if stop < 0 {
-        stop.saturating_add(len)
-    } else {
-        stop
-    };
-    if start > stop || start >= len {
-        return None;
-    }
-    Some((start as u64, stop.min(len - 1) as u64))
 }
 
 /// A list index (negative: from the end) as an offset, if within `len`.

@@ -5,9 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use super::composite::{check_member, Value};
+use super::composite::{check_member, distinct_picks, rng, Value};
 use super::hashes::{scan_cursor, scan_options};
-use super::keys::random_u64;
 use super::strings::tri;
 use super::{int_arg, syntax_error, Ctx};
 use crate::glob::glob_match;
@@ -142,31 +141,6 @@ pub fn scard(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 /// SMEMBERS key
 pub fn smembers(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     Reply::Set(bulks(tri!(all(ctx, &args[1]))))
-}
-
-/// A small random-number source for picking members.
-fn rng() -> impl FnMut() -> u64 {
-    let mut s = random_u64() | 1;
-    move || {
-        // xorshift64*: enough for picking members.
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        s.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
-/// `n` distinct random indexes below `len` (all of them if `n >= len`).
-fn distinct_picks(len: usize, n: usize) -> Vec<usize> {
-    let mut next = rng();
-    let mut idx: Vec<usize> = (0..len).collect();
-    let n = n.min(len);
-    for i in 0..n {
-        let j = i + (next() % (len - i) as u64) as usize;
-        idx.swap(i, j);
-    }
-    idx.truncate(n);
-    idx
 }
 
 /// SPOP key [count]

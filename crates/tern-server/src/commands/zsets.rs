@@ -5,7 +5,7 @@
 //! big-endian integers ([`score_key`]), so the index sorts by score, then
 //! member, as Redis orders a sorted set.
 
-use super::composite::{check_member_len, Span, Value};
+use super::composite::{check_member_len, clamp, Span, Value};
 use super::hashes::{scan_cursor, scan_options};
 use super::sets::positive_count;
 use super::strings::{parse_float, tri};
@@ -584,25 +584,6 @@ fn select(
         .into_iter()
         .map(|(sub, _)| parse_index(&sub).map(|(s, m)| (m.to_vec(), s)))
         .collect()
-}
-
-/// Redis's clamping of a rank range to a sorted set of `len`.
-fn clamp(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
-    let len = i64::try_from(len).unwrap_or(i64::MAX);
-    let start = if start < 0 {
-        start.saturating_add(len).max(0)
-    } else {
-        start
-    };
-    let stop = if stop < 0 {
-        stop.saturating_add(len)
-    } else {
-        stop
-    };
-    if start > stop || start >= len {
-        return None;
-    }
-    Some((start as u64, stop.min(len - 1) as u64))
 }
 
 /// The reply for `members`: members, or members and scores (flat in
