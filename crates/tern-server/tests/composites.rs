@@ -355,7 +355,7 @@ fn list_reads_racing_flushes_see_the_list_or_nothing() {
             let mut rounds = 0;
             while !stop.load(Ordering::Relaxed) {
                 run(&mut w, &["RPUSH", "L", "a", "b", "c"]).unwrap();
-                t_flush(&mut w);
+                run(&mut w, &["FLUSHDB"]).unwrap();
                 rounds += 1;
             }
             rounds
@@ -387,8 +387,4 @@ fn list_reads_racing_flushes_see_the_list_or_nothing() {
     stop.store(true, Ordering::Relaxed);
     let rounds = writer.join().unwrap();
     assert!(reads > 10 && rounds > 10, "{reads} reads, {rounds} flushes");
-}
-
-fn t_flush(c: &mut redis::Connection) {
-    run(c, &["FLUSHDB"]).unwrap();
 }

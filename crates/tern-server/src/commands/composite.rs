@@ -122,10 +122,6 @@ fn step(it: &mut tern::DbIterator, reverse: bool) {
     }
 }
 
-/// Tries of a member walk on the read pool before it gives up (see
-/// [`Ctx::members`]).
-const WALK_TRIES: usize = 8;
-
 impl Ctx<'_> {
     /// The generation reads and writes go to.
     fn generation_now(&mut self) -> u32 {
@@ -369,10 +365,7 @@ impl Ctx<'_> {
     /// take (the engine reads ahead that far).
     ///
     /// On the read pool the walk reads the snapshot the metadata was read
-    /// from. Without one, the iterator pins a state of its own: the
-    /// metadata is read again after it is made, and since a version is
-    /// never reused, finding it unchanged proves the iterator sees this
-    /// very value (and not what compaction left of it after a delete).
+    /// from; on the committer, the store merged with the pending writes.
     #[allow(clippy::too_many_arguments)]
     pub fn walk_each(
         &mut self,
@@ -388,98 +381,85 @@ impl Ctx<'_> {
             self.needs_io = true;
             return Err(store_error(StoreError::WouldBlock));
         }
-        let writing = matches!(self.access, Access::Write(_));
-        let mut v = *v;
-        for _ in 0..WALK_TRIES {
-            let gen = self.generation_now();
-            let prefix = member_prefix(self.state.store.layout(), gen, key, v.meta.version);
-            let mut lo = prefix.clone();
-            lo.extend_from_slice(span.lo);
-            let hi = match span.hi {
-                Some(h) => {
-                    let mut hi = prefix.clone();
-                    hi.extend_from_slice(h);
-                    hi
-                }
-                None => prefix_end(&prefix),
-            };
-            if lo >= hi {
-                return Ok(None);
+        // The metadata `v` came from must be the state the walk reads: on
+        // the read pool that is the command's snapshot, taken by
+        // [`Ctx::composite`] before it read `v`.
+        if matches!(self.access, Access::Read) && self.snapshot.is_none() {
+            return Err(Reply::err(format!(
+                "internal error: a {} walk without the snapshot its metadata was read from",
+                kind.name()
+            )));
+        }
+        let gen = self.generation_now();
+        let prefix = member_prefix(self.state.store.layout(), gen, key, v.meta.version);
+        let mut lo = prefix.clone();
+        lo.extend_from_slice(span.lo);
+        let hi = match span.hi {
+            Some(h) => {
+                let mut hi = prefix.clone();
+                hi.extend_from_slice(h);
+                hi
             }
-            let mut it = self
-                .state
-                .store
-                .db
-                .iter(tern::ReadOptions {
-                    lower_bound: Some(lo.clone()),
-                    upper_bound: Some(hi.clone()),
-                    scan_len_hint: Some(hint.min(256)),
-                    snapshot: self.snapshot.as_ref(),
-                    ..tern::ReadOptions::default()
-                })
-                .map_err(|e| store_error(e.into()))?;
-            if !writing && self.snapshot.is_none() {
-                // The value the iterator sees must be the one read (with a
-                // snapshot, the metadata was read from the same state).
-                let (hits, misses) = (self.hits, self.misses);
-                let again = self.composite(key, kind);
-                (self.hits, self.misses) = (hits, misses);
-                match again? {
-                    Some(now) if now.meta.version == v.meta.version => {}
-                    Some(now) => {
-                        v = now;
-                        continue;
-                    }
-                    None => return Ok(None),
-                }
-            }
-            let mut pend = match &mut self.access {
-                Access::Write(p) => p.range(&lo, &hi),
-                _ => Vec::new(),
-            };
-            if reverse {
-                pend.reverse();
-                it.seek_to_last();
-            } else {
-                it.seek(&lo);
-            }
-            let mut pend = pend.into_iter().peekable();
-            let p = prefix.len();
-            loop {
-                let stored = it.valid().then(|| it.key());
-                let next_pending = pend.peek().map(|(k, _)| k.as_slice());
-                // The nearer key comes next; a pending write shadows the
-                // stored entry of the same key.
-                let take_pending = match (stored, next_pending) {
-                    (None, None) => break,
-                    (Some(_), None) => false,
-                    (None, Some(_)) => true,
-                    (Some(s), Some(q)) => (q <= s) != reverse || q == s,
-                };
-                let (k, val) = if take_pending {
-                    let Some((k, val)) = pend.next() else { break };
-                    if stored == Some(k.as_slice()) {
-                        step(&mut it, reverse);
-                    }
-                    match val {
-                        Some(val) => (k, val),
-                        None => continue,
-                    }
-                } else {
-                    let kv = (it.key().to_vec(), it.value().to_vec());
-                    step(&mut it, reverse);
-                    kv
-                };
-                if !f(&k[p..], val) {
-                    return Ok(Some(k[p..].to_vec()));
-                }
-            }
-            it.status().map_err(|e| store_error(e.into()))?;
+            None => prefix_end(&prefix),
+        };
+        if lo >= hi {
             return Ok(None);
         }
-        Err(Reply::err(
-            "the value kept changing while it was read; retry",
-        ))
+        let mut it = self
+            .state
+            .store
+            .db
+            .iter(tern::ReadOptions {
+                lower_bound: Some(lo.clone()),
+                upper_bound: Some(hi.clone()),
+                scan_len_hint: Some(hint.min(256)),
+                snapshot: self.snapshot.as_ref(),
+                ..tern::ReadOptions::default()
+            })
+            .map_err(|e| store_error(e.into()))?;
+        let mut pend = match &mut self.access {
+            Access::Write(p) => p.range(&lo, &hi),
+            _ => Vec::new(),
+        };
+        if reverse {
+            pend.reverse();
+            it.seek_to_last();
+        } else {
+            it.seek(&lo);
+        }
+        let mut pend = pend.into_iter().peekable();
+        let p = prefix.len();
+        loop {
+            let stored = it.valid().then(|| it.key());
+            let next_pending = pend.peek().map(|(k, _)| k.as_slice());
+            // The nearer key comes next; a pending write shadows the
+            // stored entry of the same key.
+            let take_pending = match (stored, next_pending) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(s), Some(q)) => (q <= s) != reverse || q == s,
+            };
+            let (k, val) = if take_pending {
+                let Some((k, val)) = pend.next() else { break };
+                if stored == Some(k.as_slice()) {
+                    step(&mut it, reverse);
+                }
+                match val {
+                    Some(val) => (k, val),
+                    None => continue,
+                }
+            } else {
+                let kv = (it.key().to_vec(), it.value().to_vec());
+                step(&mut it, reverse);
+                kv
+            };
+            if !f(&k[p..], val) {
+                return Ok(Some(k[p..].to_vec()));
+            }
+        }
+        it.status().map_err(|e| store_error(e.into()))?;
+        Ok(None)
     }
 
     /// Stores `e`, the value of `src`, under `dst` as well, replacing what
