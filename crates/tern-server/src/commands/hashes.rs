@@ -290,11 +290,11 @@ pub(crate) fn scan_cursor(ctx: &Ctx<'_>, arg: &[u8]) -> Result<Option<Vec<u8>>, 
 pub fn hscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let o = tri!(scan_options(&args[3..]));
     let Some(from) = tri!(scan_cursor(ctx, &args[2])) else {
-        return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]);
+        return ctx.session.scan_reply(None, Vec::new());
     };
     let key = &args[1];
     let Some(v) = tri!(hash(ctx, key)) else {
-        return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]);
+        return ctx.session.scan_reply(None, Vec::new());
     };
     let (page, next) = tri!(ctx.members(key, Kind::Hash, &v, &from, o.count));
     let mut out = Vec::with_capacity(page.len() * 2);
@@ -304,11 +304,7 @@ pub fn hscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             out.push(Reply::Bulk(val));
         }
     }
-    let cursor = match next {
-        Some(resume) => ctx.session.save_cursor(resume),
-        None => 0,
-    };
-    Reply::Array(vec![Reply::text(cursor.to_string()), Reply::Array(out)])
+    ctx.session.scan_reply(next, out)
 }
 
 /// HRANDFIELD key [count [WITHVALUES]]

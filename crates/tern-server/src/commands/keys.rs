@@ -235,7 +235,7 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     } else {
         match ctx.session.cursor(cursor) {
             Some(k) => k.to_vec(),
-            None => return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]),
+            None => return ctx.session.scan_reply(None, Vec::new()),
         }
     };
     let mut keys = Vec::new();
@@ -246,11 +246,7 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         }
         true
     }));
-    let cursor = match next {
-        Some(resume) => ctx.session.save_cursor(resume),
-        None => 0,
-    };
-    Reply::Array(vec![Reply::text(cursor.to_string()), Reply::Array(keys)])
+    ctx.session.scan_reply(next, keys)
 }
 
 /// KEYS pattern

@@ -96,6 +96,16 @@ impl Session {
         id
     }
 
+    /// A SCAN-family reply: the cursor to resume from `next` (`0`: the
+    /// iteration is over) and this page's `items`.
+    pub fn scan_reply(&mut self, next: Option<Vec<u8>>, items: Vec<Reply>) -> Reply {
+        let cursor = match next {
+            Some(resume) => self.save_cursor(resume),
+            None => 0,
+        };
+        Reply::Array(vec![Reply::text(cursor.to_string()), Reply::Array(items)])
+    }
+
     /// The resume key of cursor `id`, if it is known.
     pub fn cursor(&self, id: u64) -> Option<&[u8]> {
         self.scan_cursors

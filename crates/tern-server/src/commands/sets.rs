@@ -397,11 +397,11 @@ pub fn sintercard(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 pub fn sscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let o = tri!(scan_options(&args[3..]));
     let Some(from) = tri!(scan_cursor(ctx, &args[2])) else {
-        return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]);
+        return ctx.session.scan_reply(None, Vec::new());
     };
     let key = &args[1];
     let Some(v) = tri!(set(ctx, key)) else {
-        return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]);
+        return ctx.session.scan_reply(None, Vec::new());
     };
     let (page, next) = tri!(ctx.members(key, Kind::Set, &v, &from, o.count));
     let out = page
@@ -409,11 +409,7 @@ pub fn sscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         .filter(|(m, _)| o.pattern.is_none_or(|p| glob_match(p, m)))
         .map(|(m, _)| Reply::Bulk(m))
         .collect();
-    let cursor = match next {
-        Some(resume) => ctx.session.save_cursor(resume),
-        None => 0,
-    };
-    Reply::Array(vec![Reply::text(cursor.to_string()), Reply::Array(out)])
+    ctx.session.scan_reply(next, out)
 }
 
 /// `ERR value is out of range, must be positive`.

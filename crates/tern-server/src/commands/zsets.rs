@@ -866,11 +866,11 @@ pub fn zremrangebyrank(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 pub fn zscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let o = tri!(scan_options(&args[3..]));
     let Some(from) = tri!(scan_cursor(ctx, &args[2])) else {
-        return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]);
+        return ctx.session.scan_reply(None, Vec::new());
     };
     let key = &args[1];
     let Some(v) = tri!(zset(ctx, key)) else {
-        return Reply::Array(vec![Reply::text("0"), Reply::Array(Vec::new())]);
+        return ctx.session.scan_reply(None, Vec::new());
     };
     // Walks the score records (`'m' ‖ member`), in member order.
     let lo = if from.is_empty() {
@@ -897,11 +897,7 @@ pub fn zscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             crate::resp::reply::format_double(f64::from_bits(u64::from_be_bytes(b))).into_bytes(),
         ));
     }
-    let cursor = match next {
-        Some(resume) => ctx.session.save_cursor(resume),
-        None => 0,
-    };
-    Reply::Array(vec![Reply::text(cursor.to_string()), Reply::Array(out)])
+    ctx.session.scan_reply(next, out)
 }
 
 #[cfg(test)]
