@@ -608,9 +608,10 @@ fn range_reply(ctx: &Ctx<'_>, members: Vec<(Vec<u8>, f64)>, with_scores: bool) -
     Reply::Array(out)
 }
 
-/// How a ZRANGE-family command reads its range before its options.
+/// What a ZRANGE-family command ranges over, as far as its name fixes it
+/// (ZRANGE leaves it to BYSCORE or BYLEX).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind2 {
+enum RangeBy {
     /// ZRANGE: rank unless BYSCORE or BYLEX; REV allowed.
     Auto,
     Rank,
@@ -620,10 +621,10 @@ enum Kind2 {
 
 /// Parses and runs a ZRANGE-family command: `args[2..4]` is the range,
 /// the options follow; `rev` is fixed by the command unless it is ZRANGE.
-fn zrange_generic(ctx: &mut Ctx<'_>, args: &[Vec<u8>], kind: Kind2, rev: bool) -> Reply {
-    let mut rangetype = kind;
+fn zrange_generic(ctx: &mut Ctx<'_>, args: &[Vec<u8>], by: RangeBy, rev: bool) -> Reply {
+    let mut rangetype = by;
     let mut rev_set = rev;
-    let mut direction_fixed = kind != Kind2::Auto;
+    let mut direction_fixed = by != RangeBy::Auto;
     let mut limit = None;
     let mut with_scores = false;
     let mut j = 4;
@@ -640,36 +641,36 @@ fn zrange_generic(ctx: &mut Ctx<'_>, args: &[Vec<u8>], kind: Kind2, rev: bool) -
         } else if !direction_fixed && a == b"rev" {
             rev_set = true;
             direction_fixed = true;
-        } else if rangetype == Kind2::Auto && a == b"bylex" {
-            rangetype = Kind2::Lex;
-        } else if rangetype == Kind2::Auto && a == b"byscore" {
-            rangetype = Kind2::Score;
+        } else if rangetype == RangeBy::Auto && a == b"bylex" {
+            rangetype = RangeBy::Lex;
+        } else if rangetype == RangeBy::Auto && a == b"byscore" {
+            rangetype = RangeBy::Score;
         } else {
             return syntax_error();
         }
         j += 1;
     }
-    if rangetype == Kind2::Auto {
-        rangetype = Kind2::Rank;
+    if rangetype == RangeBy::Auto {
+        rangetype = RangeBy::Rank;
     }
     // Redis takes a count of -1 for "no LIMIT given".
-    if limit.is_some_and(|(_, c)| c != -1) && rangetype == Kind2::Rank {
+    if limit.is_some_and(|(_, c)| c != -1) && rangetype == RangeBy::Rank {
         return Reply::err(
             "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         );
     }
-    if with_scores && rangetype == Kind2::Lex {
+    if with_scores && rangetype == RangeBy::Lex {
         return Reply::err("syntax error, WITHSCORES not supported in combination with BYLEX");
     }
     // Reversed score and lex ranges are given as max, min.
-    let (lo, hi) = if rev_set && rangetype != Kind2::Rank {
+    let (lo, hi) = if rev_set && rangetype != RangeBy::Rank {
         (&args[3], &args[2])
     } else {
         (&args[2], &args[3])
     };
     let range = match rangetype {
-        Kind2::Score => Range::Score(tri!(score_range(lo, hi))),
-        Kind2::Lex => Range::Lex(tri!(lex_range(lo, hi))),
+        RangeBy::Score => Range::Score(tri!(score_range(lo, hi))),
+        RangeBy::Lex => Range::Lex(tri!(lex_range(lo, hi))),
         _ => Range::Rank(tri!(int_arg(lo)), tri!(int_arg(hi))),
     };
     let key = &args[1];
@@ -688,32 +689,32 @@ fn zrange_generic(ctx: &mut Ctx<'_>, args: &[Vec<u8>], kind: Kind2, rev: bool) -
 
 /// ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]
 pub fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    zrange_generic(ctx, args, Kind2::Auto, false)
+    zrange_generic(ctx, args, RangeBy::Auto, false)
 }
 
 /// ZREVRANGE key start stop [WITHSCORES]
 pub fn zrevrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    zrange_generic(ctx, args, Kind2::Rank, true)
+    zrange_generic(ctx, args, RangeBy::Rank, true)
 }
 
 /// ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]
 pub fn zrangebyscore(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    zrange_generic(ctx, args, Kind2::Score, false)
+    zrange_generic(ctx, args, RangeBy::Score, false)
 }
 
 /// ZREVRANGEBYSCORE key max min [WITHSCORES] [LIMIT offset count]
 pub fn zrevrangebyscore(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    zrange_generic(ctx, args, Kind2::Score, true)
+    zrange_generic(ctx, args, RangeBy::Score, true)
 }
 
 /// ZRANGEBYLEX key min max [LIMIT offset count]
 pub fn zrangebylex(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    zrange_generic(ctx, args, Kind2::Lex, false)
+    zrange_generic(ctx, args, RangeBy::Lex, false)
 }
 
 /// ZREVRANGEBYLEX key max min [LIMIT offset count]
 pub fn zrevrangebylex(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    zrange_generic(ctx, args, Kind2::Lex, true)
+    zrange_generic(ctx, args, RangeBy::Lex, true)
 }
 
 /// ZCOUNT key min max
