@@ -7,23 +7,27 @@
 use super::strings::tri;
 use super::{store_error, wrong_arity, Ctx};
 use crate::keyspace::{Entry, Kind};
-use crate::members::Composite;
 use crate::resp::Reply;
 
 /// Longest string Redis keeps as `embstr`.
 const EMBSTR_MAX: usize = 44;
 
-/// The encoding Redis would report for `e`, the value at `key`.
-fn encoding(ctx: &mut Ctx<'_>, key: &[u8], e: &Entry) -> Result<&'static str, Reply> {
+/// The encoding Redis would report for `e`, the value at `key` (`None`
+/// if it is gone by the time its members are read).
+fn encoding(ctx: &mut Ctx<'_>, key: &[u8], e: &Entry) -> Result<Option<&'static str>, Reply> {
     let lim = ctx.state.encoding_limits();
-    let v = || -> Result<super::composite::Value, Reply> {
-        Ok(super::composite::Value {
-            meta: Composite::decode(e.kind, &e.value).map_err(|d| store_error(d.into()))?,
-            expire_at: e.expire_at,
-        })
+    // A composite value is read again the way every command reads one, so
+    // its members come from the state its metadata does.
+    let v = if e.kind.is_composite() {
+        match ctx.composite(key, e.kind)? {
+            Some(v) => Some(v),
+            None => return Ok(None),
+        }
+    } else {
+        None
     };
-    Ok(match e.kind {
-        Kind::String => {
+    Ok(Some(match (e.kind, v) {
+        (Kind::String, _) => {
             if e.value.len() <= 20 && crate::resp::parser::parse_int(&e.value).is_some() {
                 "int"
             } else if e.value.len() <= EMBSTR_MAX {
@@ -32,9 +36,8 @@ fn encoding(ctx: &mut Ctx<'_>, key: &[u8], e: &Entry) -> Result<&'static str, Re
                 "raw"
             }
         }
-        Kind::List => "quicklist",
-        Kind::Hash => {
-            let v = v()?;
+        (Kind::List, _) => "quicklist",
+        (Kind::Hash, Some(v)) => {
             let small = v.meta.size <= lim.hash_entries
                 && ctx.all_members(key, Kind::Hash, &v)?.iter().all(|(f, x)| {
                     f.len() as u64 <= lim.hash_value && x.len() as u64 <= lim.hash_value
@@ -45,8 +48,7 @@ fn encoding(ctx: &mut Ctx<'_>, key: &[u8], e: &Entry) -> Result<&'static str, Re
                 "hashtable"
             }
         }
-        Kind::Set => {
-            let v = v()?;
+        (Kind::Set, Some(v)) => {
             let ints = v.meta.size <= lim.set_intset_entries
                 && ctx
                     .all_members(key, Kind::Set, &v)?
@@ -58,8 +60,7 @@ fn encoding(ctx: &mut Ctx<'_>, key: &[u8], e: &Entry) -> Result<&'static str, Re
                 "hashtable"
             }
         }
-        Kind::ZSet => {
-            let v = v()?;
+        (Kind::ZSet, Some(v)) => {
             // Score records are `'m' ‖ member`; their count is the size.
             let small = v.meta.size <= lim.zset_entries
                 && ctx
@@ -73,7 +74,9 @@ fn encoding(ctx: &mut Ctx<'_>, key: &[u8], e: &Entry) -> Result<&'static str, Re
                 "skiplist"
             }
         }
-    })
+        // A composite kind always came with its value above.
+        (_, None) => return Ok(None),
+    }))
 }
 
 /// OBJECT ENCODING|REFCOUNT|IDLETIME|FREQ|HELP [key]
@@ -112,7 +115,7 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         return Reply::Nil;
     };
     match sub.as_slice() {
-        b"encoding" => Reply::text(tri!(encoding(ctx, key, &e))),
+        b"encoding" => tri!(encoding(ctx, key, &e)).map_or(Reply::Nil, Reply::text),
         b"refcount" => Reply::Int(1),
         b"idletime" => Reply::Int(0),
         _ => Reply::err(
