@@ -35,8 +35,16 @@ fn info_reports_memory_cpu_rates_and_per_command_stats() {
         .unwrap();
     assert!(user > 0.0, "{cpu}");
     assert!(cpu.contains("used_cpu_sys:") && cpu.contains("used_cpu_user_children:"));
-    let stats = info(&mut c, "stats");
-    // 2000 commands within the last samples: a rate above zero.
+    // 2000 commands within the last samples: a rate above zero once the
+    // sampler (ten times a second) has seen them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut stats = info(&mut c, "stats");
+    while info_field(&stats, "instantaneous_ops_per_sec") == 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        stats = info(&mut c, "stats");
+    }
     assert!(
         info_field(&stats, "instantaneous_ops_per_sec") > 0,
         "{stats}"
