@@ -14,6 +14,7 @@ mod db;
 mod error;
 mod format;
 pub mod gc;
+pub mod ingest;
 pub mod io;
 mod iter;
 mod memtable;
@@ -79,7 +80,9 @@ pub mod internals {
     }
 }
 
-pub use db::{BlobFileStats, Db, LevelStats, ReadOptions, Snapshot, Stats, ValueHead};
+pub use db::{
+    BlobFileStats, Db, IngestReport, LevelStats, ReadOptions, Snapshot, Stats, ValueHead,
+};
 pub use error::{Error, Result};
 /// What compaction and GC jobs read and report (see [`compaction`] and
 /// [`gc`]): table and blob file records, table options, GC lineage.

@@ -163,6 +163,11 @@ impl BlobReader {
         self.footer.record_count
     }
 
+    /// Bytes of all records (headers, keys, values), as the footer says.
+    pub fn data_bytes(&self) -> u64 {
+        self.footer.data_bytes
+    }
+
     /// Offset of record `ordinal`; `index_offset` (the end of the records)
     /// for `ordinal == record_count`.
     fn boundary(&self, ordinal: u64) -> Result<u64> {

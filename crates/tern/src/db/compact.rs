@@ -218,14 +218,15 @@ impl Shared {
     /// the lineage current at install time (GC may have moved them while the
     /// job ran) and marked dead in the same edit, under the same lock, so no
     /// GC install can slip in between.
-    fn install(
+    pub(super) fn install(
         &self,
         mut edit: VersionEdit,
         rewrite: bool,
         dead_refs: &[(u64, u32, u64)],
     ) -> Result<()> {
         let mut state = self.state.lock();
-        edit.dead_ordinals = dead_ordinals(&state.versions.current(), dead_refs);
+        edit.dead_ordinals =
+            dead_ordinals(&state.versions.current(), &edit.blob_files_added, dead_refs);
         edit.last_sequence = Some(
             self.visible_seq
                 .load(Ordering::Acquire)
@@ -242,13 +243,26 @@ impl Shared {
 }
 
 /// Groups dropped blob refs by the live file holding their record now,
-/// skipping records already dead.
+/// skipping records already dead. Refs into `added` (blob files the same
+/// edit adds, which an ingest merge can drop records of) are marked as
+/// they are.
 fn dead_ordinals(
     current: &crate::version::Version,
+    added: &[crate::version::BlobMeta],
     dead_refs: &[(u64, u32, u64)],
 ) -> Vec<DeadOrdinals> {
     let mut dead: std::collections::BTreeMap<u64, DeadOrdinals> = Default::default();
     for &(file, ordinal, bytes) in dead_refs {
+        if added.iter().any(|b| b.number == file) {
+            let d = dead.entry(file).or_insert_with(|| DeadOrdinals {
+                file,
+                ..Default::default()
+            });
+            if d.ordinals.insert(ordinal) {
+                d.bytes += bytes;
+            }
+            continue;
+        }
         // An error means GC already dropped the record: nothing to mark.
         let Ok((file, ordinal, _)) = current.resolve_blob(file, ordinal) else {
             continue;

@@ -74,6 +74,9 @@ pub struct State {
     /// Blob files no longer in the current version (retired by GC or
     /// unreferenced), deleted once no reader's version lists them.
     pub obsolete_blobs: Vec<u64>,
+    /// File numbers handed out for other stores to write files this one
+    /// ingests ([`crate::Db::reserve_file_numbers`]), not yet ingested.
+    pub reserved_numbers: Vec<std::ops::Range<u64>>,
 }
 
 /// Everything the handle and the background threads share.

@@ -9,6 +9,7 @@ mod compact;
 mod core;
 mod flush;
 mod gc;
+mod ingest;
 mod open;
 mod snapshot;
 mod stats;
@@ -25,6 +26,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 
 use self::core::{Shared, SuperVersion};
+pub use self::ingest::IngestReport;
 pub use self::snapshot::{ReadOptions, Snapshot};
 use self::stats::Counters;
 pub use self::stats::{BlobFileStats, LevelStats, Stats};

@@ -91,6 +91,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         obsolete_wals: Vec::new(),
         removals_in_flight: 0,
         obsolete_blobs: Vec::new(),
+        reserved_numbers: Vec::new(),
     };
     let sv = SuperVersion {
         mem,
