@@ -60,11 +60,25 @@ fn start_node_at_rate(
     netns: Option<&str>,
     rate: f64,
 ) -> Proc {
+    start_node_with(etcd_url, dir, host, port, netns, rate, "")
+}
+
+/// [`start_node_at_rate`] with `extra` lines at the end of the `[cluster]`
+/// table (further tables may follow).
+fn start_node_with(
+    etcd_url: &str,
+    dir: &Path,
+    host: &str,
+    port: u16,
+    netns: Option<&str>,
+    rate: f64,
+    extra: &str,
+) -> Proc {
     let cfg = dir.with_extension("toml");
     std::fs::write(
         &cfg,
         format!(
-            "appendfsync = \"always\"\nmetrics-bind = \"off\"\n[cluster]\netcd = \"{etcd_url}\"\nnode-ttl-secs = {NODE_TTL}\nmigrate-rate-mb = {rate}\n"
+            "appendfsync = \"always\"\nmetrics-bind = \"off\"\n[cluster]\netcd = \"{etcd_url}\"\nnode-ttl-secs = {NODE_TTL}\nmigrate-rate-mb = {rate}\n{extra}"
         ),
     )
     .unwrap();
@@ -139,6 +153,31 @@ impl Cluster {
     /// Starts one more node; returns its index.
     fn add(&mut self) -> usize {
         self.add_at("127.0.0.1", None)
+    }
+
+    /// Starts one more node with `extra` configuration (see
+    /// [`start_node_with`]); returns its index.
+    fn add_with(&mut self, extra: &str) -> usize {
+        let i = self.nodes.len();
+        let dir = self.root.path().join(format!("node{i}"));
+        let port = free_port();
+        let proc = start_node_with(
+            &self.etcd_url,
+            &dir,
+            "127.0.0.1",
+            port,
+            None,
+            MIGRATE_RATE_MB,
+            extra,
+        );
+        self.nodes.push(Node {
+            proc: Some(proc),
+            port,
+            dir,
+            host: "127.0.0.1".to_string(),
+            netns: None,
+        });
+        i
     }
 
     /// Starts one more node on `host`, in `netns` if given.
@@ -822,6 +861,12 @@ fn scale_out_under_load(d: Disturb) {
     verify(&c, c.nodes[2].port, &log);
     // Every key once: the sources dropped what moved.
     assert_eq!(total_keys(&c), LOAD_KEYS as i64);
+    if matches!(d, Disturb::Nothing | Disturb::KillAdmin) {
+        // The bulk copy came as files the target ingested, not key by key.
+        assert!(cluster_info(&c, 3, "tern_migration_ingested_files") > 0);
+        assert!(cluster_info(&c, 3, "tern_migration_ingested_keys") > 0);
+        assert_eq!(cluster_info(&c, 3, "tern_migration_copied_keys"), 0);
+    }
     let status = c.admin(&["status"]);
     let line = status
         .lines()
@@ -1369,4 +1414,151 @@ fn composite_values_move_with_their_slots() {
     );
     eprintln!("{pulled} values pulled on demand, {copied} copied in the background");
     assert!(copied > 0, "nothing was copied");
+}
+
+/// Runs `cmd` on `conn`, again while it answers `-TRYAGAIN` (a slot in
+/// handoff, or taking in a part of its bulk copy).
+fn retrying<T: redis::FromRedisValue>(conn: &mut redis::Connection, cmd: &redis::Cmd) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match cmd.query(conn) {
+            Ok(v) => return v,
+            Err(e)
+                if e.to_string().to_ascii_uppercase().contains("TRYAGAIN")
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// `keys` and `expires` of INFO keyspace on `conn`.
+fn keyspace_counts(conn: &mut redis::Connection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO").arg("keyspace").query(conn).unwrap();
+    let field = |name: &str| {
+        info.split(|c| c == ',' || c == ':' || c == '\n')
+            .find_map(|kv| kv.trim().strip_prefix(&format!("{name}=")))
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    (field("keys"), field("expires"))
+}
+
+/// The bulk copy arrives as files in many small parts while a client
+/// overwrites, deletes and sets expiries on keys of the moving slots at
+/// the target, whose engine flushes and compacts all the while: every
+/// change made at the target wins over the older copy (a deleted key
+/// never comes back), and the target's key and expiry counts stay exact,
+/// also after a restart.
+#[test]
+fn a_bulk_copy_in_files_never_overwrites_or_revives_what_the_target_changed() {
+    let Some(mut c) = Cluster::start(1) else {
+        return;
+    };
+    c.admin(&["create", "--nodes", "1"]);
+    const KEYS: usize = 4000;
+    let key = |i: usize| format!("bulk:{i}");
+    let value = |i: usize, tag: &str| format!("{tag}-{i}-{}", "x".repeat(700 + i % 300));
+    // The model: key -> (value, has an expiry).
+    let mut model: std::collections::BTreeMap<String, (String, bool)> = Default::default();
+    {
+        let mut src = c.conn(0);
+        let mut pipe = redis::pipe();
+        for i in 0..KEYS {
+            if i % 11 == 0 {
+                pipe.cmd("SET")
+                    .arg(key(i))
+                    .arg(value(i, "v"))
+                    .arg("EX")
+                    .arg(5000)
+                    .ignore();
+            } else {
+                pipe.cmd("SET").arg(key(i)).arg(value(i, "v")).ignore();
+            }
+            model.insert(key(i), (value(i, "v"), i % 11 == 0));
+        }
+        let () = pipe.query(&mut src).unwrap();
+    }
+    // Small parts and an engine that flushes and compacts every few
+    // writes: tombstones of keys deleted here reach the last level while
+    // parts still arrive.
+    let target = c.add_with(
+        "migrate-part-kb = 16\n[engine]\nwrite-buffer-size = 65536\ntarget-file-size = 32768\nmax-bytes-for-level-base = 131072\n",
+    );
+    let to = format!("127.0.0.1:{}", c.nodes[target].port);
+    let mut admin = tern()
+        .args([
+            "cluster",
+            "scale-out",
+            "--slots",
+            "4096",
+            "--to",
+            &to,
+            "--etcd",
+        ])
+        .arg(&c.etcd_url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_status(&c, "pulling;", Duration::from_secs(20));
+    let owners = slot_owners(&c, 0);
+    let mut src = c.conn(0);
+    let moving: Vec<usize> = (0..KEYS)
+        .filter(|&i| owners[usize::from(keyslot(&mut src, &key(i)))] == c.nodes[target].port)
+        .collect();
+    assert!(moving.len() > 500, "{} keys move", moving.len());
+    let mut dst = c.conn(target);
+    // Last keys first: their parts come last, after these changes.
+    for (n, &i) in moving.iter().rev().enumerate() {
+        let k = key(i);
+        if i % 5 == 0 {
+            let _: i64 = retrying(&mut dst, redis::cmd("DEL").arg(&k));
+            model.remove(&k);
+        } else if i % 3 == 0 {
+            let _: () = retrying(&mut dst, redis::cmd("SET").arg(&k).arg(value(i, "new")));
+            model.insert(k, (value(i, "new"), false));
+        } else if i % 7 == 0 {
+            let _: i64 = retrying(&mut dst, redis::cmd("EXPIRE").arg(&k).arg(9000));
+            if let Some(e) = model.get_mut(&k) {
+                e.1 = true;
+            }
+        }
+        if n % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    wait_migrations_done(&c, Duration::from_secs(120));
+    assert!(admin.wait().unwrap().success());
+    assert!(
+        cluster_info(&c, target, "tern_migration_ingested_files") > 10,
+        "the copy came in many parts"
+    );
+    let check = |c: &Cluster| {
+        let mut conns = [c.conn(0), c.conn(target)];
+        for i in 0..KEYS {
+            let k = key(i);
+            let on = usize::from(moving.binary_search(&i).is_ok());
+            let got: Option<String> = redis::cmd("GET").arg(&k).query(&mut conns[on]).unwrap();
+            assert_eq!(got.as_ref(), model.get(&k).map(|e| &e.0), "key {k}");
+            let ttl: i64 = redis::cmd("TTL").arg(&k).query(&mut conns[on]).unwrap();
+            match model.get(&k) {
+                None => assert_eq!(ttl, -2, "key {k}"),
+                Some((_, true)) => assert!(ttl > 0, "key {k} lost its expiry"),
+                Some((_, false)) => assert_eq!(ttl, -1, "key {k} got an expiry"),
+            }
+        }
+        let moved_live: Vec<_> = moving.iter().filter_map(|&i| model.get(&key(i))).collect();
+        let want = (
+            moved_live.len() as u64,
+            moved_live.iter().filter(|e| e.1).count() as u64,
+        );
+        assert_eq!(keyspace_counts(&mut conns[1]), want, "the target's counts");
+        assert_eq!(total_keys(c), model.len() as i64);
+    };
+    check(&c);
+    c.kill(target);
+    c.restart(target);
+    check(&c);
 }

@@ -147,6 +147,12 @@ pub struct ClusterConfig {
     /// fractions allowed).
     #[serde(default = "default_migrate_rate")]
     pub migrate_rate_mb: f64,
+    /// Kilobytes of string values one part of a migration's bulk copy
+    /// carries: the source exports each part as table and blob files, the
+    /// target ingests it while holding writes to its slots (default 8192,
+    /// 16 to 65536).
+    #[serde(default = "default_migrate_part_kb")]
+    pub migrate_part_kb: u64,
 }
 
 impl ClusterConfig {
@@ -158,6 +164,7 @@ impl ClusterConfig {
             announce: None,
             node_ttl_secs: default_node_ttl(),
             migrate_rate_mb: default_migrate_rate(),
+            migrate_part_kb: default_migrate_part_kb(),
         }
     }
 }
@@ -172,6 +179,10 @@ fn default_node_ttl() -> u64 {
 
 fn default_migrate_rate() -> f64 {
     32.0
+}
+
+fn default_migrate_part_kb() -> u64 {
+    8192
 }
 
 /// The `[offload]` table: where the coordinator and the shared tier are.
@@ -286,6 +297,9 @@ impl Config {
             }
             if c.migrate_rate_mb.is_nan() || c.migrate_rate_mb < 0.0 {
                 return bad("[cluster] migrate-rate-mb must be 0 (unbounded) or more");
+            }
+            if !(16..=65536).contains(&c.migrate_part_kb) {
+                return bad("[cluster] migrate-part-kb must be between 16 and 65536");
             }
             if c.name.is_empty() || c.name.contains('/') {
                 return bad("[cluster] name must be non-empty and without '/'");

@@ -104,6 +104,37 @@ pub const KEY_PREFIX_LEN: usize = 5;
 /// entry: tag, generation, expiry).
 pub const KEY_OVERHEAD: usize = KEY_PREFIX_LEN + 8;
 
+/// Prefix of ingest intents (`'m' "ingest" ‖ id`, u64 big-endian →
+/// first slot ‖ last slot, u16 big-endian each): a cluster node's bulk
+/// copy counted keys of files it had not yet ingested
+/// (`crate::cluster::ingest`).
+pub const INGEST_INTENT_PREFIX: &[u8] = b"mingest";
+
+/// The engine key of ingest intent `id`.
+pub fn ingest_intent_key(id: u64) -> Vec<u8> {
+    let mut k = INGEST_INTENT_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The value of an ingest intent for slots `first..=last`.
+pub fn encode_ingest_intent(first: u16, last: u16) -> Vec<u8> {
+    let mut v = first.to_be_bytes().to_vec();
+    v.extend_from_slice(&last.to_be_bytes());
+    v
+}
+
+/// The slots of an ingest intent's value.
+pub fn decode_ingest_intent(v: &[u8]) -> Result<(u16, u16), DecodeError> {
+    match v {
+        [a, b, c, d] => Ok((u16::from_be_bytes([*a, *b]), u16::from_be_bytes([*c, *d]))),
+        _ => Err(DecodeError(format!(
+            "an ingest intent of {} bytes (4 expected)",
+            v.len()
+        ))),
+    }
+}
+
 /// Engine key of the [`ClusterRecord`].
 pub const CLUSTER_KEY: &[u8] = b"mcluster";
 /// Bytes of the slot in a [`Layout::Slotted`] key.

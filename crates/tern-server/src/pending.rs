@@ -133,6 +133,47 @@ impl Pending {
         }
     }
 
+    /// Writes engine key `k` outright (a record no counts depend on).
+    pub fn put_raw(&mut self, k: &[u8], v: &[u8]) {
+        self.batch.put(k, v);
+        if let Some(o) = &mut self.overlay {
+            o.insert(k.to_vec(), Some(v.to_vec()));
+        }
+    }
+
+    /// What the store holds for Redis key `key` once the pending writes
+    /// land (headers only).
+    pub fn key_state(&mut self, store: &Store, key: &[u8]) -> StoreResult<KeyState> {
+        let k = self.layout.key(self.meta.generation, key);
+        self.state(store, key, &k)
+    }
+
+    /// Counts Redis key `key`, with expiry `expire_at`, as stored (`add`)
+    /// or takes such a count back: a key of files ingested behind the
+    /// store (`crate::cluster::ingest`). No marker, and no expiry index
+    /// entry (the caller writes it once the files are in).
+    pub fn count_ingested(&mut self, key: &[u8], expire_at: Option<u64>, add: bool) {
+        let m = &mut self.meta;
+        if add {
+            m.keys += 1;
+            if let Some(t) = expire_at {
+                m.expires += 1;
+                m.expire_sum += u128::from(t);
+            }
+        } else {
+            m.keys = m.keys.saturating_sub(1);
+            if let Some(t) = expire_at {
+                m.expires = m.expires.saturating_sub(1);
+                m.expire_sum = m.expire_sum.saturating_sub(u128::from(t));
+            }
+        }
+        let state = KeyState {
+            exists: add,
+            expire_at: expire_at.filter(|_| add),
+        };
+        self.states.insert(key.to_vec(), state);
+    }
+
     /// Writes the import marker of `key`.
     pub fn mark(&mut self, key: &[u8]) {
         let m = marker_key(key);

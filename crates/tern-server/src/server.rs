@@ -184,6 +184,7 @@ fn node_settings(
         },
         ttl: Duration::from_secs(c.node_ttl_secs.max(1)),
         migrate_rate: (c.migrate_rate_mb * 1048576.0) as u64,
+        migrate_part_bytes: c.migrate_part_kb << 10,
     })
 }
 
@@ -264,6 +265,8 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
             config.dir.display()
         ))
     })?;
+    // Bulk copy parts staged and never ingested: their copy starts over.
+    crate::cluster::ingest::clear_staging(store.db.path());
     let read_threads = match config.read_threads {
         0 => 4 * cores,
         n => n,
@@ -302,6 +305,10 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
     let weak = Arc::downgrade(&state);
     let _ = lookup.set(weak as std::sync::Weak<dyn crate::expiry::MetaLookup>);
     if let Some((node, reg, settings)) = joined {
+        node.ingests.part_bytes.store(
+            settings.migrate_part_bytes,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         rt.spawn(crate::cluster::mover::drive(
             node.clone(),
             reg.clone(),

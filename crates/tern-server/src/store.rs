@@ -200,7 +200,108 @@ impl Store {
         };
         store.generation.store(meta.generation, Ordering::Release);
         *store.meta.lock() = meta;
+        let meta = store.finish_interrupted_ingests(meta)?;
+        *store.meta.lock() = meta;
         Ok(store)
+    }
+
+    /// After a crash in the middle of a cluster bulk copy (an ingest
+    /// intent is left, `crate::cluster::ingest`): recounts the keyspace,
+    /// writes the expiry index entries of the intent's slots again, and
+    /// deletes the intents, in one synced write. Returns the counts.
+    fn finish_interrupted_ingests(&self, meta: Meta) -> StoreResult<Meta> {
+        let mut hi = keyspace::INGEST_INTENT_PREFIX.to_vec();
+        if let Some(last) = hi.last_mut() {
+            *last += 1;
+        }
+        let mut it = self.range_iter(keyspace::INGEST_INTENT_PREFIX, hi, false, None)?;
+        let mut intents = Vec::new();
+        while it.valid() {
+            intents.push((it.key().to_vec(), it.value().to_vec()));
+            it.next();
+        }
+        it.status()?;
+        if intents.is_empty() {
+            return Ok(meta);
+        }
+        tracing::warn!(
+            "tern serve: {} bulk copy ingest(s) were interrupted; recounting the keyspace",
+            intents.len()
+        );
+        let gen = meta.generation;
+        let fresh = self.recount(gen)?;
+        let mut b = WriteBatch::new();
+        let p = self.layout.prefix_len();
+        for (k, v) in &intents {
+            let (first, last) = keyspace::decode_ingest_intent(v)?;
+            let (lo, _) = Layout::slot_bounds(gen, first);
+            let (_, hi) = Layout::slot_bounds(gen, last.max(first));
+            let mut it = self.range_iter(&lo, hi, true, None)?;
+            while it.valid() {
+                if let Some(t) = self
+                    .header(it.key(), it.value(), it.value_is_head())?
+                    .and_then(|h| h.expire_at)
+                {
+                    b.put(&expiry_key(gen, t, &it.key()[p..]), b"");
+                    self.note_expiry(t);
+                }
+                it.next();
+            }
+            it.status()?;
+            b.delete(k);
+        }
+        b.put(META_KEY, &fresh.encode());
+        self.db.write(b, WriteOptions::synced())?;
+        Ok(fresh)
+    }
+
+    /// Writes the live string values of slots `first..=last` to `w` as
+    /// generation `target_gen`'s records (their stored bytes, header
+    /// included), starting at `from` (an engine key past its tag and
+    /// generation: slot ‖ key; empty: the first slot's start), until
+    /// `max_bytes` of keys and values went out. Returns where the next
+    /// part starts (`None`: the slots are exhausted) and how many records
+    /// went out. Hashes, sets, sorted sets and lists are left out: they
+    /// move as dumps ([`Store::slot_page_composites`]). The cluster bulk
+    /// copy's export.
+    pub fn export_strings(
+        &self,
+        slots: (u16, u16),
+        from: &[u8],
+        target_gen: u32,
+        w: &mut tern::ingest::ExportWriter,
+        max_bytes: u64,
+    ) -> StoreResult<(Option<Vec<u8>>, u64)> {
+        let gen = self.generation();
+        let (mut lo, _) = Layout::slot_bounds(gen, slots.0);
+        let (_, hi) = Layout::slot_bounds(gen, slots.1);
+        if !from.is_empty() {
+            lo.truncate(keyspace::KEY_PREFIX_LEN);
+            lo.extend_from_slice(from);
+        }
+        let mut it = self.range_iter(&lo, hi, false, Some(256))?;
+        let now = now_ms();
+        let mut n = 0;
+        let mut key = Vec::new();
+        while it.valid() {
+            if w.bytes_added() >= max_bytes {
+                return Ok((Some(it.key()[keyspace::KEY_PREFIX_LEN..].to_vec()), n));
+            }
+            let v = it.value();
+            let live_string = decode_header(v, false)?
+                .is_some_and(|h| h.kind == keyspace::Kind::String && !h.expired(now));
+            if live_string {
+                key.clear();
+                key.push(NS_KEYS);
+                key.extend_from_slice(&target_gen.to_be_bytes());
+                key.extend_from_slice(&it.key()[keyspace::KEY_PREFIX_LEN..]);
+                w.add(&key, v)?;
+                n += 1;
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok((None, n))
     }
 
     /// Moves format 1 strings (`'s' ‖ key`) to generation 0 of format 2,
@@ -566,6 +667,49 @@ impl Store {
             if let Some(e) = live_entry(it.value().to_vec(), now)? {
                 bytes += e.value.len() + it.key().len();
                 out.push((it.key()[p..].to_vec(), e));
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok((out, None))
+    }
+
+    /// Like [`Store::slot_page`] for hashes, sets, sorted sets and lists
+    /// only (strings move as files, [`Store::export_strings`]): reads
+    /// value heads, and whole values of composites only; examines at most
+    /// `4 * max_keys` keys per page, so a page may come back empty with a
+    /// cursor.
+    pub fn slot_page_composites(
+        &self,
+        slot: u16,
+        from: &[u8],
+        max_keys: usize,
+        max_bytes: usize,
+    ) -> StoreResult<SlotPage> {
+        let gen = self.generation();
+        let (lo, hi) = Layout::slot_bounds(gen, slot);
+        let mut it = self.range_iter(&lo, hi, true, Some(max_keys))?;
+        if !from.is_empty() {
+            it.seek(&self.layout.key(gen, from));
+        }
+        let p = self.layout.prefix_len();
+        let now = now_ms();
+        let (mut out, mut bytes, mut seen) = (Vec::new(), 0, 0);
+        while it.valid() {
+            if out.len() >= max_keys || bytes >= max_bytes || seen >= 4 * max_keys {
+                return Ok((out, Some(it.key()[p..].to_vec())));
+            }
+            seen += 1;
+            let composite = self
+                .header(it.key(), it.value(), it.value_is_head())?
+                .is_some_and(|h| h.kind.is_composite() && !h.expired(now));
+            if composite {
+                if let Some(raw) = self.db.get(it.key())? {
+                    if let Some(e) = live_entry(raw, now)? {
+                        bytes += e.value.len() + it.key().len();
+                        out.push((it.key()[p..].to_vec(), e));
+                    }
+                }
             }
             it.next();
         }

@@ -28,6 +28,19 @@ pub struct Peer {
 
 /// Longest wait for another node's answer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for a `TERN.EXPORT` part (it reads and writes a few MiB).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One part of a bulk copy as `TERN.EXPORT` sent it.
+#[derive(Debug, Default)]
+pub struct Exported {
+    /// Where the next part starts (`None`: the slots are done).
+    pub next: Option<Vec<u8>>,
+    /// Records in the files.
+    pub records: u64,
+    /// The files: name and bytes.
+    pub files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
+}
 
 fn bulk(r: tern_client::Reply) -> Result<Vec<u8>, String> {
     match r {
@@ -63,7 +76,15 @@ impl Peer {
     }
 
     async fn call(&self, cmd: Vec<Vec<u8>>) -> Result<tern_client::Reply, String> {
-        let r = tokio::time::timeout(PEER_TIMEOUT, self.conn.call(cmd))
+        self.call_within(cmd, PEER_TIMEOUT).await
+    }
+
+    async fn call_within(
+        &self,
+        cmd: Vec<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<tern_client::Reply, String> {
+        let r = tokio::time::timeout(timeout, self.conn.call(cmd))
             .await
             .map_err(|_| format!("node {} did not answer in time", self.conn.addr()))?
             .map_err(|e| e.to_string())?;
@@ -121,19 +142,86 @@ impl Peer {
         Ok(out)
     }
 
+    /// One `TERN.EXPORT` part of slots `slots`' string values, from
+    /// `cursor`, as files of generation `gen` numbered from `numbers`.
+    pub async fn export(
+        &self,
+        slots: (u16, u16),
+        cursor: &[u8],
+        gen: u32,
+        numbers: std::ops::Range<u64>,
+        max_bytes: u64,
+    ) -> Result<Exported, String> {
+        let cmd = vec![
+            b"TERN.EXPORT".to_vec(),
+            slots.0.to_string().into_bytes(),
+            slots.1.to_string().into_bytes(),
+            cursor.to_vec(),
+            gen.to_string().into_bytes(),
+            numbers.start.to_string().into_bytes(),
+            (numbers.end - numbers.start).to_string().into_bytes(),
+            max_bytes.to_string().into_bytes(),
+        ];
+        let tern_client::Reply::Array(mut parts) = self.call_within(cmd, EXPORT_TIMEOUT).await?
+        else {
+            return Err("TERN.EXPORT did not answer with an array".into());
+        };
+        let malformed = || "TERN.EXPORT answered with a malformed part".to_string();
+        if parts.len() != 3 {
+            return Err(malformed());
+        }
+        let flat = match parts.pop() {
+            Some(tern_client::Reply::Array(f)) if f.len() % 2 == 0 => f,
+            _ => return Err(malformed()),
+        };
+        let records = int(&parts.pop().ok_or_else(malformed)?)?;
+        let next = match parts.pop() {
+            Some(tern_client::Reply::Nil) | None => None,
+            Some(r) => Some(bulk(r)?),
+        };
+        let mut files = Vec::with_capacity(flat.len() / 2);
+        let mut it = flat.into_iter();
+        while let (Some(name), Some(bytes)) = (it.next(), it.next()) {
+            let name = bulk(name)?;
+            let file = super::ingest::parse_file_name(&name).ok_or_else(|| {
+                format!(
+                    "TERN.EXPORT sent a file named {:?}",
+                    String::from_utf8_lossy(&name)
+                )
+            })?;
+            if !numbers.contains(&file.number) {
+                return Err(format!(
+                    "TERN.EXPORT sent file {} outside the numbers reserved",
+                    file.number
+                ));
+            }
+            files.push((file, bulk(bytes)?));
+        }
+        Ok(Exported {
+            next,
+            records: records.max(0) as u64,
+            files,
+        })
+    }
+
     /// One `TERN.SLOTSCAN` page: records and the cursor of the next page
-    /// (`None`: done).
+    /// (`None`: done). With `composites`, hashes, sets, sorted sets and
+    /// lists only.
     pub async fn page(
         &self,
         slot: u16,
         cursor: &[u8],
+        composites: bool,
     ) -> Result<(Vec<Record>, Option<Vec<u8>>), String> {
-        let cmd = vec![
+        let mut cmd = vec![
             b"TERN.SLOTSCAN".to_vec(),
             slot.to_string().into_bytes(),
             cursor.to_vec(),
             PAGE_KEYS.to_string().into_bytes(),
         ];
+        if composites {
+            cmd.push(b"COMPOSITES".to_vec());
+        }
         let tern_client::Reply::Array(mut parts) = self.call(cmd).await? else {
             return Err("TERN.SLOTSCAN did not answer with an array".into());
         };

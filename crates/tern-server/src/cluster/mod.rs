@@ -19,6 +19,7 @@
 pub mod etcd;
 pub mod fuzz;
 pub mod hot;
+pub mod ingest;
 pub mod migrate;
 pub mod mover;
 pub mod slot;
@@ -50,6 +51,8 @@ pub struct NodeSettings {
     /// Bytes per second a migration's background copy may read from its
     /// source (0: unbounded).
     pub migrate_rate: u64,
+    /// Bytes of string values per bulk copy part.
+    pub migrate_part_bytes: u64,
 }
 
 /// What this node did for migrations (`CLUSTER INFO`).
@@ -85,6 +88,8 @@ pub struct ClusterNode {
     pub hot: hot::HotKeys,
     /// Migration counters (`CLUSTER INFO`).
     pub counters: MigrationCounters,
+    /// Bulk copies as files in flight, and the slots they hold.
+    pub ingests: ingest::Ingests,
     /// Held by [`ClusterNode::install`].
     installing: Mutex<()>,
     /// Views replaced and not yet known to be out of use.
@@ -114,6 +119,7 @@ impl ClusterNode {
             versions: tokio::sync::watch::channel(0).0,
             hot: hot::HotKeys::default(),
             counters: MigrationCounters::default(),
+            ingests: ingest::Ingests::default(),
             installing: Mutex::new(()),
             retired: Mutex::new(Vec::new()),
             fresh_until: std::sync::atomic::AtomicU64::new(0),

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::etcd::{ClusterError, Progress, Registry};
+use super::ingest;
 use super::migrate::import_args;
 use super::topology::{Migration, MigrationState};
 use super::ClusterNode;
@@ -326,20 +327,59 @@ impl Step {
     }
 
     /// Copies every slot of the migration once (again from the start
-    /// after a failure: records already settled here are skipped).
+    /// after a failure: what is here already shadows or skips what comes
+    /// again): string values as files the source exports and this node
+    /// ingests, then hashes, sets, sorted sets and lists page by page.
     async fn copy_once(&self, rate: u64) -> Result<(), String> {
         let started = Instant::now();
         let mut progress = Progress {
             slots: self.m.slot_count(),
             ..Progress::default()
         };
+        let pace = |bytes: u64| {
+            let due = Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+            due.checked_sub(started.elapsed())
+        };
+        for &slots in &self.m.slots {
+            let mut cursor: Vec<u8> = Vec::new();
+            loop {
+                if !self.still(MigrationState::Pulling) {
+                    return Err("the migration moved on".into());
+                }
+                let numbers = self
+                    .state
+                    .store
+                    .db
+                    .reserve_file_numbers(ingest::PART_FILE_NUMBERS);
+                let gen = self.state.store.generation();
+                let part = self
+                    .source()
+                    .await?
+                    .export(slots, &cursor, gen, numbers, self.node.ingests.part_bytes())
+                    .await?;
+                progress.bytes += part.files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+                if !part.files.is_empty() {
+                    let n = self.ingest_part(slots, part.files).await?;
+                    progress.keys += n;
+                }
+                if rate > 0 {
+                    if let Some(wait) = pace(progress.bytes) {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                match part.next {
+                    Some(n) => cursor = n,
+                    None => break,
+                }
+            }
+        }
         for slot in self.m.each_slot() {
             let mut cursor: Vec<u8> = Vec::new();
             loop {
                 if !self.still(MigrationState::Pulling) {
                     return Err("the migration moved on".into());
                 }
-                let (page, next) = self.source().await?.page(slot, &cursor).await?;
+                let (page, next) = self.source().await?.page(slot, &cursor, true).await?;
                 progress.bytes += page
                     .iter()
                     .map(|(k, _, v)| (k.len() + v.len()) as u64)
@@ -356,8 +396,7 @@ impl Step {
                 // Bounded rate: foreground requests keep the disk and the
                 // committer.
                 if rate > 0 {
-                    let due = Duration::from_secs_f64(progress.bytes as f64 / rate as f64);
-                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    if let Some(wait) = pace(progress.bytes) {
                         tokio::time::sleep(wait).await;
                     }
                 }
@@ -372,6 +411,99 @@ impl Step {
             }
         }
         Ok(())
+    }
+
+    /// Ingests one exported part of slots `slots` (see
+    /// [`super::ingest`]): stages and checks the files, then, with the
+    /// slots held, counts and ingests them. Returns the keys it added.
+    async fn ingest_part(
+        &self,
+        slots: (u16, u16),
+        files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
+    ) -> Result<u64, String> {
+        let id = self.node.ingests.register(ingest::Part {
+            slots,
+            ..ingest::Part::default()
+        });
+        let staging = ingest::staging_dir(self.state.store.db.path(), id);
+        let res = self.ingest_staged(id, slots, files, &staging).await;
+        if res.is_err() {
+            self.node.ingests.forget(id);
+        }
+        let st = self.state.clone();
+        let dir = staging.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let fs = st.store.db.file_system();
+            if let Ok(names) = fs.list_dir(&dir) {
+                for n in names {
+                    let _ = fs.remove_file(&dir.join(n));
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        })
+        .await;
+        res
+    }
+
+    async fn ingest_staged(
+        &self,
+        id: u64,
+        slots: (u16, u16),
+        files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
+        staging: &std::path::Path,
+    ) -> Result<u64, String> {
+        let list: Vec<_> = files.iter().map(|(f, _)| *f).collect();
+        let bytes: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
+        let st = self.state.clone();
+        let dir = staging.to_path_buf();
+        let staged_list = list.clone();
+        let staged = tokio::task::spawn_blocking(move || {
+            ingest::stage_and_check(&st.store, &dir, files, &staged_list, slots)
+        })
+        .await
+        .map_err(|e| format!("staging a bulk copy part: {e}"))??;
+        let checked = staged.checked;
+        self.node.ingests.with_part(id, |p| {
+            p.records = staged.records;
+            p.rewrite = staged.rewrite;
+        });
+        let begin = vec![b"TERN.INGESTBEGIN".to_vec(), id.to_string().into_bytes()];
+        let counted = match write(&self.state, &self.exec, begin).await {
+            Ok(r) => count_of(&r).max(0) as u64,
+            Err(e) => {
+                let release = vec![
+                    b"TERN.INGESTEND".to_vec(),
+                    id.to_string().into_bytes(),
+                    b"release".to_vec(),
+                ];
+                let _ = write(&self.state, &self.exec, release).await;
+                return Err(format!("starting an ingest: {e}"));
+            }
+        };
+        let st = self.state.clone();
+        let dir = staging.to_path_buf();
+        let done =
+            tokio::task::spawn_blocking(move || st.store.db.ingest_checked(&dir, &list, checked))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+        let how: &[u8] = if done.is_ok() { b"ok" } else { b"abort" };
+        let end = vec![
+            b"TERN.INGESTEND".to_vec(),
+            id.to_string().into_bytes(),
+            how.to_vec(),
+        ];
+        // A failed end leaves the intent; the next open settles it.
+        let ended = write(&self.state, &self.exec, end).await;
+        let report = done.map_err(|e| format!("ingesting a bulk copy part: {e}"))?;
+        ended.map_err(|e| format!("finishing an ingest: {e}"))?;
+        let counters = &self.node.ingests;
+        use std::sync::atomic::Ordering::Relaxed;
+        counters
+            .files
+            .fetch_add((report.tables + report.blob_files) as u64, Relaxed);
+        counters.bytes.fetch_add(bytes, Relaxed);
+        Ok(counted)
     }
 
     async fn drop_source(&self, rate: u64) {

@@ -161,6 +161,10 @@ fn info(node: &ClusterNode, view: &View) -> String {
         get(&c.hot_records_received),
     );
     kv("tern_migration_hot_records_sent", get(&c.hot_records_sent));
+    let i = &node.ingests;
+    kv("tern_migration_ingested_files", get(&i.files));
+    kv("tern_migration_ingested_bytes", get(&i.bytes));
+    kv("tern_migration_ingested_keys", get(&i.keys));
     out
 }
 

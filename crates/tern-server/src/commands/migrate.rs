@@ -60,7 +60,7 @@ pub fn fetch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     Reply::Array(out)
 }
 
-/// TERN.SLOTSCAN slot cursor count
+/// TERN.SLOTSCAN slot cursor count [COMPOSITES]
 pub fn slotscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     tri!(cluster_only(ctx));
     let slot = match int_arg(&args[1]) {
@@ -71,10 +71,18 @@ pub fn slotscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         Ok(c) if c > 0 => (c as usize).min(4096),
         _ => return Reply::err("count must be positive"),
     };
-    let (page, next) = tri!(ctx
-        .store()
-        .slot_page(slot, &args[2], count, PAGE_BYTES)
-        .map_err(store_error));
+    let composites = match args.get(4) {
+        None => false,
+        Some(a) if a.eq_ignore_ascii_case(b"composites") => true,
+        Some(_) => return Reply::err("syntax error"),
+    };
+    let page = if composites {
+        ctx.store()
+            .slot_page_composites(slot, &args[2], count, PAGE_BYTES)
+    } else {
+        ctx.store().slot_page(slot, &args[2], count, PAGE_BYTES)
+    };
+    let (page, next) = tri!(page.map_err(store_error));
     let mut flat = Vec::with_capacity(page.len() * 3);
     for (k, e) in page {
         let exp = expiry_arg(e.expire_at);
@@ -152,6 +160,16 @@ pub fn import(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             .is_some_and(|s| s.contains(key_slot(key)))
         {
             return Reply::err(format!("slot {} is not being imported here", key_slot(key)));
+        }
+        // Its slot takes in files from the previous owner: the counts of
+        // that ingest must not change under it.
+        if ctx
+            .state
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.ingests.holds(key_slot(key)))
+        {
+            return crate::cluster::ingest::held_reply();
         }
         let expire_at = match tri!(int_arg(exp)) {
             -1 => None,

@@ -10,6 +10,7 @@ pub mod config;
 pub mod dump;
 pub mod hashes;
 pub mod info;
+pub mod ingest;
 pub mod keys;
 pub mod lcs;
 pub mod lists;
@@ -387,6 +388,16 @@ fn run(
         ));
         session.multi_failed |= session.multi.is_some();
         return (reply, false);
+    }
+    if let (Access::Write(_), Some(node), None) = (&access, &state.cluster, &session.multi) {
+        // A write to a slot whose bulk copy is being ingested waits (the
+        // client retries): the ingest's counts must not change under it.
+        if node
+            .ingests
+            .holds_any(key_positions(spec, args).map(|i| args[i].as_slice()))
+        {
+            return (crate::cluster::ingest::held_reply(), false);
+        }
     }
     if let Some(queue) = &mut session.multi {
         if !multi::runs_in_multi(spec.name) {

@@ -188,6 +188,9 @@ fn cluster_refusal(ctx: &Ctx<'_>, queue: &[Vec<Vec<u8>>]) -> Option<Reply> {
             .map(|i| &super::COMMANDS[i])?;
         keys.extend(super::key_positions(spec, args).map(|i| args[i].as_slice()));
     }
+    if node.ingests.holds_any(keys.iter().copied()) {
+        return Some(crate::cluster::ingest::held_reply());
+    }
     let view = node.view();
     match view.route(keys) {
         crate::cluster::view::Route::Here => None,

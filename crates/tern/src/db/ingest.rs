@@ -12,7 +12,7 @@ use crate::compaction::{CompactionJob, JobContext, KeyRange, Retention};
 use crate::error::{Error, IoContext, Result};
 use crate::format::internal_key::user_key;
 use crate::format::version_edit::VersionEdit;
-use crate::ingest::{check_files, ExportOptions, ExportedFile, ExportedKind};
+use crate::ingest::{check_files, CheckedFiles, ExportOptions, ExportedFile, ExportedKind};
 use crate::options::NUM_LEVELS;
 use crate::wal::table_file_name;
 
@@ -81,7 +81,39 @@ impl Db {
         range: &KeyRange,
     ) -> Result<IngestReport> {
         self.shared.check_open()?;
-        self.shared.ingest_behind(staging, files, range)
+        let checked = check_files(&self.shared.fs, staging, files, range)?;
+        self.shared.ingest_behind(staging, files, checked)
+    }
+
+    /// Runs [`check_files`] on `files` in `staging` with this store's file
+    /// system: what [`Db::ingest_checked`] takes.
+    pub fn check_ingest(
+        &self,
+        staging: &Path,
+        files: &[ExportedFile],
+        range: &KeyRange,
+    ) -> Result<CheckedFiles> {
+        check_files(&self.shared.fs, staging, files, range)
+    }
+
+    /// The file system the store lives on (where files to ingest must be
+    /// staged, so they can be renamed into the store).
+    pub fn file_system(&self) -> &crate::io::FsRef {
+        &self.shared.fs
+    }
+
+    /// [`Db::ingest_behind`] of files [`check_files`] passed already (the
+    /// check reads every byte; a caller may run it before it holds up
+    /// anything else). `checked` must be what the check returned for these
+    /// files, unchanged since.
+    pub fn ingest_checked(
+        &self,
+        staging: &Path,
+        files: &[ExportedFile],
+        checked: CheckedFiles,
+    ) -> Result<IngestReport> {
+        self.shared.check_open()?;
+        self.shared.ingest_behind(staging, files, checked)
     }
 }
 
@@ -90,7 +122,7 @@ impl Shared {
         &self,
         staging: &Path,
         files: &[ExportedFile],
-        range: &KeyRange,
+        checked: CheckedFiles,
     ) -> Result<IngestReport> {
         if !files.iter().any(|f| f.kind == ExportedKind::Table) {
             return Err(Error::InvalidArgument("nothing to ingest: no table".into()));
@@ -113,7 +145,6 @@ impl Shared {
                 }
             }
         }
-        let checked = check_files(&self.fs, staging, files, range)?;
         let mut moved = Vec::new();
         let res = (|| {
             for f in files {

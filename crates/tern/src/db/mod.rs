@@ -195,6 +195,31 @@ impl Db {
         Ok(found.flatten())
     }
 
+    /// Whether the newest version of `key` is a tombstone the store still
+    /// holds (a key deleted and not yet compacted away), as opposed to a
+    /// value or nothing at all. For callers about to ingest files behind
+    /// the store ([`Db::ingest_behind`]), whose entries such a tombstone
+    /// would hide.
+    pub fn holds_tombstone(&self, key: &[u8]) -> Result<bool> {
+        self.shared.check_open()?;
+        self.check_key(key)?;
+        let (sv, seq) = self.read_view(None);
+        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            if let Some((_, kind, _)) = mem.get(key, seq) {
+                return Ok(kind == ValueKind::Delete);
+            }
+        }
+        let lookup = seek_key(key, seq);
+        for f in sv.version.files_for_key(key, &lookup) {
+            let table = self.shared.tables.get(f.number)?;
+            if let Some((ikey, _)) = table.get(&lookup)? {
+                let parsed = internal_key::parse(&ikey).map_err(|e| e.in_file(table.path(), 0))?;
+                return Ok(parsed.kind == ValueKind::Delete);
+            }
+        }
+        Ok(false)
+    }
+
     /// `Ok(None)`: only in [`GetMode::Cached`], the lookup would wait.
     fn get_inner(
         &self,

@@ -6,5 +6,5 @@
 mod check;
 mod export;
 
-pub use check::{check_files, CheckedFiles};
+pub use check::{check_files, for_each_entry, CheckedFiles};
 pub use export::{ExportOptions, ExportWriter, ExportedFile, ExportedKind};

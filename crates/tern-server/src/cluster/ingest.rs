@@ -1,0 +1,301 @@
+//! The bulk copy of a slot migration as whole files: the source exports a
+//! part of the slots' string values as table and blob files
+//! (`TERN.EXPORT`, written under file numbers the target reserved), and
+//! the target ingests them behind its own data (`tern::Db::ingest_behind`):
+//! no WAL, memtable, flush or compaction on the way in.
+//!
+//! Ingested entries sit below every version the target wrote, so a key a
+//! client wrote here wins by itself. What the engine cannot know is kept
+//! exact here, in three steps:
+//!
+//! 1. `TERN.INGESTBEGIN` (on the committer) *holds* the part's slots:
+//!    until step 3, writes to them answer `-TRYAGAIN` (clients retry), so
+//!    nothing changes under the accounting. It counts each key of the part
+//!    that has no import marker (nothing of it was ever written here) as
+//!    stored; for each key with a marker that is absent here (deleted
+//!    here), it writes a tombstone again, since compaction may have
+//!    dropped the old one; and it writes an *intent* record. All in one
+//!    commit.
+//! 2. The target ingests the files.
+//! 3. `TERN.INGESTEND` writes the expiry index entries of the counted keys
+//!    and deletes the intent (or, if step 2 failed, takes the counts back),
+//!    and releases the slots.
+//!
+//! A crash between 1 and 3 leaves the intent: the next open recounts the
+//! keyspace and rebuilds the expiry index of the intent's slots
+//! ([`crate::store::Store::open`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+use tern::ingest::{ExportedFile, ExportedKind};
+
+use crate::keyspace::Layout;
+
+/// Bytes of string values one exported part carries (one `TERN.EXPORT`
+/// reply) by default (`migrate-part-kb`).
+pub const PART_BYTES: u64 = 8 << 20;
+/// File numbers a target reserves for one part (a table and a blob file
+/// usually; more when the source's files are small).
+pub const PART_FILE_NUMBERS: u64 = 64;
+/// Where a target stages received files, under the engine's directory.
+pub const STAGING_DIR: &str = "ingest-staging";
+
+/// A part received and checked, waiting for `TERN.INGESTBEGIN`.
+#[derive(Debug, Clone, Default)]
+pub struct Part {
+    /// The slots it holds keys of (inclusive).
+    pub slots: (u16, u16),
+    /// Its Redis keys and their expiries, from the checked files.
+    pub records: Vec<(Vec<u8>, Option<u64>)>,
+    /// Keys of the part of which the engine holds a version (a tombstone
+    /// or a value: hidden under it, the ingested version would not be
+    /// seen), with their stored values from the files; those without an
+    /// import marker are written again on top.
+    pub rewrite: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The keys `TERN.INGESTBEGIN` counted (nothing of them here before).
+    pub counted: Vec<(Vec<u8>, Option<u64>)>,
+}
+
+/// This node's ingests: parts in flight, the slots they hold, counters.
+#[derive(Debug, Default)]
+pub struct Ingests {
+    next_id: AtomicU64,
+    parts: Mutex<HashMap<u64, Part>>,
+    held: Mutex<Vec<(u16, u16)>>,
+    /// Files ingested.
+    pub files: AtomicU64,
+    /// Bytes of those files.
+    pub bytes: AtomicU64,
+    /// Keys they brought that were not here yet.
+    pub keys: AtomicU64,
+    /// Bytes of string values per part (`migrate-part-kb`; 0: [`PART_BYTES`]).
+    pub part_bytes: AtomicU64,
+}
+
+impl Ingests {
+    /// Bytes of string values a part carries.
+    pub fn part_bytes(&self) -> u64 {
+        match self.part_bytes.load(Relaxed) {
+            0 => PART_BYTES,
+            n => n,
+        }
+    }
+
+    /// Registers a checked part; returns its id.
+    pub fn register(&self, part: Part) -> u64 {
+        let id = self.next_id.fetch_add(1, Relaxed) + 1;
+        self.parts.lock().insert(id, part);
+        id
+    }
+
+    /// Runs `f` on part `id`, if registered.
+    pub fn with_part<T>(&self, id: u64, f: impl FnOnce(&mut Part) -> T) -> Option<T> {
+        self.parts.lock().get_mut(&id).map(f)
+    }
+
+    /// Forgets part `id`.
+    pub fn forget(&self, id: u64) -> Option<Part> {
+        self.parts.lock().remove(&id)
+    }
+
+    /// Holds slots `range` (writes to them answer `-TRYAGAIN`).
+    pub fn hold(&self, range: (u16, u16)) {
+        self.held.lock().push(range);
+    }
+
+    /// Releases one hold of `range`.
+    pub fn release(&self, range: (u16, u16)) {
+        let mut held = self.held.lock();
+        if let Some(i) = held.iter().position(|&r| r == range) {
+            held.swap_remove(i);
+        }
+    }
+
+    /// Whether a write to `slot` must wait for an ingest.
+    pub fn holds(&self, slot: u16) -> bool {
+        self.held
+            .lock()
+            .iter()
+            .any(|&(a, b)| (a..=b).contains(&slot))
+    }
+
+    /// Whether any of `keys` is in a held slot.
+    pub fn holds_any<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> bool {
+        let held = self.held.lock();
+        if held.is_empty() {
+            return false;
+        }
+        keys.into_iter().any(|k| {
+            let s = crate::cluster::slot::key_slot(k);
+            held.iter().any(|&(a, b)| (a..=b).contains(&s))
+        })
+    }
+}
+
+/// The reply a write to a held slot gets.
+pub fn held_reply() -> crate::resp::Reply {
+    crate::resp::Reply::Error(
+        "TRYAGAIN the key's slot is taking in a bulk copy from its previous owner; retry".into(),
+    )
+}
+
+/// The exported file named `name` (`NNNNNN.sst` or `NNNNNN.blob`, as
+/// `TERN.EXPORT` sends them), or `None` for any other name.
+pub fn parse_file_name(name: &[u8]) -> Option<ExportedFile> {
+    let name = std::str::from_utf8(name).ok()?;
+    let (digits, kind) = if let Some(d) = name.strip_suffix(".sst") {
+        (d, ExportedKind::Table)
+    } else {
+        (name.strip_suffix(".blob")?, ExportedKind::Blob)
+    };
+    if digits.is_empty() || digits.len() > 20 || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let number = digits.parse().ok()?;
+    let f = ExportedFile { kind, number };
+    // Only the canonical spelling: the name is joined to a directory.
+    (f.file_name() == name).then_some(f)
+}
+
+/// Writes a received part's files to `dir` (synced), checks them whole
+/// against slots `slots` of the store's generation, and reads the Redis
+/// keys and expiries they hold. Blocking.
+pub fn stage_and_check(
+    store: &crate::store::Store,
+    dir: &Path,
+    files: Vec<(ExportedFile, Vec<u8>)>,
+    list: &[ExportedFile],
+    slots: (u16, u16),
+) -> Result<Staged, String> {
+    let db = &store.db;
+    let fs = db.file_system();
+    let io = |what: &str, e: std::io::Error| format!("staging {what}: {e}");
+    fs.create_dir_all(dir)
+        .map_err(|e| io(&dir.display().to_string(), e))?;
+    for (f, bytes) in files {
+        let path = dir.join(f.file_name());
+        let mut w = fs.create(&path).map_err(|e| io(&f.file_name(), e))?;
+        w.append(&bytes).map_err(|e| io(&f.file_name(), e))?;
+        w.sync().map_err(|e| io(&f.file_name(), e))?;
+    }
+    fs.sync_dir(dir).map_err(|e| io("the directory", e))?;
+    let gen = store.generation();
+    let range = tern::compaction::KeyRange {
+        start: Some(Layout::slot_bounds(gen, slots.0).0),
+        end: Some(Layout::slot_bounds(gen, slots.1).1),
+    };
+    let checked = db
+        .check_ingest(dir, list, &range)
+        .map_err(|e| format!("a bulk copy file failed its check: {e}"))?;
+    let prefix = Layout::Slotted.prefix_len();
+    let mut records = Vec::new();
+    let mut rewrite = Vec::new();
+    for f in list.iter().filter(|f| f.kind == ExportedKind::Table) {
+        tern::ingest::for_each_entry(fs, dir, f, |k, v| {
+            let bad = |why: &str| tern::Error::corruption(dir.join(f.file_name()), 0, why);
+            let (Some(slot), Some(key)) = (k.get(prefix - 2..prefix), k.get(prefix..)) else {
+                return Err(bad("a key too short for the slotted layout"));
+            };
+            if crate::cluster::slot::key_slot(key).to_be_bytes() != slot {
+                return Err(bad("a key filed under another slot"));
+            }
+            let h = crate::keyspace::decode_header(v, false)
+                .map_err(|e| bad(&e.0))?
+                .ok_or_else(|| bad("a value too short for its header"))?;
+            if h.kind != crate::keyspace::Kind::String {
+                return Err(bad("a bulk copy file holds a value that is not a string"));
+            }
+            // Anything the engine holds of the key hides the file's
+            // version. Without an import marker that is something of an
+            // earlier time here (a tombstone of the cleanup, a leftover);
+            // such a version is never added later (writes leave markers),
+            // only compacted away, so this list holds every key the check
+            // at TERN.INGESTBEGIN needs.
+            if db.holds_tombstone(k)? || db.get_head(k)?.is_some() {
+                rewrite.push((key.to_vec(), v.to_vec()));
+            }
+            records.push((key.to_vec(), h.expire_at));
+            Ok(())
+        })
+        .map_err(|e| format!("reading a bulk copy file: {e}"))?;
+    }
+    Ok(Staged {
+        checked,
+        records,
+        rewrite,
+    })
+}
+
+/// A part staged and checked ([`stage_and_check`]).
+#[derive(Debug)]
+pub struct Staged {
+    /// What the engine's check found.
+    pub checked: tern::ingest::CheckedFiles,
+    /// Redis keys and expiries ([`Part::records`]).
+    pub records: Vec<(Vec<u8>, Option<u64>)>,
+    /// Keys a tombstone hides ([`Part::rewrite`]).
+    pub rewrite: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The staging directory of part `id` under the engine directory `dir`.
+pub fn staging_dir(dir: &Path, id: u64) -> PathBuf {
+    dir.join(STAGING_DIR).join(id.to_string())
+}
+
+/// Removes what earlier runs left staged (parts never ingested).
+pub fn clear_staging(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir.join(STAGING_DIR));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_canonical_file_names_parse() {
+        assert_eq!(
+            parse_file_name(b"000042.sst"),
+            Some(ExportedFile {
+                kind: ExportedKind::Table,
+                number: 42
+            })
+        );
+        assert_eq!(
+            parse_file_name(b"000007.blob").map(|f| f.kind),
+            Some(ExportedKind::Blob)
+        );
+        for bad in [
+            &b"../000042.sst"[..],
+            b"42.sst",
+            b"000042.SST",
+            b".sst",
+            b"000042.wal",
+            b"00000x.blob",
+            b"/etc/passwd",
+            b"\xff.sst",
+        ] {
+            assert_eq!(
+                parse_file_name(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn holds_cover_their_slots_until_released() {
+        let i = Ingests::default();
+        assert!(!i.holds(5));
+        i.hold((3, 9));
+        i.hold((3, 9));
+        assert!(i.holds(3) && i.holds(9) && !i.holds(10));
+        i.release((3, 9));
+        assert!(i.holds(5), "a second hold of the same range remains");
+        i.release((3, 9));
+        assert!(!i.holds(5));
+    }
+}

@@ -1,0 +1,217 @@
+//! The commands of the file-based bulk copy (`crate::cluster::ingest`):
+//!
+//! - `TERN.EXPORT first last cursor generation number count max_bytes` (on
+//!   the source, read pool): one part of slots `first..=last`'s string
+//!   values, from `cursor` (empty: the start), as table and blob files of
+//!   the target's `generation` under file numbers `number..number+count`
+//!   the target reserved. Replies `[next cursor or nil, records,
+//!   [name, bytes, ...]]`.
+//! - `TERN.INGESTBEGIN id` (on the target, committer): holds the part's
+//!   slots, counts its new keys, writes tombstones of keys deleted here
+//!   again, and writes the intent.
+//! - `TERN.INGESTEND id ok|abort|release` (on the target, committer):
+//!   after the ingest (`ok`: index entries written; `abort`: the counts
+//!   taken back; `release`: `TERN.INGESTBEGIN` failed and wrote nothing),
+//!   deletes the intent and releases the slots.
+//!
+//! None of these is routed: they name slots this node may not own.
+
+use std::path::Path;
+
+use super::strings::tri;
+use super::{int_arg, store_error, Ctx};
+use crate::keyspace::{encode_ingest_intent, expiry_key, ingest_intent_key};
+use crate::resp::Reply;
+
+fn node(ctx: &Ctx<'_>) -> Result<std::sync::Arc<crate::cluster::ClusterNode>, Reply> {
+    ctx.state
+        .cluster
+        .clone()
+        .ok_or_else(|| Reply::err("This instance has cluster support disabled"))
+}
+
+fn slot_arg(a: &[u8]) -> Result<u16, Reply> {
+    match int_arg(a) {
+        Ok(s) if (0..16384).contains(&s) => Ok(s as u16),
+        _ => Err(Reply::err("Invalid slot")),
+    }
+}
+
+fn u64_arg(a: &[u8], what: &str) -> Result<u64, Reply> {
+    match int_arg(a) {
+        Ok(n) if n >= 0 => Ok(n as u64),
+        _ => Err(Reply::err(format!("{what} must be 0 or more"))),
+    }
+}
+
+/// TERN.EXPORT first last cursor generation number count max_bytes
+pub fn export(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(node(ctx));
+    let first = tri!(slot_arg(&args[1]));
+    let last = tri!(slot_arg(&args[2]));
+    if first > last {
+        return Reply::err("Invalid slot range");
+    }
+    let gen = match int_arg(&args[4]) {
+        Ok(g) if (0..=i64::from(u32::MAX)).contains(&g) => g as u32,
+        _ => return Reply::err("bad generation"),
+    };
+    let number = tri!(u64_arg(&args[5], "number"));
+    let count = tri!(u64_arg(&args[6], "count")).min(4096);
+    let max_bytes = tri!(u64_arg(&args[7], "max_bytes")).clamp(1, 64 << 20);
+    let Some(end) = number.checked_add(count) else {
+        return Reply::err("file numbers out of range");
+    };
+    // Built in memory: the files only pass through on their way out.
+    let fs: tern::io::FsRef = tern::io::MemFs::new();
+    let dir = Path::new("/export");
+    if let Err(e) = fs.create_dir_all(dir) {
+        return Reply::err(format!("export: {e}"));
+    }
+    let store = ctx.store();
+    let mut w =
+        tern::ingest::ExportWriter::new(fs.clone(), dir, number..end, store.db.export_options());
+    let (next, records) = tri!(store
+        .export_strings((first, last), &args[3], gen, &mut w, max_bytes)
+        .map_err(store_error));
+    let files = tri!(w.finish().map_err(|e| store_error(e.into())));
+    let mut flat = Vec::with_capacity(files.len() * 2);
+    for f in files {
+        let name = f.file_name();
+        match fs.read_all(&dir.join(&name)) {
+            Ok(bytes) => {
+                flat.push(Reply::Bulk(name.into_bytes()));
+                flat.push(Reply::Bulk(bytes));
+            }
+            Err(e) => return Reply::err(format!("export: reading {name}: {e}")),
+        }
+    }
+    Reply::Array(vec![
+        next.map_or(Reply::Nil, Reply::Bulk),
+        Reply::Int(records as i64),
+        Reply::Array(flat),
+    ])
+}
+
+/// TERN.INGESTBEGIN id
+pub fn begin(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let node = tri!(node(ctx));
+    let id = tri!(u64_arg(&args[1], "id"));
+    let Some((slots, records, rewrite)) = node.ingests.with_part(id, |p| {
+        (
+            p.slots,
+            std::mem::take(&mut p.records),
+            std::mem::take(&mut p.rewrite),
+        )
+    }) else {
+        return Reply::err(format!("no ingest {id} is waiting here"));
+    };
+    // The committer runs this: from here to TERN.INGESTEND, no write to
+    // these slots runs (they answer TRYAGAIN), so the counts stay exact.
+    node.ingests.hold(slots);
+    let store = &ctx.state.store;
+    let gen = store.generation();
+    let layout = store.layout();
+    // Decided whole before anything is written: a failed read writes
+    // nothing.
+    let mut counted = Vec::new();
+    let mut deleted_here = Vec::new();
+    let mut rewritten = Vec::new();
+    {
+        let pending = tri!(ctx.pending());
+        let hidden: std::collections::HashMap<Vec<u8>, Vec<u8>> = rewrite.into_iter().collect();
+        for (key, exp) in records {
+            let marked = tri!(pending.marked(store, &key).map_err(store_error));
+            let here = tri!(pending.key_state(store, &key).map_err(store_error)).exists;
+            match (marked, here) {
+                // Written here since the slot moved: shadows the file.
+                (true, true) => {}
+                // Deleted here: the tombstone compaction may have dropped
+                // is written again, so the file's version stays hidden.
+                (true, false) => deleted_here.push(key),
+                // Never touched since the slot moved, but something of an
+                // earlier time here (a tombstone of the cleanup, or a
+                // leftover) would hide the file's version: written on top.
+                (false, true) => {
+                    if let Some(raw) = hidden.get(&key) {
+                        rewritten.push((key, raw.clone()));
+                    }
+                }
+                (false, false) => match hidden.get(&key) {
+                    Some(raw) => rewritten.push((key, raw.clone())),
+                    None => counted.push((key, exp)),
+                },
+            }
+        }
+        let mut decoded = Vec::with_capacity(rewritten.len());
+        for (key, raw) in rewritten {
+            let e = tri!(crate::keyspace::decode_value(raw).map_err(|e| store_error(e.into())));
+            decoded.push((key, e));
+        }
+        for key in &deleted_here {
+            pending.delete_raw(&layout.key(gen, key));
+        }
+        for (key, e) in &decoded {
+            tri!(pending
+                .put(store, key, e.kind, &e.value, e.expire_at)
+                .map_err(store_error));
+        }
+        for (key, exp) in &counted {
+            pending.count_ingested(key, *exp, true);
+        }
+        pending.put_raw(
+            &ingest_intent_key(id),
+            &encode_ingest_intent(slots.0, slots.1),
+        );
+    }
+    let n = counted.len();
+    node.ingests.with_part(id, |p| p.counted = counted);
+    Reply::Int(n as i64)
+}
+
+/// TERN.INGESTEND id ok|abort|release
+pub fn end(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let node = tri!(node(ctx));
+    let id = tri!(u64_arg(&args[1], "id"));
+    let how = args[2].to_ascii_lowercase();
+    if !matches!(how.as_slice(), b"ok" | b"abort" | b"release") {
+        return Reply::err("TERN.INGESTEND takes ok, abort or release");
+    }
+    let Some(part) = node.ingests.forget(id) else {
+        return Reply::err(format!("no ingest {id} is waiting here"));
+    };
+    let store = &ctx.state.store;
+    let gen = store.generation();
+    let released = (|| {
+        let pending = ctx.pending()?;
+        match how.as_slice() {
+            b"ok" => {
+                for (key, exp) in &part.counted {
+                    if let Some(t) = exp {
+                        store.note_expiry(*t);
+                        pending.put_raw(&expiry_key(gen, *t, key), b"");
+                    }
+                }
+                node.ingests.keys.fetch_add(
+                    part.counted.len() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+            b"abort" => {
+                for (key, exp) in &part.counted {
+                    pending.count_ingested(key, *exp, false);
+                }
+            }
+            _ => {}
+        }
+        if how != b"release" {
+            pending.delete_raw(&ingest_intent_key(id));
+        }
+        Ok(Reply::Simple("OK".into()))
+    })();
+    node.ingests.release(part.slots);
+    match released {
+        Ok(r) => r,
+        Err(e) => e,
+    }
+}
