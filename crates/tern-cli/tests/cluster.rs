@@ -1438,7 +1438,7 @@ fn retrying<T: redis::FromRedisValue>(conn: &mut redis::Connection, cmd: &redis:
 fn keyspace_counts(conn: &mut redis::Connection) -> (u64, u64) {
     let info: String = redis::cmd("INFO").arg("keyspace").query(conn).unwrap();
     let field = |name: &str| {
-        info.split(|c| c == ',' || c == ':' || c == '\n')
+        info.split([',', ':', '\n'])
             .find_map(|kv| kv.trim().strip_prefix(&format!("{name}=")))
             .map_or(0, |v| v.parse().unwrap())
     };

@@ -1,5 +1,6 @@
 //! Replays the cluster decoders' fuzz corpus (`fuzz/corpus/cluster`:
-//! topology documents, cluster records, value dumps)
+//! topology documents, cluster records, value dumps, bulk copy file names
+//! and ingest intents)
 //! through the fuzz harness, and checks that the seeds decode as they
 //! should, so `cargo test` catches regressions without the fuzzer.
 #![allow(clippy::unwrap_used)]
@@ -28,6 +29,14 @@ fn cluster_fuzz_corpus_replays_without_panics() {
     assert!(Topology::decode(&seed("topology-overlap")[1..]).is_err());
     assert!(ClusterRecord::decode(&seed("record")[1..]).is_ok());
     assert!(ClusterRecord::decode(&seed("record-bad-id")[1..]).is_err());
+    assert_eq!(
+        tern_server::cluster::ingest::parse_file_name(&seed("file-name")[1..]).map(|f| f.number),
+        Some(42)
+    );
+    assert_eq!(
+        tern_server::keyspace::decode_ingest_intent(&seed("ingest-intent")[1..]).unwrap(),
+        (5, 9)
+    );
     for name in ["dump-hash", "dump-list", "dump-zset", "dump-string"] {
         let d = Dump::decode(&seed(name)[1..]).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         assert_eq!(Dump::decode(&d.encode()).unwrap(), d);

@@ -244,3 +244,29 @@ fn snapshots_and_later_writes_read_ingested_keys_right() {
     assert_eq!(db.get(&k(4)).unwrap(), None);
     assert_eq!(db.get(&k(7)).unwrap(), Some(exported_value(7)));
 }
+
+#[test]
+fn holds_tombstone_tells_a_deleted_key_from_a_value_and_from_nothing() {
+    let fs = MemFs::new();
+    let db = open(&fs);
+    db.put(b"gone", b"1").unwrap();
+    db.delete(b"gone").unwrap();
+    db.put(b"here", b"1").unwrap();
+    db.put(b"under", b"1").unwrap();
+    for (when, flush) in [("in the memtable", false), ("in a table", true)] {
+        if flush {
+            db.flush().unwrap();
+        }
+        assert!(db.holds_tombstone(b"gone").unwrap(), "{when}");
+        assert!(!db.holds_tombstone(b"here").unwrap(), "{when}");
+        assert!(!db.holds_tombstone(b"never").unwrap(), "{when}");
+    }
+    // A value written over a tombstone is the newest version.
+    db.delete(b"under").unwrap();
+    db.put(b"under", b"2").unwrap();
+    assert!(!db.holds_tombstone(b"under").unwrap());
+    // Compaction to the last level drops the tombstone with what it hid:
+    // then an ingested version would show.
+    db.compact_range(None, None).unwrap();
+    assert!(!db.holds_tombstone(b"gone").unwrap());
+}

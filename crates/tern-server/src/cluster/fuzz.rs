@@ -1,7 +1,8 @@
 //! Fuzz harness for the cluster's decoders (`fuzz/fuzz_targets/cluster.rs`,
 //! and the corpus replay test): the topology document a node reads from
-//! etcd, the cluster record it reads from its store, and the dump of a
-//! value another node sends it while a slot moves. Arbitrary bytes
+//! etcd, the cluster record and ingest intents it reads from its store,
+//! the dump of a value another node sends it while a slot moves, and the
+//! names of the files of a bulk copy part. Arbitrary bytes
 //! must decode to something that passes the checks, or to an error, never
 //! a panic; whatever decodes routes every slot without panicking.
 
@@ -14,11 +15,20 @@ pub fn decode(data: &[u8]) {
     let Some((which, body)) = data.split_first() else {
         return;
     };
-    if which % 3 == 2 {
+    if which % 5 == 4 {
+        if let Some(f) = super::ingest::parse_file_name(body) {
+            assert_eq!(f.file_name().as_bytes(), body);
+        }
+        if let Ok((a, b)) = crate::keyspace::decode_ingest_intent(body) {
+            assert_eq!(crate::keyspace::encode_ingest_intent(a, b), body);
+        }
+        return;
+    }
+    if which % 5 == 2 {
         crate::commands::dump::fuzz(body);
         return;
     }
-    if which % 3 == 1 {
+    if which % 5 == 1 {
         if let Ok(r) = ClusterRecord::decode(body) {
             assert_eq!(ClusterRecord::decode(&r.encode()).as_ref(), Ok(&r));
         }

@@ -171,22 +171,22 @@ pub fn for_each_entry(
     while it.valid() {
         let at = it.source().map_or(0, |(_, off)| off);
         let key = internal_key::parse(it.key())
-            .map_err(|e| Error::corruption(&path, at, &e.to_string()))?;
+            .map_err(|e| Error::corruption(&path, at, e.to_string()))?;
         match key.kind {
             ValueKind::BlobRef => {
                 let (r, _) = BlobRef::decode_with_head(it.value()).map_err(|e| {
-                    Error::corruption(&path, at, &format!("bad blob reference: {e}"))
+                    Error::corruption(&path, at, format!("bad blob reference: {e}"))
                 })?;
-                if !readers.contains_key(&r.file) {
-                    let name = ExportedFile {
-                        kind: ExportedKind::Blob,
-                        number: r.file,
+                let reader = match readers.entry(r.file) {
+                    std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        let name = ExportedFile {
+                            kind: ExportedKind::Blob,
+                            number: r.file,
+                        }
+                        .file_name();
+                        v.insert(BlobReader::open(fs, &dir.join(name), r.file)?)
                     }
-                    .file_name();
-                    readers.insert(r.file, BlobReader::open(fs, &dir.join(name), r.file)?);
-                }
-                let Some(reader) = readers.get(&r.file) else {
-                    return Err(Error::Internal("blob reader vanished".into()));
                 };
                 let rec = reader.read_ordinal(r.ordinal)?;
                 f(key.user_key, &rec.value)?;
