@@ -121,4 +121,6 @@ while :; do
   [ "$w" -ge 100 ] && break
 done
 "$tern" cluster status --etcd "$etcd_url" --name "$name" >"$out/scale-status.txt"
+# How the bulk copy arrived at the new node (files ingested, keys copied).
+redis-cli -p 7204 cluster info | grep -E "tern_migration_" >"$out/scale-target.txt" || true
 python3 bench/cluster_report.py "$out" "$t0" | tee "$out/summary.md"

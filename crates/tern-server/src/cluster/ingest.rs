@@ -252,7 +252,76 @@ pub fn clear_staging(dir: &Path) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::atomic::AtomicU32;
+    use std::sync::Arc;
+
     use super::*;
+    use crate::config::AppendFsync;
+    use crate::key_cache::KeyCache;
+    use crate::keyspace::{encode_ingest_intent, encode_value, ingest_intent_key, Kind};
+    use crate::pending::Pending;
+    use crate::store::Store;
+
+    fn open(fs: &Arc<tern::io::MemFs>) -> Store {
+        let opts = tern::Options {
+            fs: fs.clone(),
+            ..tern::Options::default()
+        };
+        let db = tern::Db::open("/db", opts).unwrap();
+        Store::open(
+            db,
+            AppendFsync::Always,
+            Arc::new(AtomicU32::new(0)),
+            1024,
+            Layout::Slotted,
+        )
+        .unwrap()
+    }
+
+    /// What `TERN.INGESTBEGIN` commits for key `c` (expiring at `t`) of
+    /// slots 0..=16383, after `a` (expiring) and `b` were written.
+    fn begin_then_stop(fs: &Arc<tern::io::MemFs>, t: u64) -> Store {
+        let s = open(fs);
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
+        p.put(&s, b"a", Kind::String, b"1", Some(t)).unwrap();
+        p.put(&s, b"b", Kind::String, b"2", None).unwrap();
+        p.count_ingested(b"c", Some(t), true);
+        p.put_raw(&ingest_intent_key(7), &encode_ingest_intent(0, 16383));
+        let (batch, meta) = p.take();
+        s.commit(batch, meta).unwrap();
+        assert_eq!((s.meta().keys, s.meta().expires), (3, 2));
+        s
+    }
+
+    #[test]
+    fn an_ingest_stopped_before_its_files_went_in_is_recounted_at_open() {
+        let fs = tern::io::MemFs::new();
+        let t = crate::expiry::now_ms() + 3_600_000;
+        drop(begin_then_stop(&fs, t));
+        let s = open(&fs);
+        assert_eq!((s.meta().keys, s.meta().expires), (2, 1));
+        assert_eq!(s.recount(s.generation()).unwrap(), s.meta());
+        assert!(s.db.get(&ingest_intent_key(7)).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_ingest_stopped_after_its_files_went_in_gets_counts_and_expiry_entries() {
+        let fs = tern::io::MemFs::new();
+        let t = crate::expiry::now_ms() + 3_600_000;
+        let s = begin_then_stop(&fs, t);
+        // The file's record of `c`, as the ingest leaves it: no index entry.
+        let k = s.layout().key(s.generation(), b"c");
+        s.db.put(&k, &encode_value(b"3", Some(t))).unwrap();
+        drop(s);
+        let s = open(&fs);
+        assert_eq!((s.meta().keys, s.meta().expires), (3, 2));
+        let due = s.due_expiries(s.generation(), 0, t, 10).unwrap();
+        let mut keys: Vec<_> = due.into_iter().map(|(_, k)| k).collect();
+        keys.sort();
+        assert_eq!(keys, [b"a".to_vec(), b"c".to_vec()]);
+    }
 
     #[test]
     fn only_canonical_file_names_parse() {
