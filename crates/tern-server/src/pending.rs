@@ -74,7 +74,7 @@ impl Pending {
 
     /// Whether nothing is pending.
     pub fn is_empty(&self) -> bool {
-        self.batch.is_empty()
+        self.batch.is_empty() && self.meta == self.committed
     }
 
     /// Approximate bytes pending.
@@ -371,6 +371,14 @@ impl Pending {
         v
     }
 
+    /// Reserves `n` versions no composite value had before; returns the
+    /// first. Committed with the counts.
+    pub fn reserve_versions(&mut self, n: u64) -> u64 {
+        let v = self.meta.next_version;
+        self.meta.next_version = v.saturating_add(n);
+        v
+    }
+
     /// How Redis keys map to engine keys.
     pub fn layout(&self) -> Layout {
         self.layout
@@ -454,6 +462,25 @@ mod tests {
         let (batch, meta) = p.take();
         let ok = commit && s.commit(batch, meta).is_ok();
         p.settle(s, ok);
+    }
+
+    /// Regression: versions reserved for a bulk copy part, with nothing
+    /// else written in the group, left the batch empty, so the committer
+    /// skipped the commit and the next group handed the same versions out
+    /// again (a value created here then shared members with an ingested
+    /// one).
+    #[test]
+    fn reserved_versions_alone_are_committed() {
+        let s = store();
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
+        let before = s.meta().next_version;
+        assert_eq!(p.reserve_versions(10), before);
+        assert!(!p.is_empty(), "a counter change alone must be committed");
+        let (batch, meta) = p.take();
+        s.commit(batch, meta).unwrap();
+        p.settle(&s, true);
+        assert_eq!(s.meta().next_version, before + 10);
+        assert_eq!(p.new_version(), before + 10);
     }
 
     #[test]

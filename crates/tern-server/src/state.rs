@@ -183,7 +183,16 @@ impl crate::expiry::MetaLookup for State {
         // committed its metadata record by then (they commit together), so
         // the record read next reflects it.
         let counter = self.store.db.get(crate::keyspace::META_KEY).ok()??;
-        let next = crate::keyspace::Meta::decode(&counter).ok()?.next_version;
+        let mut next = crate::keyspace::Meta::decode(&counter).ok()?.next_version;
+        // Versions reserved for a bulk copy part on its way are handed out
+        // but their values not yet committed.
+        if let Some(floor) = self
+            .cluster
+            .as_ref()
+            .and_then(|c| c.ingests.version_floor())
+        {
+            next = next.min(floor);
+        }
         let raw = self.store.db.get(meta_key).ok()?;
         // An expired value still owns its members until the committer
         // deletes it: a PERSIST or EXPIRE decided just before the expiry

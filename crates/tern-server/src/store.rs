@@ -12,8 +12,8 @@ use crate::config::AppendFsync;
 use crate::expiry::now_ms;
 use crate::keyspace::{
     self, decode_header, engine_key, expiry_key, generation_bounds, live_entry, parse_expiry_key,
-    ClusterRecord, Entry, Header, Layout, Meta, CLUSTER_KEY, KEY_OVERHEAD, META_KEY, NS_EXPIRES,
-    NS_KEYS, NS_V1_STRINGS,
+    ClusterRecord, Entry, Header, Kind, Layout, Meta, CLUSTER_KEY, KEY_OVERHEAD, META_KEY,
+    NS_EXPIRES, NS_KEYS, NS_V1_STRINGS,
 };
 
 /// Why a store operation failed.
@@ -288,8 +288,8 @@ impl Store {
                 return Ok((Some(it.key()[keyspace::KEY_PREFIX_LEN..].to_vec()), n));
             }
             let v = it.value();
-            let live_string = decode_header(v, false)?
-                .is_some_and(|h| h.kind == keyspace::Kind::String && !h.expired(now));
+            let live_string =
+                decode_header(v, false)?.is_some_and(|h| h.kind == Kind::String && !h.expired(now));
             if live_string {
                 key.clear();
                 key.push(NS_KEYS);
@@ -674,47 +674,120 @@ impl Store {
         Ok((out, None))
     }
 
-    /// Like [`Store::slot_page`] for hashes, sets, sorted sets and lists
-    /// only (strings move as files, [`Store::export_strings`]): reads
-    /// value heads, and whole values of composites only; examines at most
-    /// `4 * max_keys` keys per page, so a page may come back empty with a
-    /// cursor.
-    pub fn slot_page_composites(
+    /// Writes the live hashes, sets, sorted sets and lists of whole slots,
+    /// from `slots.0` on, to `w` as generation `target_gen`'s records:
+    /// first every member (in member key order), then, in a table of their
+    /// own, the metadata records. Each value gets version `versions.start +
+    /// i` (versions are per store; the receiver reserved these), in its
+    /// member keys and its metadata. Stops after the slot that took it past
+    /// `max_bytes`, or before one whose values would need more versions
+    /// than are left. Returns the first slot not exported (`None`: through
+    /// `slots.1`) and the values exported (versions `versions.start..` in
+    /// that number were used). The cluster bulk copy's export of
+    /// composites.
+    pub fn export_composites(
         &self,
-        slot: u16,
-        from: &[u8],
-        max_keys: usize,
-        max_bytes: usize,
-    ) -> StoreResult<SlotPage> {
+        slots: (u16, u16),
+        target_gen: u32,
+        versions: std::ops::Range<u64>,
+        w: &mut tern::ingest::ExportWriter,
+        max_bytes: u64,
+    ) -> StoreResult<(Option<u16>, u64)> {
+        use crate::members::{member_prefix, Composite};
         let gen = self.generation();
-        let (lo, hi) = Layout::slot_bounds(gen, slot);
-        let mut it = self.range_iter(&lo, hi, true, Some(max_keys))?;
-        if !from.is_empty() {
-            it.seek(&self.layout.key(gen, from));
-        }
-        let p = self.layout.prefix_len();
         let now = now_ms();
-        let (mut out, mut bytes, mut seen) = (Vec::new(), 0, 0);
-        while it.valid() {
-            if out.len() >= max_keys || bytes >= max_bytes || seen >= 4 * max_keys {
-                return Ok((out, Some(it.key()[p..].to_vec())));
-            }
-            seen += 1;
-            let composite = self
-                .header(it.key(), it.value(), it.value_is_head())?
-                .is_some_and(|h| h.kind.is_composite() && !h.expired(now));
-            if composite {
-                if let Some(raw) = self.db.get(it.key())? {
-                    if let Some(e) = live_entry(raw, now)? {
-                        bytes += e.value.len() + it.key().len();
-                        out.push((it.key()[p..].to_vec(), e));
+        let p = self.layout.prefix_len();
+        let budget = versions.end.saturating_sub(versions.start);
+        // The metadata records, in key order: key, kind, metadata, expiry.
+        let mut metas: Vec<(Vec<u8>, Kind, Composite, Option<u64>)> = Vec::new();
+        let mut slot = slots.0;
+        let mut out_key = Vec::new();
+        loop {
+            let (lo, hi) = Layout::slot_bounds(gen, slot);
+            let mut it = self.range_iter(&lo, hi, true, None)?;
+            let mut here = Vec::new();
+            while it.valid() {
+                let h = self.header(it.key(), it.value(), it.value_is_head())?;
+                if h.is_some_and(|h| h.kind.is_composite() && !h.expired(now)) {
+                    if let Some(raw) = self.db.get(it.key())? {
+                        let e = keyspace::decode_value(raw)?;
+                        let c = Composite::decode(e.kind, &e.value)?;
+                        here.push((it.key()[p..].to_vec(), e.kind, c, e.expire_at));
                     }
                 }
+                it.next();
             }
-            it.next();
+            it.status()?;
+            if (metas.len() + here.len()) as u64 > budget {
+                if metas.is_empty() {
+                    return Err(StoreError::Format(format!(
+                        "slot {slot} holds {} hashes, sets, sorted sets and lists, more than the {budget} versions reserved for one part",
+                        here.len()
+                    )));
+                }
+                return self.finish_composites(w, target_gen, metas, Some(slot));
+            }
+            // Member keys sort by slot, then key length, then key.
+            let mut order: Vec<usize> = (0..here.len()).collect();
+            order.sort_by(|&a, &b| {
+                (here[a].0.len(), &here[a].0).cmp(&(here[b].0.len(), &here[b].0))
+            });
+            for i in order {
+                let (key, _, c, _) = &here[i];
+                let nv = versions.start + (metas.len() + i) as u64;
+                let from = member_prefix(self.layout, gen, key, c.version);
+                let to = member_prefix(self.layout, target_gen, key, nv);
+                let mut upper = from.clone();
+                // The prefix's successor: `from` ends with the version,
+                // below u64::MAX, so some byte can be raised.
+                while upper.last() == Some(&0xff) {
+                    upper.pop();
+                }
+                if let Some(b) = upper.last_mut() {
+                    *b += 1;
+                }
+                let mut it = self.range_iter(&from, upper, false, None)?;
+                while it.valid() && it.key().starts_with(&from) {
+                    out_key.clear();
+                    out_key.extend_from_slice(&to);
+                    out_key.extend_from_slice(&it.key()[from.len()..]);
+                    w.add(&out_key, it.value())?;
+                    it.next();
+                }
+                it.status()?;
+            }
+            let first = versions.start + metas.len() as u64;
+            for (i, (key, kind, c, exp)) in here.into_iter().enumerate() {
+                let version = first + i as u64;
+                metas.push((key, kind, Composite { version, ..c }, exp));
+            }
+            if slot >= slots.1 {
+                return self.finish_composites(w, target_gen, metas, None);
+            }
+            slot += 1;
+            if w.bytes_added() >= max_bytes {
+                return self.finish_composites(w, target_gen, metas, Some(slot));
+            }
         }
-        it.status()?;
-        Ok((out, None))
+    }
+
+    /// Writes the metadata records of [`Store::export_composites`] in a
+    /// table of their own; returns `next` and how many there were.
+    fn finish_composites(
+        &self,
+        w: &mut tern::ingest::ExportWriter,
+        target_gen: u32,
+        metas: Vec<(Vec<u8>, Kind, crate::members::Composite, Option<u64>)>,
+        next: Option<u16>,
+    ) -> StoreResult<(Option<u16>, u64)> {
+        w.cut()?;
+        for (key, kind, c, exp) in &metas {
+            w.add(
+                &self.layout.key(target_gen, key),
+                &keyspace::encode_typed(*kind, &c.encode(), *exp),
+            )?;
+        }
+        Ok((next, metas.len() as u64))
     }
 
     /// Up to `limit` keys of slot `slot`, expired ones included (dropping

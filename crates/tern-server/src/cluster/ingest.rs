@@ -40,6 +40,10 @@ pub const PART_BYTES: u64 = 8 << 20;
 /// File numbers a target reserves for one part (a table and a blob file
 /// usually; more when the source's files are small).
 pub const PART_FILE_NUMBERS: u64 = 64;
+/// Composite value versions a target reserves for one part of hashes,
+/// sets, sorted sets and lists (the source stops before a slot that would
+/// need more).
+pub const PART_VERSIONS: u64 = 1 << 20;
 /// Where a target stages received files, under the engine's directory.
 pub const STAGING_DIR: &str = "ingest-staging";
 
@@ -73,6 +77,10 @@ pub struct Ingests {
     pub keys: AtomicU64,
     /// Bytes of string values per part (`migrate-part-kb`; 0: [`PART_BYTES`]).
     pub part_bytes: AtomicU64,
+    /// First versions of ranges reserved for parts not yet ingested: no
+    /// value is committed under them yet, though the version counter is
+    /// past them (see [`Ingests::version_floor`]).
+    unsettled_versions: Mutex<Vec<u64>>,
 }
 
 impl Ingests {
@@ -82,6 +90,26 @@ impl Ingests {
             0 => PART_BYTES,
             n => n,
         }
+    }
+
+    /// Notes versions from `base` on as reserved for a part on its way.
+    pub fn reserve_versions(&self, base: u64) {
+        self.unsettled_versions.lock().push(base);
+    }
+
+    /// Forgets one reservation from `base` (its part is in, or given up).
+    pub fn settle_versions(&self, base: u64) {
+        let mut v = self.unsettled_versions.lock();
+        if let Some(i) = v.iter().position(|&b| b == base) {
+            v.swap_remove(i);
+        }
+    }
+
+    /// The lowest version reserved for a part not yet ingested, if any.
+    /// The compaction filter must not take a member of that version or
+    /// above for garbage: its metadata may not be in the store yet.
+    pub fn version_floor(&self) -> Option<u64> {
+        self.unsettled_versions.lock().iter().copied().min()
     }
 
     /// Registers a checked part; returns its id.
@@ -160,15 +188,18 @@ pub fn parse_file_name(name: &[u8]) -> Option<ExportedFile> {
     (f.file_name() == name).then_some(f)
 }
 
-/// Writes a received part's files to `dir` (synced), checks them whole
-/// against slots `slots` of the store's generation, and reads the Redis
-/// keys and expiries they hold. Blocking.
+/// Writes a received part's files to `dir` (synced), checks them whole,
+/// with every key in slots `slots` of the store's generation (string
+/// values only, or with `composites` hashes, sets, sorted sets and lists
+/// and their members), and reads the Redis keys and expiries they hold.
+/// Blocking.
 pub fn stage_and_check(
     store: &crate::store::Store,
     dir: &Path,
     files: Vec<(ExportedFile, Vec<u8>)>,
     list: &[ExportedFile],
     slots: (u16, u16),
+    composites: bool,
 ) -> Result<Staged, String> {
     let db = &store.db;
     let fs = db.file_system();
@@ -187,6 +218,12 @@ pub fn stage_and_check(
         start: Some(Layout::slot_bounds(gen, slots.0).0),
         end: Some(Layout::slot_bounds(gen, slots.1).1),
     };
+    // Composites come with member keys (`'f'`), checked one by one below.
+    let range = if composites {
+        tern::compaction::KeyRange::default()
+    } else {
+        range
+    };
     let checked = db
         .check_ingest(dir, list, &range)
         .map_err(|e| format!("a bulk copy file failed its check: {e}"))?;
@@ -196,17 +233,47 @@ pub fn stage_and_check(
     for f in list.iter().filter(|f| f.kind == ExportedKind::Table) {
         tern::ingest::for_each_entry(fs, dir, f, |k, v| {
             let bad = |why: &str| tern::Error::corruption(dir.join(f.file_name()), 0, why);
+            let in_slots = |key: &[u8]| {
+                let s = crate::cluster::slot::key_slot(key);
+                (slots.0..=slots.1).contains(&s)
+            };
+            if composites && k.first() == Some(&crate::members::NS_MEMBERS) {
+                let m = crate::members::parse_member_key(Layout::Slotted, k)
+                    .ok_or_else(|| bad("a malformed member key"))?;
+                let slot = k.get(prefix - 2..prefix);
+                if m.generation != gen
+                    || !in_slots(m.key)
+                    || slot != Some(&crate::cluster::slot::key_slot(m.key).to_be_bytes()[..])
+                {
+                    return Err(bad("a member key outside the slots or the generation"));
+                }
+                return Ok(());
+            }
             let (Some(slot), Some(key)) = (k.get(prefix - 2..prefix), k.get(prefix..)) else {
                 return Err(bad("a key too short for the slotted layout"));
             };
-            if crate::cluster::slot::key_slot(key).to_be_bytes() != slot {
-                return Err(bad("a key filed under another slot"));
+            if k.get(..prefix - 2) != Some(&Layout::Slotted.key(gen, b"")[..prefix - 2])
+                || crate::cluster::slot::key_slot(key).to_be_bytes() != slot
+                || !in_slots(key)
+            {
+                return Err(bad("a key outside the slots or the generation"));
             }
             let h = crate::keyspace::decode_header(v, false)
                 .map_err(|e| bad(&e.0))?
                 .ok_or_else(|| bad("a value too short for its header"))?;
-            if h.kind != crate::keyspace::Kind::String {
-                return Err(bad("a bulk copy file holds a value that is not a string"));
+            if h.kind.is_composite() != composites {
+                return Err(bad(
+                    "a bulk copy file holds a value of another kind than asked",
+                ));
+            }
+            if composites {
+                crate::members::Composite::decode(
+                    h.kind,
+                    &crate::keyspace::decode_value(v.to_vec())
+                        .map_err(|e| bad(&e.0))?
+                        .value,
+                )
+                .map_err(|e| bad(&e.0))?;
             }
             // Anything the engine holds of the key hides the file's
             // version. Without an import marker that is something of an

@@ -31,6 +31,14 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for a `TERN.EXPORT` part (it reads and writes a few MiB).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What an export reply holds: where the next part starts, the records,
+/// and the files with their bytes.
+type ExportParts = (
+    tern_client::Reply,
+    u64,
+    Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
+);
+
 /// One part of a bulk copy as `TERN.EXPORT` sent it.
 #[derive(Debug, Default)]
 pub struct Exported {
@@ -162,11 +170,68 @@ impl Peer {
             (numbers.end - numbers.start).to_string().into_bytes(),
             max_bytes.to_string().into_bytes(),
         ];
+        let (next, records, files) = self.export_call(cmd, &numbers).await?;
+        let next = match next {
+            tern_client::Reply::Nil => None,
+            r => Some(bulk(r)?),
+        };
+        Ok(Exported {
+            next,
+            records,
+            files,
+        })
+    }
+
+    /// One `TERN.EXPORTCOMPOSITES` part: the hashes, sets, sorted sets and
+    /// lists of whole slots from `slots.0`, as files of generation `gen`
+    /// numbered from `numbers`, their values under `versions`. Its `next`
+    /// is the first slot not exported, 2 bytes big-endian.
+    pub async fn export_composites(
+        &self,
+        slots: (u16, u16),
+        gen: u32,
+        numbers: std::ops::Range<u64>,
+        versions: std::ops::Range<u64>,
+        max_bytes: u64,
+    ) -> Result<Exported, String> {
+        let cmd = vec![
+            b"TERN.EXPORTCOMPOSITES".to_vec(),
+            slots.0.to_string().into_bytes(),
+            slots.1.to_string().into_bytes(),
+            gen.to_string().into_bytes(),
+            numbers.start.to_string().into_bytes(),
+            (numbers.end - numbers.start).to_string().into_bytes(),
+            versions.start.to_string().into_bytes(),
+            (versions.end - versions.start).to_string().into_bytes(),
+            max_bytes.to_string().into_bytes(),
+        ];
+        let (next, records, files) = self.export_call(cmd, &numbers).await?;
+        let next = match next {
+            tern_client::Reply::Nil => None,
+            r => match u16::try_from(int(&r)?) {
+                Ok(s) if s > slots.0 && s <= slots.1 => Some(s.to_be_bytes().to_vec()),
+                _ => return Err("TERN.EXPORTCOMPOSITES answered with a bad next slot".into()),
+            },
+        };
+        Ok(Exported {
+            next,
+            records,
+            files,
+        })
+    }
+
+    /// Sends an export command; its next-part reply, record count and
+    /// files (checked to be named as reserved).
+    async fn export_call(
+        &self,
+        cmd: Vec<Vec<u8>>,
+        numbers: &std::ops::Range<u64>,
+    ) -> Result<ExportParts, String> {
         let tern_client::Reply::Array(mut parts) = self.call_within(cmd, EXPORT_TIMEOUT).await?
         else {
-            return Err("TERN.EXPORT did not answer with an array".into());
+            return Err("an export did not answer with an array".into());
         };
-        let malformed = || "TERN.EXPORT answered with a malformed part".to_string();
+        let malformed = || "an export answered with a malformed part".to_string();
         if parts.len() != 3 {
             return Err(malformed());
         }
@@ -175,10 +240,7 @@ impl Peer {
             _ => return Err(malformed()),
         };
         let records = int(&parts.pop().ok_or_else(malformed)?)?;
-        let next = match parts.pop() {
-            Some(tern_client::Reply::Nil) | None => None,
-            Some(r) => Some(bulk(r)?),
-        };
+        let next = parts.pop().ok_or_else(malformed)?;
         let mut files = Vec::with_capacity(flat.len() / 2);
         let mut it = flat.into_iter();
         while let (Some(name), Some(bytes)) = (it.next(), it.next()) {
@@ -197,31 +259,22 @@ impl Peer {
             }
             files.push((file, bulk(bytes)?));
         }
-        Ok(Exported {
-            next,
-            records: records.max(0) as u64,
-            files,
-        })
+        Ok((next, records.max(0) as u64, files))
     }
 
     /// One `TERN.SLOTSCAN` page: records and the cursor of the next page
-    /// (`None`: done). With `composites`, hashes, sets, sorted sets and
-    /// lists only.
+    /// (`None`: done).
     pub async fn page(
         &self,
         slot: u16,
         cursor: &[u8],
-        composites: bool,
     ) -> Result<(Vec<Record>, Option<Vec<u8>>), String> {
-        let mut cmd = vec![
+        let cmd = vec![
             b"TERN.SLOTSCAN".to_vec(),
             slot.to_string().into_bytes(),
             cursor.to_vec(),
             PAGE_KEYS.to_string().into_bytes(),
         ];
-        if composites {
-            cmd.push(b"COMPOSITES".to_vec());
-        }
         let tern_client::Reply::Array(mut parts) = self.call(cmd).await? else {
             return Err("TERN.SLOTSCAN did not answer with an array".into());
         };

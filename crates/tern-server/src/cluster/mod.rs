@@ -64,8 +64,6 @@ pub struct MigrationCounters {
     pub hot_records_received: std::sync::atomic::AtomicU64,
     /// Hot records sent to new owners.
     pub hot_records_sent: std::sync::atomic::AtomicU64,
-    /// Records imported by background copies.
-    pub copied_keys: std::sync::atomic::AtomicU64,
 }
 
 /// This node's cluster state.

@@ -328,89 +328,94 @@ impl Step {
 
     /// Copies every slot of the migration once (again from the start
     /// after a failure: what is here already shadows or skips what comes
-    /// again): string values as files the source exports and this node
-    /// ingests, then hashes, sets, sorted sets and lists page by page.
+    /// again), as files the source exports and this node ingests: string
+    /// values part by part, then hashes, sets, sorted sets and lists whole
+    /// slots at a time.
     async fn copy_once(&self, rate: u64) -> Result<(), String> {
         let started = Instant::now();
         let mut progress = Progress {
             slots: self.m.slot_count(),
             ..Progress::default()
         };
-        let pace = |bytes: u64| {
-            let due = Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
-            due.checked_sub(started.elapsed())
-        };
         for &slots in &self.m.slots {
-            let mut cursor: Vec<u8> = Vec::new();
-            loop {
-                if !self.still(MigrationState::Pulling) {
-                    return Err("the migration moved on".into());
-                }
-                let numbers = self
-                    .state
-                    .store
-                    .db
-                    .reserve_file_numbers(ingest::PART_FILE_NUMBERS);
-                let gen = self.state.store.generation();
-                let part = self
-                    .source()
-                    .await?
-                    .export(slots, &cursor, gen, numbers, self.node.ingests.part_bytes())
-                    .await?;
-                progress.bytes += part.files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
-                if !part.files.is_empty() {
-                    let n = self.ingest_part(slots, part.files).await?;
-                    progress.keys += n;
-                }
-                if rate > 0 {
-                    if let Some(wait) = pace(progress.bytes) {
-                        tokio::time::sleep(wait).await;
+            for composites in [false, true] {
+                let mut cursor: Vec<u8> = Vec::new();
+                loop {
+                    if !self.still(MigrationState::Pulling) {
+                        return Err("the migration moved on".into());
+                    }
+                    let (part, versions) = self.export(slots, &cursor, composites).await?;
+                    progress.bytes += part.files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+                    let ingested = match part.files.is_empty() {
+                        true => Ok(0),
+                        false => self.ingest_part(slots, composites, part.files).await,
+                    };
+                    if let Some(base) = versions {
+                        self.node.ingests.settle_versions(base);
+                    }
+                    progress.keys += ingested?;
+                    // Bounded rate: foreground requests keep the disk and
+                    // the committer.
+                    if rate > 0 {
+                        let due = Duration::from_secs_f64(progress.bytes as f64 / rate as f64);
+                        if let Some(wait) = due.checked_sub(started.elapsed()) {
+                            tokio::time::sleep(wait).await;
+                        }
+                    }
+                    match part.next {
+                        Some(n) => cursor = n,
+                        None => break,
                     }
                 }
-                match part.next {
-                    Some(n) => cursor = n,
-                    None => break,
-                }
             }
-        }
-        for slot in self.m.each_slot() {
-            let mut cursor: Vec<u8> = Vec::new();
-            loop {
-                if !self.still(MigrationState::Pulling) {
-                    return Err("the migration moved on".into());
-                }
-                let (page, next) = self.source().await?.page(slot, &cursor, true).await?;
-                progress.bytes += page
-                    .iter()
-                    .map(|(k, _, v)| (k.len() + v.len()) as u64)
-                    .sum::<u64>();
-                if !page.is_empty() {
-                    let r = write(&self.state, &self.exec, import_args(page)).await?;
-                    let n = count_of(&r).max(0) as u64;
-                    progress.keys += n;
-                    self.node
-                        .counters
-                        .copied_keys
-                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                }
-                // Bounded rate: foreground requests keep the disk and the
-                // committer.
-                if rate > 0 {
-                    if let Some(wait) = pace(progress.bytes) {
-                        tokio::time::sleep(wait).await;
-                    }
-                }
-                match next {
-                    Some(n) => cursor = n,
-                    None => break,
-                }
-            }
-            progress.slots_done += 1;
-            if progress.slots_done % 64 == 0 || progress.slots_done == progress.slots {
-                let _ = self.reg.clone().put_progress(self.m.id, &progress).await;
-            }
+            progress.slots_done += usize::from(slots.1 - slots.0) + 1;
+            let _ = self.reg.clone().put_progress(self.m.id, &progress).await;
         }
         Ok(())
+    }
+
+    /// Asks the source for the next part of slots `slots` from `cursor`:
+    /// string values, or with `composites` the other values (whose cursor
+    /// is the next slot, 2 bytes big-endian), under versions reserved here
+    /// from the one returned (the caller settles them,
+    /// [`super::ingest::Ingests::settle_versions`]).
+    async fn export(
+        &self,
+        slots: (u16, u16),
+        cursor: &[u8],
+        composites: bool,
+    ) -> Result<(super::migrate::Exported, Option<u64>), String> {
+        let store = &self.state.store;
+        let numbers = store.db.reserve_file_numbers(ingest::PART_FILE_NUMBERS);
+        let gen = store.generation();
+        let bytes = self.node.ingests.part_bytes();
+        let source = self.source().await?;
+        if !composites {
+            let part = source.export(slots, cursor, gen, numbers, bytes).await?;
+            return Ok((part, None));
+        }
+        let from = match cursor {
+            [] => slots.0,
+            [a, b] => u16::from_be_bytes([*a, *b]),
+            _ => return Err("a bad composite export cursor".into()),
+        };
+        let args = vec![
+            b"TERN.RESERVEVERSIONS".to_vec(),
+            ingest::PART_VERSIONS.to_string().into_bytes(),
+        ];
+        let base = count_of(&write(&self.state, &self.exec, args).await?).max(0) as u64;
+        self.node.ingests.reserve_versions(base);
+        let versions = base..base + ingest::PART_VERSIONS;
+        match source
+            .export_composites((from, slots.1), gen, numbers, versions, bytes)
+            .await
+        {
+            Ok(part) => Ok((part, Some(base))),
+            Err(e) => {
+                self.node.ingests.settle_versions(base);
+                Err(e)
+            }
+        }
     }
 
     /// Ingests one exported part of slots `slots` (see
@@ -419,6 +424,7 @@ impl Step {
     async fn ingest_part(
         &self,
         slots: (u16, u16),
+        composites: bool,
         files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
     ) -> Result<u64, String> {
         let id = self.node.ingests.register(ingest::Part {
@@ -426,7 +432,9 @@ impl Step {
             ..ingest::Part::default()
         });
         let staging = ingest::staging_dir(self.state.store.db.path(), id);
-        let res = self.ingest_staged(id, slots, files, &staging).await;
+        let res = self
+            .ingest_staged(id, slots, composites, files, &staging)
+            .await;
         if res.is_err() {
             self.node.ingests.forget(id);
         }
@@ -449,6 +457,7 @@ impl Step {
         &self,
         id: u64,
         slots: (u16, u16),
+        composites: bool,
         files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
         staging: &std::path::Path,
     ) -> Result<u64, String> {
@@ -458,7 +467,7 @@ impl Step {
         let dir = staging.to_path_buf();
         let staged_list = list.clone();
         let staged = tokio::task::spawn_blocking(move || {
-            ingest::stage_and_check(&st.store, &dir, files, &staged_list, slots)
+            ingest::stage_and_check(&st.store, &dir, files, &staged_list, slots, composites)
         })
         .await
         .map_err(|e| format!("staging a bulk copy part: {e}"))??;

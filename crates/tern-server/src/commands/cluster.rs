@@ -155,7 +155,6 @@ fn info(node: &ClusterNode, view: &View) -> String {
     let get =
         |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed).to_string();
     kv("tern_migration_pulled_keys", get(&c.pulled_keys));
-    kv("tern_migration_copied_keys", get(&c.copied_keys));
     kv(
         "tern_migration_hot_records_received",
         get(&c.hot_records_received),

@@ -62,12 +62,7 @@ pub fn export(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let Some(end) = number.checked_add(count) else {
         return Reply::err("file numbers out of range");
     };
-    // Built in memory: the files only pass through on their way out.
-    let fs: tern::io::FsRef = tern::io::MemFs::new();
-    let dir = Path::new("/export");
-    if let Err(e) = fs.create_dir_all(dir) {
-        return Reply::err(format!("export: {e}"));
-    }
+    let (fs, dir) = tri!(export_dir());
     let store = ctx.store();
     let mut w =
         tern::ingest::ExportWriter::new(fs.clone(), dir, number..end, store.db.export_options());
@@ -75,6 +70,65 @@ pub fn export(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         .export_strings((first, last), &args[3], gen, &mut w, max_bytes)
         .map_err(store_error));
     let files = tri!(w.finish().map_err(|e| store_error(e.into())));
+    export_reply(
+        &fs,
+        dir,
+        files,
+        next.map_or(Reply::Nil, Reply::Bulk),
+        records,
+    )
+}
+
+/// TERN.EXPORTCOMPOSITES first last generation number count version versions max_bytes
+pub fn export_composites(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(node(ctx));
+    let first = tri!(slot_arg(&args[1]));
+    let last = tri!(slot_arg(&args[2]));
+    if first > last {
+        return Reply::err("Invalid slot range");
+    }
+    let gen = match int_arg(&args[3]) {
+        Ok(g) if (0..=i64::from(u32::MAX)).contains(&g) => g as u32,
+        _ => return Reply::err("bad generation"),
+    };
+    let number = tri!(u64_arg(&args[4], "number"));
+    let count = tri!(u64_arg(&args[5], "count")).min(4096);
+    let version = tri!(u64_arg(&args[6], "version"));
+    let versions = tri!(u64_arg(&args[7], "versions"));
+    let max_bytes = tri!(u64_arg(&args[8], "max_bytes")).clamp(1, 64 << 20);
+    let (Some(end), Some(vend)) = (number.checked_add(count), version.checked_add(versions)) else {
+        return Reply::err("numbers out of range");
+    };
+    let (fs, dir) = tri!(export_dir());
+    let store = ctx.store();
+    let mut w =
+        tern::ingest::ExportWriter::new(fs.clone(), dir, number..end, store.db.export_options());
+    let (next, records) = tri!(store
+        .export_composites((first, last), gen, version..vend, &mut w, max_bytes)
+        .map_err(store_error));
+    let files = tri!(w.finish().map_err(|e| store_error(e.into())));
+    let next = next.map_or(Reply::Nil, |s| Reply::Int(i64::from(s)));
+    export_reply(&fs, dir, files, next, records)
+}
+
+/// A fresh in-memory directory to export into: the files only pass
+/// through on their way out.
+fn export_dir() -> Result<(tern::io::FsRef, &'static Path), Reply> {
+    let fs: tern::io::FsRef = tern::io::MemFs::new();
+    let dir = Path::new("/export");
+    fs.create_dir_all(dir)
+        .map_err(|e| Reply::err(format!("export: {e}")))?;
+    Ok((fs, dir))
+}
+
+/// `[next, records, [name, bytes, ...]]` for exported `files`.
+fn export_reply(
+    fs: &tern::io::FsRef,
+    dir: &Path,
+    files: Vec<tern::ingest::ExportedFile>,
+    next: Reply,
+    records: u64,
+) -> Reply {
     let mut flat = Vec::with_capacity(files.len() * 2);
     for f in files {
         let name = f.file_name();
@@ -86,11 +140,16 @@ pub fn export(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             Err(e) => return Reply::err(format!("export: reading {name}: {e}")),
         }
     }
-    Reply::Array(vec![
-        next.map_or(Reply::Nil, Reply::Bulk),
-        Reply::Int(records as i64),
-        Reply::Array(flat),
-    ])
+    Reply::Array(vec![next, Reply::Int(records as i64), Reply::Array(flat)])
+}
+
+/// TERN.RESERVEVERSIONS n: the first of `n` composite value versions
+/// reserved for a bulk copy's files (committed like any write).
+pub fn reserve_versions(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    tri!(node(ctx));
+    let n = tri!(u64_arg(&args[1], "n")).min(1 << 32);
+    let pending = tri!(ctx.pending());
+    Reply::Int(pending.reserve_versions(n).min(i64::MAX as u64) as i64)
 }
 
 /// TERN.INGESTBEGIN id

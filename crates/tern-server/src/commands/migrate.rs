@@ -60,7 +60,7 @@ pub fn fetch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     Reply::Array(out)
 }
 
-/// TERN.SLOTSCAN slot cursor count [COMPOSITES]
+/// TERN.SLOTSCAN slot cursor count
 pub fn slotscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     tri!(cluster_only(ctx));
     let slot = match int_arg(&args[1]) {
@@ -71,18 +71,10 @@ pub fn slotscan(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         Ok(c) if c > 0 => (c as usize).min(4096),
         _ => return Reply::err("count must be positive"),
     };
-    let composites = match args.get(4) {
-        None => false,
-        Some(a) if a.eq_ignore_ascii_case(b"composites") => true,
-        Some(_) => return Reply::err("syntax error"),
-    };
-    let page = if composites {
-        ctx.store()
-            .slot_page_composites(slot, &args[2], count, PAGE_BYTES)
-    } else {
-        ctx.store().slot_page(slot, &args[2], count, PAGE_BYTES)
-    };
-    let (page, next) = tri!(page.map_err(store_error));
+    let (page, next) = tri!(ctx
+        .store()
+        .slot_page(slot, &args[2], count, PAGE_BYTES)
+        .map_err(store_error));
     let mut flat = Vec::with_capacity(page.len() * 3);
     for (k, e) in page {
         let exp = expiry_arg(e.expire_at);

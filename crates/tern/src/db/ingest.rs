@@ -218,7 +218,9 @@ impl Shared {
                 deeper_ranges: Vec::new(),
                 target_file_size: self.opts.target_file_size,
                 table_options: self.table_options(bottom),
-                filter: self.opts.compaction_filter.clone(),
+                // None: a filter that asks the store about a key would not
+                // see the ingested entries yet (they are not installed).
+                filter: None,
                 live_blobs,
                 lineage: version.relocations.clone(),
                 source_level: bottom,

@@ -182,6 +182,13 @@ impl ExportWriter {
         Ok(())
     }
 
+    /// Ends the current table: keys added from now on go to a new one (to
+    /// keep tables of distant key ranges apart, so neither spans the keys
+    /// between them).
+    pub fn cut(&mut self) -> Result<()> {
+        self.close_table()
+    }
+
     /// Key and value bytes added so far.
     pub fn bytes_added(&self) -> u64 {
         self.bytes
