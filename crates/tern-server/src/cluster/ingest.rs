@@ -1,6 +1,8 @@
 //! The bulk copy of a slot migration as whole files: the source exports a
-//! part of the slots' string values as table and blob files
-//! (`TERN.EXPORT`, written under file numbers the target reserved), and
+//! part of the slots' values as table and blob files (`TERN.EXPORT` for
+//! strings, `TERN.EXPORTCOMPOSITES` for hashes, sets, sorted sets and
+//! lists under versions the target reserved), written under file numbers
+//! the target reserved, and
 //! the target ingests them behind its own data (`tern::Db::ingest_behind`):
 //! no WAL, memtable, flush or compaction on the way in.
 //!
@@ -14,8 +16,10 @@
 //!    that has no import marker (nothing of it was ever written here) as
 //!    stored; for each key with a marker that is absent here (deleted
 //!    here), it writes a tombstone again, since compaction may have
-//!    dropped the old one; and it writes an *intent* record. All in one
-//!    commit.
+//!    dropped the old one; each key without a marker of which the engine
+//!    still holds an older version of this node's own (a tombstone of the
+//!    cleanup in handoff, a leftover) is written again on top from the
+//!    file; and it writes an *intent* record. All in one commit.
 //! 2. The target ingests the files.
 //! 3. `TERN.INGESTEND` writes the expiry index entries of the counted keys
 //!    and deletes the intent (or, if step 2 failed, takes the counts back),

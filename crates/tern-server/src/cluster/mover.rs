@@ -6,9 +6,10 @@
 //! - as a target in **handoff**: waits until the source acknowledges the
 //!   topology that took the slots (it has stopped serving them), or until
 //!   its registration lapsed, then moves the migration to **pulling**;
-//! - as a target **pulling**: copies the slots page by page from the
-//!   source (`TERN.SLOTSCAN` there, `TERN.IMPORT` here, at a bounded rate),
-//!   reporting progress in etcd, then moves the migration to **dropping**;
+//! - as a target **pulling**: copies the slots from the source as files
+//!   it exports and this node ingests (`super::ingest`, at a bounded
+//!   rate), reporting progress in etcd, then moves the migration to
+//!   **dropping**;
 //! - as a source **dropping**: deletes its copy of the slots, then removes
 //!   the migration;
 //! - always: deletes keys of slots it neither serves nor is dropping for a

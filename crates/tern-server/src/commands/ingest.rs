@@ -6,6 +6,13 @@
 //!   the target's `generation` under file numbers `number..number+count`
 //!   the target reserved. Replies `[next cursor or nil, records,
 //!   [name, bytes, ...]]`.
+//! - `TERN.EXPORTCOMPOSITES first last generation number count version
+//!   versions max_bytes` (on the source, read pool): the hashes, sets,
+//!   sorted sets and lists of whole slots from `first` as files, each value
+//!   under a version of `version..version+versions`. Replies `[next slot
+//!   or nil, values, [name, bytes, ...]]`.
+//! - `TERN.RESERVEVERSIONS n` (on the target, committer): reserves `n`
+//!   composite value versions for such a part; replies the first.
 //! - `TERN.INGESTBEGIN id` (on the target, committer): holds the part's
 //!   slots, counts its new keys, writes tombstones of keys deleted here
 //!   again, and writes the intent.
