@@ -122,5 +122,7 @@ while :; do
 done
 "$tern" cluster status --etcd "$etcd_url" --name "$name" >"$out/scale-status.txt"
 # How the bulk copy arrived at the new node (files ingested, keys copied).
-redis-cli -p 7204 cluster info | grep -E "tern_migration_" >"$out/scale-target.txt" || true
+{ redis-cli -p 7204 cluster info | grep -E "tern_migration_"
+  redis-cli -p 7204 info tern | grep -E "^engine_(wal_bytes_written|flush_bytes_written|compaction_bytes_written|blob_bytes_written|gc_bytes_written|user_bytes_written|sst_bytes|blob_bytes):"
+} >"$out/scale-target.txt" || true
 python3 bench/cluster_report.py "$out" "$t0" | tee "$out/summary.md"
