@@ -115,6 +115,31 @@ impl Pending {
         self.importing.clone()
     }
 
+    /// The Redis keys of slots `first..=last` with an import marker,
+    /// pending or committed: one range scan, for checking many keys.
+    pub fn marked_in(
+        &mut self,
+        store: &Store,
+        first: u16,
+        last: u16,
+    ) -> StoreResult<std::collections::HashSet<Vec<u8>>> {
+        let skip = 1 + crate::keyspace::SLOT_LEN;
+        let mut out: std::collections::HashSet<Vec<u8>> = store
+            .markers_in(first, last)?
+            .into_iter()
+            .map(|m| m[skip..].to_vec())
+            .collect();
+        let (lo, _) = crate::keyspace::marker_bounds(first);
+        let (_, hi) = crate::keyspace::marker_bounds(last.max(first));
+        for (m, v) in self.range(&lo, &hi) {
+            match v {
+                Some(_) => out.insert(m[skip..].to_vec()),
+                None => out.remove(&m[skip..]),
+            };
+        }
+        Ok(out)
+    }
+
     /// Whether Redis key `key` has an import marker, pending or committed.
     pub fn marked(&mut self, store: &Store, key: &[u8]) -> StoreResult<bool> {
         let m = marker_key(key);

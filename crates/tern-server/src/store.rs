@@ -806,6 +806,20 @@ impl Store {
         Ok(out)
     }
 
+    /// The engine keys of every import marker of slots `first..=last`.
+    pub fn markers_in(&self, first: u16, last: u16) -> StoreResult<Vec<Vec<u8>>> {
+        let (lo, _) = keyspace::marker_bounds(first);
+        let (_, hi) = keyspace::marker_bounds(last.max(first));
+        let mut it = self.range_iter(&lo, hi, false, None)?;
+        let mut out = Vec::new();
+        while it.valid() {
+            out.push(it.key().to_vec());
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
     /// Up to `limit` import markers (engine keys) of slot `slot`.
     pub fn markers(&self, slot: u16, limit: usize) -> StoreResult<Vec<Vec<u8>>> {
         let (lo, hi) = keyspace::marker_bounds(slot);

@@ -54,7 +54,7 @@ pub const STAGING_DIR: &str = "ingest-staging";
 /// A part received and checked, waiting for `TERN.INGESTBEGIN`.
 #[derive(Debug, Clone, Default)]
 pub struct Part {
-    /// The slots it holds keys of (inclusive).
+    /// The slots it holds keys of (inclusive): those its ingest holds.
     pub slots: (u16, u16),
     /// Its Redis keys and their expiries, from the checked files.
     pub records: Vec<(Vec<u8>, Option<u64>)>,
@@ -223,6 +223,7 @@ pub fn stage_and_check(
         end: Some(Layout::slot_bounds(gen, slots.1).1),
     };
     // Composites come with member keys (`'f'`), checked one by one below.
+    let mut span: Option<(u16, u16)> = None;
     let range = if composites {
         tern::compaction::KeyRange::default()
     } else {
@@ -265,6 +266,8 @@ pub fn stage_and_check(
             let h = crate::keyspace::decode_header(v, false)
                 .map_err(|e| bad(&e.0))?
                 .ok_or_else(|| bad("a value too short for its header"))?;
+            let s = crate::cluster::slot::key_slot(key);
+            span = Some(span.map_or((s, s), |(a, b)| (a.min(s), b.max(s))));
             if h.kind.is_composite() != composites {
                 return Err(bad(
                     "a bulk copy file holds a value of another kind than asked",
@@ -297,6 +300,7 @@ pub fn stage_and_check(
         checked,
         records,
         rewrite,
+        span: span.unwrap_or(slots),
     })
 }
 
@@ -309,6 +313,8 @@ pub struct Staged {
     pub records: Vec<(Vec<u8>, Option<u64>)>,
     /// Keys a tombstone hides ([`Part::rewrite`]).
     pub rewrite: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The slots its keys are in, first to last: what the ingest holds.
+    pub span: (u16, u16),
 }
 
 /// The staging directory of part `id` under the engine directory `dir`.

@@ -476,6 +476,7 @@ impl Step {
         self.node.ingests.with_part(id, |p| {
             p.records = staged.records;
             p.rewrite = staged.rewrite;
+            p.slots = staged.span;
         });
         let begin = vec![b"TERN.INGESTBEGIN".to_vec(), id.to_string().into_bytes()];
         let counted = match write(&self.state, &self.exec, begin).await {

@@ -186,9 +186,18 @@ pub fn begin(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     {
         let pending = tri!(ctx.pending());
         let hidden: std::collections::HashMap<Vec<u8>, Vec<u8>> = rewrite.into_iter().collect();
+        // One scan for the markers; the few marked keys are looked up. An
+        // unmarked key holds nothing here but what the staging check saw
+        // (`hidden`): only a write adds to a key, and writes leave markers.
+        let marks = tri!(pending
+            .marked_in(store, slots.0, slots.1)
+            .map_err(store_error));
         for (key, exp) in records {
-            let marked = tri!(pending.marked(store, &key).map_err(store_error));
-            let here = tri!(pending.key_state(store, &key).map_err(store_error)).exists;
+            let marked = marks.contains(&key);
+            let here = match marked || hidden.contains_key(&key) {
+                true => tri!(pending.key_state(store, &key).map_err(store_error)).exists,
+                false => false,
+            };
             match (marked, here) {
                 // Written here since the slot moved: shadows the file.
                 (true, true) => {}
