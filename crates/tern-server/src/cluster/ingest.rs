@@ -236,7 +236,17 @@ pub fn stage_and_check(
     let mut records = Vec::new();
     let mut rewrite = Vec::new();
     for f in list.iter().filter(|f| f.kind == ExportedKind::Table) {
-        tern::ingest::for_each_entry(fs, dir, f, |k, v| {
+        // Anything the engine holds of a key hides the file's version.
+        // Without an import marker that is something of an earlier time
+        // here (a tombstone of the cleanup, a leftover); such a version is
+        // never added later (writes leave markers), only compacted away, so
+        // this finds every key the check at TERN.INGESTBEGIN needs. Their
+        // whole values are read, to be written again on top.
+        let hidden = |k: &[u8]| -> tern::Result<bool> {
+            let string_or_meta = k.first() == Some(&crate::keyspace::NS_KEYS);
+            Ok(string_or_meta && (db.holds_tombstone(k)? || db.get_head(k)?.is_some()))
+        };
+        tern::ingest::for_each_entry(fs, dir, f, hidden, |k, v, head| {
             let bad = |why: &str| tern::Error::corruption(dir.join(f.file_name()), 0, why);
             let in_slots = |key: &[u8]| {
                 let s = crate::cluster::slot::key_slot(key);
@@ -263,9 +273,9 @@ pub fn stage_and_check(
             {
                 return Err(bad("a key outside the slots or the generation"));
             }
-            let h = crate::keyspace::decode_header(v, false)
+            let h = crate::keyspace::decode_header(v, head)
                 .map_err(|e| bad(&e.0))?
-                .ok_or_else(|| bad("a value too short for its header"))?;
+                .ok_or_else(|| bad("a value head too short for its header"))?;
             let s = crate::cluster::slot::key_slot(key);
             span = Some(span.map_or((s, s), |(a, b)| (a.min(s), b.max(s))));
             if h.kind.is_composite() != composites {
@@ -274,21 +284,13 @@ pub fn stage_and_check(
                 ));
             }
             if composites {
-                crate::members::Composite::decode(
-                    h.kind,
-                    &crate::keyspace::decode_value(v.to_vec())
-                        .map_err(|e| bad(&e.0))?
-                        .value,
-                )
-                .map_err(|e| bad(&e.0))?;
+                if head {
+                    return Err(bad("composite metadata stored apart from its key"));
+                }
+                let e = crate::keyspace::decode_value(v.to_vec()).map_err(|e| bad(&e.0))?;
+                crate::members::Composite::decode(h.kind, &e.value).map_err(|e| bad(&e.0))?;
             }
-            // Anything the engine holds of the key hides the file's
-            // version. Without an import marker that is something of an
-            // earlier time here (a tombstone of the cleanup, a leftover);
-            // such a version is never added later (writes leave markers),
-            // only compacted away, so this list holds every key the check
-            // at TERN.INGESTBEGIN needs.
-            if db.holds_tombstone(k)? || db.get_head(k)?.is_some() {
+            if !head && hidden(k)? {
                 rewrite.push((key.to_vec(), v.to_vec()));
             }
             records.push((key.to_vec(), h.expire_at));
