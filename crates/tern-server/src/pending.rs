@@ -208,12 +208,44 @@ impl Pending {
         }
     }
 
+    /// Sets Redis key `key` to stored value `raw` (header included) with
+    /// expiry `expire_at`, keeping counts and the expiry index, but without
+    /// an import marker: a bulk copy writing a file's version again on top
+    /// of an older one of this store's own (`crate::cluster::ingest`), which
+    /// a later attempt must still be free to write.
+    pub fn put_stored_unmarked(
+        &mut self,
+        store: &Store,
+        key: &[u8],
+        raw: &[u8],
+        expire_at: Option<u64>,
+    ) -> StoreResult<()> {
+        let k = self.layout.key(self.meta.generation, key);
+        let old = self.state(store, key, &k)?;
+        self.batch.put(&k, raw);
+        if let Some(o) = &mut self.overlay {
+            o.insert(k, Some(raw.to_vec()));
+        }
+        let new = KeyState {
+            exists: true,
+            expire_at,
+        };
+        self.account_as(store, key, old, new, false);
+        Ok(())
+    }
+
     /// Moves the counts and the expiry index of `key` from `old` to `new`.
     fn account(&mut self, store: &Store, key: &[u8], old: KeyState, new: KeyState) {
-        if self
-            .importing
-            .as_ref()
-            .is_some_and(|s| s.contains(key_slot(key)))
+        self.account_as(store, key, old, new, true);
+    }
+
+    /// [`Pending::account`], leaving an import marker only if `mark`.
+    fn account_as(&mut self, store: &Store, key: &[u8], old: KeyState, new: KeyState, mark: bool) {
+        if mark
+            && self
+                .importing
+                .as_ref()
+                .is_some_and(|s| s.contains(key_slot(key)))
         {
             self.mark(key);
         }

@@ -270,3 +270,29 @@ fn holds_tombstone_tells_a_deleted_key_from_a_value_and_from_nothing() {
     db.compact_range(None, None).unwrap();
     assert!(!db.holds_tombstone(b"gone").unwrap());
 }
+
+/// Regression: a tombstone written before an ingest to hide its file's
+/// version was dropped by a compaction to the last level (nothing lay
+/// under it yet), and the ingested value came back.
+#[test]
+fn protected_tombstones_survive_compaction_until_the_ingest() {
+    let fs = MemFs::new();
+    let db = open(&fs);
+    let id = db.protect_tombstones(&k(0), &k(99));
+    db.put(&k(5), b"old").unwrap();
+    db.delete(&k(5)).unwrap();
+    db.compact_range(None, None).unwrap();
+    assert!(
+        db.holds_tombstone(&k(5)).unwrap(),
+        "the tombstone was dropped"
+    );
+    let files = export(&db, &fs, 10);
+    db.ingest_behind(Path::new(STAGING), &files, &KeyRange::default())
+        .unwrap();
+    db.unprotect_tombstones(id);
+    assert_eq!(db.get(&k(5)).unwrap(), None, "a deleted key came back");
+    assert_eq!(db.get(&k(6)).unwrap(), Some(exported_value(6)));
+    db.compact_range(None, None).unwrap();
+    assert_eq!(db.get(&k(5)).unwrap(), None);
+    assert!(!db.holds_tombstone(&k(5)).unwrap());
+}

@@ -65,6 +65,10 @@ pub struct Part {
     pub rewrite: Vec<(Vec<u8>, Vec<u8>)>,
     /// The keys `TERN.INGESTBEGIN` counted (nothing of them here before).
     pub counted: Vec<(Vec<u8>, Option<u64>)>,
+    /// The keys `TERN.INGESTBEGIN` found hidden under an older version of
+    /// this node's own: `TERN.INGESTEND ok` writes them again on top, once
+    /// the files (a composite's members) are in.
+    pub rewrites: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// This node's ingests: parts in flight, the slots they hold, counters.
@@ -72,7 +76,7 @@ pub struct Part {
 pub struct Ingests {
     next_id: AtomicU64,
     parts: Mutex<HashMap<u64, Part>>,
-    held: Mutex<Vec<(u16, u16)>>,
+    held: Mutex<Vec<(u64, (u16, u16))>>,
     /// Files ingested.
     pub files: AtomicU64,
     /// Bytes of those files.
@@ -133,17 +137,18 @@ impl Ingests {
         self.parts.lock().remove(&id)
     }
 
-    /// Holds slots `range` (writes to them answer `-TRYAGAIN`).
-    pub fn hold(&self, range: (u16, u16)) {
-        self.held.lock().push(range);
+    /// Holds slots `range` for part `id` (writes to them answer
+    /// `-TRYAGAIN`); again for the same part changes nothing.
+    pub fn hold(&self, id: u64, range: (u16, u16)) {
+        let mut held = self.held.lock();
+        if !held.iter().any(|&(i, _)| i == id) {
+            held.push((id, range));
+        }
     }
 
-    /// Releases one hold of `range`.
-    pub fn release(&self, range: (u16, u16)) {
-        let mut held = self.held.lock();
-        if let Some(i) = held.iter().position(|&r| r == range) {
-            held.swap_remove(i);
-        }
+    /// Releases part `id`'s hold, if it has one.
+    pub fn release(&self, id: u64) {
+        self.held.lock().retain(|&(i, _)| i != id);
     }
 
     /// Whether a write to `slot` must wait for an ingest.
@@ -151,7 +156,7 @@ impl Ingests {
         self.held
             .lock()
             .iter()
-            .any(|&(a, b)| (a..=b).contains(&slot))
+            .any(|&(_, (a, b))| (a..=b).contains(&slot))
     }
 
     /// Whether any of `keys` is in a held slot.
@@ -162,7 +167,7 @@ impl Ingests {
         }
         keys.into_iter().any(|k| {
             let s = crate::cluster::slot::key_slot(k);
-            held.iter().any(|&(a, b)| (a..=b).contains(&s))
+            held.iter().any(|&(_, (a, b))| (a..=b).contains(&s))
         })
     }
 }
@@ -246,7 +251,12 @@ pub fn stage_and_check(
             let string_or_meta = k.first() == Some(&crate::keyspace::NS_KEYS);
             Ok(string_or_meta && (db.holds_tombstone(k)? || db.get_head(k)?.is_some()))
         };
-        tern::ingest::for_each_entry(fs, dir, f, hidden, |k, v, head| {
+        // Composite metadata is read whole (it is small, but a store may
+        // separate values of any size).
+        let whole = |k: &[u8]| -> tern::Result<bool> {
+            Ok((composites && k.first() == Some(&crate::keyspace::NS_KEYS)) || hidden(k)?)
+        };
+        tern::ingest::for_each_entry(fs, dir, f, whole, |k, v, head| {
             let bad = |why: &str| tern::Error::corruption(dir.join(f.file_name()), 0, why);
             let in_slots = |key: &[u8]| {
                 let s = crate::cluster::slot::key_slot(key);
@@ -284,9 +294,6 @@ pub fn stage_and_check(
                 ));
             }
             if composites {
-                if head {
-                    return Err(bad("composite metadata stored apart from its key"));
-                }
                 let e = crate::keyspace::decode_value(v.to_vec()).map_err(|e| bad(&e.0))?;
                 crate::members::Composite::decode(h.kind, &e.value).map_err(|e| bad(&e.0))?;
             }
@@ -319,6 +326,34 @@ pub struct Staged {
     pub span: (u16, u16),
 }
 
+/// The key ranges of slots `slots` in generation `gen` whose tombstones
+/// must outlive an ingest of a part of them (string or metadata records,
+/// and with `composites` member keys): `[lo, hi]`.
+pub fn protected_ranges(gen: u32, slots: (u16, u16), composites: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = vec![(
+        Layout::slot_bounds(gen, slots.0).0,
+        Layout::slot_bounds(gen, slots.1).1,
+    )];
+    if composites {
+        let members = |(lo, hi): (Vec<u8>, Vec<u8>)| {
+            let to_members = |mut k: Vec<u8>| {
+                if let Some(t) = k.first_mut() {
+                    if *t == crate::keyspace::NS_KEYS {
+                        *t = crate::members::NS_MEMBERS;
+                    }
+                }
+                k
+            };
+            (to_members(lo), to_members(hi))
+        };
+        out.push(members((
+            Layout::slot_bounds(gen, slots.0).0,
+            Layout::slot_bounds(gen, slots.1).1,
+        )));
+    }
+    out
+}
+
 /// The staging directory of part `id` under the engine directory `dir`.
 pub fn staging_dir(dir: &Path, id: u64) -> PathBuf {
     dir.join(STAGING_DIR).join(id.to_string())
@@ -344,8 +379,13 @@ mod tests {
     use crate::store::Store;
 
     fn open(fs: &Arc<tern::io::MemFs>) -> Store {
+        open_with(fs, tern::Settings::default())
+    }
+
+    fn open_with(fs: &Arc<tern::io::MemFs>, settings: tern::Settings) -> Store {
         let opts = tern::Options {
             fs: fs.clone(),
+            settings,
             ..tern::Options::default()
         };
         let db = tern::Db::open("/db", opts).unwrap();
@@ -372,6 +412,87 @@ mod tests {
         s.commit(batch, meta).unwrap();
         assert_eq!((s.meta().keys, s.meta().expires), (3, 2));
         s
+    }
+
+    /// Regression: composite metadata a store keeps in a blob file (any
+    /// value can be, with a low `blob_threshold`) was refused at staging,
+    /// so the copy retried forever; and each value must come under the
+    /// version reserved for it, members and metadata alike.
+    #[test]
+    fn composites_travel_as_files_under_the_versions_reserved_for_them() {
+        use crate::members::{member_key, Composite};
+        let src = open_with(
+            &tern::io::MemFs::new(),
+            tern::Settings {
+                blob_threshold: Some(1),
+                blob_head_size: 16,
+                ..tern::Settings::default()
+            },
+        );
+        let mut p = Pending::new(src.layout(), src.meta(), KeyCache::default());
+        let gen = src.generation();
+        for key in [&b"h1"[..], b"h2", b"h3"] {
+            let v = p.new_version();
+            let c = Composite {
+                version: v,
+                size: 2,
+                head: None,
+            };
+            p.put(&src, key, Kind::Hash, &c.encode(), None).unwrap();
+            for f in [&b"f1"[..], b"f2"] {
+                let mk = member_key(Layout::Slotted, gen, key, v, f);
+                p.put_member(key, mk, &[key, f].concat());
+            }
+        }
+        let (batch, meta) = p.take();
+        src.commit(batch, meta).unwrap();
+
+        let dst_fs = tern::io::MemFs::new();
+        let dst = open(&dst_fs);
+        let numbers = dst.db.reserve_file_numbers(PART_FILE_NUMBERS);
+        let out: tern::io::FsRef = tern::io::MemFs::new();
+        let dir = Path::new("/export");
+        out.create_dir_all(dir).unwrap();
+        let mut w = tern::ingest::ExportWriter::new(
+            out.clone(),
+            dir,
+            numbers.clone(),
+            src.db.export_options(),
+        );
+        let (next, n) = src
+            .export_composites((0, 16383), dst.generation(), 1000..2000, &mut w, 1 << 20)
+            .unwrap();
+        assert_eq!((next, n), (None, 3));
+        let list = w.finish().unwrap();
+        let files: Vec<_> = list
+            .iter()
+            .map(|f| (*f, out.read_all(&dir.join(f.file_name())).unwrap()))
+            .collect();
+        let staging = Path::new("/db").join(STAGING_DIR).join("1");
+        let staged = stage_and_check(&dst, &staging, files, &list, (0, 16383), true).unwrap();
+        assert_eq!(staged.records.len(), 3);
+        dst.db
+            .ingest_checked(&staging, &list, staged.checked)
+            .unwrap();
+        // Each value has a version of its own from the reserved range, and
+        // its members came under it.
+        let mut versions = Vec::new();
+        for key in [&b"h1"[..], b"h2", b"h3"] {
+            let raw = dst
+                .db
+                .get(&dst.layout().key(dst.generation(), key))
+                .unwrap()
+                .unwrap();
+            let e = crate::keyspace::decode_value(raw).unwrap();
+            let c = Composite::decode(e.kind, &e.value).unwrap();
+            versions.push(c.version);
+            for f in [&b"f1"[..], b"f2"] {
+                let mk = member_key(Layout::Slotted, dst.generation(), key, c.version, f);
+                assert_eq!(dst.db.get(&mk).unwrap(), Some([key, f].concat()));
+            }
+        }
+        versions.sort_unstable();
+        assert_eq!(versions, [1000, 1001, 1002]);
     }
 
     #[test]
@@ -438,12 +559,15 @@ mod tests {
     fn holds_cover_their_slots_until_released() {
         let i = Ingests::default();
         assert!(!i.holds(5));
-        i.hold((3, 9));
-        i.hold((3, 9));
+        i.hold(1, (3, 9));
+        i.hold(2, (3, 9));
+        i.hold(2, (3, 9));
         assert!(i.holds(3) && i.holds(9) && !i.holds(10));
-        i.release((3, 9));
-        assert!(i.holds(5), "a second hold of the same range remains");
-        i.release((3, 9));
+        i.release(1);
+        assert!(i.holds(5), "the other part's hold remains");
+        i.release(1);
+        assert!(i.holds(5), "releasing twice takes nothing else");
+        i.release(2);
         assert!(!i.holds(5));
     }
 }

@@ -345,7 +345,21 @@ impl Step {
                     if !self.still(MigrationState::Pulling) {
                         return Err("the migration moved on".into());
                     }
-                    let (part, versions) = self.export(slots, &cursor, composites).await?;
+                    let numbers = self
+                        .state
+                        .store
+                        .db
+                        .reserve_file_numbers(ingest::PART_FILE_NUMBERS);
+                    let exported = self
+                        .export(slots, &cursor, composites, numbers.clone())
+                        .await;
+                    let (part, versions) = match exported {
+                        Ok(p) => p,
+                        Err(e) => {
+                            self.state.store.db.release_file_numbers(&numbers);
+                            return Err(e);
+                        }
+                    };
                     progress.bytes += part.files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
                     let ingested = match part.files.is_empty() {
                         true => Ok(0),
@@ -354,6 +368,8 @@ impl Step {
                     if let Some(base) = versions {
                         self.node.ingests.settle_versions(base);
                     }
+                    // Numbers the part did not use (or a failed one left).
+                    self.state.store.db.release_file_numbers(&numbers);
                     progress.keys += ingested?;
                     // Bounded rate: foreground requests keep the disk and
                     // the committer.
@@ -385,9 +401,9 @@ impl Step {
         slots: (u16, u16),
         cursor: &[u8],
         composites: bool,
+        numbers: std::ops::Range<u64>,
     ) -> Result<(super::migrate::Exported, Option<u64>), String> {
         let store = &self.state.store;
-        let numbers = store.db.reserve_file_numbers(ingest::PART_FILE_NUMBERS);
         let gen = store.generation();
         let bytes = self.node.ingests.part_bytes();
         let source = self.source().await?;
@@ -436,9 +452,8 @@ impl Step {
         let res = self
             .ingest_staged(id, slots, composites, files, &staging)
             .await;
-        if res.is_err() {
-            self.node.ingests.forget(id);
-        }
+        // Ended (or never begun) either way.
+        self.node.ingests.forget(id);
         let st = self.state.clone();
         let dir = staging.clone();
         let _ = tokio::task::spawn_blocking(move || {
@@ -464,9 +479,37 @@ impl Step {
     ) -> Result<u64, String> {
         let list: Vec<_> = files.iter().map(|(f, _)| *f).collect();
         let bytes: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
+        // Tombstones of these slots stay until the files are in: they must
+        // hide the files' versions of keys deleted here.
+        let db = &self.state.store.db;
+        let protections: Vec<u64> =
+            ingest::protected_ranges(self.state.store.generation(), slots, composites)
+                .iter()
+                .map(|(lo, hi)| db.protect_tombstones(lo, hi))
+                .collect();
+        let res = self
+            .ingest_protected(id, slots, composites, files, staging, &list, bytes)
+            .await;
+        for p in protections {
+            db.unprotect_tombstones(p);
+        }
+        res
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn ingest_protected(
+        &self,
+        id: u64,
+        slots: (u16, u16),
+        composites: bool,
+        files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
+        staging: &std::path::Path,
+        list: &[tern::ingest::ExportedFile],
+        bytes: u64,
+    ) -> Result<u64, String> {
         let st = self.state.clone();
         let dir = staging.to_path_buf();
-        let staged_list = list.clone();
+        let staged_list = list.to_vec();
         let staged = tokio::task::spawn_blocking(move || {
             ingest::stage_and_check(&st.store, &dir, files, &staged_list, slots, composites)
         })
@@ -482,30 +525,27 @@ impl Step {
         let counted = match write(&self.state, &self.exec, begin).await {
             Ok(r) => count_of(&r).max(0) as u64,
             Err(e) => {
-                let release = vec![
-                    b"TERN.INGESTEND".to_vec(),
-                    id.to_string().into_bytes(),
-                    b"release".to_vec(),
-                ];
-                let _ = write(&self.state, &self.exec, release).await;
+                // Nothing of it took effect; only the hold goes.
+                let _ = self.end_ingest(id, b"release").await;
                 return Err(format!("starting an ingest: {e}"));
             }
         };
+        // The intent, counts and tombstones are durable before the files
+        // join the store (the manifest record is synced), whatever
+        // appendfsync says: a crash between must find the intent.
         let st = self.state.clone();
         let dir = staging.to_path_buf();
-        let done =
-            tokio::task::spawn_blocking(move || st.store.db.ingest_checked(&dir, &list, checked))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
+        let ingest_list = list.to_vec();
+        let done = tokio::task::spawn_blocking(move || {
+            st.store.db.sync_wal()?;
+            st.store.db.ingest_checked(&dir, &ingest_list, checked)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
         let how: &[u8] = if done.is_ok() { b"ok" } else { b"abort" };
-        let end = vec![
-            b"TERN.INGESTEND".to_vec(),
-            id.to_string().into_bytes(),
-            how.to_vec(),
-        ];
         // A failed end leaves the intent; the next open settles it.
-        let ended = write(&self.state, &self.exec, end).await;
+        let ended = self.end_ingest(id, how).await;
         let report = done.map_err(|e| format!("ingesting a bulk copy part: {e}"))?;
         ended.map_err(|e| format!("finishing an ingest: {e}"))?;
         let counters = &self.node.ingests;
@@ -514,7 +554,27 @@ impl Step {
             .files
             .fetch_add((report.tables + report.blob_files) as u64, Relaxed);
         counters.bytes.fetch_add(bytes, Relaxed);
+        counters.keys.fetch_add(counted, Relaxed);
         Ok(counted)
+    }
+
+    /// `TERN.INGESTEND id how`, again while its commit fails (it has the
+    /// same effect each time), a few times.
+    async fn end_ingest(&self, id: u64, how: &[u8]) -> Result<(), String> {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let end = vec![
+                b"TERN.INGESTEND".to_vec(),
+                id.to_string().into_bytes(),
+                how.to_vec(),
+            ];
+            match write(&self.state, &self.exec, end).await {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+        Err(last)
     }
 
     async fn drop_source(&self, rate: u64) {

@@ -172,9 +172,16 @@ pub fn begin(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }) else {
         return Reply::err(format!("no ingest {id} is waiting here"));
     };
+    // A part of a migration that moved on (rolled back, or the slots went
+    // elsewhere) must not land: its keys would be counted in slots this
+    // node does not import.
+    let importing = node.view().importing();
+    if !importing.is_some_and(|s| (slots.0..=slots.1).all(|slot| s.contains(slot))) {
+        return Reply::err("the part's slots are no longer being imported here");
+    }
     // The committer runs this: from here to TERN.INGESTEND, no write to
     // these slots runs (they answer TRYAGAIN), so the counts stay exact.
-    node.ingests.hold(slots);
+    node.ingests.hold(id, slots);
     let store = &ctx.state.store;
     let gen = store.generation();
     let layout = store.layout();
@@ -182,7 +189,7 @@ pub fn begin(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     // nothing.
     let mut counted = Vec::new();
     let mut deleted_here = Vec::new();
-    let mut rewritten = Vec::new();
+    let mut rewrites = Vec::new();
     {
         let pending = tri!(ctx.pending());
         let hidden: std::collections::HashMap<Vec<u8>, Vec<u8>> = rewrite.into_iter().collect();
@@ -202,34 +209,30 @@ pub fn begin(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
                 // Written here since the slot moved: shadows the file.
                 (true, true) => {}
                 // Deleted here: the tombstone compaction may have dropped
-                // is written again, so the file's version stays hidden.
+                // is written again, so the file's version stays hidden
+                // (the range's tombstones are protected until the ingest).
                 (true, false) => deleted_here.push(key),
                 // Never touched since the slot moved, but something of an
-                // earlier time here (a tombstone of the cleanup, or a
-                // leftover) would hide the file's version: written on top.
+                // earlier time here (a tombstone of the cleanup, a
+                // leftover, a copy ingested before) would hide the file's
+                // version: written on top at TERN.INGESTEND, once a
+                // composite's members are in too.
                 (false, true) => {
                     if let Some(raw) = hidden.get(&key) {
-                        rewritten.push((key, raw.clone()));
+                        rewrites.push((key, raw.clone()));
                     }
                 }
                 (false, false) => match hidden.get(&key) {
-                    Some(raw) => rewritten.push((key, raw.clone())),
+                    Some(raw) => rewrites.push((key, raw.clone())),
                     None => counted.push((key, exp)),
                 },
             }
         }
-        let mut decoded = Vec::with_capacity(rewritten.len());
-        for (key, raw) in rewritten {
-            let e = tri!(crate::keyspace::decode_value(raw).map_err(|e| store_error(e.into())));
-            decoded.push((key, e));
+        for (_, raw) in &rewrites {
+            tri!(crate::keyspace::decode_value(raw.clone()).map_err(|e| store_error(e.into())));
         }
         for key in &deleted_here {
             pending.delete_raw(&layout.key(gen, key));
-        }
-        for (key, e) in &decoded {
-            tri!(pending
-                .put(store, key, e.kind, &e.value, e.expire_at)
-                .map_err(store_error));
         }
         for (key, exp) in &counted {
             pending.count_ingested(key, *exp, true);
@@ -240,11 +243,16 @@ pub fn begin(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         );
     }
     let n = counted.len();
-    node.ingests.with_part(id, |p| p.counted = counted);
+    node.ingests.with_part(id, |p| {
+        p.counted = counted;
+        p.rewrites = rewrites;
+    });
     Reply::Int(n as i64)
 }
 
-/// TERN.INGESTEND id ok|abort|release
+/// TERN.INGESTEND id ok|abort|release. The part stays registered (the
+/// caller forgets it once this committed), so a failed commit can be
+/// retried with the same effect.
 pub fn end(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let node = tri!(node(ctx));
     let id = tri!(u64_arg(&args[1], "id"));
@@ -252,25 +260,34 @@ pub fn end(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     if !matches!(how.as_slice(), b"ok" | b"abort" | b"release") {
         return Reply::err("TERN.INGESTEND takes ok, abort or release");
     }
-    let Some(part) = node.ingests.forget(id) else {
+    let Some(part) = node.ingests.with_part(id, |p| p.clone()) else {
         return Reply::err(format!("no ingest {id} is waiting here"));
     };
     let store = &ctx.state.store;
     let gen = store.generation();
-    let released = (|| {
+    let ended = (|| {
         let pending = ctx.pending()?;
         match how.as_slice() {
             b"ok" => {
+                // A key written here since (a retried end, after its hold
+                // was let go) keeps that write.
+                let marks = pending
+                    .marked_in(store, part.slots.0, part.slots.1)
+                    .map_err(store_error)?;
+                for (key, raw) in part.rewrites.iter().filter(|(k, _)| !marks.contains(k)) {
+                    let exp = crate::keyspace::decode_value(raw.clone())
+                        .map_err(|e| store_error(e.into()))?
+                        .expire_at;
+                    pending
+                        .put_stored_unmarked(store, key, raw, exp)
+                        .map_err(store_error)?;
+                }
                 for (key, exp) in &part.counted {
                     if let Some(t) = exp {
                         store.note_expiry(*t);
                         pending.put_raw(&expiry_key(gen, *t, key), b"");
                     }
                 }
-                node.ingests.keys.fetch_add(
-                    part.counted.len() as u64,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
             }
             b"abort" => {
                 for (key, exp) in &part.counted {
@@ -284,8 +301,8 @@ pub fn end(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         }
         Ok(Reply::Simple("OK".into()))
     })();
-    node.ingests.release(part.slots);
-    match released {
+    node.ingests.release(id);
+    match ended {
         Ok(r) => r,
         Err(e) => e,
     }

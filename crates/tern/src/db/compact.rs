@@ -180,7 +180,8 @@ impl Shared {
             next_file_number: state.versions.file_number_counter(),
             rate_limiter: self.rate_limiter.clone(),
         };
-        let deeper_ranges = version.levels[plan.output_level + 1..]
+        let mut deeper_ranges: Vec<Vec<(Vec<u8>, Vec<u8>)>> = version.levels
+            [plan.output_level + 1..]
             .iter()
             .map(|files| {
                 files
@@ -194,6 +195,11 @@ impl Shared {
                     .collect()
             })
             .collect();
+        // Files about to be ingested behind everything count as deeper
+        // data already: the tombstones over them must stay.
+        for (_, lo, hi) in &state.protected {
+            deeper_ranges.push(vec![(lo.clone(), hi.clone())]);
+        }
         let job = CompactionJob {
             dir: self.dir.clone(),
             inputs: plan.all_inputs().map(|f| (**f).clone()).collect(),

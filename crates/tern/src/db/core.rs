@@ -77,6 +77,11 @@ pub struct State {
     /// File numbers handed out for other stores to write files this one
     /// ingests ([`crate::Db::reserve_file_numbers`]), not yet ingested.
     pub reserved_numbers: Vec<std::ops::Range<u64>>,
+    /// Key ranges `[lo, hi]` whose tombstones compaction keeps
+    /// ([`crate::Db::protect_tombstones`]), by id.
+    pub protected: Vec<(u64, Vec<u8>, Vec<u8>)>,
+    /// The id the next protection gets.
+    pub next_protection: u64,
 }
 
 /// Everything the handle and the background threads share.

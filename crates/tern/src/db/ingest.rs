@@ -60,13 +60,46 @@ impl Db {
         start..start + n
     }
 
+    /// Keeps every tombstone with a key in `[lo, hi]` (compaction would
+    /// otherwise drop one at the last level, with nothing under it yet)
+    /// until [`Db::unprotect_tombstones`] with the id returned: for a
+    /// caller about to ingest files behind that range, whose entries those
+    /// tombstones must hide. Compactions planned from now on keep them.
+    pub fn protect_tombstones(&self, lo: &[u8], hi: &[u8]) -> u64 {
+        let mut state = self.shared.state.lock();
+        let id = state.next_protection;
+        state.next_protection += 1;
+        state.protected.push((id, lo.to_vec(), hi.to_vec()));
+        id
+    }
+
+    /// Ends protection `id` ([`Db::protect_tombstones`]).
+    pub fn unprotect_tombstones(&self, id: u64) {
+        self.shared
+            .state
+            .lock()
+            .protected
+            .retain(|(p, _, _)| *p != id);
+    }
+
+    /// Gives back file numbers reserved with [`Db::reserve_file_numbers`]
+    /// that no ingest will use (they are never handed out again either).
+    pub fn release_file_numbers(&self, numbers: &Range<u64>) {
+        self.shared
+            .state
+            .lock()
+            .reserved_numbers
+            .retain(|r| r != numbers);
+    }
+
     /// Adds `files` (in directory `staging`, on this store's file system,
     /// numbered from a reservation of this store) below all data: every
     /// entry is at sequence number 0, so a version of the same key written
     /// here, before or after, shadows it, and a key deleted here stays
     /// deleted as long as its tombstone lives. (Keys this store deleted
     /// whose tombstones compaction already dropped come back: a caller that
-    /// deletes keys in `range` must write their tombstones again first.)
+    /// deletes keys in `range` must write their tombstones again first,
+    /// under [`Db::protect_tombstones`].)
     ///
     /// The files are checked whole first ([`check_files`]): a damaged or
     /// foreign file is refused, named with the offset, and nothing changes.

@@ -92,6 +92,8 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         removals_in_flight: 0,
         obsolete_blobs: Vec::new(),
         reserved_numbers: Vec::new(),
+        protected: Vec::new(),
+        next_protection: 0,
     };
     let sv = SuperVersion {
         mem,

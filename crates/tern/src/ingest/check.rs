@@ -53,7 +53,7 @@ pub fn check_files(
                     return Err(Error::corruption(
                         &path,
                         r.offset_of(ordinal).unwrap_or(0),
-                        "an ingested blob record has a sequence number other than 0",
+                        "an ingested blob record out of order or at a sequence number other than 0",
                     ));
                 }
                 recs.push((rec.key.to_vec(), rec.value.len()));
