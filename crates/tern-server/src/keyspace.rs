@@ -110,6 +110,19 @@ pub const KEY_OVERHEAD: usize = KEY_PREFIX_LEN + 8;
 /// (`crate::cluster::ingest`).
 pub const INGEST_INTENT_PREFIX: &[u8] = b"mingest";
 
+/// Prefix of bulk copy resume points (`'m' "copyat" ‖ migration id`, u64
+/// big-endian → slot range index (u32 BE) ‖ phase (0 strings, 1 the other
+/// kinds) ‖ cursor): where a target's copy of a migration goes on after a
+/// restart (`crate::cluster::mover`).
+pub const COPY_RESUME_PREFIX: &[u8] = b"mcopyat";
+
+/// The engine key of the resume point of migration `id`'s bulk copy.
+pub fn copy_resume_key(id: u64) -> Vec<u8> {
+    let mut k = COPY_RESUME_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
 /// The engine key of ingest intent `id`.
 pub fn ingest_intent_key(id: u64) -> Vec<u8> {
     let mut k = INGEST_INTENT_PREFIX.to_vec();

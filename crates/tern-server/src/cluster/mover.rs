@@ -338,9 +338,36 @@ impl Step {
             slots: self.m.slot_count(),
             ..Progress::default()
         };
-        for &slots in &self.m.slots {
-            for composites in [false, true] {
-                let mut cursor: Vec<u8> = Vec::new();
+        // Parts ingested before a restart are not copied again.
+        let resume_key = crate::keyspace::copy_resume_key(self.m.id);
+        let db = &self.state.store.db;
+        let (from_range, from_phase, from_cursor) = match db.get(&resume_key) {
+            Ok(Some(v)) if v.len() >= 5 => {
+                let range = u32::from_be_bytes([v[0], v[1], v[2], v[3]]) as usize;
+                (range, v[4], v[5..].to_vec())
+            }
+            _ => (0, 0, Vec::new()),
+        };
+        let note = |range: usize, phase: u8, cursor: &[u8]| {
+            let mut v = (range as u32).to_be_bytes().to_vec();
+            v.push(phase);
+            v.extend_from_slice(cursor);
+            // Unsynced: a point lost in a crash only repeats some parts.
+            let _ = db.put(&resume_key, &v);
+        };
+        for (ri, &slots) in self.m.slots.iter().enumerate() {
+            if ri < from_range {
+                progress.slots_done += usize::from(slots.1 - slots.0) + 1;
+                continue;
+            }
+            for (phase, composites) in [(0u8, false), (1u8, true)] {
+                if ri == from_range && phase < from_phase {
+                    continue;
+                }
+                let mut cursor: Vec<u8> = match ri == from_range && phase == from_phase {
+                    true => from_cursor.clone(),
+                    false => Vec::new(),
+                };
                 loop {
                     if !self.still(MigrationState::Pulling) {
                         return Err("the migration moved on".into());
@@ -380,14 +407,24 @@ impl Step {
                         }
                     }
                     match part.next {
-                        Some(n) => cursor = n,
-                        None => break,
+                        Some(n) => {
+                            note(ri, phase, &n);
+                            cursor = n;
+                        }
+                        None => {
+                            match phase {
+                                0 => note(ri, 1, &[]),
+                                _ => note(ri + 1, 0, &[]),
+                            }
+                            break;
+                        }
                     }
                 }
             }
             progress.slots_done += usize::from(slots.1 - slots.0) + 1;
             let _ = self.reg.clone().put_progress(self.m.id, &progress).await;
         }
+        let _ = db.delete(&resume_key);
         Ok(())
     }
 
