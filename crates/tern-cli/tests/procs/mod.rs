@@ -59,42 +59,61 @@ pub fn etcd_on(dir: &Path, extra: &[&str]) -> Option<(Proc, String)> {
         eprintln!("SKIPPED (TERN_PARTIAL=1): etcd is not on PATH");
         return None;
     }
-    let (client, peer) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let mut listen = url.clone();
-    for h in extra {
-        listen += &format!(",http://{h}:{client}");
+    // A port found free may be taken before etcd binds it (tests start
+    // nodes and etcds at once): an etcd that exits is started again on
+    // other ports.
+    for _ in 0..3 {
+        let client = free_port();
+        let peer = loop {
+            let p = free_port();
+            if p != client {
+                break p;
+            }
+        };
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let mut listen = url.clone();
+        for h in extra {
+            listen += &format!(",http://{h}:{client}");
+        }
+        let mut child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir)
+            .args([
+                "--listen-client-urls",
+                &listen,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok() {
+                return Some((Proc(child), url));
+            }
+            if child.try_wait().unwrap().is_some() {
+                // It may have written its member id for the old ports.
+                let _ = std::fs::remove_dir_all(dir);
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "etcd did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
-    let child = Command::new("etcd")
-        .arg("--data-dir")
-        .arg(dir)
-        .args([
-            "--listen-client-urls",
-            &listen,
-            "--advertise-client-urls",
-            &url,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer_url,
-            "--initial-advertise-peer-urls",
-            &peer_url,
-        ])
-        .args(["--initial-cluster", &format!("default={peer_url}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "etcd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some((Proc(child), url))
+    panic!("etcd exited three times on start (ports taken?)")
 }
 
 /// A network namespace joined to this one by a veth pair on a private
