@@ -514,8 +514,6 @@ impl Step {
         files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
         staging: &std::path::Path,
     ) -> Result<u64, String> {
-        let list: Vec<_> = files.iter().map(|(f, _)| *f).collect();
-        let bytes: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
         // Tombstones of these slots stay until the files are in: they must
         // hide the files' versions of keys deleted here.
         let db = &self.state.store.db;
@@ -525,7 +523,7 @@ impl Step {
                 .map(|(lo, hi)| db.protect_tombstones(lo, hi))
                 .collect();
         let res = self
-            .ingest_protected(id, slots, composites, files, staging, &list, bytes)
+            .ingest_protected(id, slots, composites, files, staging)
             .await;
         for p in protections {
             db.unprotect_tombstones(p);
@@ -533,7 +531,6 @@ impl Step {
         res
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn ingest_protected(
         &self,
         id: u64,
@@ -541,12 +538,12 @@ impl Step {
         composites: bool,
         files: Vec<(tern::ingest::ExportedFile, Vec<u8>)>,
         staging: &std::path::Path,
-        list: &[tern::ingest::ExportedFile],
-        bytes: u64,
     ) -> Result<u64, String> {
+        let list: Vec<_> = files.iter().map(|(f, _)| *f).collect();
+        let bytes: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
         let st = self.state.clone();
         let dir = staging.to_path_buf();
-        let staged_list = list.to_vec();
+        let staged_list = list.clone();
         let staged = tokio::task::spawn_blocking(move || {
             ingest::stage_and_check(&st.store, &dir, files, &staged_list, slots, composites)
         })
@@ -572,7 +569,7 @@ impl Step {
         // appendfsync says: a crash between must find the intent.
         let st = self.state.clone();
         let dir = staging.to_path_buf();
-        let ingest_list = list.to_vec();
+        let ingest_list = list;
         let done = tokio::task::spawn_blocking(move || {
             st.store.db.sync_wal()?;
             st.store.db.ingest_checked(&dir, &ingest_list, checked)

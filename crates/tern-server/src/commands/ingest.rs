@@ -51,30 +51,47 @@ fn u64_arg(a: &[u8], what: &str) -> Result<u64, Reply> {
     }
 }
 
+/// What both exports are asked for: the slot range, the target's
+/// generation and the file numbers it reserved.
+type ExportTarget = ((u16, u16), u32, std::ops::Range<u64>);
+
+/// The arguments both exports share: the slot range (at 1 and 2), the
+/// target's generation (at `gen_at`) and its reserved file numbers (first
+/// and count, right after it).
+fn export_target(args: &[Vec<u8>], gen_at: usize) -> Result<ExportTarget, Reply> {
+    let first = slot_arg(&args[1])?;
+    let last = slot_arg(&args[2])?;
+    if first > last {
+        return Err(Reply::err("Invalid slot range"));
+    }
+    let gen = match int_arg(&args[gen_at]) {
+        Ok(g) if (0..=i64::from(u32::MAX)).contains(&g) => g as u32,
+        _ => return Err(Reply::err("bad generation")),
+    };
+    let number = u64_arg(&args[gen_at + 1], "number")?;
+    let count = u64_arg(&args[gen_at + 2], "count")?.min(4096);
+    let end = number
+        .checked_add(count)
+        .ok_or_else(|| Reply::err("file numbers out of range"))?;
+    Ok(((first, last), gen, number..end))
+}
+
+/// The `max_bytes` argument, bounded.
+fn max_bytes_arg(a: &[u8]) -> Result<u64, Reply> {
+    Ok(u64_arg(a, "max_bytes")?.clamp(1, 64 << 20))
+}
+
 /// TERN.EXPORT first last cursor generation number count max_bytes
 pub fn export(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     tri!(node(ctx));
-    let first = tri!(slot_arg(&args[1]));
-    let last = tri!(slot_arg(&args[2]));
-    if first > last {
-        return Reply::err("Invalid slot range");
-    }
-    let gen = match int_arg(&args[4]) {
-        Ok(g) if (0..=i64::from(u32::MAX)).contains(&g) => g as u32,
-        _ => return Reply::err("bad generation"),
-    };
-    let number = tri!(u64_arg(&args[5], "number"));
-    let count = tri!(u64_arg(&args[6], "count")).min(4096);
-    let max_bytes = tri!(u64_arg(&args[7], "max_bytes")).clamp(1, 64 << 20);
-    let Some(end) = number.checked_add(count) else {
-        return Reply::err("file numbers out of range");
-    };
+    let (slots, gen, numbers) = tri!(export_target(args, 4));
+    let max_bytes = tri!(max_bytes_arg(&args[7]));
     let (fs, dir) = tri!(export_dir());
     let store = ctx.store();
     let mut w =
-        tern::ingest::ExportWriter::new(fs.clone(), dir, number..end, store.db.export_options());
+        tern::ingest::ExportWriter::new(fs.clone(), dir, numbers, store.db.export_options());
     let (next, records) = tri!(store
-        .export_strings((first, last), &args[3], gen, &mut w, max_bytes)
+        .export_strings(slots, &args[3], gen, &mut w, max_bytes)
         .map_err(store_error));
     let files = tri!(w.finish().map_err(|e| store_error(e.into())));
     export_reply(
@@ -89,29 +106,19 @@ pub fn export(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 /// TERN.EXPORTCOMPOSITES first last generation number count version versions max_bytes
 pub fn export_composites(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     tri!(node(ctx));
-    let first = tri!(slot_arg(&args[1]));
-    let last = tri!(slot_arg(&args[2]));
-    if first > last {
-        return Reply::err("Invalid slot range");
-    }
-    let gen = match int_arg(&args[3]) {
-        Ok(g) if (0..=i64::from(u32::MAX)).contains(&g) => g as u32,
-        _ => return Reply::err("bad generation"),
-    };
-    let number = tri!(u64_arg(&args[4], "number"));
-    let count = tri!(u64_arg(&args[5], "count")).min(4096);
+    let (slots, gen, numbers) = tri!(export_target(args, 3));
     let version = tri!(u64_arg(&args[6], "version"));
     let versions = tri!(u64_arg(&args[7], "versions"));
-    let max_bytes = tri!(u64_arg(&args[8], "max_bytes")).clamp(1, 64 << 20);
-    let (Some(end), Some(vend)) = (number.checked_add(count), version.checked_add(versions)) else {
-        return Reply::err("numbers out of range");
+    let max_bytes = tri!(max_bytes_arg(&args[8]));
+    let Some(vend) = version.checked_add(versions) else {
+        return Reply::err("versions out of range");
     };
     let (fs, dir) = tri!(export_dir());
     let store = ctx.store();
     let mut w =
-        tern::ingest::ExportWriter::new(fs.clone(), dir, number..end, store.db.export_options());
+        tern::ingest::ExportWriter::new(fs.clone(), dir, numbers, store.db.export_options());
     let (next, records) = tri!(store
-        .export_composites((first, last), gen, version..vend, &mut w, max_bytes)
+        .export_composites(slots, gen, version..vend, &mut w, max_bytes)
         .map_err(store_error));
     let files = tri!(w.finish().map_err(|e| store_error(e.into())));
     let next = next.map_or(Reply::Nil, |s| Reply::Int(i64::from(s)));
