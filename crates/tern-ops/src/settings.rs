@@ -171,6 +171,21 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
             put("max_subcompactions", pick(rng, &[1, 1, 2, 4]).to_string());
         }
     }
+    // A memory tier in a third of the runs, a few memtables large, so
+    // copy-ins, merges and copy-outs all happen.
+    if rng.gen_bool(1.0 / 3.0) {
+        let buffer: u64 = s
+            .iter()
+            .find(|(n, _)| *n == "write_buffer_size")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(64 << 10);
+        s.push((
+            "memtier_size",
+            (buffer * rng.gen_range(3..10u64)).to_string(),
+        ));
+        s.push(("memtier_levels", rng.gen_range(1..4u32).to_string()));
+        s.push(("memtier_level_tables", rng.gen_range(2..5u32).to_string()));
+    }
     s
 }
 

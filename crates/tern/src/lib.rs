@@ -18,6 +18,7 @@ pub mod ingest;
 pub mod io;
 mod iter;
 mod memtable;
+mod memtier;
 mod options;
 mod sst;
 pub mod tools;

@@ -70,8 +70,9 @@ pub fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
 }
 
 fn start_with(shared: &Arc<Shared>, spawn: Spawn<'_>) -> std::io::Result<Vec<JoinHandle<()>>> {
-    let loops: [Loop; 4] = [
+    let loops: [Loop; 5] = [
         ("tern-flush", flush_loop),
+        ("tern-memtier", memtier_loop),
         ("tern-compact", compaction_loop),
         ("tern-gc", gc_loop),
         ("tern-wal-sync", wal_sync_loop),
@@ -159,6 +160,35 @@ fn flush_loop(s: &Shared) {
         }
         // Errors are recorded as the background error inside.
         let _ = s.flush_one();
+    }
+}
+
+/// Merges and copies out memory-tier tables (nothing without a tier).
+fn memtier_loop(s: &Shared) {
+    if s.tier.is_none() {
+        return;
+    }
+    let mut failures = 0u32;
+    loop {
+        {
+            let mut state = s.state.lock();
+            while !state.shutting_down && (state.bg_error.is_some() || !s.tier_work_due(&state)) {
+                s.bg_work.wait(&mut state);
+            }
+            if state.shutting_down {
+                return;
+            }
+            if failures > 0 && !sleep_unless_shutting_down(s, &mut state, backoff(failures)) {
+                return;
+            }
+        }
+        match s.tier_step() {
+            Ok(_) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                after_failure(s, failures, "memory tier copy-out", &e, true);
+            }
+        }
     }
 }
 

@@ -40,7 +40,10 @@ pub struct SuperVersion {
     pub imms: Vec<Arc<MemTable>>,
     /// The table files.
     pub version: Arc<Version>,
-    /// WAL file numbers of `imms`, for stats without the state mutex.
+    /// The memory tier's tables (empty without a tier).
+    pub tier: Arc<super::memtier::TierView>,
+    /// WAL file numbers of `imms` and the tier's tables, for stats without
+    /// the state mutex.
     pub imm_wals: Vec<u64>,
 }
 
@@ -82,6 +85,12 @@ pub struct State {
     pub protected: Vec<(u64, Vec<u8>, Vec<u8>)>,
     /// The id the next protection gets.
     pub next_protection: u64,
+    /// The memory tier's tables (none without a tier).
+    pub tier: crate::memtier::TierLevels,
+    /// The view of `tier` super versions carry.
+    pub tier_view: Arc<super::memtier::TierView>,
+    /// `Db::flush` calls waiting for the tier to empty.
+    pub tier_drains: usize,
 }
 
 /// Everything the handle and the background threads share.
@@ -119,6 +128,12 @@ pub struct Shared {
     pub compaction_lock: Mutex<()>,
     /// Held while a GC job picks, runs and installs.
     pub gc_lock: Mutex<()>,
+    /// The memory tier's memory, when it is on.
+    pub tier: Option<Arc<crate::memtier::memory::TierMemory>>,
+    /// Every tier view made, for the merge horizon.
+    pub tier_views: Mutex<Vec<std::sync::Weak<super::memtier::TierView>>>,
+    /// Held while a tier merge or copy-out runs.
+    pub tier_lock: Mutex<()>,
     /// Paces background writes (compaction and GC).
     pub rate_limiter: Option<Arc<crate::io::RateLimiter>>,
     pub executor: Arc<dyn Executor>,
@@ -149,7 +164,13 @@ impl Shared {
             mem: state.mem.clone(),
             imms: state.imms.iter().rev().map(|i| i.mem.clone()).collect(),
             version: state.versions.current(),
-            imm_wals: state.imms.iter().map(|i| i.wal_number).collect(),
+            tier: state.tier_view.clone(),
+            imm_wals: state
+                .imms
+                .iter()
+                .map(|i| i.wal_number)
+                .chain(state.tier.tables().flat_map(|t| t.wals().iter().copied()))
+                .collect(),
         };
         *self.current.lock() = Arc::new(sv);
     }

@@ -12,7 +12,6 @@ use crate::error::{IoContext, Result};
 use crate::format::internal_key::{self, ValueKind};
 use crate::format::version_edit::VersionEdit;
 use crate::iter::InternalIterator;
-use crate::memtable::MemTable;
 use crate::sst::{TableBuilder, TableOptions};
 use crate::version::{BlobMeta, FileMeta};
 use crate::wal::{blob_file_name, table_file_name};
@@ -37,20 +36,23 @@ impl Shared {
         }
     }
 
-    /// Writes `mem` to table file `number` (and blob files as needed).
+    /// Writes the entries of `it` (a memtable's or a memory-tier table's,
+    /// in internal-key order without duplicates) to table file `number`
+    /// (and blob files as needed).
     /// New blob files take their numbers from `counter`. A version that a
     /// newer one hides from every reader `retention` allows for is left out:
     /// under skewed updates most of a memtable is such versions, and writing
     /// them would only make garbage for compaction to mark and GC to copy.
     pub fn write_level0_table(
         &self,
-        mem: &Arc<MemTable>,
+        it: &mut dyn InternalIterator,
         number: u64,
         counter: &AtomicU64,
         retention: &Retention,
     ) -> Result<FlushOutput> {
         let mut out = FlushOutput::default();
-        if mem.is_empty() {
+        it.seek_to_first();
+        if !it.valid() {
             return Ok(out);
         }
         let path = self.dir.join(table_file_name(number));
@@ -60,10 +62,8 @@ impl Shared {
             let mut builder = TableBuilder::new(file, path.clone(), self.table_options(0));
             let mut blob: Option<BlobWriter> = None;
             let mut blob_files = Vec::new();
-            let mut it = mem.iter();
             let mut walk = VersionWalk::new(retention);
             let mut dropped = 0u64;
-            it.seek_to_first();
             while it.valid() {
                 let user_key = internal_key::user_key(it.key());
                 if walk
@@ -141,10 +141,10 @@ impl Shared {
         }
     }
 
-    /// Flushes the oldest immutable memtable, if any. Returns whether one was
-    /// flushed.
+    /// Flushes the oldest immutable memtable, if any, into the memory tier
+    /// when there is one, else to L0. Returns whether one was flushed.
     pub fn flush_one(&self) -> Result<bool> {
-        let (mem, number, counter) = {
+        let (mem, wal, number, counter) = {
             let mut state = self.state.lock();
             if state.flush_running {
                 return Ok(false);
@@ -153,17 +153,39 @@ impl Shared {
                 return Ok(false);
             };
             let mem = imm.mem.clone();
+            let wal = imm.wal_number;
             state.flush_running = true;
             (
                 mem,
+                wal,
                 state.versions.new_file_number(),
                 state.versions.file_number_counter(),
             )
         };
+        match self.move_into_tier(&mem, wal) {
+            Ok(None) => {}
+            Ok(Some(table)) => {
+                let mut state = self.state.lock();
+                state.flush_running = false;
+                state.imms.pop_front();
+                state.tier.add_newest(Arc::new(table));
+                self.publish_tier(&mut state);
+                Counters::add(&self.counters.flushes, 1);
+                self.bg_work.notify_all();
+                self.finish_install(state);
+                return Ok(true);
+            }
+            Err(e) => {
+                let mut state = self.state.lock();
+                state.flush_running = false;
+                self.set_bg_error(&mut state, &e);
+                return Err(e);
+            }
+        }
         // Read after the memtable turned immutable: a snapshot registered
         // later sees every version in it, so only the newest of each key.
         let retention = Retention::new(self.snapshots.all());
-        let res = self.write_level0_table(&mem, number, &counter, &retention);
+        let res = self.write_level0_table(&mut mem.iter(), number, &counter, &retention);
         let mut state = self.state.lock();
         state.flush_running = false;
         let output = match res {
@@ -174,12 +196,8 @@ impl Shared {
             }
         };
         let flushed = state.imms.pop_front();
-        let next_wal = state
-            .imms
-            .front()
-            .map_or(state.mem_wal_number, |i| i.wal_number);
         let mut edit = VersionEdit {
-            log_number: Some(next_wal),
+            log_number: Some(state.oldest_needed_wal()),
             last_sequence: Some(self.visible_seq.load(Ordering::Acquire)),
             blob_files_added: output.blobs,
             ..Default::default()

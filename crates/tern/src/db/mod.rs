@@ -10,6 +10,7 @@ mod core;
 mod flush;
 mod gc;
 mod ingest;
+mod memtier;
 mod open;
 mod snapshot;
 mod stats;
@@ -209,6 +210,11 @@ impl Db {
                 return Ok(kind == ValueKind::Delete);
             }
         }
+        for t in &sv.tier.tables {
+            if let Some((_, kind, _)) = t.get(key, seq) {
+                return Ok(kind == ValueKind::Delete);
+            }
+        }
         let lookup = seek_key(key, seq);
         for f in sv.version.files_for_key(key, &lookup) {
             let table = self.shared.tables.get(f.number)?;
@@ -232,17 +238,19 @@ impl Db {
         Counters::add(&self.shared.counters.point_reads, 1);
         let whole = |bytes| Ok(Some(Some(ValueHead::whole(bytes))));
         let (sv, seq) = self.read_view(opts.snapshot);
-        for mem in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
-            if let Some((_, kind, value)) = mem.get(key, seq) {
-                return match kind {
-                    ValueKind::Delete => Ok(Some(None)),
-                    ValueKind::Value => whole(value.to_vec()),
-                    // Writes and WAL replay admit only puts and deletes.
-                    ValueKind::BlobRef => {
-                        Err(Error::Internal("blob reference in a memtable".to_string()))
-                    }
-                };
-            }
+        let memtables = std::iter::once(&sv.mem)
+            .chain(sv.imms.iter())
+            .filter_map(|m| m.get(key, seq));
+        let tier = sv.tier.tables.iter().filter_map(|t| t.get(key, seq));
+        if let Some((_, kind, value)) = memtables.chain(tier).next() {
+            return match kind {
+                ValueKind::Delete => Ok(Some(None)),
+                ValueKind::Value => whole(value.to_vec()),
+                // Writes and WAL replay admit only puts and deletes.
+                ValueKind::BlobRef => {
+                    Err(Error::Internal("blob reference in a memtable".to_string()))
+                }
+            };
         }
         let lookup = seek_key(key, seq);
         for f in sv.version.files_for_key(key, &lookup) {
@@ -331,6 +339,9 @@ impl Db {
         for m in &sv.imms {
             children.push(Box::new(m.iter()));
         }
+        for t in &sv.tier.tables {
+            children.push(Box::new(t.iter()));
+        }
         for f in &sv.version.levels[0] {
             let t = self.shared.tables.get(f.number)?;
             children.push(Box::new(t.iter()));
@@ -346,12 +357,20 @@ impl Db {
         }
         let merged: BoxedIter = Box::new(MergingIterator::new(children));
         let pin: crate::iter::db_iter::Pin = sv.version.clone();
+        // Merges in the tier unlink versions below the oldest view alive.
+        let tier_pin: crate::iter::db_iter::Pin = sv.tier.clone();
         let resolver = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
-        let it = DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, vec![pin])
-            .with_resolver(
-                ScanResolver::new(resolver).serial_reads(opts.serial_reads),
-                opts.scan_len_hint,
-            );
+        let it = DbIterator::new(
+            merged,
+            seq,
+            opts.lower_bound,
+            opts.upper_bound,
+            vec![pin, tier_pin],
+        )
+        .with_resolver(
+            ScanResolver::new(resolver).serial_reads(opts.serial_reads),
+            opts.scan_len_hint,
+        );
         Ok(if opts.value_heads {
             it.heads_only()
         } else {
@@ -405,18 +424,22 @@ impl Db {
     fn flush_inner(&self) -> Result<()> {
         self.shared.write(None, WriteOptions::default(), true)?;
         let mut state = self.shared.state.lock();
-        loop {
+        // The memory tier empties to L0 while a flush waits.
+        state.tier_drains += 1;
+        let res = loop {
             if let Some(e) = &state.bg_error {
-                return Err(Error::Poisoned(e.clone()));
+                break Err(Error::Poisoned(e.clone()));
             }
-            if state.imms.is_empty() && state.removals_in_flight == 0 {
-                return Ok(());
+            if state.imms.is_empty() && state.tier.is_empty() && state.removals_in_flight == 0 {
+                break Ok(());
             }
             self.shared.bg_work.notify_all();
             self.shared
                 .bg_done
                 .wait_for(&mut state, std::time::Duration::from_millis(100));
-        }
+        };
+        state.tier_drains -= 1;
+        res
     }
 
     /// Compacts all data with keys in `[lo, hi]` (None = unbounded) into the
@@ -459,6 +482,11 @@ impl Db {
             .map(|m| m.approximate_memory_usage() as u64)
             .sum();
         st.immutable_memtables = sv.imms.len();
+        if let Some(tier) = &s.tier {
+            st.memtier_bytes = tier.used();
+            st.memtier_capacity = tier.capacity();
+            st.memtier_tables = sv.tier.tables.len();
+        }
         if let Some(c) = &s.block_cache {
             st.block_cache_hits = c.hits();
             st.block_cache_misses = c.misses();

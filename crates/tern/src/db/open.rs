@@ -94,11 +94,15 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         reserved_numbers: Vec::new(),
         protected: Vec::new(),
         next_protection: 0,
+        tier: crate::memtier::TierLevels::new(opts.memtier_levels),
+        tier_view: Default::default(),
+        tier_drains: 0,
     };
     let sv = SuperVersion {
         mem,
         imms: Vec::new(),
         version: state.versions.current(),
+        tier: Default::default(),
         imm_wals: Vec::new(),
     };
     let blobs = Arc::new(BlobCache::new(
@@ -127,6 +131,12 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         snapshots: Arc::new(SnapshotList::default()),
         compaction_lock: Mutex::new(()),
         gc_lock: Mutex::new(()),
+        tier: opts
+            .memtier_size
+            .map(crate::memtier::memory::TierMemory::anonymous)
+            .transpose()?,
+        tier_views: Mutex::new(Vec::new()),
+        tier_lock: Mutex::new(()),
         rate_limiter: opts.background_rate_limit.map(crate::io::RateLimiter::new),
         executor: executor.unwrap_or_else(|| Arc::new(LocalExecutor)),
         closed: AtomicBool::new(false),
@@ -190,8 +200,12 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
                     let number = state.versions.new_file_number();
-                    let out =
-                        s.write_level0_table(&mem, number, &counter, &Retention::default())?;
+                    let out = s.write_level0_table(
+                        &mut mem.iter(),
+                        number,
+                        &counter,
+                        &Retention::default(),
+                    )?;
                     edit.new_files.extend(out.table.map(|t| (0, t)));
                     edit.blob_files_added.extend(out.blobs);
                     mem = s.new_memtable(e.key.len() + e.value.len() + 128);
@@ -224,7 +238,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         break;
     }
     let number = state.versions.new_file_number();
-    let out = s.write_level0_table(&mem, number, &counter, &Retention::default())?;
+    let out = s.write_level0_table(&mut mem.iter(), number, &counter, &Retention::default())?;
     edit.new_files.extend(out.table.map(|t| (0, t)));
     edit.blob_files_added.extend(out.blobs);
 

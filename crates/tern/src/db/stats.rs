@@ -35,6 +35,10 @@ pub struct Counters {
     pub(crate) wal_bytes_dropped_at_recovery: AtomicU64,
     pub(crate) point_reads: AtomicU64,
     pub(crate) iterators: AtomicU64,
+    pub(crate) memtier_copy_ins: AtomicU64,
+    pub(crate) memtier_merges: AtomicU64,
+    pub(crate) memtier_unlinked: AtomicU64,
+    pub(crate) memtier_copy_outs: AtomicU64,
 }
 
 impl Counters {
@@ -155,6 +159,21 @@ pub struct Stats {
     pub memtable_bytes: u64,
     /// Immutable memtables waiting for flush.
     pub immutable_memtables: usize,
+    /// Bytes of the memory tier holding tables (`memtier_size`).
+    pub memtier_bytes: u64,
+    /// Bytes the memory tier can hold (0 without one).
+    pub memtier_capacity: u64,
+    /// Tables in the memory tier.
+    pub memtier_tables: usize,
+    /// Memtables copied into the memory tier in one piece.
+    pub memtier_copy_ins: u64,
+    /// Memory-tier merges (tables relinked into one).
+    pub memtier_merges: u64,
+    /// Versions memory-tier merges unlinked as hidden from every reader.
+    pub memtier_unlinked: u64,
+    /// Memory-tier tables written out to L0 (counted in
+    /// `flush_bytes_written`).
+    pub memtier_copy_outs: u64,
     /// Block cache hits.
     pub block_cache_hits: u64,
     /// Block cache misses.
@@ -212,6 +231,10 @@ impl Stats {
             wal_bytes_dropped_at_recovery: c.wal_bytes_dropped_at_recovery.load(Relaxed),
             point_reads: c.point_reads.load(Relaxed),
             iterators: c.iterators.load(Relaxed),
+            memtier_copy_ins: c.memtier_copy_ins.load(Relaxed),
+            memtier_merges: c.memtier_merges.load(Relaxed),
+            memtier_unlinked: c.memtier_unlinked.load(Relaxed),
+            memtier_copy_outs: c.memtier_copy_outs.load(Relaxed),
             ..Default::default()
         }
     }
@@ -305,6 +328,19 @@ impl std::fmt::Display for Stats {
             self.memtable_bytes,
             self.immutable_memtables
         )?;
+        if self.memtier_capacity > 0 {
+            writeln!(
+                f,
+                "memory tier             {} of {} bytes in {} tables ({} copied in, {} merges, {} versions unlinked, {} copied out)",
+                self.memtier_bytes,
+                self.memtier_capacity,
+                self.memtier_tables,
+                self.memtier_copy_ins,
+                self.memtier_merges,
+                self.memtier_unlinked,
+                self.memtier_copy_outs
+            )?;
+        }
         writeln!(
             f,
             "space amplification     {:.2} ({} blob files, {} lineage entries)",

@@ -12,17 +12,20 @@
 //! the caller then switches to a fresh memtable.
 
 mod arena;
-mod skiplist;
+mod cursor;
+pub(crate) mod skiplist;
+
+pub(crate) use cursor::{ListCursor, NodeList};
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::format::internal_key::{self, SeqNo, ValueKind, KIND_FOR_SEEK, MAX_SEQ, TRAILER_LEN};
+use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ, TRAILER_LEN};
 use crate::iter::InternalIterator;
 
 use arena::Arena;
-use skiplist::{node_size, NodeRef, SkipList, Target, HEAD_REGION, MAX_HEIGHT};
+use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
 /// The table is unchanged.
@@ -90,26 +93,14 @@ impl MemTable {
     /// as such (with an empty or arbitrary value); the caller decides what it
     /// means.
     pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Option<(SeqNo, ValueKind, &[u8])> {
-        let seq = seq.min(MAX_SEQ);
-        let target = Target::new(user_key, internal_key::pack_trailer(seq, KIND_FOR_SEEK));
-        let node = self.list.seek_ge(&target)?;
-        let ikey = self.list.key(node);
-        if internal_key::user_key(ikey) != user_key {
-            return None;
-        }
-        let trailer = internal_key::trailer(ikey);
-        let kind = ValueKind::from_u8(trailer as u8)?;
-        Some((trailer >> 8, kind, self.list.value(node)))
+        self.list.nodes().newest(user_key, seq)
     }
 
     /// An iterator over all entries, in internal-key order. It holds a clone
     /// of the `Arc`, so it may outlive the caller's handle, and it sees
     /// entries inserted concurrently if it reaches them.
     pub fn iter(self: &Arc<Self>) -> MemTableIter {
-        MemTableIter {
-            table: Arc::clone(self),
-            node: None,
-        }
+        MemTableIter(ListCursor::new(Arc::clone(self)))
     }
 
     /// Arena bytes used so far (including per-entry overhead and the head
@@ -121,6 +112,11 @@ impl MemTable {
     /// Bytes reserved for the arena.
     pub fn arena_capacity(&self) -> usize {
         self.list.capacity()
+    }
+
+    /// The skiplist, for the memory tier's one-piece copy.
+    pub(crate) fn list(&self) -> &SkipList {
+        &self.list
     }
 
     /// Number of entries.
@@ -159,10 +155,7 @@ impl MemTable {
 ///
 /// `key()` is the internal key (`user_key ‖ trailer`), `value()` the value.
 /// Moving backwards searches for the predecessor (O(log n)), as in LevelDB.
-pub struct MemTableIter {
-    table: Arc<MemTable>,
-    node: Option<NodeRef>,
-}
+pub struct MemTableIter(ListCursor<MemTable>);
 
 impl fmt::Debug for MemTableIter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,60 +165,43 @@ impl fmt::Debug for MemTableIter {
     }
 }
 
+impl NodeList for MemTable {
+    type Mem = Arena;
+    fn nodes(&self) -> Nodes<'_, Arena> {
+        self.list.nodes()
+    }
+}
+
 impl InternalIterator for MemTableIter {
     fn valid(&self) -> bool {
-        self.node.is_some()
+        self.0.valid()
     }
-
     fn seek_to_first(&mut self) {
-        self.node = self.table.list.first();
+        self.0.seek_to_first()
     }
-
     fn seek_to_last(&mut self) {
-        self.node = self.table.list.last();
+        self.0.seek_to_last()
     }
-
     fn seek(&mut self, target: &[u8]) {
-        self.node = self.table.list.seek_ge(&Target::from_ikey(target));
+        self.0.seek(target)
     }
-
     fn seek_for_prev(&mut self, target: &[u8]) {
-        self.node = self.table.list.seek_le(&Target::from_ikey(target));
+        self.0.seek_for_prev(target)
     }
-
     fn next(&mut self) {
-        debug_assert!(self.valid());
-        if let Some(n) = self.node {
-            self.node = self.table.list.next_node(n);
-        }
+        self.0.next()
     }
-
     fn prev(&mut self) {
-        debug_assert!(self.valid());
-        if let Some(n) = self.node {
-            let list = &self.table.list;
-            self.node = list.seek_lt(&Target::from_ikey(list.key(n)));
-        }
+        self.0.prev()
     }
-
     fn key(&self) -> &[u8] {
-        debug_assert!(self.valid());
-        match self.node {
-            Some(n) => self.table.list.key(n),
-            None => &[],
-        }
+        self.0.key()
     }
-
     fn value(&self) -> &[u8] {
-        debug_assert!(self.valid());
-        match self.node {
-            Some(n) => self.table.list.value(n),
-            None => &[],
-        }
+        self.0.value()
     }
-
     fn status(&self) -> Result<()> {
-        Ok(())
+        self.0.status()
     }
 }
 

@@ -8,8 +8,12 @@
 //!
 //! ```text
 //! a                                  n = a + 4h
-//! | link[h-1] | ... | link[1] | link[0] | ikey_len u32 | value_len u32 | ikey | value | pad |
+//! | link[h-1] | ... | link[1] | link[0] | key_word u32 | value_len u32 | ikey | value | pad |
 //! ```
+//!
+//! `key_word` holds the internal key's length in its low 28 bits and the
+//! node's height in its top 4, so a list can be walked and relinked from
+//! its bytes alone (the memory tier does both).
 //!
 //! The node's offset `n` points at its header, so the key is at a fixed
 //! distance from it; link `i` is the `AtomicU32` at `n - 4(i + 1)`. The
@@ -54,9 +58,9 @@ pub(crate) const MAX_HEIGHT: usize = 12;
 /// Each level holds about one node in `BRANCHING` of the level below.
 const BRANCHING: u64 = 4;
 /// Size of the node header (`ikey_len`, `value_len`).
-const HEADER_LEN: usize = 8;
+pub(crate) const HEADER_LEN: usize = 8;
 /// Offset of the head node (invariant 4).
-const HEAD: u32 = (4 * MAX_HEIGHT) as u32;
+pub(crate) const HEAD: u32 = (4 * MAX_HEIGHT) as u32;
 /// Arena bytes taken by the head node.
 pub(crate) const HEAD_REGION: usize = 4 * MAX_HEIGHT + HEADER_LEN;
 
@@ -74,13 +78,6 @@ pub(crate) fn node_size(height: usize, ikey_len: usize, value_len: usize) -> Opt
 /// A published node (never the head outside this module; invariant 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NodeRef(NonZeroU32);
-
-impl NodeRef {
-    #[inline]
-    fn off(self) -> usize {
-        self.0.get() as usize
-    }
-}
 
 /// What a search looks for: an internal key split into its two parts, so
 /// lookups need not build one.
@@ -115,6 +112,288 @@ impl<'a> Target<'a> {
             o => o,
         }
     }
+}
+
+/// Memory holding skiplist nodes: a memtable's [`Arena`], or the memory
+/// tier's mapping (`crate::memtier`). The two accessors carry the arena's
+/// contracts: plain bytes written once before the node is published, link
+/// words only ever accessed atomically.
+pub(crate) trait NodeMemory {
+    /// Views the 4 bytes at `off` as an atomic word.
+    ///
+    /// # Safety
+    ///
+    /// As [`Arena::atomic_u32`]: `off` is a 4-aligned link word inside a
+    /// node region, only ever accessed atomically.
+    unsafe fn atomic_u32(&self, off: usize) -> &AtomicU32;
+
+    /// Borrows `len` bytes at `off`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Arena::bytes`]: the bytes lie inside node regions, were written
+    /// before their node was published (and that publication was observed),
+    /// never change again and contain no link word.
+    unsafe fn bytes(&self, off: usize, len: usize) -> &[u8];
+}
+
+impl NodeMemory for Arena {
+    #[inline]
+    unsafe fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: the caller upholds `Arena::atomic_u32`'s contract.
+        unsafe { Arena::atomic_u32(self, off) }
+    }
+
+    #[inline]
+    unsafe fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        // SAFETY: the caller upholds `Arena::bytes`'s contract.
+        unsafe { Arena::bytes(self, off, len) }
+    }
+}
+
+/// Largest internal key a node header can describe: the top 4 bits of the
+/// key length word hold the node's height.
+pub(crate) const MAX_IKEY_LEN: usize = (1 << HEIGHT_SHIFT) - 1;
+/// Where the height sits in the key length word.
+const HEIGHT_SHIFT: u32 = 28;
+
+/// The nodes of one list in some [`NodeMemory`], read-only: every search
+/// of the memtable and of the memory tier's tables. `head` is the list's
+/// head node (of height [`MAX_HEIGHT`], with an empty key), `top` the
+/// height searches start at (a stale lower value only makes them slower).
+pub(crate) struct Nodes<'m, M: NodeMemory + ?Sized> {
+    mem: &'m M,
+    head: u32,
+    top: usize,
+}
+
+impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
+    /// The list headed by `head`, searched from height `top`.
+    ///
+    /// `head` is a head node in `mem` and every link reachable from it
+    /// names a published node of `mem` (the skiplist invariants 1–5).
+    #[inline]
+    pub(crate) fn new(mem: &'m M, head: u32, top: usize) -> Self {
+        Nodes {
+            mem,
+            head,
+            top: top.clamp(1, MAX_HEIGHT),
+        }
+    }
+
+    /// The head node's offset.
+    #[inline]
+    pub(crate) fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// The link word of `node` at `level`.
+    ///
+    /// `node` is the head or a published node, or a node this thread is
+    /// inserting, and `level` is below its height (invariant 5 for readers;
+    /// the inserter knows its own height).
+    #[inline]
+    pub(crate) fn link(&self, node: u32, level: usize) -> &'m AtomicU32 {
+        debug_assert!(level < MAX_HEIGHT && node != 0);
+        let off = node as usize - 4 * (level + 1);
+        // SAFETY: by the contract above `level < height(node)`, so `off` is
+        // inside the node's link area (invariant 1), which is in bounds, 4-
+        // aligned (invariant 1) and only accessed atomically (invariant 2).
+        unsafe { self.mem.atomic_u32(off) }
+    }
+
+    /// Reads the next node at `level`; `node` as for [`Nodes::link`].
+    #[inline]
+    pub(crate) fn next(&self, node: u32, level: usize) -> u32 {
+        self.link(node, level).load(Ordering::Acquire)
+    }
+
+    /// The raw header words of a published node or the head.
+    #[inline]
+    fn header(&self, node: u32) -> (u32, u32) {
+        // SAFETY: the header is the 8 bytes at `node` (invariant 1), written
+        // before publication (or zero for the head) and immutable; we reached
+        // the node via an Acquire load, so the writes are visible
+        // (invariants 2, 3 and 4). No link word overlaps the header.
+        let h = unsafe { self.mem.bytes(node as usize, HEADER_LEN) };
+        (
+            u32::from_le_bytes([h[0], h[1], h[2], h[3]]),
+            u32::from_le_bytes([h[4], h[5], h[6], h[7]]),
+        )
+    }
+
+    /// `(ikey_len, value_len)` of a published node or the head.
+    #[inline]
+    fn lens(&self, node: u32) -> (usize, usize) {
+        let (k, v) = self.header(node);
+        ((k as usize) & MAX_IKEY_LEN, v as usize)
+    }
+
+    /// The height of a published node (the head's is [`MAX_HEIGHT`]).
+    #[inline]
+    pub(crate) fn height(&self, node: u32) -> usize {
+        if node == self.head {
+            return MAX_HEIGHT;
+        }
+        (self.header(node).0 >> HEIGHT_SHIFT) as usize
+    }
+
+    /// The internal key of a published node or the head.
+    #[inline]
+    pub(crate) fn key_at(&self, node: u32) -> &'m [u8] {
+        let (k, _) = self.lens(node);
+        // SAFETY: the key follows the header inside the node's region
+        // (invariant 1); it was written before publication, is visible to us
+        // and never changes (invariants 2 and 3).
+        unsafe { self.mem.bytes(node as usize + HEADER_LEN, k) }
+    }
+
+    /// The value of a published node.
+    #[inline]
+    pub(crate) fn value_at(&self, node: u32) -> &'m [u8] {
+        let (k, v) = self.lens(node);
+        // SAFETY: the value follows the key inside the node's region
+        // (invariant 1); written before publication, visible and immutable
+        // (invariants 2 and 3).
+        unsafe { self.mem.bytes(node as usize + HEADER_LEN + k, v) }
+    }
+
+    /// Walks `level` from `before` (which sorts before `target`) and returns
+    /// `(prev, next)` with `prev < target <= next` (next 0 = end).
+    #[inline]
+    pub(crate) fn find_splice_for_level(
+        &self,
+        target: &Target<'_>,
+        before: u32,
+        level: usize,
+    ) -> (u32, u32) {
+        let mut x = before;
+        loop {
+            let next = self.next(x, level);
+            if next == 0 || target.cmp_node(self.key_at(next)) != CmpOrdering::Less {
+                return (x, next);
+            }
+            x = next;
+        }
+    }
+
+    /// `(prev, next)` of `target` at every level below `height`, as
+    /// [`Nodes::find_splice_for_level`] finds them top-down.
+    pub(crate) fn splice(&self, target: &Target<'_>, height: usize) -> Splice {
+        let mut prev = [self.head; MAX_HEIGHT];
+        let mut next = [0u32; MAX_HEIGHT];
+        let mut before = self.head;
+        for level in (0..self.top.max(height)).rev() {
+            let (p, x) = self.find_splice_for_level(target, before, level);
+            prev[level] = p;
+            next[level] = x;
+            before = p;
+        }
+        Splice { prev, next }
+    }
+
+    #[inline]
+    fn to_ref(&self, node: u32) -> Option<NodeRef> {
+        if node == self.head {
+            None
+        } else {
+            NonZeroU32::new(node).map(NodeRef)
+        }
+    }
+
+    /// Walks down from the head, advancing on each level while `advance`
+    /// holds for the next node's key; returns the last node passed at level 0
+    /// (the head if none) and the node after it.
+    #[inline]
+    fn descend(&self, mut advance: impl FnMut(&[u8]) -> bool) -> (u32, u32) {
+        let mut x = self.head;
+        let mut level = self.top - 1;
+        loop {
+            let next = self.next(x, level);
+            if next != 0 && advance(self.key_at(next)) {
+                x = next;
+            } else if level == 0 {
+                return (x, next);
+            } else {
+                level -= 1;
+            }
+        }
+    }
+
+    /// The newest entry for `user_key` whose sequence number is `<= seq`,
+    /// as `(entry_seq, kind, value)` (see [`crate::memtable::MemTable::get`]).
+    pub(crate) fn newest(
+        &self,
+        user_key: &[u8],
+        seq: internal_key::SeqNo,
+    ) -> Option<(internal_key::SeqNo, internal_key::ValueKind, &'m [u8])> {
+        let seq = seq.min(internal_key::MAX_SEQ);
+        let target = Target::new(
+            user_key,
+            internal_key::pack_trailer(seq, internal_key::KIND_FOR_SEEK),
+        );
+        let node = self.seek_ge(&target)?;
+        let ikey = self.key(node);
+        if internal_key::user_key(ikey) != user_key {
+            return None;
+        }
+        let trailer = internal_key::trailer(ikey);
+        let kind = internal_key::ValueKind::from_u8(trailer as u8)?;
+        Some((trailer >> 8, kind, self.value(node)))
+    }
+
+    /// First node with key `>= target`.
+    pub(crate) fn seek_ge(&self, target: &Target<'_>) -> Option<NodeRef> {
+        let (_, next) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
+        self.to_ref(next)
+    }
+
+    /// Last node with key `< target`.
+    pub(crate) fn seek_lt(&self, target: &Target<'_>) -> Option<NodeRef> {
+        let (x, _) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
+        self.to_ref(x)
+    }
+
+    /// Last node with key `<= target`.
+    pub(crate) fn seek_le(&self, target: &Target<'_>) -> Option<NodeRef> {
+        let (x, _) = self.descend(|k| target.cmp_node(k) != CmpOrdering::Greater);
+        self.to_ref(x)
+    }
+
+    /// First node.
+    pub(crate) fn first(&self) -> Option<NodeRef> {
+        self.to_ref(self.next(self.head, 0))
+    }
+
+    /// Last node.
+    pub(crate) fn last(&self) -> Option<NodeRef> {
+        let (x, _) = self.descend(|_| true);
+        self.to_ref(x)
+    }
+
+    /// The node after `node`.
+    #[inline]
+    pub(crate) fn next_node(&self, node: NodeRef) -> Option<NodeRef> {
+        self.to_ref(self.next(node.0.get(), 0))
+    }
+
+    /// The internal key of `node`.
+    #[inline]
+    pub(crate) fn key(&self, node: NodeRef) -> &'m [u8] {
+        self.key_at(node.0.get())
+    }
+
+    /// The value of `node`.
+    #[inline]
+    pub(crate) fn value(&self, node: NodeRef) -> &'m [u8] {
+        self.value_at(node.0.get())
+    }
+}
+
+/// Where a key goes in a list: its predecessor and successor per level.
+pub(crate) struct Splice {
+    pub(crate) prev: [u32; MAX_HEIGHT],
+    pub(crate) next: [u32; MAX_HEIGHT],
 }
 
 /// The skiplist proper. Thread-safe: `&self` methods may run concurrently.
@@ -159,66 +438,31 @@ impl SkipList {
         self.len.load(Ordering::Relaxed)
     }
 
-    // ---- node accessors: the only code here that touches arena memory ----
+    /// Height of the tallest node.
+    pub(crate) fn max_height(&self) -> usize {
+        self.max_height.load(Ordering::Relaxed)
+    }
 
-    /// The link word of `node` at `level`.
+    /// The list's nodes, for searches.
+    #[inline]
+    pub(crate) fn nodes(&self) -> Nodes<'_, Arena> {
+        Nodes::new(&self.arena, HEAD, self.max_height())
+    }
+
+    /// The arena's first `len` bytes, for a one-piece copy of a list no
+    /// thread inserts into any more.
     ///
-    /// `node` is the head or a published node, or a node this thread is
-    /// inserting, and `level` is below its height (invariant 5 for readers;
-    /// the inserter knows its own height).
-    #[inline]
-    fn link(&self, node: u32, level: usize) -> &AtomicU32 {
-        debug_assert!(level < MAX_HEIGHT && node != 0);
-        let off = node as usize - 4 * (level + 1);
-        // SAFETY: by the contract above `level < height(node)`, so `off` is
-        // inside the node's link area (invariant 1), which is in bounds, 4-
-        // aligned (invariant 1) and only accessed atomically (invariant 2).
-        unsafe { self.arena.atomic_u32(off) }
-    }
-
-    /// Reads the next node at `level`; `node` as for [`SkipList::link`].
-    #[inline]
-    fn next(&self, node: u32, level: usize) -> u32 {
-        self.link(node, level).load(Ordering::Acquire)
-    }
-
-    /// `(ikey_len, value_len)` of a published node or the head.
-    #[inline]
-    fn lens(&self, node: u32) -> (usize, usize) {
-        // SAFETY: the header is the 8 bytes at `node` (invariant 1), written
-        // before publication (or zero for the head) and immutable; we reached
-        // the node via an Acquire load, so the writes are visible
-        // (invariants 2, 3 and 4). No link word overlaps the header.
-        let h = unsafe { self.arena.bytes(node as usize, HEADER_LEN) };
-        let k = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
-        let v = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-        (k, v)
-    }
-
-    /// The internal key of a published node or the head.
-    #[inline]
-    fn key_at(&self, node: u32) -> &[u8] {
-        let (k, _) = self.lens(node);
-        // SAFETY: the key follows the header inside the node's region
-        // (invariant 1); it was written before publication, is visible to us
-        // and never changes (invariants 2 and 3).
-        unsafe { self.arena.bytes(node as usize + HEADER_LEN, k) }
-    }
-
-    /// The internal key of `node`.
-    #[inline]
-    pub(crate) fn key(&self, node: NodeRef) -> &[u8] {
-        self.key_at(node.0.get())
-    }
-
-    /// The value of `node`.
-    #[inline]
-    pub(crate) fn value(&self, node: NodeRef) -> &[u8] {
-        let (k, v) = self.lens(node.0.get());
-        // SAFETY: the value follows the key inside the node's region
-        // (invariant 1); written before publication, visible and immutable
-        // (invariants 2 and 3).
-        unsafe { self.arena.bytes(node.off() + HEADER_LEN + k, v) }
+    /// # Safety
+    ///
+    /// No insert into this list runs concurrently with the borrow and
+    /// every insert happened-before this call, so no byte in the range is
+    /// written while it is borrowed (link words included: reading them as
+    /// plain bytes only races with writes, and none remain).
+    pub(crate) unsafe fn raw_bytes(&self, len: usize) -> &[u8] {
+        debug_assert!(len <= self.used());
+        // SAFETY: `[0, used)` is allocated and initialised (zeroed, then
+        // written); by the contract nothing writes it any more.
+        unsafe { self.arena.bytes(0, len) }
     }
 
     // ---- insertion ----
@@ -228,9 +472,13 @@ impl SkipList {
     /// the arena has no room (or the entry is too large to encode).
     pub(crate) fn insert(&self, user_key: &[u8], trailer: u64, value: &[u8]) -> Result<(), ()> {
         let ikey_len = user_key.len().checked_add(TRAILER_LEN).ok_or(())?;
-        let ikey_len32 = u32::try_from(ikey_len).map_err(|_| ())?;
+        if ikey_len > MAX_IKEY_LEN {
+            return Err(());
+        }
         let value_len32 = u32::try_from(value.len()).map_err(|_| ())?;
         let height = random_height();
+        // Fits: checked against MAX_IKEY_LEN (28 bits), height <= 12.
+        let key_word = (ikey_len as u32) | ((height as u32) << HEIGHT_SHIFT);
         let size = node_size(height, ikey_len, value.len()).ok_or(())?;
         let start = self.arena.allocate(size).ok_or(())?;
         let n = start + 4 * height;
@@ -242,7 +490,7 @@ impl SkipList {
         // handed that region to this thread and it is unpublished (arena
         // invariant 4), and no link word lies in it.
         unsafe {
-            self.arena.write(n, &ikey_len32.to_le_bytes());
+            self.arena.write(n, &key_word.to_le_bytes());
             self.arena.write(n + 4, &value_len32.to_le_bytes());
             self.arena.write(n + HEADER_LEN, user_key);
             self.arena
@@ -262,26 +510,20 @@ impl SkipList {
                 Err(m) => max = m,
             }
         }
-        let top = self.max_height.load(Ordering::Relaxed);
-        debug_assert!(top >= height);
+        let nodes = self.nodes();
+        debug_assert!(nodes.top >= height);
 
         let target = Target::new(user_key, trailer);
-        let mut prev = [HEAD; MAX_HEIGHT];
-        let mut next = [0u32; MAX_HEIGHT];
-        let mut before = HEAD;
-        for level in (0..top).rev() {
-            let (p, x) = self.find_splice_for_level(&target, before, level);
-            prev[level] = p;
-            next[level] = x;
-            before = p;
-        }
+        let Splice { mut prev, mut next } = nodes.splice(&target, height);
 
         for level in 0..height {
             loop {
                 // Not yet reachable at this level, so Relaxed suffices; the
                 // Release CAS below publishes it.
-                self.link(node, level).store(next[level], Ordering::Relaxed);
-                match self.link(prev[level], level).compare_exchange(
+                nodes
+                    .link(node, level)
+                    .store(next[level], Ordering::Relaxed);
+                match nodes.link(prev[level], level).compare_exchange(
                     next[level],
                     node,
                     Ordering::Release,
@@ -291,7 +533,7 @@ impl SkipList {
                     Err(_) => {
                         // Someone inserted between prev and next: search again
                         // from prev, which still sorts before us (invariant 6).
-                        let (p, x) = self.find_splice_for_level(&target, prev[level], level);
+                        let (p, x) = nodes.find_splice_for_level(&target, prev[level], level);
                         prev[level] = p;
                         next[level] = x;
                     }
@@ -300,85 +542,6 @@ impl SkipList {
         }
         self.len.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Walks `level` from `before` (which sorts before `target`) and returns
-    /// `(prev, next)` with `prev < target <= next` (next 0 = end).
-    #[inline]
-    fn find_splice_for_level(&self, target: &Target<'_>, before: u32, level: usize) -> (u32, u32) {
-        let mut x = before;
-        loop {
-            let next = self.next(x, level);
-            if next == 0 || target.cmp_node(self.key_at(next)) != CmpOrdering::Less {
-                return (x, next);
-            }
-            x = next;
-        }
-    }
-
-    // ---- searches ----
-
-    #[inline]
-    fn to_ref(node: u32) -> Option<NodeRef> {
-        if node == HEAD {
-            None
-        } else {
-            NonZeroU32::new(node).map(NodeRef)
-        }
-    }
-
-    /// Walks down from the head, advancing on each level while `advance`
-    /// holds for the next node's key; returns the last node passed at level 0
-    /// (the head if none) and the node after it.
-    #[inline]
-    fn descend(&self, mut advance: impl FnMut(&[u8]) -> bool) -> (u32, u32) {
-        let mut x = HEAD;
-        let mut level = self.max_height.load(Ordering::Relaxed) - 1;
-        loop {
-            let next = self.next(x, level);
-            if next != 0 && advance(self.key_at(next)) {
-                x = next;
-            } else if level == 0 {
-                return (x, next);
-            } else {
-                level -= 1;
-            }
-        }
-    }
-
-    /// First node with key `>= target`.
-    pub(crate) fn seek_ge(&self, target: &Target<'_>) -> Option<NodeRef> {
-        let (_, next) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
-        Self::to_ref(next)
-    }
-
-    /// Last node with key `< target`.
-    pub(crate) fn seek_lt(&self, target: &Target<'_>) -> Option<NodeRef> {
-        let (x, _) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
-        Self::to_ref(x)
-    }
-
-    /// Last node with key `<= target`.
-    pub(crate) fn seek_le(&self, target: &Target<'_>) -> Option<NodeRef> {
-        let (x, _) = self.descend(|k| target.cmp_node(k) != CmpOrdering::Greater);
-        Self::to_ref(x)
-    }
-
-    /// First node.
-    pub(crate) fn first(&self) -> Option<NodeRef> {
-        Self::to_ref(self.next(HEAD, 0))
-    }
-
-    /// Last node.
-    pub(crate) fn last(&self) -> Option<NodeRef> {
-        let (x, _) = self.descend(|_| true);
-        Self::to_ref(x)
-    }
-
-    /// The node after `node`.
-    #[inline]
-    pub(crate) fn next_node(&self, node: NodeRef) -> Option<NodeRef> {
-        Self::to_ref(self.next(node.0.get(), 0))
     }
 }
 
@@ -434,21 +597,26 @@ mod tests {
     #[test]
     fn links_and_order() {
         let l = SkipList::new(1 << 16);
-        assert!(l.first().is_none() && l.last().is_none());
+        assert!(l.nodes().first().is_none() && l.nodes().last().is_none());
         for (k, s) in [(b"b", 1u64), (b"a", 1), (b"c", 1), (b"b", 5)] {
             l.insert(k, s << 8 | 1, b"v").unwrap();
         }
         let mut keys = vec![];
-        let mut n = l.first();
+        let nodes = l.nodes();
+        let mut n = nodes.first();
         while let Some(x) = n {
-            keys.push(l.key(x).to_vec());
-            n = l.next_node(x);
+            keys.push(nodes.key(x).to_vec());
+            assert!((1..=MAX_HEIGHT).contains(&nodes.height(x.0.get())));
+            n = nodes.next_node(x);
         }
         let mut sorted = keys.clone();
         sorted.sort_by(|a, b| internal_key::compare(a, b));
         assert_eq!(keys, sorted);
         assert_eq!(keys.len(), 4);
         assert_eq!(l.len(), 4);
-        assert_eq!(internal_key::user_key(l.key(l.last().unwrap())), b"c");
+        assert_eq!(
+            internal_key::user_key(nodes.key(nodes.last().unwrap())),
+            b"c"
+        );
     }
 }

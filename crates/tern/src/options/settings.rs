@@ -343,6 +343,22 @@ settings! {
     gc_max_batch_bytes: u64 = 256 << 20,
     /// Most input files one GC job merges. Default: 8.
     gc_max_batch_files: usize = 8,
+    /// Size of the memory tier between the memtables and L0, bytes; `off`
+    /// for none. Full memtables are copied into it in one piece, merged
+    /// there by relinking (dropping versions no reader needs) and written
+    /// to L0 only when it fills: fewer, larger L0 writes under bursts and
+    /// overwrites. It is not durable: the WALs keep its data until it
+    /// reaches L0, so a larger tier means more WAL to replay after a
+    /// crash. At least twice `write_buffer_size`, at most 4 GiB.
+    /// Default: off.
+    #[serde(serialize_with = "off_when_none")]
+    memtier_size: Option<u64> = None,
+    /// Levels of the memory tier (1 to 8). Default: 2.
+    memtier_levels: usize = 2,
+    /// Tables a memory-tier level above the last holds before they are
+    /// merged into one table of the next level (at least 2); the last
+    /// level merges whatever reaches it. Default: 4.
+    memtier_level_tables: usize = 4,
     /// Background write rate shared by compaction and GC, bytes per second;
     /// `off` for unlimited. Default: off.
     #[serde(serialize_with = "off_when_none")]
@@ -419,6 +435,17 @@ impl Settings {
         }
         if !(1..=64).contains(&self.max_subcompactions) {
             return bad("max_subcompactions must be between 1 and 64");
+        }
+        if let Some(size) = self.memtier_size {
+            if size > crate::memtier::MAX_TIER_SIZE {
+                return bad("memtier_size must be at most 4 GiB (its offsets are 32-bit)");
+            }
+            if size < 2 * self.write_buffer_size as u64 {
+                return bad("memtier_size must be at least twice write_buffer_size");
+            }
+        }
+        if !(1..=8).contains(&self.memtier_levels) || self.memtier_level_tables < 2 {
+            return bad("memtier_levels must be between 1 and 8, memtier_level_tables at least 2");
         }
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");

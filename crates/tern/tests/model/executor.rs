@@ -38,6 +38,8 @@ pub struct Counters {
     pub no_wal_epochs: AtomicU64,
     /// Key-range parts of split compactions, in the final epochs.
     pub subcompactions: AtomicU64,
+    /// Memory-tier copy-ins, merges and copy-outs, in the final epochs.
+    pub memtier: [AtomicU64; 3],
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -50,6 +52,7 @@ pub static COUNTERS: Counters = Counters {
     state_checks: AtomicU64::new(0),
     no_wal_epochs: AtomicU64::new(0),
     subcompactions: AtomicU64::new(0),
+    memtier: [const { AtomicU64::new(0) }; 3],
 };
 
 /// Engine options from a history's settings, on `fs`.
@@ -539,6 +542,13 @@ impl Run {
         COUNTERS
             .subcompactions
             .fetch_add(st.subcompactions, Relaxed);
+        for (c, n) in COUNTERS.memtier.iter().zip([
+            st.memtier_copy_ins,
+            st.memtier_merges,
+            st.memtier_copy_outs,
+        ]) {
+            c.fetch_add(n, Relaxed);
+        }
         db.close().unwrap();
     }
 }

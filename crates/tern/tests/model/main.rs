@@ -151,10 +151,12 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     let write_faults = c.write_faults.load(Relaxed);
     let checks = c.state_checks.load(Relaxed);
     let parts = c.subcompactions.load(Relaxed);
+    let tier: Vec<u64> = c.memtier.iter().map(|c| c.load(Relaxed)).collect();
     eprintln!(
         "{seeds} seeds: {checks} full-state checks, {jobs} GC jobs, {moved} records relocated, \
          {rewritten} refs rewritten, crashes per mode {:?} = {crashes:?}, {faults} faults fired \
-         ({write_faults} on writes), {no_wal} epochs without WAL, {parts} subcompactions",
+         ({write_faults} on writes), {no_wal} epochs without WAL, {parts} subcompactions, \
+         memory tier copy-ins/merges/copy-outs {tier:?}",
         CrashMode::ALL
     );
     ci_summary("model_state_checks", checks);
@@ -164,6 +166,15 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     ci_summary("model_install_faults", faults);
     ci_summary("model_no_wal_epochs", no_wal);
     ci_summary("model_subcompactions", parts);
+    ci_summary("model_memtier_merges", tier[1]);
+    if seeds >= 24 {
+        // Merges need several memtables between flushes; `tests/memtier.rs`
+        // makes them.
+        assert!(
+            tier[0] > 0 && tier[2] > 0,
+            "the model test must copy memtables into the memory tier and out: {tier:?}"
+        );
+    }
     if seeds >= 8 {
         assert!(
             jobs > 0 && moved > 0,

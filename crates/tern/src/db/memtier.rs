@@ -1,0 +1,213 @@
+//! The engine's side of the memory tier (`crate::memtier`): full memtables
+//! copied in by the flush thread, merges and copy-outs on the tier thread,
+//! and the WALs the tier's data still needs.
+//!
+//! The tier is not durable: a table in it keeps the WALs of the memtables
+//! it came from, and the manifest's log number stays at the oldest of them
+//! until the table is copied out to L0. A crash loses the tier and
+//! recovery replays those WALs, as it would for immutable memtables.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use super::core::{Shared, State};
+use super::stats::Counters;
+use crate::compaction::Retention;
+use crate::error::Result;
+use crate::format::internal_key::SeqNo;
+use crate::format::version_edit::VersionEdit;
+use crate::memtable::MemTable;
+use crate::memtier::merge::merge_into;
+use crate::memtier::table::TierTable;
+
+/// The tier's tables as one read sees them, newest first.
+///
+/// `floor` is the visible sequence number when the view was made: a read
+/// holding the view reads at a registered snapshot or at `floor` or above,
+/// so merges may unlink versions hidden at the lowest floor of the views
+/// still alive ([`Shared::tier_horizon`]).
+#[derive(Debug, Default)]
+pub struct TierView {
+    /// Newest first.
+    pub(crate) tables: Vec<Arc<TierTable>>,
+    floor: SeqNo,
+}
+
+/// Share of the tier in use above which the tier thread copies its oldest
+/// table out before a flush has to.
+const COPY_OUT_AT: f64 = 0.75;
+
+impl State {
+    /// The oldest WAL still holding writes no table file has: the tier's,
+    /// the immutable memtables', or the active one.
+    pub fn oldest_needed_wal(&self) -> u64 {
+        let imms = self.imms.front().map(|i| i.wal_number);
+        [self.tier.oldest_wal(), imms, Some(self.mem_wal_number)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.mem_wal_number)
+    }
+}
+
+impl Shared {
+    /// Makes a new view of the tier for the next super version.
+    pub fn publish_tier(&self, state: &mut State) {
+        let view = Arc::new(TierView {
+            tables: state.tier.tables().cloned().collect(),
+            floor: self.visible_seq.load(Ordering::Acquire),
+        });
+        let mut views = self.tier_views.lock();
+        views.retain(|v| v.strong_count() > 0);
+        views.push(Arc::downgrade(&view));
+        state.tier_view = view;
+    }
+
+    /// A sequence number at or below every one a read without a snapshot
+    /// may still read the tier at.
+    pub fn tier_horizon(&self) -> SeqNo {
+        let mut views = self.tier_views.lock();
+        views.retain(|v| v.strong_count() > 0);
+        views
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|v| v.floor)
+            .min()
+            .unwrap_or_else(|| self.visible_seq.load(Ordering::Acquire))
+    }
+
+    /// Copies `mem` (holding WAL `wal`'s writes) into the tier, copying the
+    /// oldest tables out first while there is no room. `None` when it
+    /// cannot go there: no tier, an empty memtable, or one larger than the
+    /// whole tier's free space with the tier empty; it then goes to L0,
+    /// which keeps the tier's data newer than L0's.
+    pub fn move_into_tier(&self, mem: &MemTable, wal: u64) -> Result<Option<TierTable>> {
+        let Some(tier) = &self.tier else {
+            return Ok(None);
+        };
+        if mem.is_empty() {
+            return Ok(None);
+        }
+        loop {
+            if let Some(t) = TierTable::copy_in(tier, mem, wal, self.opts.bloom_bits_per_key) {
+                Counters::add(&self.counters.memtier_copy_ins, 1);
+                return Ok(Some(t));
+            }
+            let _tier = self.tier_lock.lock();
+            if !self.copy_out_oldest()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Writes the tier's oldest table to one L0 table (the lazy copy) and
+    /// drops it from the tier. False if the tier is empty. The caller holds
+    /// `tier_lock`.
+    fn copy_out_oldest(&self) -> Result<bool> {
+        let (table, number, counter) = {
+            let state = self.state.lock();
+            let Some(t) = state.tier.oldest().cloned() else {
+                return Ok(false);
+            };
+            (
+                t,
+                state.versions.new_file_number(),
+                state.versions.file_number_counter(),
+            )
+        };
+        let retention = Retention::new(self.snapshots.all());
+        let mut it = table.iter();
+        let res = self.write_level0_table(&mut it, number, &counter, &retention);
+        drop(it);
+        let mut state = self.state.lock();
+        let output = match res {
+            Ok(o) => o,
+            Err(e) => {
+                self.set_bg_error(&mut state, &e);
+                return Err(e);
+            }
+        };
+        state.tier.remove(&table);
+        let mut edit = VersionEdit {
+            log_number: Some(state.oldest_needed_wal()),
+            last_sequence: Some(self.visible_seq.load(Ordering::Acquire)),
+            blob_files_added: output.blobs,
+            ..Default::default()
+        };
+        edit.new_files.extend(output.table.map(|m| (0, m)));
+        if let Err(e) = self.log_and_apply(&mut state, &mut edit) {
+            // Nothing changed: the table serves reads again (the store is
+            // poisoned if the manifest write failed).
+            state.tier.add_oldest(table);
+            return Err(e);
+        }
+        state.obsolete_wals.extend_from_slice(table.wals());
+        Counters::add(&self.counters.memtier_copy_outs, 1);
+        drop(table);
+        self.publish_tier(&mut state);
+        self.bg_work.notify_all();
+        self.finish_install(state);
+        Ok(true)
+    }
+
+    /// Whether the tier thread has work: a merge due, the tier filling, or
+    /// a `Db::flush` waiting for the tier to empty.
+    pub fn tier_work_due(&self, state: &State) -> bool {
+        let Some(tier) = &self.tier else {
+            return false;
+        };
+        if state.tier.is_empty() {
+            return false;
+        }
+        state.tier_drains > 0
+            || tier.used() as f64 > COPY_OUT_AT * tier.capacity() as f64
+            || state
+                .tier
+                .pick_merge(self.opts.memtier_level_tables)
+                .is_some()
+    }
+
+    /// One step of the tier thread's work: a due merge, else a copy-out
+    /// when the tier is filling; a copy-out first when `Db::flush` waits
+    /// for the tier to empty. Returns whether it did anything.
+    pub fn tier_step(&self) -> Result<bool> {
+        let Some(tier) = &self.tier else {
+            return Ok(false);
+        };
+        let _tier = self.tier_lock.lock();
+        let (drain, pick) = {
+            let state = self.state.lock();
+            (
+                state.tier_drains > 0,
+                state.tier.pick_merge(self.opts.memtier_level_tables),
+            )
+        };
+        // A due merge goes first unless a flush waits: it costs no I/O, and
+        // the table copied out afterwards holds fewer versions.
+        let filling = tier.used() as f64 > COPY_OUT_AT * tier.capacity() as f64;
+        let (level, inputs) = match pick {
+            Some(p) if !drain => p,
+            _ if drain || filling => return self.copy_out_oldest(),
+            _ => return Ok(false),
+        };
+        let retention = Retention::new(self.snapshots.all());
+        let horizon = self.tier_horizon();
+        let mut merged: Option<TierTable> = None;
+        for newer in &inputs[1..] {
+            let older = merged.as_ref().unwrap_or(&inputs[0]);
+            let (m, report) = merge_into(older, newer, &retention, horizon);
+            Counters::add(&self.counters.memtier_unlinked, report.unlinked as u64);
+            merged = Some(m);
+        }
+        let Some(merged) = merged else {
+            return Ok(false);
+        };
+        let mut state = self.state.lock();
+        if state.tier.replace_merged(level, &inputs, Arc::new(merged)) {
+            Counters::add(&self.counters.memtier_merges, 1);
+            self.publish_tier(&mut state);
+            self.install_super_version(&state);
+        }
+        Ok(true)
+    }
+}

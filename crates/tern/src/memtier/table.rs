@@ -1,0 +1,219 @@
+//! A tier table: a skiplist in the tier's memory, made by copying a full
+//! memtable's arena in one piece and adding its extent's start to every
+//! link (no key or value is re-encoded or moved), and grown afterwards by
+//! relinking newer tables' nodes into it (`merge.rs`).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::memory::{Extent, TierMemory};
+use crate::format::bloom::{bloom_hash, BloomBuilder, BloomFilter};
+use crate::format::internal_key::{self, SeqNo};
+use crate::memtable::skiplist::{Nodes, HEAD, MAX_HEIGHT};
+use crate::memtable::{ListCursor, MemTable, NodeList};
+
+/// Bits per key of a tier table's filter when the store writes no table
+/// filters: the tier's filters live in memory only and always pay off.
+const DEFAULT_FILTER_BITS: u32 = 10;
+
+/// One table of the memory tier. Its node graph lives in the tier's memory
+/// and is shared by every `TierTable` value naming the same head: a merge
+/// makes a new value over the older table's head, holding both tables'
+/// extents and filters, while readers of the previous values go on.
+pub(crate) struct TierTable {
+    mem: Arc<TierMemory>,
+    head: u32,
+    top: usize,
+    /// The extents its nodes live in, shared by every value naming this
+    /// head: a merge links nodes of other extents into the list that older
+    /// values (held by running reads) walk too, so those extents must live
+    /// as long as any of them.
+    extents: Arc<Mutex<Vec<Arc<Extent>>>>,
+    /// One filter per copied memtable, over user keys.
+    filters: Vec<Arc<[u8]>>,
+    /// Entries linked in (before any unlinking).
+    entries: usize,
+    /// The WALs whose writes it holds, oldest first.
+    wals: Vec<u64>,
+    /// Smallest and largest sequence number it holds.
+    seqs: (SeqNo, SeqNo),
+}
+
+impl std::fmt::Debug for TierTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TierTable")
+            .field("head", &self.head)
+            .field("entries", &self.entries)
+            .field("bytes", &self.bytes())
+            .field("wals", &self.wals)
+            .finish()
+    }
+}
+
+impl NodeList for TierTable {
+    type Mem = TierMemory;
+    fn nodes(&self) -> Nodes<'_, TierMemory> {
+        Nodes::new(&self.mem, self.head, self.top)
+    }
+}
+
+impl TierTable {
+    /// Copies `table`, which holds the writes of WAL `wal`, into the tier:
+    /// one copy of its arena into a fresh extent, then one pass per level
+    /// rebasing its links. `None` if the tier has no free extent that
+    /// large, or `table` is empty.
+    ///
+    /// `table` must be immutable: no insert into it may run or follow (a
+    /// memtable is once it is switched out; see `db/write.rs`).
+    pub(crate) fn copy_in(
+        mem: &Arc<TierMemory>,
+        table: &MemTable,
+        wal: u64,
+        bloom_bits_per_key: u32,
+    ) -> Option<TierTable> {
+        if table.is_empty() {
+            return None;
+        }
+        let list = table.list();
+        let used = list.used();
+        let mut extent = mem.allocate(used)?;
+        // SAFETY: the caller guarantees no insert runs or follows, and the
+        // inserts that filled it happened before the switch that made it
+        // immutable, which happened before this call.
+        extent.fill(unsafe { list.raw_bytes(used) });
+        let base = u32::try_from(extent.start()).ok()?;
+        let top = list.max_height();
+        let src = list.nodes();
+        let dst = Nodes::new(&**mem, base + HEAD, top);
+        let bits = match bloom_bits_per_key {
+            0 => DEFAULT_FILTER_BITS,
+            b => b,
+        };
+        let mut bloom = BloomBuilder::new(bits);
+        let mut seqs = (SeqNo::MAX, 0);
+        let mut entries = 0;
+        for level in 0..top.min(MAX_HEIGHT) {
+            let mut x = HEAD;
+            loop {
+                let next = src.next(x, level);
+                if next == 0 {
+                    break;
+                }
+                // Not yet reachable by any reader: the table is published
+                // later, behind the state lock.
+                dst.link(x + base, level)
+                    .store(next + base, std::sync::atomic::Ordering::Relaxed);
+                if level == 0 {
+                    let ikey = src.key_at(next);
+                    bloom.add_key(internal_key::user_key(ikey));
+                    let seq = internal_key::trailer(ikey) >> 8;
+                    seqs = (seqs.0.min(seq), seqs.1.max(seq));
+                    entries += 1;
+                }
+                x = next;
+            }
+        }
+        Some(TierTable {
+            mem: Arc::clone(mem),
+            head: base + HEAD,
+            top,
+            extents: Arc::new(Mutex::new(vec![Arc::new(extent)])),
+            filters: vec![bloom.finish().into()],
+            entries,
+            wals: vec![wal],
+            seqs,
+        })
+    }
+
+    /// The newest entry for `user_key` at or below `seq`, as
+    /// [`MemTable::get`] returns it; the filters are asked first.
+    pub(crate) fn get(
+        &self,
+        user_key: &[u8],
+        seq: SeqNo,
+    ) -> Option<(SeqNo, internal_key::ValueKind, &[u8])> {
+        let h = bloom_hash(user_key);
+        let maybe = self
+            .filters
+            .iter()
+            .any(|f| BloomFilter::new(f).map_or(true, |f| f.may_contain_hash(h)));
+        if !maybe {
+            return None;
+        }
+        self.nodes().newest(user_key, seq)
+    }
+
+    /// A cursor over its entries, in internal-key order.
+    pub(crate) fn iter(self: &Arc<Self>) -> ListCursor<TierTable> {
+        ListCursor::new(Arc::clone(self))
+    }
+
+    /// Tier bytes its extents hold.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.extents.lock().iter().map(|e| e.len() as u64).sum()
+    }
+
+    /// Entries linked into it.
+    pub(crate) fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// The WALs whose writes it holds, oldest first.
+    pub(crate) fn wals(&self) -> &[u64] {
+        &self.wals
+    }
+
+    /// Smallest and largest sequence number it holds.
+    pub(crate) fn seqs(&self) -> (SeqNo, SeqNo) {
+        self.seqs
+    }
+
+    /// Its head node.
+    pub(crate) fn head(&self) -> u32 {
+        self.head
+    }
+
+    /// The height its searches start at.
+    pub(crate) fn nodes_top(&self) -> usize {
+        self.top
+    }
+
+    /// The tier memory its nodes live in.
+    pub(crate) fn memory(&self) -> &Arc<TierMemory> {
+        &self.mem
+    }
+
+    /// The same table as a new value (for tests that merge into it).
+    #[cfg(test)]
+    pub(crate) fn absorbing_nothing(&self) -> TierTable {
+        TierTable {
+            mem: Arc::clone(&self.mem),
+            head: self.head,
+            top: self.top,
+            extents: self.extents.clone(),
+            filters: self.filters.clone(),
+            entries: self.entries,
+            wals: self.wals.clone(),
+            seqs: self.seqs,
+        }
+    }
+
+    /// The table after `newer`'s nodes were linked into this one's list:
+    /// this head, both tables' extents (added to the set every value of
+    /// this list shares), filters and WALs.
+    pub(crate) fn absorbing(&self, newer: &TierTable, top: usize) -> TierTable {
+        let theirs: Vec<Arc<Extent>> = newer.extents.lock().clone();
+        self.extents.lock().extend(theirs);
+        TierTable {
+            mem: Arc::clone(&self.mem),
+            head: self.head,
+            top,
+            extents: Arc::clone(&self.extents),
+            filters: self.filters.iter().chain(&newer.filters).cloned().collect(),
+            entries: self.entries + newer.entries,
+            wals: self.wals.iter().chain(&newer.wals).copied().collect(),
+            seqs: (self.seqs.0.min(newer.seqs.0), self.seqs.1.max(newer.seqs.1)),
+        }
+    }
+}
