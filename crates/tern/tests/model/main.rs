@@ -167,7 +167,7 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     ci_summary("model_no_wal_epochs", no_wal);
     ci_summary("model_subcompactions", parts);
     ci_summary("model_memtier_merges", tier[1]);
-    if seeds >= 24 {
+    if seeds >= 50 {
         // Merges need several memtables between flushes; `tests/memtier.rs`
         // makes them.
         assert!(
