@@ -41,7 +41,7 @@ pub struct SuperVersion {
     /// The table files.
     pub version: Arc<Version>,
     /// The memory tier's tables (empty without a tier).
-    pub tier: Arc<super::memtier::TierView>,
+    pub tier: Arc<crate::memtier::TierView>,
     /// WAL file numbers of `imms` and the tier's tables, for stats without
     /// the state mutex.
     pub imm_wals: Vec<u64>,
@@ -88,7 +88,7 @@ pub struct State {
     /// The memory tier's tables (none without a tier).
     pub tier: crate::memtier::TierLevels,
     /// The view of `tier` super versions carry.
-    pub tier_view: Arc<super::memtier::TierView>,
+    pub tier_view: Arc<crate::memtier::TierView>,
     /// `Db::flush` calls waiting for the tier to empty.
     pub tier_drains: usize,
 }
@@ -131,7 +131,7 @@ pub struct Shared {
     /// The memory tier's memory, when it is on.
     pub tier: Option<Arc<crate::memtier::memory::TierMemory>>,
     /// Every tier view made, for the merge horizon.
-    pub tier_views: Mutex<Vec<std::sync::Weak<super::memtier::TierView>>>,
+    pub tier_views: Mutex<Vec<std::sync::Weak<crate::memtier::TierView>>>,
     /// Held while a tier merge or copy-out runs.
     pub tier_lock: Mutex<()>,
     /// Paces background writes (compaction and GC).

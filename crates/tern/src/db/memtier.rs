@@ -19,19 +19,7 @@ use crate::format::version_edit::VersionEdit;
 use crate::memtable::MemTable;
 use crate::memtier::merge::merge_into;
 use crate::memtier::table::TierTable;
-
-/// The tier's tables as one read sees them, newest first.
-///
-/// `floor` is the visible sequence number when the view was made: a read
-/// holding the view reads at a registered snapshot or at `floor` or above,
-/// so merges may unlink versions hidden at the lowest floor of the views
-/// still alive ([`Shared::tier_horizon`]).
-#[derive(Debug, Default)]
-pub struct TierView {
-    /// Newest first.
-    pub(crate) tables: Vec<Arc<TierTable>>,
-    floor: SeqNo,
-}
+use crate::memtier::TierView;
 
 /// Share of the tier in use above which the tier thread copies its oldest
 /// table out before a flush has to.
@@ -53,10 +41,10 @@ impl State {
 impl Shared {
     /// Makes a new view of the tier for the next super version.
     pub fn publish_tier(&self, state: &mut State) {
-        let view = Arc::new(TierView {
-            tables: state.tier.tables().cloned().collect(),
-            floor: self.visible_seq.load(Ordering::Acquire),
-        });
+        let view = Arc::new(TierView::new(
+            state.tier.tables().cloned().collect(),
+            self.visible_seq.load(Ordering::Acquire),
+        ));
         let mut views = self.tier_views.lock();
         views.retain(|v| v.strong_count() > 0);
         views.push(Arc::downgrade(&view));
@@ -71,7 +59,7 @@ impl Shared {
         views
             .iter()
             .filter_map(Weak::upgrade)
-            .map(|v| v.floor)
+            .map(|v| v.floor())
             .min()
             .unwrap_or_else(|| self.visible_seq.load(Ordering::Acquire))
     }

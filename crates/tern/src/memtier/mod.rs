@@ -28,7 +28,34 @@ use std::sync::Arc;
 
 use table::TierTable;
 
+use crate::format::internal_key::SeqNo;
+
 pub use memory::MAX_TIER_SIZE;
+
+/// The tier's tables as one read sees them, newest first.
+///
+/// `floor` is the visible sequence number when the view was made: a read
+/// holding the view reads at a registered snapshot or at `floor` or above,
+/// so merges may unlink versions hidden at the lowest floor of the views
+/// still alive (`Shared::tier_horizon`).
+#[derive(Debug, Default)]
+pub struct TierView {
+    /// Newest first.
+    pub(crate) tables: Vec<Arc<TierTable>>,
+    floor: SeqNo,
+}
+
+impl TierView {
+    /// A view of `tables` (newest first) made when `floor` was visible.
+    pub(crate) fn new(tables: Vec<Arc<TierTable>>, floor: SeqNo) -> Self {
+        TierView { tables, floor }
+    }
+
+    /// The visible sequence number when it was made.
+    pub(crate) fn floor(&self) -> SeqNo {
+        self.floor
+    }
+}
 
 /// The tier's tables by level.
 #[derive(Debug, Default, Clone)]
