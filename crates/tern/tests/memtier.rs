@@ -12,7 +12,7 @@ use common::{key, small_opts, DIR};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tern::io::{FsRef, MemFs};
-use tern::{Db, Options, ReadOptions};
+use tern::{Db, Options};
 
 fn tier_opts(fs: FsRef) -> Options {
     small_opts(fs).tune(|s| {
@@ -35,15 +35,7 @@ fn round_of(v: &[u8]) -> u32 {
 }
 
 fn scan(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut it = db.iter(ReadOptions::default()).unwrap();
-    it.seek_to_first();
-    let mut out = BTreeMap::new();
-    while it.valid() {
-        out.insert(it.key().to_vec(), it.value().to_vec());
-        it.next();
-    }
-    it.status().unwrap();
-    out
+    common::scan(db).into_iter().collect()
 }
 
 /// Skewed overwrites through a small tier, with readers, iterators and a
@@ -66,7 +58,6 @@ fn readers_see_every_write_while_the_tier_merges_and_copies_out() {
     }
     let snap = db.snapshot().unwrap();
     let frozen = scan(&db);
-    let snap_seq_state: BTreeMap<_, _> = frozen.clone();
     let done = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|r| {
@@ -108,19 +99,8 @@ fn readers_see_every_write_while_the_tier_merges_and_copies_out() {
         }
         if round % 20 == 0 {
             // The snapshot still sees the first state.
-            let mut it = db
-                .iter(ReadOptions {
-                    snapshot: Some(&snap),
-                    ..Default::default()
-                })
-                .unwrap();
-            it.seek_to_first();
-            let mut at_snap = BTreeMap::new();
-            while it.valid() {
-                at_snap.insert(it.key().to_vec(), it.value().to_vec());
-                it.next();
-            }
-            assert_eq!(at_snap, snap_seq_state, "seed {seed}: the snapshot moved");
+            let at_snap: BTreeMap<_, _> = common::scan_at(&db, Some(&snap)).into_iter().collect();
+            assert_eq!(at_snap, frozen, "seed {seed}: the snapshot moved");
         }
     }
     done.store(true, Ordering::Relaxed);

@@ -17,13 +17,19 @@ use crate::error::Result;
 use crate::format::internal_key::SeqNo;
 use crate::format::version_edit::VersionEdit;
 use crate::memtable::MemTable;
-use crate::memtier::merge::merge_into;
+use crate::memtier::memory::TierMemory;
+use crate::memtier::merge::merge_all;
 use crate::memtier::table::TierTable;
 use crate::memtier::TierView;
 
 /// Share of the tier in use above which the tier thread copies its oldest
 /// table out before a flush has to.
 const COPY_OUT_AT: f64 = 0.75;
+
+/// Whether the tier is full enough for the tier thread to copy out.
+fn filling(tier: &TierMemory) -> bool {
+    tier.used() as f64 > COPY_OUT_AT * tier.capacity() as f64
+}
 
 impl State {
     /// The oldest WAL still holding writes no table file has: the tier's,
@@ -148,7 +154,7 @@ impl Shared {
             return false;
         }
         state.tier_drains > 0
-            || tier.used() as f64 > COPY_OUT_AT * tier.capacity() as f64
+            || filling(tier)
             || state
                 .tier
                 .pick_merge(self.opts.memtier_level_tables)
@@ -172,24 +178,16 @@ impl Shared {
         };
         // A due merge goes first unless a flush waits: it costs no I/O, and
         // the table copied out afterwards holds fewer versions.
-        let filling = tier.used() as f64 > COPY_OUT_AT * tier.capacity() as f64;
         let (level, inputs) = match pick {
             Some(p) if !drain => p,
-            _ if drain || filling => return self.copy_out_oldest(),
+            _ if drain || filling(tier) => return self.copy_out_oldest(),
             _ => return Ok(false),
         };
         let retention = Retention::new(self.snapshots.all());
-        let horizon = self.tier_horizon();
-        let mut merged: Option<TierTable> = None;
-        for newer in &inputs[1..] {
-            let older = merged.as_ref().unwrap_or(&inputs[0]);
-            let (m, report) = merge_into(older, newer, &retention, horizon);
-            Counters::add(&self.counters.memtier_unlinked, report.unlinked as u64);
-            merged = Some(m);
-        }
-        let Some(merged) = merged else {
+        let Some((merged, report)) = merge_all(&inputs, &retention, self.tier_horizon()) else {
             return Ok(false);
         };
+        Counters::add(&self.counters.memtier_unlinked, report.unlinked as u64);
         let mut state = self.state.lock();
         if state.tier.replace_merged(level, &inputs, Arc::new(merged)) {
             Counters::add(&self.counters.memtier_merges, 1);

@@ -24,6 +24,7 @@
 //! can miss a version it needs.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::table::TierTable;
 use crate::compaction::Retention;
@@ -82,6 +83,25 @@ pub(crate) fn merge_into(
         report.unlinked += unlink_hidden(&dst, node, retention, horizon);
     }
     (older.absorbing(newer, top), report)
+}
+
+/// Merges `tables` (oldest first, at least two) into the oldest one,
+/// one [`merge_into`] per newer table. `None` for fewer than two.
+pub(crate) fn merge_all(
+    tables: &[Arc<TierTable>],
+    retention: &Retention,
+    horizon: SeqNo,
+) -> Option<(TierTable, MergeReport)> {
+    let (oldest, newer) = tables.split_first()?;
+    let mut merged: Option<TierTable> = None;
+    let mut total = MergeReport::default();
+    for t in newer {
+        let (m, report) = merge_into(merged.as_ref().unwrap_or(oldest), t, retention, horizon);
+        total.linked += report.linked;
+        total.unlinked += report.unlinked;
+        merged = Some(m);
+    }
+    merged.map(|m| (m, total))
 }
 
 /// Unlinks the versions after `newest` (the newest version of its key in

@@ -184,21 +184,6 @@ impl TierTable {
         &self.mem
     }
 
-    /// The same table as a new value (for tests that merge into it).
-    #[cfg(test)]
-    pub(crate) fn absorbing_nothing(&self) -> TierTable {
-        TierTable {
-            mem: Arc::clone(&self.mem),
-            head: self.head,
-            top: self.top,
-            extents: self.extents.clone(),
-            filters: self.filters.clone(),
-            entries: self.entries,
-            wals: self.wals.clone(),
-            seqs: self.seqs,
-        }
-    }
-
     /// The table after `newer`'s nodes were linked into this one's list:
     /// this head, both tables' extents (added to the set every value of
     /// this list shares), filters and WALs.

@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::memory::TierMemory;
-use super::merge::merge_into;
+use super::merge::{merge_all, merge_into};
 use super::table::TierTable;
 use super::*;
 use crate::compaction::Retention;
@@ -26,9 +26,15 @@ fn memtable(entries: &[(&[u8], SeqNo, ValueKind, &[u8])]) -> Arc<MemTable> {
     m
 }
 
-fn entries(t: &Arc<TierTable>) -> Vec<(Vec<u8>, SeqNo, Vec<u8>)> {
+/// Every entry as `(user key, seq, value)`, in order, walked forward or
+/// backward.
+fn walk(t: &Arc<TierTable>, forward: bool) -> Vec<(Vec<u8>, SeqNo, Vec<u8>)> {
     let mut it = t.iter();
-    it.seek_to_first();
+    if forward {
+        it.seek_to_first();
+    } else {
+        it.seek_to_last();
+    }
     let mut out = vec![];
     while it.valid() {
         let k = it.key();
@@ -37,26 +43,24 @@ fn entries(t: &Arc<TierTable>) -> Vec<(Vec<u8>, SeqNo, Vec<u8>)> {
             internal_key::trailer(k) >> 8,
             it.value().to_vec(),
         ));
-        it.next();
+        if forward {
+            it.next();
+        } else {
+            it.prev();
+        }
+    }
+    if !forward {
+        out.reverse();
     }
     out
 }
 
+fn entries(t: &Arc<TierTable>) -> Vec<(Vec<u8>, SeqNo, Vec<u8>)> {
+    walk(t, true)
+}
+
 fn backward(t: &Arc<TierTable>) -> Vec<(Vec<u8>, SeqNo, Vec<u8>)> {
-    let mut it = t.iter();
-    it.seek_to_last();
-    let mut out = vec![];
-    while it.valid() {
-        let k = it.key();
-        out.push((
-            internal_key::user_key(k).to_vec(),
-            internal_key::trailer(k) >> 8,
-            it.value().to_vec(),
-        ));
-        it.prev();
-    }
-    out.reverse();
-    out
+    walk(t, false)
 }
 
 #[test]
@@ -166,14 +170,10 @@ fn merges_keep_every_version_a_snapshot_or_reader_can_see() {
         let retention = Retention::new(snaps.clone());
         // Readers that started before the merge keep the unmerged tables.
         let before: Vec<Arc<TierTable>> = tables.iter().rev().cloned().collect();
-        let mut merged = (*tables[0]).absorbing_nothing();
-        let mut unlinked = 0;
-        for t in &tables[1..] {
-            let (m, report) = merge_into(&merged, t, &retention, horizon);
-            assert_eq!(report.linked, t.entries(), "seed {seed}");
-            unlinked += report.unlinked;
-            merged = m;
-        }
+        let (merged, report) = merge_all(&tables, &retention, horizon).unwrap();
+        let linked: usize = tables[1..].iter().map(|t| t.entries()).sum();
+        assert_eq!(report.linked, linked, "seed {seed}");
+        let unlinked = report.unlinked;
         unlinked_in_all += unlinked;
         let merged = Arc::new(merged);
         assert_eq!(
