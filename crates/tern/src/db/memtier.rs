@@ -183,6 +183,7 @@ impl Shared {
             _ if drain || filling(tier) => return self.copy_out_oldest(),
             _ => return Ok(false),
         };
+        self.sync_points.hit("tier:before_merge");
         let retention = Retention::new(self.snapshots.all());
         let Some((merged, report)) = merge_all(&inputs, &retention, self.tier_horizon()) else {
             return Ok(false);
@@ -195,5 +196,82 @@ impl Shared {
             self.install_super_version(&state);
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use crate::io::MemFs;
+    use crate::{Db, Options, ReadOptions};
+
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "timed out: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Writes enough distinct keys after `tag` to switch the memtable.
+    fn fill(db: &Db, tag: &str) {
+        for i in 0..200 {
+            db.put(format!("{tag}-{i:04}").as_bytes(), &[b'f'; 500])
+                .unwrap();
+        }
+    }
+
+    /// Regression: an iterator reads at its snapshot's sequence, but only
+    /// the snapshot registered it; dropped before the iterator, a tier
+    /// merge could unlink the version the iterator reads.
+    #[test]
+    fn an_iterator_keeps_its_snapshots_versions_after_the_snapshot_is_dropped() {
+        let opts = Options {
+            fs: MemFs::new(),
+            ..Options::default()
+        }
+        .tune(|s| {
+            s.write_buffer_size = 64 << 10;
+            s.blob_threshold = None;
+            s.memtier_size = Some(4 << 20);
+            s.memtier_levels = 2;
+            s.memtier_level_tables = 2;
+        });
+        let db = Db::open("/db", opts).unwrap();
+        let (reached_tx, reached) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        db.shared.sync_points.set("tier:before_merge", move || {
+            reached_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+        });
+        db.put(b"k", b"v1").unwrap();
+        let snap = db.snapshot().unwrap();
+        fill(&db, "a");
+        wait_for("the first table in the tier", || {
+            db.stats().memtier_tables >= 1
+        });
+        db.put(b"k", b"v2").unwrap();
+        fill(&db, "b");
+        reached.recv_timeout(Duration::from_secs(20)).unwrap();
+        let mut it = db
+            .iter(ReadOptions {
+                snapshot: Some(&snap),
+                ..Default::default()
+            })
+            .unwrap();
+        drop(snap);
+        let merges = db.stats().memtier_merges;
+        go.send(()).unwrap();
+        wait_for("the merge", || db.stats().memtier_merges > merges);
+        it.seek(b"k");
+        it.status().unwrap();
+        assert!(it.valid() && it.key() == b"k", "the key is gone");
+        assert_eq!(it.value(), b"v1", "the iterator's version");
     }
 }

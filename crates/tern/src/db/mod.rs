@@ -360,17 +360,17 @@ impl Db {
         // Merges in the tier unlink versions below the oldest view alive.
         let tier_pin: crate::iter::db_iter::Pin = sv.tier.clone();
         let resolver = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
-        let it = DbIterator::new(
-            merged,
-            seq,
-            opts.lower_bound,
-            opts.upper_bound,
-            vec![pin, tier_pin],
-        )
-        .with_resolver(
-            ScanResolver::new(resolver).serial_reads(opts.serial_reads),
-            opts.scan_len_hint,
-        );
+        let mut pins = vec![pin, tier_pin];
+        // The iterator may outlive the caller's snapshot; tier merges must
+        // keep the versions it reads until the iterator goes.
+        if let Some(s) = opts.snapshot {
+            pins.push(Arc::new(s.duplicate()));
+        }
+        let it = DbIterator::new(merged, seq, opts.lower_bound, opts.upper_bound, pins)
+            .with_resolver(
+                ScanResolver::new(resolver).serial_reads(opts.serial_reads),
+                opts.scan_len_hint,
+            );
         Ok(if opts.value_heads {
             it.heads_only()
         } else {

@@ -26,6 +26,11 @@ impl SnapshotList {
         seq
     }
 
+    /// Registers one more snapshot at `seq`, which a live one holds.
+    fn acquire(&self, seq: SeqNo) {
+        *self.seqs.lock().entry(seq).or_insert(0) += 1;
+    }
+
     pub(crate) fn release(&self, seq: SeqNo) {
         let mut seqs = self.seqs.lock();
         if let Some(n) = seqs.get_mut(&seq) {
@@ -65,6 +70,16 @@ impl Snapshot {
     /// The sequence number this snapshot reads at.
     pub fn seq(&self) -> SeqNo {
         self.seq
+    }
+
+    /// Another registration of the same sequence, for a reader (an
+    /// iterator) that may outlive this one.
+    pub(crate) fn duplicate(&self) -> Snapshot {
+        self.list.acquire(self.seq);
+        Snapshot {
+            seq: self.seq,
+            list: Arc::clone(&self.list),
+        }
     }
 }
 
