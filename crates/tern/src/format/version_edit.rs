@@ -59,6 +59,12 @@ mod tag {
     pub const TABLE_BLOB_FILES: u64 = 12;
     /// A lineage entry dropped (no table refers to the old file): varint old file.
     pub const RELOCATION_DROP: u64 = 13;
+    /// A table of the durable memory tier: varint id, offset, length,
+    /// entries, smallest and largest sequence, then a fixed 4-byte
+    /// checksum (`docs/format/memtier.md`).
+    pub const TIER_TABLE_ADD: u64 = 16;
+    /// A memory tier table copied out to L0 or dropped: varint id.
+    pub const TIER_TABLE_REMOVE: u64 = 17;
     // Reserved: 7 (another core counter), 14..=15 (separation features).
 }
 
@@ -83,6 +89,27 @@ pub struct FileMeta {
     pub num_deletions: u64,
     /// Blob files the table holds references to.
     pub blob_files: Vec<u64>,
+}
+
+/// A table of the durable memory tier, as recorded in the manifest: one
+/// memtable's arena copied into the tier file (`docs/format/memtier.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TierTableMeta {
+    /// Its id, drawn from the file numbers (never reused).
+    pub id: u64,
+    /// Where its extent starts in the tier file.
+    pub offset: u64,
+    /// Bytes of its arena copy (the head region and its nodes).
+    pub len: u64,
+    /// Entries it holds.
+    pub entries: u64,
+    /// Smallest sequence number it holds.
+    pub smallest_seq: u64,
+    /// Largest sequence number it holds.
+    pub largest_seq: u64,
+    /// Masked CRC32C of its nodes' headers, keys and values (link words
+    /// excluded: merges rewrite them).
+    pub checksum: u32,
 }
 
 /// Ordinals of one blob file newly found dead.
@@ -122,6 +149,10 @@ pub struct VersionEdit {
     pub relocations: Vec<(u64, LineageEntry)>,
     /// Lineage entries dropped (old file numbers).
     pub relocations_dropped: Vec<u64>,
+    /// Durable memory tier tables added.
+    pub tier_added: Vec<TierTableMeta>,
+    /// Durable memory tier tables removed (ids).
+    pub tier_removed: Vec<u64>,
 }
 
 impl VersionEdit {
@@ -138,6 +169,8 @@ impl VersionEdit {
             && self.dead_ordinals.is_empty()
             && self.relocations.is_empty()
             && self.relocations_dropped.is_empty()
+            && self.tier_added.is_empty()
+            && self.tier_removed.is_empty()
     }
 
     /// Encodes the edit. Fields are written in a fixed order (counters, then
@@ -222,6 +255,25 @@ impl VersionEdit {
         for &n in &self.relocations_dropped {
             put_varint64(&mut dst, tag::RELOCATION_DROP);
             put_varint64(&mut dst, n);
+        }
+        for t in &self.tier_added {
+            debug_assert!(t.smallest_seq <= MAX_SEQ && t.largest_seq <= MAX_SEQ);
+            put_varint64(&mut dst, tag::TIER_TABLE_ADD);
+            for v in [
+                t.id,
+                t.offset,
+                t.len,
+                t.entries,
+                t.smallest_seq,
+                t.largest_seq,
+            ] {
+                put_varint64(&mut dst, v);
+            }
+            dst.extend_from_slice(&t.checksum.to_le_bytes());
+        }
+        for &id in &self.tier_removed {
+            put_varint64(&mut dst, tag::TIER_TABLE_REMOVE);
+            put_varint64(&mut dst, id);
         }
         dst
     }
@@ -329,6 +381,23 @@ impl VersionEdit {
                 }
                 tag::BLOB_FILE_DELETE => edit.blob_files_deleted.push(r.varint64()?),
                 tag::RELOCATION_DROP => edit.relocations_dropped.push(r.varint64()?),
+                tag::TIER_TABLE_ADD => {
+                    let meta = TierTableMeta {
+                        id: r.varint64()?,
+                        offset: r.varint64()?,
+                        len: r.varint64()?,
+                        entries: r.varint64()?,
+                        smallest_seq: seq(&mut r)?,
+                        largest_seq: seq(&mut r)?,
+                        checksum: r.fixed32()?,
+                    };
+                    let end = meta.offset.checked_add(meta.len);
+                    if end.is_none() || meta.smallest_seq > meta.largest_seq {
+                        return Err(DecodeError::new(start, "memory tier table out of range"));
+                    }
+                    edit.tier_added.push(meta);
+                }
+                tag::TIER_TABLE_REMOVE => edit.tier_removed.push(r.varint64()?),
                 other => {
                     return Err(DecodeError::new(
                         start,

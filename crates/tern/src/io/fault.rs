@@ -16,19 +16,21 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{splitmix64, FileLock, FileSync, FileSystem, FsRef, RandomAccessFile, WritableFile};
+use super::{
+    splitmix64, FileLock, FileSync, FileSystem, FsRef, MappedFile, RandomAccessFile, WritableFile,
+};
 
 /// The kinds of operation a fault can be injected into.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 pub enum FaultKind {
     /// [`WritableFile::append`] and [`WritableFile::flush`].
     Write,
-    /// [`WritableFile::sync`].
+    /// [`WritableFile::sync`] and [`MappedFile::flush_range`].
     Sync,
     /// [`FileSystem::open`], [`FileSystem::read_all`] and
     /// [`RandomAccessFile::read_exact_at`].
     Read,
-    /// [`FileSystem::create`].
+    /// [`FileSystem::create`] and [`FileSystem::map_file`].
     Create,
     /// [`FileSystem::rename`].
     Rename,
@@ -472,6 +474,46 @@ impl FileSystem for FaultFs {
 
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
         self.inner.lock(path)
+    }
+
+    fn map_file(&self, path: &Path, len: u64) -> io::Result<Arc<dyn MappedFile>> {
+        let inner = self.guarded(FaultKind::Create, &[path], || {
+            self.inner.map_file(path, len)
+        })?;
+        Ok(Arc::new(FaultMapped {
+            inner,
+            path: path.to_path_buf(),
+            faults: self.faults.clone(),
+        }))
+    }
+}
+
+/// A mapped file whose flushes fail like syncs.
+struct FaultMapped {
+    inner: Arc<dyn MappedFile>,
+    path: PathBuf,
+    faults: Shared,
+}
+
+impl MappedFile for FaultMapped {
+    fn as_ptr(&self) -> *mut u8 {
+        self.inner.as_ptr()
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn flush_range(&self, offset: usize, len: usize) -> io::Result<()> {
+        let delay = {
+            let mut faults = self.faults.lock();
+            faults.check(FaultKind::Sync, &[&self.path])?;
+            faults.sync_delay
+        };
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        self.inner.flush_range(offset, len)
     }
 }
 

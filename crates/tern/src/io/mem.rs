@@ -37,6 +37,7 @@ use files::{MemLock, MemRandom, MemWritable};
 
 mod crash;
 mod files;
+mod mapped;
 
 #[derive(Default)]
 struct NodeData {
@@ -356,6 +357,10 @@ impl FileSystem for MemFs {
             len,
             open_readers: self.open_readers.clone(),
         }))
+    }
+
+    fn map_file(&self, path: &Path, len: u64) -> io::Result<Arc<dyn super::MappedFile>> {
+        mapped::MemMapped::open(self, path, len).map(|m| Arc::new(m) as Arc<dyn super::MappedFile>)
     }
 
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {

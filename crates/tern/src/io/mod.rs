@@ -80,6 +80,25 @@ pub trait RandomAccessFile: Send + Sync {
     }
 }
 
+/// A file mapped into memory and shared with it: stores into the mapping
+/// reach the file, and [`MappedFile::flush_range`] makes them durable
+/// (`msync`). The memory tier keeps its durable tables in one.
+pub trait MappedFile: Send + Sync {
+    /// Start of the mapping: [`MappedFile::len`] bytes, readable and
+    /// writable, at this address for the mapping's whole life.
+    fn as_ptr(&self) -> *mut u8;
+    /// Length of the mapping (and of the file) in bytes.
+    fn len(&self) -> usize;
+    /// True for an empty mapping.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Makes the mapping's bytes in `[offset, offset + len)`, as stored
+    /// before the call, durable in the file. The caller makes sure no other
+    /// thread stores into that range meanwhile.
+    fn flush_range(&self, offset: usize, len: usize) -> io::Result<()>;
+}
+
 /// A held advisory lock on a file; released on drop.
 pub trait FileLock: Send + Sync {}
 
@@ -107,6 +126,18 @@ pub trait FileSystem: Send + Sync + 'static {
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     /// Takes an exclusive lock on `path` (created if missing); fails if held.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+    /// Opens `path` (created if missing) for [`MappedFile`] access at
+    /// exactly `len` bytes: a longer file is cut, a shorter one extended
+    /// with zeros, and the new length is durable before this returns (a
+    /// new file's directory entry needs [`FileSystem::sync_dir`], as for
+    /// `create`). `Unsupported` (the default) where files cannot be mapped.
+    fn map_file(&self, path: &Path, len: u64) -> io::Result<Arc<dyn MappedFile>> {
+        let _ = (path, len);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this file system cannot map files",
+        ))
+    }
     /// Makes `outside`, a file on the machine's own file system that
     /// nothing will change again, appear at `to` without copying it (a
     /// hard link), with its data synced. `Unsupported` (the default, and

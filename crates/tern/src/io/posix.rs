@@ -196,6 +196,10 @@ impl FileSystem for PosixFs {
         }))
     }
 
+    fn map_file(&self, path: &Path, len: u64) -> io::Result<Arc<dyn super::MappedFile>> {
+        PosixMapped::open(path, len).map(|m| Arc::new(m) as Arc<dyn super::MappedFile>)
+    }
+
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
     }
@@ -336,5 +340,62 @@ mod tests {
         drop(f);
         handle.start_writeback().unwrap();
         handle.sync_data().unwrap();
+    }
+}
+
+/// A file mapped shared (`MAP_SHARED`): stores reach the page cache at
+/// once, so they outlive a crash of the process; `msync` makes them
+/// outlive a crash of the machine.
+struct PosixMapped {
+    map: memmap2::MmapMut,
+    ptr: *mut u8,
+}
+
+// SAFETY: the mapping is plain shared memory; `as_ptr`'s users synchronise
+// their accesses (the memory tier's invariants), and `flush_range` only
+// asks the kernel to write pages back.
+unsafe impl Send for PosixMapped {}
+// SAFETY: as above.
+unsafe impl Sync for PosixMapped {}
+
+impl PosixMapped {
+    fn open(path: &Path, len: u64) -> io::Result<PosixMapped> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if file.metadata()?.len() != len {
+            file.set_len(len)?;
+            file.sync_all()?;
+        }
+        let size = usize::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mapping too large"))?;
+        // SAFETY: the mapping is only unsound if another process cuts or
+        // rewrites the file while it is mapped; the engine maps it only
+        // while it holds the store's lock and the lock beside the file
+        // (`memtier::memory`), and the documentation says not to touch it.
+        let mut map = unsafe { memmap2::MmapOptions::new().len(size).map_mut(&file)? };
+        let ptr = map.as_mut_ptr();
+        Ok(PosixMapped { map, ptr })
+    }
+}
+
+impl super::MappedFile for PosixMapped {
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn flush_range(&self, offset: usize, len: usize) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // memmap2 widens the range to whole pages and calls msync(MS_SYNC).
+        self.map.flush_range(offset, len)
     }
 }

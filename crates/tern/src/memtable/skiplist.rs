@@ -4,20 +4,19 @@
 //! Insertion is lock-free (CAS on links, as in RocksDB's `InlineSkipList`);
 //! reads never wait: they only follow links with Acquire loads.
 //!
-//! Node layout, for a node of height `h` whose arena region starts at `a`:
+//! Node layout, for a node of height `h` whose arena region starts at `n`:
 //!
 //! ```text
-//! a                                  n = a + 4h
-//! | link[h-1] | ... | link[1] | link[0] | key_word u32 | value_len u32 | ikey | value | pad |
+//! n                             n + 8                         n + 8 + 4h
+//! | key_word u32 | value_len u32 | link[0] | ... | link[h-1] | ikey | value | pad |
 //! ```
 //!
 //! `key_word` holds the internal key's length in its low 28 bits and the
-//! node's height in its top 4, so a list can be walked and relinked from
-//! its bytes alone (the memory tier does both).
-//!
-//! The node's offset `n` points at its header, so the key is at a fixed
-//! distance from it; link `i` is the `AtomicU32` at `n - 4(i + 1)`. The
-//! internal key (`user_key ‖ trailer`) is stored contiguously.
+//! node's height in its top 4. The header comes first so that an arena can
+//! be parsed node by node from its bytes alone, links ignored: the memory
+//! tier rebuilds a persistent table's links that way after a crash. Link
+//! `i` is the `AtomicU32` at `n + 8 + 4i`; the internal key
+//! (`user_key ‖ trailer`) is stored contiguously after the links.
 //!
 //! Invariants (the `SAFETY` comments below refer to them by number, and to
 //! the arena's own invariants as "arena invariant N"):
@@ -31,10 +30,10 @@
 //!    link word, level 0 first. Readers reach a node other than the head only
 //!    through an Acquire load of a link holding its offset, so everything its
 //!    inserter wrote before publishing (invariant 2) is visible to them.
-//! 4. The head node is the first region of the arena, of height
-//!    [`MAX_HEIGHT`], with an empty key and value, so its offset is
-//!    [`HEAD`]. No link ever points at the head, so a link value of 0 is
-//!    unambiguous and means "null". Every [`NodeRef`] therefore names a
+//! 4. The head node, of height [`MAX_HEIGHT`] with an empty key and value,
+//!    sits at [`HEAD`] in the arena's first region (after 8 bytes that keep
+//!    offset 0 free). No link ever points at the head or at offset 0, so a
+//!    link value of 0 is unambiguous and means "null". Every [`NodeRef`] therefore names a
 //!    published node (or the head, inside this module only).
 //! 5. At every level, links lead to nodes in strictly increasing internal-key
 //!    order. A node linked at level `i` was already linked at every level
@@ -60,9 +59,9 @@ const BRANCHING: u64 = 4;
 /// Size of the node header (`ikey_len`, `value_len`).
 pub(crate) const HEADER_LEN: usize = 8;
 /// Offset of the head node (invariant 4).
-pub(crate) const HEAD: u32 = (4 * MAX_HEIGHT) as u32;
-/// Arena bytes taken by the head node.
-pub(crate) const HEAD_REGION: usize = 4 * MAX_HEIGHT + HEADER_LEN;
+pub(crate) const HEAD: u32 = 8;
+/// Arena bytes before the first node: the null guard and the head node.
+pub(crate) const HEAD_REGION: usize = HEAD as usize + HEADER_LEN + 4 * MAX_HEIGHT;
 
 /// Arena bytes a node of `height` holding an internal key of `ikey_len` bytes
 /// and a value of `value_len` bytes takes, or `None` on overflow.
@@ -195,7 +194,7 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     #[inline]
     pub(crate) fn link(&self, node: u32, level: usize) -> &'m AtomicU32 {
         debug_assert!(level < MAX_HEIGHT && node != 0);
-        let off = node as usize - 4 * (level + 1);
+        let off = node as usize + HEADER_LEN + 4 * level;
         // SAFETY: by the contract above `level < height(node)`, so `off` is
         // inside the node's link area (invariant 1), which is in bounds, 4-
         // aligned (invariant 1) and only accessed atomically (invariant 2).
@@ -222,11 +221,17 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
         )
     }
 
-    /// `(ikey_len, value_len)` of a published node or the head.
+    /// `(key offset, ikey_len, value_len)` of a published node or the head
+    /// (whose zero header puts an empty key right after it).
     #[inline]
-    fn lens(&self, node: u32) -> (usize, usize) {
+    fn lens(&self, node: u32) -> (usize, usize, usize) {
         let (k, v) = self.header(node);
-        ((k as usize) & MAX_IKEY_LEN, v as usize)
+        let height = (k >> HEIGHT_SHIFT) as usize;
+        (
+            node as usize + HEADER_LEN + 4 * height,
+            (k as usize) & MAX_IKEY_LEN,
+            v as usize,
+        )
     }
 
     /// The height of a published node (the head's is [`MAX_HEIGHT`]).
@@ -241,21 +246,21 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     /// The internal key of a published node or the head.
     #[inline]
     pub(crate) fn key_at(&self, node: u32) -> &'m [u8] {
-        let (k, _) = self.lens(node);
-        // SAFETY: the key follows the header inside the node's region
+        let (at, k, _) = self.lens(node);
+        // SAFETY: the key follows the links inside the node's region
         // (invariant 1); it was written before publication, is visible to us
         // and never changes (invariants 2 and 3).
-        unsafe { self.mem.bytes(node as usize + HEADER_LEN, k) }
+        unsafe { self.mem.bytes(at, k) }
     }
 
     /// The value of a published node.
     #[inline]
     pub(crate) fn value_at(&self, node: u32) -> &'m [u8] {
-        let (k, v) = self.lens(node);
+        let (at, k, v) = self.lens(node);
         // SAFETY: the value follows the key inside the node's region
         // (invariant 1); written before publication, visible and immutable
         // (invariants 2 and 3).
-        unsafe { self.mem.bytes(node as usize + HEADER_LEN + k, v) }
+        unsafe { self.mem.bytes(at + k, v) }
     }
 
     /// Walks `level` from `before` (which sorts before `target`) and returns
@@ -412,8 +417,8 @@ impl SkipList {
     pub(crate) fn new(capacity: usize) -> SkipList {
         let arena = Arena::new(capacity.max(HEAD_REGION));
         let start = arena.allocate(HEAD_REGION);
-        // The arena is fresh and at least HEAD_REGION bytes long, so the head
-        // lands at offset 0 and `HEAD` is its offset (invariant 4). Its
+        // The arena is fresh and at least HEAD_REGION bytes long, so the
+        // region lands at offset 0 and the head at `HEAD` (invariant 4). Its
         // header (zero lengths) and links (null) are already zero.
         assert_eq!(start, Some(0), "head node must be the first allocation");
         SkipList {
@@ -481,21 +486,22 @@ impl SkipList {
         let key_word = (ikey_len as u32) | ((height as u32) << HEIGHT_SHIFT);
         let size = node_size(height, ikey_len, value.len()).ok_or(())?;
         let start = self.arena.allocate(size).ok_or(())?;
-        let n = start + 4 * height;
+        let n = start;
         // Fits: the arena's capacity is at most u32::MAX (arena invariant 2).
         let node = n as u32;
+        let k = n + HEADER_LEN + 4 * height;
 
-        // SAFETY: `[n, n + 8 + ikey_len + value_len)` is the part of the
-        // region `[start, start + size)` after the links; `allocate` just
-        // handed that region to this thread and it is unpublished (arena
-        // invariant 4), and no link word lies in it.
+        // SAFETY: the header `[n, n + 8)` and `[k, k + ikey_len +
+        // value_len)` are the parts of the region `[start, start + size)`
+        // around the links; `allocate` just handed that region to this
+        // thread and it is unpublished (arena invariant 4), and no link
+        // word lies in them.
         unsafe {
             self.arena.write(n, &key_word.to_le_bytes());
             self.arena.write(n + 4, &value_len32.to_le_bytes());
-            self.arena.write(n + HEADER_LEN, user_key);
-            self.arena
-                .write(n + HEADER_LEN + user_key.len(), &trailer.to_le_bytes());
-            self.arena.write(n + HEADER_LEN + ikey_len, value);
+            self.arena.write(k, user_key);
+            self.arena.write(k + user_key.len(), &trailer.to_le_bytes());
+            self.arena.write(k + ikey_len, value);
         }
 
         let mut max = self.max_height.load(Ordering::Relaxed);

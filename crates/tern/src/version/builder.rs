@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
-use super::{BlobFileState, BlobFiles, FileRef, Relocation, Relocations, Version};
+use super::{BlobFileState, BlobFiles, FileRef, Relocation, Relocations, TierTables, Version};
 use crate::format::internal_key;
-use crate::format::version_edit::VersionEdit;
+use crate::format::version_edit::{TierTableMeta, VersionEdit};
 use crate::options::NUM_LEVELS;
 use crate::wal::{blob_file_name, table_file_name};
 
@@ -39,6 +39,10 @@ pub(crate) enum EditError {
     BlobFileNotLive(u64),
     /// Drops lineage a blob file does not have.
     NoLineage(u64),
+    /// Adds a memory tier table that is already live.
+    TierTableAlreadyLive(u64),
+    /// Removes a memory tier table that is not live.
+    TierTableNotLive(u64),
 }
 
 impl fmt::Display for EditError {
@@ -79,6 +83,12 @@ impl fmt::Display for EditError {
             EditError::NoLineage(n) => {
                 write!(f, "edit drops the lineage of blob file {n}, which has none")
             }
+            EditError::TierTableAlreadyLive(n) => {
+                write!(f, "edit adds memory tier table {n} that is already live")
+            }
+            EditError::TierTableNotLive(n) => {
+                write!(f, "edit removes memory tier table {n}, which is not live")
+            }
         }
     }
 }
@@ -104,6 +114,11 @@ pub(crate) enum ShapeError {
         new_file: u64,
         why: String,
     },
+    /// A memory tier table's id is not below the next file number, or it
+    /// shares its id with a file.
+    TierId(u64),
+    /// Two memory tier tables overlap in the tier file.
+    TierOverlap { first: u64, second: u64 },
 }
 
 impl ShapeError {
@@ -146,6 +161,14 @@ impl fmt::Display for ShapeError {
             ShapeError::Lineage { old, new_file, why } => {
                 write!(f, "lineage of blob file {old} (moved to {new_file}) {why}")
             }
+            ShapeError::TierId(id) => write!(
+                f,
+                "memory tier table {id} has a file's number or one not below the next file number"
+            ),
+            ShapeError::TierOverlap { first, second } => write!(
+                f,
+                "memory tier tables {first} and {second} overlap in the tier file"
+            ),
         }
     }
 }
@@ -155,6 +178,7 @@ pub(crate) struct VersionBuilder {
     levels: Vec<BTreeMap<u64, FileRef>>,
     blob_files: BlobFiles,
     relocations: Relocations,
+    tier: TierTables,
 }
 
 impl VersionBuilder {
@@ -169,6 +193,7 @@ impl VersionBuilder {
             levels,
             blob_files: base.blob_files.clone(),
             relocations: base.relocations.clone(),
+            tier: base.tier.clone(),
         }
     }
 
@@ -199,6 +224,16 @@ impl VersionBuilder {
             }
         }
         self.apply_blobs(edit, &mut errors);
+        for id in &edit.tier_removed {
+            if self.tier.remove(id).is_none() {
+                errors.push(EditError::TierTableNotLive(*id));
+            }
+        }
+        for t in &edit.tier_added {
+            if self.tier.insert(t.id, Arc::new(t.clone())).is_some() {
+                errors.push(EditError::TierTableAlreadyLive(t.id));
+            }
+        }
         errors
     }
 
@@ -279,6 +314,7 @@ impl VersionBuilder {
         }
         v.blob_files = self.blob_files;
         v.relocations = self.relocations;
+        v.tier = self.tier;
         v
     }
 }
@@ -321,6 +357,22 @@ impl Version {
                 errors.push(ShapeError::BlobNumberIsTable(number));
             }
             below_next(true, number, &mut errors);
+        }
+        let mut prev: Option<&TierTableMeta> = None;
+        let mut by_offset: Vec<&TierTableMeta> = self.tier.values().map(|t| &**t).collect();
+        by_offset.sort_by_key(|t| t.offset);
+        for t in by_offset {
+            let numbered = tables.contains(&t.id) || self.blob_files.contains_key(&t.id);
+            if numbered || next_file_number.is_some_and(|next| t.id >= next) {
+                errors.push(ShapeError::TierId(t.id));
+            }
+            if let Some(p) = prev.filter(|p| p.offset.saturating_add(p.len) > t.offset) {
+                errors.push(ShapeError::TierOverlap {
+                    first: p.id,
+                    second: t.id,
+                });
+            }
+            prev = Some(t);
         }
         // Retired files whose chain is known to end in a live file, so
         // each hop is walked once however many chains share it (this runs

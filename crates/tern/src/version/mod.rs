@@ -32,7 +32,7 @@ pub use replay::{replay_manifest, OnProblem, Replayed};
 pub use set::VersionSet;
 
 use crate::format::internal_key::{self, user_key};
-pub use crate::format::version_edit::{BlobMeta, FileMeta};
+pub use crate::format::version_edit::{BlobMeta, FileMeta, TierTableMeta};
 use crate::options::NUM_LEVELS;
 
 /// A table file as part of a version.
@@ -47,7 +47,12 @@ pub struct Version {
     pub blob_files: BlobFiles,
     /// Blob files retired by GC that tables may still refer to.
     pub relocations: Relocations,
+    /// Tables of the durable memory tier, by id (ids follow age).
+    pub tier: TierTables,
 }
+
+/// The durable memory tier's tables, by id.
+pub type TierTables = std::collections::BTreeMap<u64, Arc<TierTableMeta>>;
 
 impl Version {
     /// Total bytes of the files in `level`.

@@ -289,6 +289,9 @@ impl VersionSet {
         for r in version.relocations.values() {
             snapshot.relocations.push((r.new_file, r.entry.clone()));
         }
+        snapshot
+            .tier_added
+            .extend(version.tier.values().map(|t| (**t).clone()));
         for (level, key) in self.compact_pointers.iter().enumerate() {
             if !key.is_empty() {
                 snapshot.compact_pointers.push((level as u32, key.clone()));

@@ -88,6 +88,19 @@ fn rand_edit(rng: &mut SmallRng) -> VersionEdit {
     }
     e.blob_files_deleted = (0..rng.gen_range(0..3)).map(|_| rand_u64(rng)).collect();
     e.relocations_dropped = (0..rng.gen_range(0..3)).map(|_| rand_u64(rng)).collect();
+    for _ in 0..rng.gen_range(0..3) {
+        let (a, b) = (rand_seq(rng), rand_seq(rng));
+        e.tier_added.push(TierTableMeta {
+            id: rand_u64(rng),
+            offset: rand_u64(rng) >> 1,
+            len: rand_u64(rng) >> 1,
+            entries: rand_u64(rng),
+            smallest_seq: a.min(b),
+            largest_seq: a.max(b),
+            checksum: rng.gen(),
+        });
+    }
+    e.tier_removed = (0..rng.gen_range(0..3)).map(|_| rand_u64(rng)).collect();
     e
 }
 
@@ -112,6 +125,16 @@ fn full_edit() -> VersionEdit {
                 blob_files: vec![41, 42],
             },
         )],
+        tier_added: vec![TierTableMeta {
+            id: 43,
+            offset: 64,
+            len: 1 << 20,
+            entries: 900,
+            smallest_seq: 6,
+            largest_seq: 905,
+            checksum: 0xdead_beef,
+        }],
+        tier_removed: vec![38],
         ..Default::default()
     }
 }
@@ -246,6 +269,18 @@ fn rejects_bad_fields() {
         put_varint64(&mut dup, 5);
     }
     assert_eq!(VersionEdit::decode(&dup).unwrap_err().offset, 2);
+
+    // A tier table whose sequence range is backwards, or whose extent
+    // ends past 2^64.
+    for (offset, len, lo, hi) in [(0, 1, 5, 4), (u64::MAX, 2, 1, 1)] {
+        let mut tier = Vec::new();
+        put_varint64(&mut tier, tag::TIER_TABLE_ADD);
+        for v in [1, offset, len, 1, lo, hi] {
+            put_varint64(&mut tier, v);
+        }
+        tier.extend_from_slice(&[0; 4]);
+        assert_eq!(VersionEdit::decode(&tier).unwrap_err().offset, 0);
+    }
 
     let mut seq = Vec::new();
     put_varint64(&mut seq, tag::LAST_SEQUENCE);
