@@ -172,7 +172,8 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
         }
     }
     // A memory tier in a third of the runs, a few memtables large, so
-    // copy-ins, merges and copy-outs all happen.
+    // copy-ins, merges and copy-outs all happen; durable (a file in the
+    // store's directory) in half of them.
     if rng.gen_bool(1.0 / 3.0) {
         let buffer: u64 = s
             .iter()
@@ -185,6 +186,9 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
         ));
         s.push(("memtier_levels", rng.gen_range(1..4u32).to_string()));
         s.push(("memtier_level_tables", rng.gen_range(2..5u32).to_string()));
+        if rng.gen_bool(0.5) {
+            s.push(("memtier_path", "MEMTIER".to_string()));
+        }
     }
     s
 }

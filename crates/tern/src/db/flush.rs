@@ -2,7 +2,6 @@
 //! least `blob_threshold` bytes separated into blob files in key order.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use super::core::Shared;
 use super::stats::Counters;
@@ -164,11 +163,24 @@ impl Shared {
         };
         match self.move_into_tier(&mem, wal) {
             Ok(None) => {}
-            Ok(Some(table)) => {
+            Ok(Some((table, meta))) => {
                 let mut state = self.state.lock();
                 state.flush_running = false;
-                state.imms.pop_front();
-                state.tier.add_newest(Arc::new(table));
+                let flushed = state.imms.pop_front();
+                let durable = meta.is_some();
+                // Its WAL is released with the edit naming it: recovery
+                // replays from the oldest WAL a memtable still needs.
+                let logged =
+                    self.install_in_tier(&mut state, table, meta, |s| Some(s.oldest_needed_wal()));
+                if let Err(e) = logged {
+                    if let Some(f) = flushed {
+                        state.imms.push_front(f);
+                    }
+                    return Err(e);
+                }
+                if let (true, Some(f)) = (durable, flushed) {
+                    state.obsolete_wals.push(f.wal_number);
+                }
                 self.publish_tier(&mut state);
                 Counters::add(&self.counters.flushes, 1);
                 self.bg_work.notify_all();

@@ -2,10 +2,21 @@
 //! copied in by the flush thread, merges and copy-outs on the tier thread,
 //! and the WALs the tier's data still needs.
 //!
-//! The tier is not durable: a table in it keeps the WALs of the memtables
-//! it came from, and the manifest's log number stays at the oldest of them
-//! until the table is copied out to L0. A crash loses the tier and
-//! recovery replays those WALs, as it would for immutable memtables.
+//! A tier in anonymous memory is not durable: a table in it keeps the WALs
+//! of the memtables it came from, and the manifest's log number stays at
+//! the oldest of them until the table is copied out to L0. A crash loses
+//! the tier and recovery replays those WALs, as it would for immutable
+//! memtables.
+//!
+//! A durable tier (`memtier_path`) orders its writes so that a crash at
+//! any instant leaves a tier recovery can rebuild:
+//! 1. a copy-in's bytes are synced to the tier file (`msync`) before the
+//!    manifest edit naming the table (and moving the log number past its
+//!    WAL) is written; a crash before that edit leaves bytes nothing names;
+//! 2. merges change link words only, which recovery never reads (it
+//!    relinks each table from its nodes), so they need no ordering;
+//! 3. a copy-out's L0 table and the removal of the tier tables it holds
+//!    are one manifest edit, and their extents are reused only after it.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -15,7 +26,7 @@ use super::stats::Counters;
 use crate::compaction::Retention;
 use crate::error::Result;
 use crate::format::internal_key::SeqNo;
-use crate::format::version_edit::VersionEdit;
+use crate::format::version_edit::{TierTableMeta, VersionEdit};
 use crate::memtable::MemTable;
 use crate::memtier::memory::TierMemory;
 use crate::memtier::merge::merge_all;
@@ -74,16 +85,25 @@ impl Shared {
     /// oldest tables out first while there is no room. `None` when it
     /// cannot go there: no tier, an empty memtable, or one larger than the
     /// whole tier's free space with the tier empty; it then goes to L0,
-    /// which keeps the tier's data newer than L0's.
-    pub fn move_into_tier(&self, mem: &MemTable, wal: u64) -> Result<Option<TierTable>> {
+    /// which keeps the tier's data newer than L0's. In a durable tier the
+    /// copy is synced and comes with the metadata for the manifest
+    /// ([`Shared::install_in_tier`]).
+    pub fn move_into_tier(
+        &self,
+        mem: &MemTable,
+        wal: u64,
+    ) -> Result<Option<(TierTable, Option<TierTableMeta>)>> {
         let Some(tier) = &self.tier else {
             return Ok(None);
         };
         if mem.is_empty() {
             return Ok(None);
         }
+        let id = tier
+            .path()
+            .map(|_| self.state.lock().versions.new_file_number());
         loop {
-            if let Some(t) = TierTable::copy_in(tier, mem, wal, self.opts.bloom_bits_per_key) {
+            if let Some(t) = TierTable::copy_in(tier, mem, wal, id, self.opts.bloom_bits_per_key)? {
                 Counters::add(&self.counters.memtier_copy_ins, 1);
                 return Ok(Some(t));
             }
@@ -92,6 +112,31 @@ impl Shared {
                 return Ok(None);
             }
         }
+    }
+
+    /// Adds a table [`Shared::move_into_tier`] made to the tier as its
+    /// newest. In a durable tier its metadata is logged first (with
+    /// `log_number`, the WAL number recovery replays from, when the
+    /// memtable's WAL is no longer needed), and the table stops holding
+    /// its WAL. On an error nothing changed and the table is dropped.
+    pub fn install_in_tier(
+        &self,
+        state: &mut State,
+        mut table: TierTable,
+        meta: Option<TierTableMeta>,
+        log_number: impl FnOnce(&State) -> Option<u64>,
+    ) -> Result<()> {
+        if let Some(meta) = meta {
+            let mut edit = VersionEdit {
+                log_number: log_number(state),
+                tier_added: vec![meta],
+                ..Default::default()
+            };
+            self.log_and_apply(state, &mut edit)?;
+            table.release_wals();
+        }
+        state.tier.add_newest(Arc::new(table));
+        Ok(())
     }
 
     /// Writes the tier's oldest table to one L0 table (the lazy copy) and
@@ -126,6 +171,7 @@ impl Shared {
             log_number: Some(state.oldest_needed_wal()),
             last_sequence: Some(self.visible_seq.load(Ordering::Acquire)),
             blob_files_added: output.blobs,
+            tier_removed: table.ids().to_vec(),
             ..Default::default()
         };
         edit.new_files.extend(output.table.map(|m| (0, m)));

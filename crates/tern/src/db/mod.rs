@@ -418,19 +418,22 @@ impl Db {
     /// needed to recover the data written so far.
     pub fn flush(&self) -> Result<()> {
         self.shared.check_open()?;
-        self.flush_inner()
+        self.flush_inner(true)
     }
 
-    fn flush_inner(&self) -> Result<()> {
+    /// Switches the memtable and waits until no memtable holds data; with
+    /// `drain_tier`, until the memory tier is empty too.
+    fn flush_inner(&self, drain_tier: bool) -> Result<()> {
         self.shared.write(None, WriteOptions::default(), true)?;
         let mut state = self.shared.state.lock();
         // The memory tier empties to L0 while a flush waits.
-        state.tier_drains += 1;
+        state.tier_drains += usize::from(drain_tier);
         let res = loop {
             if let Some(e) = &state.bg_error {
                 break Err(Error::Poisoned(e.clone()));
             }
-            if state.imms.is_empty() && state.tier.is_empty() && state.removals_in_flight == 0 {
+            let tier_done = !drain_tier || state.tier.is_empty();
+            if state.imms.is_empty() && tier_done && state.removals_in_flight == 0 {
                 break Ok(());
             }
             self.shared.bg_work.notify_all();
@@ -438,7 +441,7 @@ impl Db {
                 .bg_done
                 .wait_for(&mut state, std::time::Duration::from_millis(100));
         };
-        state.tier_drains -= 1;
+        state.tier_drains -= usize::from(drain_tier);
         res
     }
 
@@ -532,7 +535,7 @@ impl Db {
     /// file no reader holds is removed (for tests and tools).
     pub fn wait_for_background(&self) -> Result<()> {
         loop {
-            self.flush_inner()?;
+            self.flush_inner(true)?;
             let compacted = self.shared.compact_one()?;
             let collected = self.shared.opts.enable_gc && self.shared.gc_one()?;
             if !compacted && !collected {
@@ -542,13 +545,20 @@ impl Db {
         }
     }
 
-    /// Flushes memtables, stops background work and releases the store.
-    /// Later calls on this handle return [`Error::Closed`].
+    /// Flushes memtables (into a durable memory tier, which keeps its
+    /// tables for the next open; else to L0), stops background work and
+    /// releases the store. Later calls on this handle return
+    /// [`Error::Closed`].
     pub fn close(&self) -> Result<()> {
         if self.shared.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        let flushed = self.flush_inner();
+        let durable_tier = self
+            .shared
+            .tier
+            .as_ref()
+            .is_some_and(|t| t.path().is_some());
+        let flushed = self.flush_inner(!durable_tier);
         self.shutdown();
         flushed
     }

@@ -21,6 +21,9 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::version_edit::VersionEdit;
 use crate::format::write_batch::WriteBatch;
 use crate::memtable::MemTable;
+use crate::memtier::memory::TierMemory;
+use crate::memtier::table::TierTable;
+use crate::memtier::TierLevels;
 use crate::options::Options;
 use crate::version::VersionSet;
 use crate::wal::{
@@ -78,6 +81,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         block_cache.clone(),
         open_files.clone(),
     ));
+    let (tier, tier_levels) = open_tier(fs.as_ref(), dir, &opts, &versions)?;
     let mem = Arc::new(MemTable::new(16));
     let state = State {
         versions,
@@ -94,7 +98,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         reserved_numbers: Vec::new(),
         protected: Vec::new(),
         next_protection: 0,
-        tier: crate::memtier::TierLevels::new(opts.memtier_levels),
+        tier: tier_levels,
         tier_view: Default::default(),
         tier_drains: 0,
     };
@@ -131,10 +135,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         snapshots: Arc::new(SnapshotList::default()),
         compaction_lock: Mutex::new(()),
         gc_lock: Mutex::new(()),
-        tier: opts
-            .memtier_size
-            .map(crate::memtier::memory::TierMemory::anonymous)
-            .transpose()?,
+        tier,
         tier_views: Mutex::new(Vec::new()),
         tier_lock: Mutex::new(()),
         rate_limiter: opts.background_rate_limit.map(crate::io::RateLimiter::new),
@@ -168,7 +169,14 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
 
     let mut edit = VersionEdit::default();
     let counter = state.versions.file_number_counter();
-    let mut max_seq = state.versions.last_sequence;
+    // A durable tier holds every write up to its newest sequence number
+    // (whole memtables, copied in order): replay skips those.
+    let tier_max = state.tier.tables().map(|t| t.seqs().1).max();
+    let mut max_seq = state.versions.last_sequence.max(tier_max.unwrap_or(0));
+    // Edits made while replaying (tier copy-ins and copy-outs) keep the
+    // recovered log number and sequence.
+    state.mem_wal_number = state.versions.log_number;
+    s.visible_seq.store(max_seq, Ordering::Release);
     let mut mem = s.new_memtable(0);
     // Point-in-time recovery: replay the WALs in order and stop at the first
     // incomplete or damaged record of the newest WAL written to (the
@@ -197,17 +205,13 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                         offset + crate::format::log_record::RECORD_HEADER_LEN as u64,
                     )
                 })?;
+                if tier_max.is_some_and(|t| seq <= t) {
+                    continue;
+                }
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
-                    let number = state.versions.new_file_number();
-                    let out = s.write_level0_table(
-                        &mut mem.iter(),
-                        number,
-                        &counter,
-                        &Retention::default(),
-                    )?;
-                    edit.new_files.extend(out.table.map(|t| (0, t)));
-                    edit.blob_files_added.extend(out.blobs);
+                    s.visible_seq.store(max_seq, Ordering::Release);
+                    spill_replayed(s, &mut state, &mem, &mut edit)?;
                     mem = s.new_memtable(e.key.len() + e.value.len() + 128);
                     mem.add(seq, e.kind, e.key, e.value).map_err(|_| {
                         Error::corruption(&path, offset, "write too large for a memtable")
@@ -237,10 +241,9 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         // No later WAL was written to: nothing more to replay.
         break;
     }
-    let number = state.versions.new_file_number();
-    let out = s.write_level0_table(&mut mem.iter(), number, &counter, &Retention::default())?;
-    edit.new_files.extend(out.table.map(|t| (0, t)));
-    edit.blob_files_added.extend(out.blobs);
+    s.visible_seq.store(max_seq, Ordering::Release);
+    spill_replayed(s, &mut state, &mem, &mut edit)?;
+    drop(counter);
 
     // A fresh WAL for new writes, then one manifest snapshot naming it.
     let wal_number = state.versions.new_file_number();
@@ -257,9 +260,76 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     state.mem = s.new_memtable(0);
     state.mem_wal_number = wal_number;
     s.visible_seq.store(max_seq, Ordering::Release);
+    // Reads see the restored tier through its view.
+    s.publish_tier(&mut state);
     s.install_super_version(&state);
     remove_orphans(s, &state, &names)?;
     Ok(())
+}
+
+/// Writes a memtable of replayed WAL records out: into a durable tier
+/// (logged at once, without moving the log number: its WALs are still
+/// replayed, and the records it holds skipped, if recovery stops before
+/// the end), else to an L0 table named in the final recovery edit.
+fn spill_replayed(
+    s: &Arc<Shared>,
+    state: &mut parking_lot::MutexGuard<'_, State>,
+    mem: &Arc<MemTable>,
+    edit: &mut VersionEdit,
+) -> Result<()> {
+    let durable = s.tier.as_ref().is_some_and(|t| t.path().is_some());
+    if durable {
+        // The tier locks the state itself; nothing else runs yet.
+        let moved = parking_lot::MutexGuard::unlocked(state, || s.move_into_tier(mem, 0))?;
+        if let Some((table, meta)) = moved {
+            return s.install_in_tier(state, table, meta, |_| None);
+        }
+        // The tier is empty and the memtable larger than it: L0 is below
+        // nothing, so it may go there.
+    }
+    let number = state.versions.new_file_number();
+    let counter = state.versions.file_number_counter();
+    let out = s.write_level0_table(&mut mem.iter(), number, &counter, &Retention::default())?;
+    edit.new_files.extend(out.table.map(|t| (0, t)));
+    edit.blob_files_added.extend(out.blobs);
+    Ok(())
+}
+
+/// The memory tier: anonymous memory, or the durable tier's file with the
+/// tables the manifest names rebuilt from it (all in the first tier level,
+/// newest first; merges sort them out).
+fn open_tier(
+    fs: &dyn crate::io::FileSystem,
+    dir: &Path,
+    opts: &Options,
+    versions: &VersionSet,
+) -> Result<(Option<Arc<TierMemory>>, TierLevels)> {
+    let live = versions.current().tier.clone();
+    let mut levels = TierLevels::new(opts.memtier_levels);
+    let (Some(size), Some(path)) = (opts.memtier_size, &opts.memtier_path) else {
+        if !live.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the store holds {} tables in a durable memory tier, but memtier_path is not set; open it with the memtier_path and memtier_size it was written with",
+                live.len()
+            )));
+        }
+        let tier = opts.memtier_size.map(TierMemory::anonymous).transpose()?;
+        return Ok((tier, levels));
+    };
+    let path = dir.join(path);
+    let mem = TierMemory::file(fs, &path, size, &live)?;
+    // Ids follow age: oldest first, so the last added is the newest.
+    for meta in live.values() {
+        let table = TierTable::restore(&mem, meta, opts.bloom_bits_per_key).map_err(|e| {
+            Error::corruption(
+                &path,
+                e.offset as u64,
+                format!("memory tier table {}: {}", meta.id, e.why),
+            )
+        })?;
+        levels.add_newest(Arc::new(table));
+    }
+    Ok((Some(mem), levels))
 }
 
 /// Deletes files of ours that the recovered state does not reference.

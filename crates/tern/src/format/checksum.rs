@@ -15,6 +15,23 @@ pub fn crc2(a: &[u8], b: &[u8]) -> u32 {
     mask(crc32c::crc32c_append(crc32c::crc32c(a), b))
 }
 
+/// A masked CRC32C built from pieces, equal to [`crc`] of their
+/// concatenation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Crc(u32);
+
+impl Crc {
+    /// Adds `data`.
+    pub fn update(&mut self, data: &[u8]) {
+        self.0 = crc32c::crc32c_append(self.0, data);
+    }
+
+    /// The masked CRC of everything added.
+    pub fn finish(self) -> u32 {
+        mask(self.0)
+    }
+}
+
 fn mask(c: u32) -> u32 {
     c.rotate_right(15).wrapping_add(MASK_DELTA)
 }
@@ -27,5 +44,9 @@ mod tests {
     fn split_equals_whole() {
         assert_eq!(crc(b"hello world"), crc2(b"hello ", b"world"));
         assert_ne!(crc(b"hello world"), crc(b"hello worle"));
+        let mut c = Crc::default();
+        c.update(b"hello ");
+        c.update(b"world");
+        assert_eq!(c.finish(), crc(b"hello world"));
     }
 }

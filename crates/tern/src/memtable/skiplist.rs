@@ -74,6 +74,57 @@ pub(crate) fn node_size(height: usize, ikey_len: usize, value_len: usize) -> Opt
     )
 }
 
+/// A node read from an arena's plain bytes (links ignored), as
+/// [`parse_node`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawNode {
+    /// Its height.
+    pub(crate) height: usize,
+    /// Where its header is (the node's offset).
+    pub(crate) at: usize,
+    /// Where its internal key is.
+    pub(crate) key: std::ops::Range<usize>,
+    /// Where its value is.
+    pub(crate) value: std::ops::Range<usize>,
+    /// Where the next node starts.
+    pub(crate) end: usize,
+}
+
+/// Reads the node whose header is at `at` in `bytes`, a copy of an arena
+/// (nodes follow each other from [`HEAD_REGION`] on, each region
+/// [`node_size`] long). An error names what is wrong with it.
+pub(crate) fn parse_node(bytes: &[u8], at: usize) -> Result<RawNode, &'static str> {
+    let word = |o: usize| -> Option<u32> {
+        let b = bytes.get(o..o.checked_add(4)?)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let (Some(key_word), Some(value_len)) = (word(at), at.checked_add(4).and_then(word)) else {
+        return Err("node header past the end");
+    };
+    let height = (key_word >> HEIGHT_SHIFT) as usize;
+    if !(1..=MAX_HEIGHT).contains(&height) {
+        return Err("node height out of range");
+    }
+    let ikey_len = key_word as usize & MAX_IKEY_LEN;
+    if ikey_len < TRAILER_LEN {
+        return Err("internal key shorter than its trailer");
+    }
+    let size = node_size(height, ikey_len, value_len as usize).ok_or("node size overflows")?;
+    let end = at.checked_add(size).filter(|&e| e <= bytes.len());
+    let Some(end) = end else {
+        return Err("node runs past the end");
+    };
+    let key = at + HEADER_LEN + 4 * height;
+    let value = key + ikey_len;
+    Ok(RawNode {
+        height,
+        at,
+        key: key..value,
+        value: value..value + value_len as usize,
+        end,
+    })
+}
+
 /// A published node (never the head outside this module; invariant 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NodeRef(NonZeroU32);
@@ -598,6 +649,46 @@ mod tests {
         assert_eq!(node_size(1, 8, 0), Some(4 + 8 + 8));
         assert_eq!(node_size(2, 9, 1), Some(8 + 8 + 12));
         assert_eq!(node_size(1, usize::MAX, 1), None);
+    }
+
+    #[test]
+    fn an_arena_parses_node_by_node_from_its_bytes() {
+        let l = SkipList::new(1 << 16);
+        let mut want = vec![];
+        for i in 0..300u64 {
+            let key = format!("key{}", i * 7919 % 300);
+            let value = vec![b'v'; (i % 13) as usize];
+            l.insert(key.as_bytes(), i << 8 | 1, &value).unwrap();
+            let mut ikey = key.into_bytes();
+            ikey.extend_from_slice(&(i << 8 | 1).to_le_bytes());
+            want.push((ikey, value));
+        }
+        // SAFETY: no insert runs any more.
+        let bytes = unsafe { l.raw_bytes(l.used()) };
+        let mut got = vec![];
+        let mut at = HEAD_REGION;
+        while at < bytes.len() {
+            let n = parse_node(bytes, at).unwrap();
+            assert_eq!(n.height, l.nodes().height(at as u32));
+            got.push((bytes[n.key.clone()].to_vec(), bytes[n.value].to_vec()));
+            at = n.end;
+        }
+        assert_eq!(at, bytes.len());
+        assert_eq!(got, want, "in insertion (arena) order");
+        assert_eq!(
+            parse_node(bytes, bytes.len() - 2),
+            Err("node header past the end")
+        );
+        let mut bad = bytes.to_vec();
+        bad[HEAD_REGION + 3] = 0xf0;
+        assert_eq!(
+            parse_node(&bad, HEAD_REGION),
+            Err("node height out of range")
+        );
+        assert_eq!(
+            parse_node(&bytes[..HEAD_REGION + 12], HEAD_REGION),
+            Err("node runs past the end")
+        );
     }
 
     #[test]

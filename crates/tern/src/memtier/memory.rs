@@ -1,5 +1,9 @@
 //! The tier's memory: one mapping of `memtier_size` bytes, handed out in
-//! extents, each holding one memtable's arena copied in one piece.
+//! extents, each holding one memtable's arena copied in one piece. The
+//! mapping is anonymous memory, or a file (`memtier_path`) for a durable
+//! tier: then [`TierMemory::persist`] makes an extent durable (`msync`),
+//! and the first [`EXTENT_ALIGN`] bytes hold the file's header
+//! (`docs/format/memtier.md`).
 //!
 //! Offsets into the mapping are `u32`, like arena offsets, so a copied
 //! arena's links become tier links by adding its extent's start; offset 0
@@ -21,6 +25,7 @@
 //! 4. An extent returns to the free list only when dropped, which happens
 //!    when no table (and so no reader) holds it.
 
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,8 +33,11 @@ use std::sync::Arc;
 use memmap2::MmapMut;
 use parking_lot::Mutex;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
+use crate::format::checksum::crc;
+use crate::io::{FileLock, FileSystem, MappedFile};
 use crate::memtable::skiplist::NodeMemory;
+use crate::version::TierTables;
 
 /// Alignment (and granularity) of extents.
 pub(crate) const EXTENT_ALIGN: usize = 64;
@@ -37,10 +45,66 @@ pub(crate) const EXTENT_ALIGN: usize = 64;
 /// Largest tier: offsets, ends included, must fit in a `u32`.
 pub const MAX_TIER_SIZE: u64 = (u32::MAX as u64) & !(EXTENT_ALIGN as u64 - 1);
 
+/// What the tier's memory is.
+enum Backing {
+    /// Anonymous memory: the tier is lost in a crash.
+    Anonymous { _map: MmapMut },
+    /// A mapped file: the durable tier.
+    File {
+        file: Arc<dyn MappedFile>,
+        path: PathBuf,
+        /// Keeps another store from mapping the same file.
+        _lock: Box<dyn FileLock>,
+    },
+}
+
+/// The durable tier file's header: magic, format version, mapping length.
+const MAGIC: &[u8; 8] = b"TERNTIER";
+/// The tier file format's version.
+pub const TIER_FORMAT_VERSION: u32 = 1;
+/// Bytes of the header (then a checksum; the rest of the first extent
+/// slot is zero).
+const HEADER_BODY: usize = 24;
+
+/// The header of a tier file of `len` bytes.
+fn header(len: usize) -> [u8; HEADER_BODY + 4] {
+    let mut h = [0u8; HEADER_BODY + 4];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&TIER_FORMAT_VERSION.to_le_bytes());
+    h[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+    let c = crc(&h[..HEADER_BODY]);
+    h[HEADER_BODY..].copy_from_slice(&c.to_le_bytes());
+    h
+}
+
+/// Checks a tier file's first bytes: `Ok(len)` for a valid header of a
+/// file of `len` bytes, else what is wrong.
+pub fn check_header(bytes: &[u8]) -> std::result::Result<u64, String> {
+    let Some(h) = bytes.get(..HEADER_BODY + 4) else {
+        return Err("shorter than its header".into());
+    };
+    if &h[..8] != MAGIC {
+        return Err("not a Tern memory tier file (bad magic)".into());
+    }
+    let stored = u32::from_le_bytes([h[24], h[25], h[26], h[27]]);
+    if crc(&h[..HEADER_BODY]) != stored {
+        return Err("header checksum mismatch".into());
+    }
+    let version = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
+    if version != TIER_FORMAT_VERSION {
+        return Err(format!(
+            "format version {version}; this build reads {TIER_FORMAT_VERSION}"
+        ));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&h[16..24]);
+    Ok(u64::from_le_bytes(len))
+}
+
 /// The tier's mapping and its free space.
 pub(crate) struct TierMemory {
     /// Keeps the mapping alive (invariant 1); accessed through `base`.
-    _map: MmapMut,
+    backing: Backing,
     base: NonNull<u8>,
     len: usize,
     /// Free ranges `(start, len)`, sorted by start and never adjacent.
@@ -72,12 +136,131 @@ impl TierMemory {
         let base = NonNull::new(map.as_mut_ptr())
             .ok_or_else(|| Error::Internal("memory map at address 0".into()))?;
         Ok(Arc::new(TierMemory {
-            _map: map,
+            backing: Backing::Anonymous { _map: map },
             base,
             len,
             free: Mutex::new(vec![(EXTENT_ALIGN, len - EXTENT_ALIGN)]),
             used: AtomicU64::new(0),
         }))
+    }
+
+    /// Maps the durable tier file at `path`, `size` bytes (rounded as for
+    /// [`TierMemory::anonymous`]), created if missing. `live` are the
+    /// tables the manifest says it holds: with any, the file must exist
+    /// with a valid header of the same size; with none, it is (re)made at
+    /// `size`. The live tables' extents are not free: restore them with
+    /// [`TierMemory::reserve`].
+    pub(crate) fn file(
+        fs: &dyn FileSystem,
+        path: &Path,
+        size: u64,
+        live: &TierTables,
+    ) -> Result<Arc<TierMemory>> {
+        let len = (size.min(MAX_TIER_SIZE) as usize) & !(EXTENT_ALIGN - 1);
+        if len < 2 * EXTENT_ALIGN {
+            return Err(Error::InvalidArgument(format!(
+                "memtier_size {size} is too small for a memory tier"
+            )));
+        }
+        let lock_path = lock_path(path);
+        let lock = fs.lock(&lock_path).map_err(|e| {
+            Error::Busy(format!(
+                "cannot lock {}: {e}; is another store using this memory tier file?",
+                lock_path.display()
+            ))
+        })?;
+        let existed = fs.exists(path);
+        if !live.is_empty() {
+            if !existed {
+                return Err(Error::corruption(
+                    path,
+                    0,
+                    format!(
+                        "the memory tier file is missing, and the manifest names {} tables in it (the writes they hold are lost unless the file is put back)",
+                        live.len()
+                    ),
+                ));
+            }
+            let head = read_head(fs, path)?;
+            let on_disk = check_header(&head).map_err(|why| Error::corruption(path, 0, why))?;
+            if on_disk != len as u64 {
+                return Err(Error::InvalidArgument(format!(
+                    "memory tier file {} is {on_disk} bytes but memtier_size makes it {len}; open with memtier_size = {on_disk} until its tables are copied out (Db::flush)",
+                    path.display()
+                )));
+            }
+        }
+        let file = fs.map_file(path, len as u64).ctx(path)?;
+        if !existed {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                fs.sync_dir(dir).ctx(dir)?;
+            }
+        }
+        let base = NonNull::new(file.as_ptr())
+            .ok_or_else(|| Error::Internal("memory map at address 0".into()))?;
+        if live.is_empty() {
+            let h = header(len);
+            // SAFETY: the header slot `[0, EXTENT_ALIGN)` lies in the new
+            // mapping (len >= 2 * EXTENT_ALIGN) and is never an extent;
+            // nothing else knows the mapping yet.
+            unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), base.as_ptr(), h.len()) };
+            file.flush_range(0, EXTENT_ALIGN).ctx(path)?;
+        }
+        Ok(Arc::new(TierMemory {
+            backing: Backing::File {
+                file,
+                path: path.to_path_buf(),
+                _lock: lock,
+            },
+            base,
+            len,
+            free: Mutex::new(vec![(EXTENT_ALIGN, len - EXTENT_ALIGN)]),
+            used: AtomicU64::new(0),
+        }))
+    }
+
+    /// The durable tier's file, if this is one.
+    pub(crate) fn path(&self) -> Option<&Path> {
+        match &self.backing {
+            Backing::File { path, .. } => Some(path),
+            Backing::Anonymous { .. } => None,
+        }
+    }
+
+    /// Makes `[start, start + len)` durable in the tier file (nothing for
+    /// an anonymous tier). Nothing may store into the range meanwhile.
+    pub(crate) fn persist(&self, start: usize, len: usize) -> Result<()> {
+        match &self.backing {
+            Backing::File { file, path, .. } => file.flush_range(start, len).ctx(path),
+            Backing::Anonymous { .. } => Ok(()),
+        }
+    }
+
+    /// Takes the extent `[start, start + len)` (len rounded up to
+    /// [`EXTENT_ALIGN`]) out of the free space, for a table restored from
+    /// the tier file; `None` if any of it is not free or not aligned.
+    pub(crate) fn reserve(self: &Arc<Self>, start: usize, len: usize) -> Option<Extent> {
+        let len = len.checked_add(EXTENT_ALIGN - 1)? & !(EXTENT_ALIGN - 1);
+        let end = start.checked_add(len)?;
+        if start % EXTENT_ALIGN != 0 || len == 0 {
+            return None;
+        }
+        let mut free = self.free.lock();
+        let i = free.iter().position(|&(s, l)| s <= start && end <= s + l)?;
+        let (s, l) = free[i];
+        free.remove(i);
+        if end < s + l {
+            free.insert(i, (end, s + l - end));
+        }
+        if s < start {
+            free.insert(i, (s, start - s));
+        }
+        self.used.fetch_add(len as u64, Ordering::Relaxed);
+        Some(Extent {
+            mem: Arc::clone(self),
+            start,
+            len,
+        })
     }
 
     /// Bytes the tier can hand out in all.
@@ -131,9 +314,13 @@ impl TierMemory {
         self.used.fetch_sub(len as u64, Ordering::Relaxed);
     }
 
-    /// Gives the whole pages inside `[start, start + len)` back to the
-    /// system; they read as zero afterwards. Best effort.
+    /// Gives the whole pages inside `[start, start + len)` of an anonymous
+    /// tier back to the system; they read as zero afterwards. Best effort.
+    /// A file's pages stay: the next copy-in overwrites them.
     fn discard(&self, start: usize, len: usize) {
+        if !matches!(self.backing, Backing::Anonymous { .. }) {
+            return;
+        }
         const PAGE: usize = 4096;
         let lo = start.div_ceil(PAGE) * PAGE;
         let hi = (start + len) / PAGE * PAGE;
@@ -173,6 +360,22 @@ impl NodeMemory for TierMemory {
     }
 }
 
+/// Where the lock beside a tier file is.
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// The first bytes of the tier file at `path`, for its header.
+fn read_head(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>> {
+    let f = fs.open(path).ctx(path)?;
+    let n = f.len().min(EXTENT_ALIGN as u64) as usize;
+    let mut head = vec![0u8; n];
+    f.read_exact_at(0, &mut head).ctx(path)?;
+    Ok(head)
+}
+
 /// A range of the tier's memory holding one copied arena; freed on drop.
 pub(crate) struct Extent {
     mem: Arc<TierMemory>,
@@ -204,6 +407,18 @@ impl Extent {
                 src.len(),
             );
         }
+    }
+}
+
+impl Extent {
+    /// Its first `len` bytes, links included, for a table restored from
+    /// the tier file; `&mut self` proves no table names the extent yet.
+    pub(crate) fn contents(&mut self, len: usize) -> &[u8] {
+        let len = len.min(self.len);
+        // SAFETY: `[start, start + len)` lies in this extent (invariant 2),
+        // which no table names yet: `&mut self` is the only access to it,
+        // and the borrow ends before any link in it is stored.
+        unsafe { std::slice::from_raw_parts(self.mem.base.as_ptr().add(self.start), len) }
     }
 }
 

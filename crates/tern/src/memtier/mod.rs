@@ -22,6 +22,7 @@
 
 pub(crate) mod memory;
 pub(crate) mod merge;
+pub mod scan;
 pub(crate) mod table;
 
 use std::sync::Arc;

@@ -8,8 +8,11 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::memory::{Extent, TierMemory};
+use super::scan::{scan, ScanError};
+use crate::error::{Error, Result};
 use crate::format::bloom::{bloom_hash, BloomBuilder, BloomFilter};
 use crate::format::internal_key::{self, SeqNo};
+use crate::format::version_edit::TierTableMeta;
 use crate::memtable::skiplist::{Nodes, HEAD, MAX_HEIGHT};
 use crate::memtable::{ListCursor, MemTable, NodeList};
 
@@ -34,10 +37,14 @@ pub(crate) struct TierTable {
     filters: Vec<Arc<[u8]>>,
     /// Entries linked in (before any unlinking).
     entries: usize,
-    /// The WALs whose writes it holds, oldest first.
+    /// The WALs whose writes it holds, oldest first (none in a durable
+    /// tier: the tier file holds them).
     wals: Vec<u64>,
     /// Smallest and largest sequence number it holds.
     seqs: (SeqNo, SeqNo),
+    /// Ids of the durable tables it was made of (the manifest's), oldest
+    /// first; none in a tier that is not durable.
+    ids: Vec<u64>,
 }
 
 impl std::fmt::Debug for TierTable {
@@ -61,8 +68,13 @@ impl NodeList for TierTable {
 impl TierTable {
     /// Copies `table`, which holds the writes of WAL `wal`, into the tier:
     /// one copy of its arena into a fresh extent, then one pass per level
-    /// rebasing its links. `None` if the tier has no free extent that
+    /// rebasing its links. `Ok(None)` if the tier has no free extent that
     /// large, or `table` is empty.
+    ///
+    /// In a durable tier, `id` names the table in the manifest: the copy
+    /// is made durable (`msync`) before this returns, and the metadata to
+    /// record comes back with it. The table needs its WAL until that
+    /// metadata is in the manifest.
     ///
     /// `table` must be immutable: no insert into it may run or follow (a
     /// memtable is once it is switched out; see `db/write.rs`).
@@ -70,19 +82,31 @@ impl TierTable {
         mem: &Arc<TierMemory>,
         table: &MemTable,
         wal: u64,
+        id: Option<u64>,
         bloom_bits_per_key: u32,
-    ) -> Option<TierTable> {
+    ) -> Result<Option<(TierTable, Option<TierTableMeta>)>> {
         if table.is_empty() {
-            return None;
+            return Ok(None);
         }
         let list = table.list();
         let used = list.used();
-        let mut extent = mem.allocate(used)?;
+        let Some(mut extent) = mem.allocate(used) else {
+            return Ok(None);
+        };
         // SAFETY: the caller guarantees no insert runs or follows, and the
         // inserts that filled it happened before the switch that made it
         // immutable, which happened before this call.
-        extent.fill(unsafe { list.raw_bytes(used) });
-        let base = u32::try_from(extent.start()).ok()?;
+        let src_bytes = unsafe { list.raw_bytes(used) };
+        let summary = match id {
+            Some(_) => Some(scan(src_bytes, |_| {}).map_err(|e| {
+                Error::Internal(format!("a memtable arena does not parse: {}", e.why))
+            })?),
+            None => None,
+        };
+        extent.fill(src_bytes);
+        let Ok(base) = u32::try_from(extent.start()) else {
+            return Ok(None);
+        };
         let top = list.max_height();
         let src = list.nodes();
         let dst = Nodes::new(&**mem, base + HEAD, top);
@@ -114,7 +138,22 @@ impl TierTable {
                 x = next;
             }
         }
-        Some(TierTable {
+        let meta = match (id, summary) {
+            (Some(id), Some(s)) => {
+                mem.persist(extent.start(), used)?;
+                Some(TierTableMeta {
+                    id,
+                    offset: extent.start() as u64,
+                    len: used as u64,
+                    entries: s.entries,
+                    smallest_seq: s.seqs.0,
+                    largest_seq: s.seqs.1,
+                    checksum: s.checksum,
+                })
+            }
+            _ => None,
+        };
+        let table = TierTable {
             mem: Arc::clone(mem),
             head: base + HEAD,
             top,
@@ -123,6 +162,73 @@ impl TierTable {
             entries,
             wals: vec![wal],
             seqs,
+            ids: id.into_iter().collect(),
+        };
+        Ok(Some((table, meta)))
+    }
+
+    /// Rebuilds the durable table `meta` from the tier file after a
+    /// restart: verifies its nodes against the recorded checksum, then
+    /// links them afresh in key order (the links in the file are whatever
+    /// merges left and are never trusted). Versions a merge had unlinked
+    /// come back; newer versions of the same keys hide them again.
+    pub(crate) fn restore(
+        mem: &Arc<TierMemory>,
+        meta: &TierTableMeta,
+        bloom_bits_per_key: u32,
+    ) -> std::result::Result<TierTable, ScanError> {
+        let bad = |offset: u64, why: String| ScanError {
+            offset: offset as usize,
+            why,
+        };
+        let (Ok(start), Ok(len)) = (usize::try_from(meta.offset), usize::try_from(meta.len)) else {
+            return Err(bad(meta.offset, "extent out of range".into()));
+        };
+        let Some(mut extent) = mem.reserve(start, len) else {
+            return Err(bad(
+                meta.offset,
+                format!(
+                    "extent of {} bytes is misaligned, past the file's end or overlaps another table",
+                    meta.len
+                ),
+            ));
+        };
+        let mut nodes = Vec::with_capacity(meta.entries.min(1 << 24) as usize);
+        verify_and_collect(&mut extent, len, meta, &mut nodes)
+            .map_err(|e| bad(meta.offset + e.offset as u64, e.why))?;
+        let base = extent.start() as u32;
+        let all = Nodes::new(&**mem, base + HEAD, MAX_HEIGHT);
+        nodes.sort_by(|a, b| internal_key::compare(all.key_at(a.0), all.key_at(b.0)));
+        let bits = match bloom_bits_per_key {
+            0 => DEFAULT_FILTER_BITS,
+            b => b,
+        };
+        let mut bloom = BloomBuilder::new(bits);
+        // Not reachable by any reader yet: plain ordering is enough.
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        let mut last = [base + HEAD; MAX_HEIGHT];
+        let mut top = 1;
+        for &(node, height) in &nodes {
+            for (level, prev) in last.iter_mut().enumerate().take(height) {
+                all.link(*prev, level).store(node, relaxed);
+                *prev = node;
+            }
+            top = top.max(height);
+            bloom.add_key(internal_key::user_key(all.key_at(node)));
+        }
+        for (level, prev) in last.iter().enumerate() {
+            all.link(*prev, level).store(0, relaxed);
+        }
+        Ok(TierTable {
+            mem: Arc::clone(mem),
+            head: base + HEAD,
+            top,
+            extents: Arc::new(Mutex::new(vec![Arc::new(extent)])),
+            filters: vec![bloom.finish().into()],
+            entries: nodes.len(),
+            wals: Vec::new(),
+            seqs: (meta.smallest_seq, meta.largest_seq),
+            ids: vec![meta.id],
         })
     }
 
@@ -164,6 +270,16 @@ impl TierTable {
         &self.wals
     }
 
+    /// Forgets its WALs: its copy-in is in the manifest of a durable tier.
+    pub(crate) fn release_wals(&mut self) {
+        self.wals.clear();
+    }
+
+    /// Ids of the durable tables it is made of.
+    pub(crate) fn ids(&self) -> &[u64] {
+        &self.ids
+    }
+
     /// Smallest and largest sequence number it holds.
     pub(crate) fn seqs(&self) -> (SeqNo, SeqNo) {
         self.seqs
@@ -199,6 +315,24 @@ impl TierTable {
             entries: self.entries + newer.entries,
             wals: self.wals.iter().chain(&newer.wals).copied().collect(),
             seqs: (self.seqs.0.min(newer.seqs.0), self.seqs.1.max(newer.seqs.1)),
+            ids: self.ids.iter().chain(&newer.ids).copied().collect(),
         }
     }
+}
+
+/// Checks a restored extent's nodes against `meta` and collects each
+/// node's offset in the tier and height.
+fn verify_and_collect(
+    extent: &mut Extent,
+    len: usize,
+    meta: &TierTableMeta,
+    nodes: &mut Vec<(u32, usize)>,
+) -> std::result::Result<(), ScanError> {
+    let base = extent.start() as u32;
+    let bytes = extent.contents(len);
+    scan(bytes, |n| nodes.push((base + n.at as u32, n.height)))?.matches(
+        meta.checksum,
+        meta.entries,
+        (meta.smallest_seq, meta.largest_seq),
+    )
 }

@@ -28,6 +28,18 @@ fn memtable(entries: &[(&[u8], SeqNo, ValueKind, &[u8])]) -> Arc<MemTable> {
 
 /// Every entry as `(user key, seq, value)`, in order, walked forward or
 /// backward.
+/// Copies `m` into the tier (not durable), or `None` without room.
+fn try_copy(mem: &Arc<TierMemory>, m: &MemTable, wal: u64) -> Option<TierTable> {
+    TierTable::copy_in(mem, m, wal, None, 10)
+        .unwrap()
+        .map(|(t, _)| t)
+}
+
+/// Copies `m` into the tier (not durable).
+fn copy(mem: &Arc<TierMemory>, m: &MemTable, wal: u64) -> TierTable {
+    try_copy(mem, m, wal).expect("room in the tier")
+}
+
 fn walk(t: &Arc<TierTable>, forward: bool) -> Vec<(Vec<u8>, SeqNo, Vec<u8>)> {
     let mut it = t.iter();
     if forward {
@@ -72,7 +84,7 @@ fn a_copied_memtable_reads_like_the_memtable() {
         (b"b", 2, ValueKind::Value, b"b2"),
         (b"c", 4, ValueKind::Delete, b""),
     ]);
-    let t = Arc::new(TierTable::copy_in(&mem, &m, 7, 10).unwrap());
+    let t = Arc::new(copy(&mem, &m, 7));
     drop(m);
     assert_eq!(t.wals(), &[7]);
     assert_eq!(t.seqs(), (1, 4));
@@ -105,15 +117,12 @@ fn copy_in_fails_cleanly_when_the_tier_is_full_and_memory_comes_back() {
         )
         .unwrap();
     }
-    let t = TierTable::copy_in(&mem, &m, 1, 10).unwrap();
-    assert!(
-        TierTable::copy_in(&mem, &m, 2, 10).is_none(),
-        "no room twice"
-    );
+    let t = copy(&mem, &m, 1);
+    assert!(try_copy(&mem, &m, 2).is_none(), "no room twice");
     assert!(mem.used() > 0);
     drop(t);
     assert_eq!(mem.used(), 0);
-    assert!(TierTable::copy_in(&mem, &m, 2, 10).is_some());
+    assert!(try_copy(&mem, &m, 2).is_some());
 }
 
 /// Builds `tables` memtables of random writes over a small key space, in
@@ -139,7 +148,7 @@ fn random_tables(
                 m.add(*seq, kind, &key, &value).unwrap();
                 model.insert((key, std::cmp::Reverse(*seq)), (kind, value));
             }
-            Arc::new(TierTable::copy_in(mem, &m, i as u64, 10).unwrap())
+            Arc::new(copy(mem, &m, i as u64))
         })
         .collect()
 }
@@ -228,54 +237,38 @@ fn merges_keep_every_version_a_snapshot_or_reader_can_see() {
 #[test]
 fn a_snapshot_keeps_a_shadowed_version_linked() {
     let mem = TierMemory::anonymous(4 << 20).unwrap();
-    let old = Arc::new(
-        TierTable::copy_in(
-            &mem,
-            &memtable(&[(b"k", 1, ValueKind::Value, b"one")]),
-            1,
-            10,
-        )
-        .unwrap(),
-    );
-    let new = Arc::new(
-        TierTable::copy_in(
-            &mem,
-            &memtable(&[(b"k", 5, ValueKind::Value, b"five")]),
-            2,
-            10,
-        )
-        .unwrap(),
-    );
+    let old = Arc::new(copy(
+        &mem,
+        &memtable(&[(b"k", 1, ValueKind::Value, b"one")]),
+        1,
+    ));
+    let new = Arc::new(copy(
+        &mem,
+        &memtable(&[(b"k", 5, ValueKind::Value, b"five")]),
+        2,
+    ));
     // A snapshot at 3 sees "one": it stays.
     let (m, r) = merge_into(&old, &new, &Retention::new(vec![3]), 10);
     assert_eq!(r.unlinked, 0);
     assert_eq!(m.get(b"k", 3).map(|e| e.2.to_vec()), Some(b"one".to_vec()));
     let m = Arc::new(m);
     // Without it, a later merge of the same key unlinks both old versions.
-    let newer = Arc::new(
-        TierTable::copy_in(
-            &mem,
-            &memtable(&[(b"k", 9, ValueKind::Value, b"nine")]),
-            3,
-            10,
-        )
-        .unwrap(),
-    );
+    let newer = Arc::new(copy(
+        &mem,
+        &memtable(&[(b"k", 9, ValueKind::Value, b"nine")]),
+        3,
+    ));
     let (m2, r2) = merge_into(&m, &newer, &Retention::default(), 10);
     assert_eq!(r2.unlinked, 2);
     let m2 = Arc::new(m2);
     assert_eq!(entries(&m2), vec![(b"k".to_vec(), 9, b"nine".to_vec())]);
     // A version newer than the horizon never hides one below it: a reader
     // without a snapshot may read below it.
-    let newest = Arc::new(
-        TierTable::copy_in(
-            &mem,
-            &memtable(&[(b"k", 12, ValueKind::Value, b"x")]),
-            4,
-            10,
-        )
-        .unwrap(),
-    );
+    let newest = Arc::new(copy(
+        &mem,
+        &memtable(&[(b"k", 12, ValueKind::Value, b"x")]),
+        4,
+    ));
     let (m3, r3) = merge_into(&m2, &newest, &Retention::default(), 10);
     assert_eq!(r3.unlinked, 0);
     assert_eq!(
@@ -291,15 +284,11 @@ fn levels_merge_when_full_and_keep_age_order() {
     let mut seq = 0;
     let mut make = |wal: u64| {
         seq += 1;
-        Arc::new(
-            TierTable::copy_in(
-                &mem,
-                &memtable(&[(b"k", seq, ValueKind::Value, b"v")]),
-                wal,
-                10,
-            )
-            .unwrap(),
-        )
+        Arc::new(copy(
+            &mem,
+            &memtable(&[(b"k", seq, ValueKind::Value, b"v")]),
+            wal,
+        ))
     };
     let (a, b, c) = (make(1), make(2), make(3));
     levels.add_newest(a.clone());

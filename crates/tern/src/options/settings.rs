@@ -92,6 +92,18 @@ impl<T: SettingValue> SettingValue for Option<T> {
     }
 }
 
+impl SettingValue for String {
+    fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+        match text.trim() {
+            "" => Err("is empty".to_string()),
+            t => Ok(t.to_string()),
+        }
+    }
+    fn show_setting(&self) -> String {
+        self.clone()
+    }
+}
+
 impl SettingValue for Compression {
     fn parse_setting(text: &str) -> std::result::Result<Self, String> {
         match text.trim().to_ascii_lowercase().as_str() {
@@ -347,12 +359,23 @@ settings! {
     /// for none. Full memtables are copied into it in one piece, merged
     /// there by relinking (dropping versions no reader needs) and written
     /// to L0 only when it fills: fewer, larger L0 writes under bursts and
-    /// overwrites. It is not durable: the WALs keep its data until it
-    /// reaches L0, so a larger tier means more WAL to replay after a
-    /// crash. At least twice `write_buffer_size`, at most 4 GiB.
-    /// Default: off.
+    /// overwrites. Without `memtier_path` it is not durable: the WALs keep
+    /// its data until it reaches L0, so a larger tier means more WAL to
+    /// replay after a crash. At least twice `write_buffer_size`, at most
+    /// 4 GiB. Default: off.
     #[serde(serialize_with = "off_when_none")]
     memtier_size: Option<u64> = None,
+    /// The file that holds the memory tier, making it durable: a
+    /// memtable's copy is synced there (`msync`) and its WAL released, and
+    /// a restart finds the tier's tables in it. Put it on a DAX or tmpfs
+    /// mount for memory speed (tmpfs survives a process crash, not a power
+    /// loss), or on any file system. A relative path is inside the store's
+    /// directory. The file must stay with the store: its tables are the
+    /// only copy of the writes in them. Needs `memtier_size`; `off` keeps
+    /// the tier in anonymous memory. Default: off.
+    // Left out when off: a path may be any string, "off" included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memtier_path: Option<String> = None,
     /// Levels of the memory tier (1 to 8). Default: 2.
     memtier_levels: usize = 2,
     /// Tables a memory-tier level above the last holds before they are
@@ -444,6 +467,9 @@ impl Settings {
                 return bad("memtier_size must be at least twice write_buffer_size");
             }
         }
+        if self.memtier_path.is_some() && self.memtier_size.is_none() {
+            return bad("memtier_path needs memtier_size (the size of the tier file)");
+        }
         if !(1..=8).contains(&self.memtier_levels) || self.memtier_level_tables < 2 {
             return bad("memtier_levels must be between 1 and 8, memtier_level_tables at least 2");
         }
@@ -471,6 +497,8 @@ mod tests {
         let mut s = Settings {
             blob_threshold: None,
             background_rate_limit: Some(1 << 20),
+            memtier_size: Some(1 << 30),
+            memtier_path: Some("tier".into()),
             ..Settings::default()
         };
         for name in Settings::NAMES {
