@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use tern::io::{FsRef, PosixFs};
-use tern::tools::check::check_store;
+use tern::tools::check::check_store_with_tier;
 
 use tern::tools::show;
 
@@ -20,7 +20,8 @@ const EXIT_PROBLEMS: u8 = 1;
     tern check /var/lib/tern/db\n\n\
     Reads CURRENT, every manifest record, every table block, every blob record \
     and every live WAL record, and cross-checks the manifest against the tables \
-    and blob files (including each blob reference, through GC lineage). Prints each \
+    and blob files (including each blob reference, through GC lineage), and the \
+    tables of a durable memory tier against its file. Prints each \
     problem as `<file>: offset <n>: <reason>`.\n\n\
     Run it on a closed store or on a copy: a running store deletes files while \
     the check reads them, which shows up as missing tables.\n\n\
@@ -32,12 +33,17 @@ pub struct Args {
     /// Print only problems and the summary line (no warnings, no statistics).
     #[arg(short, long)]
     quiet: bool,
+    /// The durable memory tier's file, as the store's `memtier_path`
+    /// setting names it (relative to DIR). Only read when the manifest
+    /// names tables in it.
+    #[arg(long, value_name = "PATH", default_value = tern::DEFAULT_MEMTIER_FILE)]
+    memtier_path: PathBuf,
 }
 
 /// Runs the check and prints its report.
 pub fn run(args: Args) -> Result<ExitCode, Failure> {
     let fs: FsRef = Arc::new(PosixFs);
-    let report = check_store(&args.dir, fs).map_err(|e| {
+    let report = check_store_with_tier(&args.dir, fs, &args.memtier_path).map_err(|e| {
         Failure::new(format!("cannot check {}: {e}", args.dir.display()))
             .hint("pass the directory of a Tern store (the one holding CURRENT)")
     })?;
@@ -65,6 +71,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
                 report.wal_records_checked,
                 show::bytes(report.bytes_checked)
             )?;
+            if report.tier_tables_checked > 0 {
+                writeln!(
+                    out,
+                    "checked {} memory tier tables ({} entries)",
+                    report.tier_tables_checked, report.tier_entries_checked
+                )?;
+            }
         }
     }
     let verdict = if report.is_ok() { "OK" } else { "CORRUPT" };

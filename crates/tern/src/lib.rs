@@ -70,6 +70,9 @@ pub mod internals {
     pub mod memtable {
         pub use crate::memtable::*;
     }
+    pub mod memtier {
+        pub use crate::memtier::scan;
+    }
     pub mod sst {
         pub use crate::sst::*;
     }
@@ -91,6 +94,7 @@ pub use format::blob::LineageEntry;
 pub use format::internal_key::ValueKind;
 pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
+pub use memtier::DEFAULT_MEMTIER_FILE;
 pub use options::NUM_LEVELS;
 pub use options::{Compression, Options, SettingValue, Settings, WriteOptions};
 pub use sst::TableOptions;

@@ -573,7 +573,12 @@ impl Db {
         }
         *wal = None;
         self.shared.purge_obsolete_files(self.shared.state.lock());
-        // Another handle may open the store now, even while this one lives.
+        // Another handle may open the store now, even while this one lives
+        // (its readers must not touch the store any more: a new handle may
+        // reuse the durable tier's memory under them).
+        if let Some(tier) = &self.shared.tier {
+            tier.release_lock();
+        }
         self.shared.lock.lock().take();
     }
 }

@@ -82,6 +82,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         open_files.clone(),
     ));
     let (tier, tier_levels) = open_tier(fs.as_ref(), dir, &opts, &versions)?;
+    let restored = tier_levels.tables().count() as u64;
     let mem = Arc::new(MemTable::new(16));
     let state = State {
         versions,
@@ -145,6 +146,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         sync_points: Default::default(),
         opts,
     });
+    Counters::add(&shared.counters.memtier_restored, restored);
     recover_wals(&shared)?;
     Ok(shared)
 }

@@ -39,6 +39,7 @@ pub struct Counters {
     pub(crate) memtier_merges: AtomicU64,
     pub(crate) memtier_unlinked: AtomicU64,
     pub(crate) memtier_copy_outs: AtomicU64,
+    pub(crate) memtier_restored: AtomicU64,
 }
 
 impl Counters {
@@ -174,6 +175,8 @@ pub struct Stats {
     /// Memory-tier tables written out to L0 (counted in
     /// `flush_bytes_written`).
     pub memtier_copy_outs: u64,
+    /// Durable memory-tier tables found in the tier file at open.
+    pub memtier_restored: u64,
     /// Block cache hits.
     pub block_cache_hits: u64,
     /// Block cache misses.
@@ -235,6 +238,7 @@ impl Stats {
             memtier_merges: c.memtier_merges.load(Relaxed),
             memtier_unlinked: c.memtier_unlinked.load(Relaxed),
             memtier_copy_outs: c.memtier_copy_outs.load(Relaxed),
+            memtier_restored: c.memtier_restored.load(Relaxed),
             ..Default::default()
         }
     }
@@ -331,14 +335,15 @@ impl std::fmt::Display for Stats {
         if self.memtier_capacity > 0 {
             writeln!(
                 f,
-                "memory tier             {} of {} bytes in {} tables ({} copied in, {} merges, {} versions unlinked, {} copied out)",
+                "memory tier             {} of {} bytes in {} tables ({} copied in, {} merges, {} versions unlinked, {} copied out, {} restored at open)",
                 self.memtier_bytes,
                 self.memtier_capacity,
                 self.memtier_tables,
                 self.memtier_copy_ins,
                 self.memtier_merges,
                 self.memtier_unlinked,
-                self.memtier_copy_outs
+                self.memtier_copy_outs,
+                self.memtier_restored
             )?;
         }
         writeln!(

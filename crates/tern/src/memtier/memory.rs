@@ -53,8 +53,9 @@ enum Backing {
     File {
         file: Arc<dyn MappedFile>,
         path: PathBuf,
-        /// Keeps another store from mapping the same file.
-        _lock: Box<dyn FileLock>,
+        /// Keeps another store from mapping the same file; released when
+        /// the store closes (`Db::close`), as the store's own lock is.
+        lock: Mutex<Option<Box<dyn FileLock>>>,
     },
 }
 
@@ -210,7 +211,7 @@ impl TierMemory {
             backing: Backing::File {
                 file,
                 path: path.to_path_buf(),
-                _lock: lock,
+                lock: Mutex::new(Some(lock)),
             },
             base,
             len,
@@ -224,6 +225,13 @@ impl TierMemory {
         match &self.backing {
             Backing::File { path, .. } => Some(path),
             Backing::Anonymous { .. } => None,
+        }
+    }
+
+    /// Lets another handle map the tier file: the store is closed.
+    pub(crate) fn release_lock(&self) {
+        if let Backing::File { lock, .. } = &self.backing {
+            lock.lock().take();
         }
     }
 

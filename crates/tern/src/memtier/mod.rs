@@ -33,6 +33,11 @@ use crate::format::internal_key::SeqNo;
 
 pub use memory::MAX_TIER_SIZE;
 
+/// The durable tier's file name the documentation suggests
+/// (`memtier_path = "MEMTIER"`, in the store's directory), where
+/// `tern check` looks for it unless told otherwise.
+pub const DEFAULT_MEMTIER_FILE: &str = "MEMTIER";
+
 /// The tier's tables as one read sees them, newest first.
 ///
 /// `floor` is the visible sequence number when the view was made: a read

@@ -30,7 +30,10 @@ pub struct ScanError {
 
 /// Walks the nodes of `bytes`, an arena copy (head region first, then
 /// nodes back to back to its end), calling `each` for every node.
-pub fn scan(bytes: &[u8], mut each: impl FnMut(&RawNode)) -> Result<ExtentSummary, ScanError> {
+pub(crate) fn scan(
+    bytes: &[u8],
+    mut each: impl FnMut(&RawNode),
+) -> Result<ExtentSummary, ScanError> {
     if bytes.len() < HEAD_REGION {
         return Err(ScanError {
             offset: 0,

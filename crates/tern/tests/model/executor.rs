@@ -39,7 +39,7 @@ pub struct Counters {
     /// Key-range parts of split compactions, in the final epochs.
     pub subcompactions: AtomicU64,
     /// Memory-tier copy-ins, merges and copy-outs, in the final epochs.
-    pub memtier: [AtomicU64; 3],
+    pub memtier: [AtomicU64; 4],
 }
 
 pub static COUNTERS: Counters = Counters {
@@ -52,7 +52,7 @@ pub static COUNTERS: Counters = Counters {
     state_checks: AtomicU64::new(0),
     no_wal_epochs: AtomicU64::new(0),
     subcompactions: AtomicU64::new(0),
-    memtier: [const { AtomicU64::new(0) }; 3],
+    memtier: [const { AtomicU64::new(0) }; 4],
 };
 
 /// Engine options from a history's settings, on `fs`.
@@ -546,6 +546,7 @@ impl Run {
             st.memtier_copy_ins,
             st.memtier_merges,
             st.memtier_copy_outs,
+            st.memtier_restored,
         ]) {
             c.fetch_add(n, Relaxed);
         }

@@ -156,7 +156,7 @@ fn model_based_random_operations_with_restarts_and_crashes() {
         "{seeds} seeds: {checks} full-state checks, {jobs} GC jobs, {moved} records relocated, \
          {rewritten} refs rewritten, crashes per mode {:?} = {crashes:?}, {faults} faults fired \
          ({write_faults} on writes), {no_wal} epochs without WAL, {parts} subcompactions, \
-         memory tier copy-ins/merges/copy-outs {tier:?}",
+         memory tier copy-ins/merges/copy-outs/restored at open {tier:?}",
         CrashMode::ALL
     );
     ci_summary("model_state_checks", checks);
@@ -167,12 +167,13 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     ci_summary("model_no_wal_epochs", no_wal);
     ci_summary("model_subcompactions", parts);
     ci_summary("model_memtier_merges", tier[1]);
+    ci_summary("model_memtier_restored", tier[3]);
     if seeds >= 50 {
         // Merges need several memtables between flushes; `tests/memtier.rs`
         // makes them.
         assert!(
-            tier[0] > 0 && tier[2] > 0,
-            "the model test must copy memtables into the memory tier and out: {tier:?}"
+            tier[0] > 0 && tier[2] > 0 && tier[3] > 0,
+            "the model test must copy memtables into the memory tier and out, and restore a durable tier at open: {tier:?}"
         );
     }
     if seeds >= 8 {

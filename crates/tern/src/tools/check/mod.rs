@@ -35,7 +35,10 @@
 //! 8. Every WAL numbered at or above the manifest's log number parses: each
 //!    record passes its checksum and decodes as a write batch; a torn tail
 //!    is a warning.
-//! 9. Files the store does not reference (orphan tables and blob files,
+//! 9. Every table of a durable memory tier lies inside the tier file,
+//!    whose header is valid, and its nodes parse and match the checksum,
+//!    entry count and sequence range the manifest records.
+//! 10. Files the store does not reference (orphan tables and blob files,
 //!    blob files retired by GC, old WALs and manifests, temp files, foreign
 //!    names) are warnings.
 
@@ -52,6 +55,7 @@ use tables::check_table;
 use wal::check_wal;
 
 mod blobs;
+mod memtier;
 mod tables;
 mod wal;
 
@@ -130,6 +134,10 @@ pub struct CheckReport {
     pub wals_checked: u64,
     /// WAL records read and decoded.
     pub wal_records_checked: u64,
+    /// Durable memory tier tables read and verified.
+    pub tier_tables_checked: u64,
+    /// Entries of those tables.
+    pub tier_entries_checked: u64,
     /// Bytes of files read.
     pub bytes_checked: u64,
 }
@@ -149,12 +157,25 @@ impl CheckReport {
     }
 }
 
-/// Checks the store in `dir` through `fs`, reading only.
+/// Checks the store in `dir` through `fs`, reading only; a durable memory
+/// tier is looked for at [`crate::DEFAULT_MEMTIER_FILE`] in `dir`.
 ///
 /// Returns `Err` only when `dir` cannot be listed or holds no store at all;
 /// everything found wrong inside a store is reported in the
 /// [`CheckReport`].
 pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
+    check_store_with_tier(dir, fs, Path::new(crate::DEFAULT_MEMTIER_FILE))
+}
+
+/// [`check_store`] with the durable memory tier's file at `memtier_path`
+/// (relative to `dir`, as the `memtier_path` setting is).
+pub fn check_store_with_tier(dir: &Path, fs: FsRef, memtier_path: &Path) -> Result<CheckReport> {
+    let tier_path = dir.join(memtier_path);
+    let tier_lock = {
+        let mut name = tier_path.as_os_str().to_owned();
+        name.push(".lock");
+        PathBuf::from(name)
+    };
     let names = fs.list_dir(dir).ctx(dir)?;
     let mut files: Vec<(String, Option<(FileType, u64)>)> = names
         .iter()
@@ -201,6 +222,7 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
         })
         .collect();
     recovered_wals.sort_unstable();
+    memtier::check_tier(&fs, &tier_path, &replay.version.tier, &mut report);
     let mut live = HashSet::new();
     for (level, files) in replay.version.levels.iter().enumerate() {
         for meta in files {
@@ -253,6 +275,7 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
                 ))
             }
             Some(_) => {}
+            None if path == tier_path || path == tier_lock => {}
             None => report
                 .warnings
                 .push(format!("{}: not a Tern file (ignored)", path.display())),

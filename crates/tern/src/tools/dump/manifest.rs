@@ -94,6 +94,16 @@ impl fmt::Display for VersionEdit {
         for n in &edit.relocations_dropped {
             writeln!(out, "  drop   lineage of {}", blob_file_name(*n))?;
         }
+        for t in &edit.tier_added {
+            writeln!(
+                out,
+                "  add    tier table {} at {} ({} bytes), {} entries, seq {}..={}, checksum {:#010x}",
+                t.id, t.offset, t.len, t.entries, t.smallest_seq, t.largest_seq, t.checksum
+            )?;
+        }
+        for id in &edit.tier_removed {
+            writeln!(out, "  remove tier table {id}")?;
+        }
         Ok(())
     }
 }

@@ -164,6 +164,7 @@ pub fn summary(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), DumpEr
         show::bytes(version.total_bytes())
     )?;
     blob_summary(&version, out)?;
+    tier_summary(&version, out)?;
     let mut wals: Vec<(u64, String)> = fs
         .list_dir(dir)
         .unwrap_or_default()
@@ -179,6 +180,39 @@ pub fn summary(fs: &FsRef, dir: &Path, out: &mut dyn Write) -> Result<(), DumpEr
         writeln!(out, "wal   {name} {}", show::bytes(size))?;
     }
     Ok(())
+}
+
+/// The durable memory tier's tables, oldest first.
+fn tier_summary(version: &Version, out: &mut dyn Write) -> std::io::Result<()> {
+    if version.tier.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<12} {:>12} {:>12} {:>10}  sequences",
+        "tier table", "offset", "bytes", "entries"
+    )?;
+    for t in version.tier.values() {
+        writeln!(
+            out,
+            "{:<12} {:>12} {:>12} {:>10}  {}..={}",
+            t.id,
+            t.offset,
+            show::bytes(t.len),
+            t.entries,
+            t.smallest_seq,
+            t.largest_seq
+        )?;
+    }
+    writeln!(
+        out,
+        "{:<12} {:>12} {:>12} {:>10}",
+        format!("total {}", version.tier.len()),
+        "",
+        show::bytes(version.tier.values().map(|t| t.len).sum()),
+        version.tier.values().map(|t| t.entries).sum::<u64>()
+    )
 }
 
 /// Live blob files with their garbage, then the lineage of retired ones.
