@@ -196,6 +196,27 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
         }
     }
     blob_seeds(&mut out);
+    // A memtable's arena as the memory tier copies it, and a tier file
+    // header.
+    let tier_entries: Vec<_> = (0..30u64)
+        .map(|i| {
+            let kind = if i % 7 == 0 {
+                ValueKind::Delete
+            } else {
+                ValueKind::Value
+            };
+            (
+                format!("k{:03}", i % 20).into_bytes(),
+                i + 1,
+                kind,
+                vec![b'v'; (i % 9) as usize],
+            )
+        })
+        .collect();
+    out.entry("memtier").or_default().push((
+        "arena".to_string(),
+        tern::internals::memtier::arena_image(&tier_entries),
+    ));
     let mut bloom = BloomBuilder::new(10);
     for i in 0..50 {
         bloom.add_key(format!("k{i}").as_bytes());

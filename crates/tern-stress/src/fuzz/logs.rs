@@ -156,3 +156,11 @@ pub fn version_edit(data: &[u8]) {
         }
     }
 }
+
+/// A durable memory tier table's bytes: the tier file header check, then
+/// the table restored from them as recovery restores it (with their own
+/// checksum, so mutations reach the node parser) and walked.
+pub fn memtier(data: &[u8]) {
+    let _ = tern::internals::memtier::check_header(data);
+    tern::internals::memtier::exercise_restore(data);
+}

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use tern::io::{FileSystem, FsRef, MemFs};
 
 pub use blobs::{blob_file, blob_footer, blob_index, blob_lineage, blob_record, blob_ref};
-pub use logs::{manifest, version_edit, wal, write_batch};
+pub use logs::{manifest, memtier, version_edit, wal, write_batch};
 pub use tables::{block, bloom, footer, table};
 
 mod blobs;
@@ -36,6 +36,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("manifest", manifest),
     ("write_batch", write_batch),
     ("version_edit", version_edit),
+    ("memtier", memtier),
     ("block", block),
     ("footer", footer),
     ("table", table),

@@ -289,60 +289,6 @@ pub fn descriptor_limit() -> Option<u64> {
     (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    #[cfg(target_os = "linux")]
-    fn reads_that_must_not_wait_return_the_bytes_or_say_they_would_wait() {
-        use std::os::fd::AsRawFd;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let data: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
-        let mut f = PosixFs.create(&path).unwrap();
-        f.append(&data).unwrap();
-        f.sync().unwrap();
-        let r = PosixFs.open(&path).unwrap();
-        let mut buf = vec![0u8; 1000];
-        // Just written: in memory.
-        assert!(r.read_cached_at(5000, &mut buf).unwrap());
-        assert_eq!(buf, data[5000..6000]);
-        // Past the end: an error, as `read_exact_at` gives.
-        assert!(r.read_cached_at(data.len() as u64 - 10, &mut buf).is_err());
-        // Dropped from the page cache (where the file system lets it go),
-        // the read says it would wait; announced and read, it is the same.
-        let file = File::open(&path).unwrap();
-        // SAFETY: a valid descriptor; posix_fadvise reads only integers.
-        unsafe {
-            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-        }
-        if !r.read_cached_at(40_000, &mut buf).unwrap() {
-            r.prefetch(40_000, 1000);
-            r.read_exact_at(40_000, &mut buf).unwrap();
-        }
-        assert_eq!(buf, data[40_000..41_000]);
-    }
-
-    #[test]
-    fn a_sync_handle_works_on_its_own_descriptor() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let mut f = PosixFs.create(&path).unwrap();
-        let handle = f.sync_handle().unwrap();
-        f.append(b"data").unwrap();
-        f.flush().unwrap();
-        handle.start_writeback().unwrap();
-        handle.sync_data().unwrap();
-        // The handle's descriptor is its own: dropping the writer leaves it
-        // usable.
-        drop(f);
-        handle.start_writeback().unwrap();
-        handle.sync_data().unwrap();
-    }
-}
-
 /// A file mapped shared (`MAP_SHARED`): stores reach the page cache at
 /// once, so they outlive a crash of the process; `msync` makes them
 /// outlive a crash of the machine.
@@ -397,5 +343,59 @@ impl super::MappedFile for PosixMapped {
         }
         // memmap2 widens the range to whole pages and calls msync(MS_SYNC).
         self.map.flush_range(offset, len)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn reads_that_must_not_wait_return_the_bytes_or_say_they_would_wait() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
+        let mut f = PosixFs.create(&path).unwrap();
+        f.append(&data).unwrap();
+        f.sync().unwrap();
+        let r = PosixFs.open(&path).unwrap();
+        let mut buf = vec![0u8; 1000];
+        // Just written: in memory.
+        assert!(r.read_cached_at(5000, &mut buf).unwrap());
+        assert_eq!(buf, data[5000..6000]);
+        // Past the end: an error, as `read_exact_at` gives.
+        assert!(r.read_cached_at(data.len() as u64 - 10, &mut buf).is_err());
+        // Dropped from the page cache (where the file system lets it go),
+        // the read says it would wait; announced and read, it is the same.
+        let file = File::open(&path).unwrap();
+        // SAFETY: a valid descriptor; posix_fadvise reads only integers.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+        if !r.read_cached_at(40_000, &mut buf).unwrap() {
+            r.prefetch(40_000, 1000);
+            r.read_exact_at(40_000, &mut buf).unwrap();
+        }
+        assert_eq!(buf, data[40_000..41_000]);
+    }
+
+    #[test]
+    fn a_sync_handle_works_on_its_own_descriptor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = PosixFs.create(&path).unwrap();
+        let handle = f.sync_handle().unwrap();
+        f.append(b"data").unwrap();
+        f.flush().unwrap();
+        handle.start_writeback().unwrap();
+        handle.sync_data().unwrap();
+        // The handle's descriptor is its own: dropping the writer leaves it
+        // usable.
+        drop(f);
+        handle.start_writeback().unwrap();
+        handle.sync_data().unwrap();
     }
 }

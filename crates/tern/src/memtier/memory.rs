@@ -268,6 +268,7 @@ impl TierMemory {
             mem: Arc::clone(self),
             start,
             len,
+            keep_bytes: false,
         })
     }
 
@@ -298,13 +299,16 @@ impl TierMemory {
             mem: Arc::clone(self),
             start,
             len,
+            keep_bytes: false,
         })
     }
 
-    fn release(&self, start: usize, len: usize) {
+    fn release(&self, start: usize, len: usize, discard: bool) {
         // Before the range is free: once it is, a fill may already be
         // writing it.
-        self.discard(start, len);
+        if discard {
+            self.discard(start, len);
+        }
         {
             let mut free = self.free.lock();
             let i = free.partition_point(|&(s, _)| s < start);
@@ -389,6 +393,8 @@ pub(crate) struct Extent {
     mem: Arc<TierMemory>,
     start: usize,
     len: usize,
+    /// Free it without discarding its pages.
+    keep_bytes: bool,
 }
 
 impl Extent {
@@ -430,9 +436,17 @@ impl Extent {
     }
 }
 
+impl Extent {
+    /// Frees the extent with its bytes left as they are (a drop may zero
+    /// them), so a restore can find what was filled in.
+    pub(crate) fn free_keeping_bytes(mut self) {
+        self.keep_bytes = true;
+    }
+}
+
 impl Drop for Extent {
     fn drop(&mut self) {
-        self.mem.release(self.start, self.len);
+        self.mem.release(self.start, self.len, !self.keep_bytes);
     }
 }
 

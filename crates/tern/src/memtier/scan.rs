@@ -51,7 +51,14 @@ pub(crate) fn scan(
         })?;
         crc.update(&bytes[at..at + 8]);
         crc.update(&bytes[node.key.start..node.value.end]);
-        let seq = internal_key::trailer(&bytes[node.key.clone()]) >> 8;
+        let trailer = internal_key::trailer(&bytes[node.key.clone()]);
+        if internal_key::ValueKind::from_u8(trailer as u8).is_none() {
+            return Err(ScanError {
+                offset: at,
+                why: format!("unknown value kind {}", trailer as u8),
+            });
+        }
+        let seq = trailer >> 8;
         seqs = (seqs.0.min(seq), seqs.1.max(seq));
         entries += 1;
         each(&node);

@@ -199,6 +199,18 @@ impl TierTable {
         let base = extent.start() as u32;
         let all = Nodes::new(&**mem, base + HEAD, MAX_HEIGHT);
         nodes.sort_by(|a, b| internal_key::compare(all.key_at(a.0), all.key_at(b.0)));
+        // A memtable never holds one internal key twice (every write has
+        // its own sequence number); a list with duplicates cannot be
+        // searched backwards.
+        if let Some(w) = nodes
+            .windows(2)
+            .find(|w| all.key_at(w[0].0) == all.key_at(w[1].0))
+        {
+            return Err(bad(
+                u64::from(w[1].0),
+                "an internal key appears twice".into(),
+            ));
+        }
         let bits = match bloom_bits_per_key {
             0 => DEFAULT_FILTER_BITS,
             b => b,

@@ -39,8 +39,8 @@
 //!    whose header is valid, and its nodes parse and match the checksum,
 //!    entry count and sequence range the manifest records.
 //! 10. Files the store does not reference (orphan tables and blob files,
-//!    blob files retired by GC, old WALs and manifests, temp files, foreign
-//!    names) are warnings.
+//!     blob files retired by GC, old WALs and manifests, temp files, foreign
+//!     names) are warnings.
 
 use std::collections::HashSet;
 use std::fmt;
