@@ -343,3 +343,29 @@ fn a_damaged_or_missing_tier_file_is_reported_never_read_as_data() {
     let err = Db::open(DIR, tier_opts(without)).map(|_| ()).unwrap_err();
     assert!(err.to_string().contains("memtier_path"), "{err}");
 }
+
+/// Rounds that overwrite every key: merges unlink whole copied memtables,
+/// whose memory goes back before any copy-out (and, durable, whose tables
+/// leave the manifest), and the store still holds every last write, also
+/// after a power loss.
+#[test]
+fn merges_free_memtables_that_newer_writes_overwrote_entirely() {
+    let fs = MemFs::new();
+    let db = Db::open(DIR, durable_opts(fs.clone())).unwrap();
+    let mut model = BTreeMap::new();
+    for round in 1..=14 {
+        for i in 0..150u32 {
+            db.put(&key(i), &value(i, round)).unwrap();
+            model.insert(key(i), value(i, round));
+        }
+        settle(&db);
+    }
+    let st = db.stats();
+    assert!(st.memtier_extents_freed > 0, "{st}");
+    assert_same(&scan(&db), &model, "after the merges");
+    db.sync_wal().unwrap();
+    let crashed = fs.crashed_copy();
+    drop(db);
+    let db = Db::open(DIR, durable_opts(crashed)).unwrap();
+    assert_same(&scan(&db), &model, "after a power loss");
+}

@@ -91,6 +91,11 @@ pub struct State {
     pub tier_view: Arc<crate::memtier::TierView>,
     /// `Db::flush` calls waiting for the tier to empty.
     pub tier_drains: usize,
+    /// Tier extents whose nodes merges all unlinked, each batch with the
+    /// tier views alive when it was taken out: readers holding one of
+    /// those may still stand on its nodes, so it is freed once they are
+    /// all gone.
+    pub tier_retired: Vec<crate::memtier::Retired>,
 }
 
 /// Everything the handle and the background threads share.

@@ -31,7 +31,7 @@ use crate::memtable::MemTable;
 use crate::memtier::memory::TierMemory;
 use crate::memtier::merge::merge_all;
 use crate::memtier::table::TierTable;
-use crate::memtier::TierView;
+use crate::memtier::{Retired, TierView};
 
 /// Share of the tier in use above which the tier thread copies its oldest
 /// table out before a flush has to.
@@ -65,7 +65,10 @@ impl Shared {
         let mut views = self.tier_views.lock();
         views.retain(|v| v.strong_count() > 0);
         views.push(Arc::downgrade(&view));
+        drop(views);
         state.tier_view = view;
+        // Extents retired before may have outlived their last reader.
+        state.tier_retired.retain(|r| r.in_use());
     }
 
     /// A sequence number at or below every one a read without a snapshot
@@ -171,7 +174,7 @@ impl Shared {
             log_number: Some(state.oldest_needed_wal()),
             last_sequence: Some(self.visible_seq.load(Ordering::Acquire)),
             blob_files_added: output.blobs,
-            tier_removed: table.ids().to_vec(),
+            tier_removed: table.ids(),
             ..Default::default()
         };
         edit.new_files.extend(output.table.map(|m| (0, m)));
@@ -235,13 +238,46 @@ impl Shared {
             return Ok(false);
         };
         Counters::add(&self.counters.memtier_unlinked, report.unlinked as u64);
+        let merged = Arc::new(merged);
         let mut state = self.state.lock();
-        if state.tier.replace_merged(level, &inputs, Arc::new(merged)) {
-            Counters::add(&self.counters.memtier_merges, 1);
-            self.publish_tier(&mut state);
-            self.install_super_version(&state);
+        if !state
+            .tier
+            .replace_merged(level, &inputs, Arc::clone(&merged))
+        {
+            return Ok(true);
         }
-        Ok(true)
+        Counters::add(&self.counters.memtier_merges, 1);
+        let res = self.retire_unlinked(&mut state, &merged);
+        self.publish_tier(&mut state);
+        self.install_super_version(&state);
+        res.map(|()| true)
+    }
+
+    /// Frees the extents of `merged` whose nodes merges all unlinked, once
+    /// the readers alive now are gone; in a durable tier, after a manifest
+    /// edit stops naming their tables (until then their bytes must stay).
+    fn retire_unlinked(&self, state: &mut State, merged: &TierTable) -> Result<()> {
+        let dead = merged.take_unlinked_extents();
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<u64> = dead.iter().filter_map(|e| e.id()).collect();
+        let views = self.tier_views.lock().clone();
+        if !ids.is_empty() {
+            let mut edit = VersionEdit {
+                tier_removed: ids,
+                ..Default::default()
+            };
+            if let Err(e) = self.log_and_apply(state, &mut edit) {
+                // The manifest may still name them: never free them (a
+                // failed manifest write poisons the store).
+                std::mem::forget(dead);
+                return Err(e);
+            }
+        }
+        Counters::add(&self.counters.memtier_extents_freed, dead.len() as u64);
+        state.tier_retired.push(Retired::new(views, dead));
+        Ok(())
     }
 }
 

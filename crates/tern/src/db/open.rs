@@ -102,6 +102,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         tier: tier_levels,
         tier_view: Default::default(),
         tier_drains: 0,
+        tier_retired: Vec::new(),
     };
     let sv = SuperVersion {
         mem,

@@ -40,6 +40,7 @@ pub struct Counters {
     pub(crate) memtier_unlinked: AtomicU64,
     pub(crate) memtier_copy_outs: AtomicU64,
     pub(crate) memtier_restored: AtomicU64,
+    pub(crate) memtier_extents_freed: AtomicU64,
 }
 
 impl Counters {
@@ -177,6 +178,9 @@ pub struct Stats {
     pub memtier_copy_outs: u64,
     /// Durable memory-tier tables found in the tier file at open.
     pub memtier_restored: u64,
+    /// Memory-tier extents (copied memtables) freed before their table was
+    /// copied out, because merges unlinked every node in them.
+    pub memtier_extents_freed: u64,
     /// Block cache hits.
     pub block_cache_hits: u64,
     /// Block cache misses.
@@ -239,6 +243,7 @@ impl Stats {
             memtier_unlinked: c.memtier_unlinked.load(Relaxed),
             memtier_copy_outs: c.memtier_copy_outs.load(Relaxed),
             memtier_restored: c.memtier_restored.load(Relaxed),
+            memtier_extents_freed: c.memtier_extents_freed.load(Relaxed),
             ..Default::default()
         }
     }
@@ -335,7 +340,7 @@ impl std::fmt::Display for Stats {
         if self.memtier_capacity > 0 {
             writeln!(
                 f,
-                "memory tier             {} of {} bytes in {} tables ({} copied in, {} merges, {} versions unlinked, {} copied out, {} restored at open)",
+                "memory tier             {} of {} bytes in {} tables ({} copied in, {} merges, {} versions unlinked, {} copied out, {} freed early, {} restored at open)",
                 self.memtier_bytes,
                 self.memtier_capacity,
                 self.memtier_tables,
@@ -343,6 +348,7 @@ impl std::fmt::Display for Stats {
                 self.memtier_merges,
                 self.memtier_unlinked,
                 self.memtier_copy_outs,
+                self.memtier_extents_freed,
                 self.memtier_restored
             )?;
         }

@@ -269,6 +269,8 @@ impl TierMemory {
             start,
             len,
             keep_bytes: false,
+            linked: std::sync::atomic::AtomicUsize::new(0),
+            id: None,
         })
     }
 
@@ -300,6 +302,8 @@ impl TierMemory {
             start,
             len,
             keep_bytes: false,
+            linked: std::sync::atomic::AtomicUsize::new(0),
+            id: None,
         })
     }
 
@@ -395,6 +399,11 @@ pub(crate) struct Extent {
     len: usize,
     /// Free it without discarding its pages.
     keep_bytes: bool,
+    /// Its nodes still linked into a list: merges count unlinked ones
+    /// down, and an extent at zero holds nothing any reader needs.
+    linked: std::sync::atomic::AtomicUsize,
+    /// The durable table it holds (the manifest's id), if the tier is.
+    id: Option<u64>,
 }
 
 impl Extent {
@@ -406,6 +415,33 @@ impl Extent {
     /// Its size in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Records what it holds once filled: `nodes` linked nodes, and the
+    /// durable table `id`.
+    pub(crate) fn set_contents(&mut self, nodes: usize, id: Option<u64>) {
+        *self.linked.get_mut() = nodes;
+        self.id = id;
+    }
+
+    /// The durable table it holds, if any.
+    pub(crate) fn id(&self) -> Option<u64> {
+        self.id
+    }
+
+    /// Counts one of its nodes unlinked.
+    pub(crate) fn unlinked_one(&self) {
+        self.linked.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Whether every node it holds was unlinked.
+    pub(crate) fn all_unlinked(&self) -> bool {
+        self.linked.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether tier offset `at` lies in it.
+    pub(crate) fn contains(&self, at: usize) -> bool {
+        (self.start..self.start + self.len).contains(&at)
     }
 
     /// Copies `src` to the extent's start, in one piece.

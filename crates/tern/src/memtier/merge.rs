@@ -65,6 +65,20 @@ pub(crate) fn merge_into(
     let mem: &TierMemory = older.memory();
     let mut top = older.nodes_top().max(newer.nodes_top());
     let mut report = MergeReport::default();
+    let mut extents = older.extents();
+    extents.extend(newer.extents());
+    extents.sort_by_key(|e| e.start());
+    let count_unlinked = |node: u32| {
+        let at = node as usize;
+        let i = extents.partition_point(|e| e.start() <= at);
+        if let Some(e) = i
+            .checked_sub(1)
+            .map(|i| &extents[i])
+            .filter(|e| e.contains(at))
+        {
+            e.unlinked_one();
+        }
+    };
     for &node in moving.iter().rev() {
         let dst = Nodes::new(mem, older.head(), top);
         let height = dst.height(node);
@@ -80,7 +94,7 @@ pub(crate) fn merge_into(
                 .store(node, Ordering::Release);
         }
         report.linked += 1;
-        report.unlinked += unlink_hidden(&dst, node, retention, horizon);
+        report.unlinked += unlink_hidden(&dst, node, retention, horizon, &count_unlinked);
     }
     (older.absorbing(newer, top), report)
 }
@@ -106,12 +120,13 @@ pub(crate) fn merge_all(
 
 /// Unlinks the versions after `newest` (the newest version of its key in
 /// the list) that a newer version at or below `horizon` hides from every
-/// snapshot. Returns how many it unlinked.
+/// snapshot, telling `on_unlink` each one. Returns how many it unlinked.
 fn unlink_hidden(
     nodes: &Nodes<'_, TierMemory>,
     newest: u32,
     retention: &Retention,
     horizon: SeqNo,
+    on_unlink: &impl Fn(u32),
 ) -> usize {
     let user_key = internal_key::user_key(nodes.key_at(newest));
     let seq_of = |n: u32| internal_key::trailer(nodes.key_at(n)) >> 8;
@@ -125,6 +140,7 @@ fn unlink_hidden(
         let kept_seq = seq_of(kept);
         if kept_seq <= horizon && retention.stripe(seq_of(v)) == retention.stripe(kept_seq) {
             unlink(nodes, v);
+            on_unlink(v);
             unlinked += 1;
         } else {
             kept = v;

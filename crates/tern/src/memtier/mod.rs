@@ -63,6 +63,36 @@ impl TierView {
     }
 }
 
+/// Extents taken out of a table because merges unlinked all their nodes,
+/// with the views alive then: freed (dropped) once none of those is.
+pub(crate) struct Retired {
+    views: Vec<std::sync::Weak<TierView>>,
+    extents: Vec<Arc<memory::Extent>>,
+}
+
+impl Retired {
+    /// `extents`, to be freed once every view in `views` is gone.
+    pub(crate) fn new(
+        views: Vec<std::sync::Weak<TierView>>,
+        extents: Vec<Arc<memory::Extent>>,
+    ) -> Self {
+        Retired { views, extents }
+    }
+
+    /// Whether a reader may still reach its extents.
+    pub(crate) fn in_use(&self) -> bool {
+        self.views.iter().any(|v| v.strong_count() > 0)
+    }
+}
+
+impl std::fmt::Debug for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retired")
+            .field("extents", &self.extents.len())
+            .finish()
+    }
+}
+
 /// The tier's tables by level.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct TierLevels {

@@ -42,9 +42,6 @@ pub(crate) struct TierTable {
     wals: Vec<u64>,
     /// Smallest and largest sequence number it holds.
     seqs: (SeqNo, SeqNo),
-    /// Ids of the durable tables it was made of (the manifest's), oldest
-    /// first; none in a tier that is not durable.
-    ids: Vec<u64>,
 }
 
 impl std::fmt::Debug for TierTable {
@@ -138,6 +135,7 @@ impl TierTable {
                 x = next;
             }
         }
+        extent.set_contents(entries, id);
         let meta = match (id, summary) {
             (Some(id), Some(s)) => {
                 mem.persist(extent.start(), used)?;
@@ -162,7 +160,6 @@ impl TierTable {
             entries,
             wals: vec![wal],
             seqs,
-            ids: id.into_iter().collect(),
         };
         Ok(Some((table, meta)))
     }
@@ -231,6 +228,7 @@ impl TierTable {
         for (level, prev) in last.iter().enumerate() {
             all.link(*prev, level).store(0, relaxed);
         }
+        extent.set_contents(nodes.len(), Some(meta.id));
         Ok(TierTable {
             mem: Arc::clone(mem),
             head: base + HEAD,
@@ -240,7 +238,6 @@ impl TierTable {
             entries: nodes.len(),
             wals: Vec::new(),
             seqs: (meta.smallest_seq, meta.largest_seq),
-            ids: vec![meta.id],
         })
     }
 
@@ -287,9 +284,28 @@ impl TierTable {
         self.wals.clear();
     }
 
-    /// Ids of the durable tables it is made of.
-    pub(crate) fn ids(&self) -> &[u64] {
-        &self.ids
+    /// Ids of the durable tables it is made of, oldest first.
+    pub(crate) fn ids(&self) -> Vec<u64> {
+        self.extents.lock().iter().filter_map(|e| e.id()).collect()
+    }
+
+    /// The extents holding its nodes (for counting unlinked nodes).
+    pub(crate) fn extents(&self) -> Vec<Arc<Extent>> {
+        self.extents.lock().clone()
+    }
+
+    /// Takes the extents all of whose nodes merges unlinked out of the set
+    /// its values share (never the one holding its head). Readers that
+    /// started before the unlinking may still stand on their nodes: the
+    /// caller frees them once those readers are gone.
+    pub(crate) fn take_unlinked_extents(&self) -> Vec<Arc<Extent>> {
+        let head = self.head as usize;
+        let mut extents = self.extents.lock();
+        let (dead, live): (Vec<_>, Vec<_>) = extents
+            .drain(..)
+            .partition(|e| e.all_unlinked() && !e.contains(head));
+        *extents = live;
+        dead
     }
 
     /// Smallest and largest sequence number it holds.
@@ -327,7 +343,6 @@ impl TierTable {
             entries: self.entries + newer.entries,
             wals: self.wals.iter().chain(&newer.wals).copied().collect(),
             seqs: (self.seqs.0.min(newer.seqs.0), self.seqs.1.max(newer.seqs.1)),
-            ids: self.ids.iter().chain(&newer.ids).copied().collect(),
         }
     }
 }

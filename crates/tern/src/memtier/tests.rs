@@ -313,3 +313,52 @@ fn levels_merge_when_full_and_keep_age_order() {
     assert!(levels.remove(&d));
     assert_eq!(levels.shape(), vec![0, 1]);
 }
+
+#[test]
+fn extents_whose_nodes_all_went_are_taken_out_and_freed_after_their_readers() {
+    use ValueKind::Value;
+    let mem = TierMemory::anonymous(4 << 20).unwrap();
+    let base = Arc::new(copy(&mem, &memtable(&[(b"a", 1, Value, b"a1")]), 1));
+    let old = Arc::new(copy(
+        &mem,
+        &memtable(&[(b"k", 2, Value, b"k2"), (b"m", 3, Value, b"m3")]),
+        2,
+    ));
+    let new = Arc::new(copy(
+        &mem,
+        &memtable(&[(b"k", 4, Value, b"k4"), (b"m", 5, Value, b"m5")]),
+        3,
+    ));
+    let used = mem.used();
+    let (merged, r) = merge_all(
+        &[base.clone(), old.clone(), new.clone()],
+        &Retention::default(),
+        10,
+    )
+    .unwrap();
+    assert_eq!(r.unlinked, 2);
+    let dead = merged.take_unlinked_extents();
+    assert_eq!(dead.len(), 1, "the middle table's extent lost every node");
+    assert!(
+        merged.take_unlinked_extents().is_empty(),
+        "taken out once; the head's extent stays though its node went too"
+    );
+    let merged = Arc::new(merged);
+    // A reader of the old table still reaches the extent.
+    assert_eq!(
+        old.get(b"k", 10).map(|e| e.2.to_vec()),
+        Some(b"k2".to_vec())
+    );
+    drop((old, new, base));
+    assert_eq!(mem.used(), used, "retired, not yet freed");
+    drop(dead);
+    assert!(mem.used() < used, "freed with its last holder");
+    assert_eq!(
+        entries(&merged),
+        vec![
+            (b"a".to_vec(), 1, b"a1".to_vec()),
+            (b"k".to_vec(), 4, b"k4".to_vec()),
+            (b"m".to_vec(), 5, b"m5".to_vec()),
+        ]
+    );
+}
