@@ -369,3 +369,34 @@ fn merges_free_memtables_that_newer_writes_overwrote_entirely() {
     let db = Db::open(DIR, durable_opts(crashed)).unwrap();
     assert_same(&scan(&db), &model, "after a power loss");
 }
+
+/// Regression: `close` unlocked a durable tier's file while readers of the
+/// closed handle still held its memory, so a new handle could map the file
+/// and reuse that memory under them. A reader of a closed handle now keeps
+/// the file locked: a second open is refused until it goes.
+#[test]
+fn a_reader_of_a_closed_handle_keeps_the_durable_tier_file_locked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let opts = || durable_opts(Arc::new(tern::io::PosixFs));
+    let db = Db::open(&dir, opts()).unwrap();
+    for i in 0..1500u32 {
+        db.put(&key(i), &value(i, 1)).unwrap();
+    }
+    settle(&db);
+    assert!(db.stats().memtier_tables > 0);
+    let mut it = db.iter(tern::ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    db.close().unwrap();
+    match Db::open(&dir, opts()) {
+        Err(tern::Error::Busy(why)) => assert!(why.contains("MEMTIER"), "{why}"),
+        other => panic!(
+            "expected the tier file to be busy, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    assert!(it.valid(), "the closed handle's reader reads on");
+    drop(it);
+    let db = Db::open(&dir, opts()).unwrap();
+    assert_eq!(scan(&db).len(), 1500);
+}

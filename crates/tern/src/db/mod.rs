@@ -573,12 +573,19 @@ impl Db {
         }
         *wal = None;
         self.shared.purge_obsolete_files(self.shared.state.lock());
-        // Another handle may open the store now, even while this one lives
-        // (its readers must not touch the store any more: a new handle may
-        // reuse the durable tier's memory under them).
+        // The handle lets go of the tier's tables; the tier file stays
+        // locked while readers of this handle still hold some, since a new
+        // handle would reuse their memory.
         if let Some(tier) = &self.shared.tier {
-            tier.release_lock();
+            let mut state = self.shared.state.lock();
+            state.tier = crate::memtier::TierLevels::new(self.shared.opts.memtier_levels);
+            state.tier_retired.clear();
+            self.shared.publish_tier(&mut state);
+            self.shared.install_super_version(&state);
+            drop(state);
+            tier.close();
         }
+        // Another handle may open the store now, even while this one lives.
         self.shared.lock.lock().take();
     }
 }

@@ -273,7 +273,8 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
 /// Writes a memtable of replayed WAL records out: into a durable tier
 /// (logged at once, without moving the log number: its WALs are still
 /// replayed, and the records it holds skipped, if recovery stops before
-/// the end), else to an L0 table named in the final recovery edit.
+/// the end), else to an L0 table, logged at once too with a durable tier
+/// and named in the final recovery edit without one.
 fn spill_replayed(
     s: &Arc<Shared>,
     state: &mut parking_lot::MutexGuard<'_, State>,
@@ -293,6 +294,17 @@ fn spill_replayed(
     let number = state.versions.new_file_number();
     let counter = state.versions.file_number_counter();
     let out = s.write_level0_table(&mut mem.iter(), number, &counter, &Retention::default())?;
+    if durable {
+        // Logged now, not in the final edit: a later replayed memtable may
+        // be logged into the tier first, and a recovery that stops after
+        // that skips every record at or below the tier's newest sequence.
+        let mut now = VersionEdit {
+            new_files: out.table.map(|t| (0, t)).into_iter().collect(),
+            blob_files_added: out.blobs,
+            ..Default::default()
+        };
+        return s.log_and_apply(state, &mut now);
+    }
     edit.new_files.extend(out.table.map(|t| (0, t)));
     edit.blob_files_added.extend(out.blobs);
     Ok(())
@@ -368,6 +380,57 @@ mod tests {
     use super::*;
     use crate::io::{FaultFs, FaultKind, FileSystem, MemFs};
     use crate::Db;
+
+    /// Regression: recovery named a replayed memtable too large for the
+    /// (empty) durable tier, written to L0, only in its final edit, while a
+    /// later replayed memtable went into the tier with an edit of its own.
+    /// A failure before the final edit lost the first one: the next
+    /// recovery skipped its records (the tier's newest sequence is above
+    /// them) and removed its table as an orphan.
+    #[test]
+    fn recovery_logs_a_replayed_memtable_it_writes_to_l0_before_the_tier_hides_its_wal() {
+        let mem = MemFs::new();
+        let fault = FaultFs::new(mem.clone());
+        let opts = Options {
+            fs: fault.clone(),
+            ..Options::default()
+        }
+        .tune(|s| {
+            s.write_buffer_size = 64 << 10;
+            s.memtier_size = Some(128 << 10);
+            s.memtier_path = Some("MEMTIER".into());
+            s.blob_threshold = None;
+        });
+        Db::open("/db", opts.clone()).unwrap().close().unwrap();
+        let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
+        let number = set.new_file_number();
+        drop(set);
+        let path = Path::new("/db").join(wal_file_name(number));
+        let mut writer = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
+        const KEYS: u32 = 300;
+        for i in 0..KEYS {
+            let mut b = WriteBatch::new();
+            b.put(&key(i), &[b'v'; 1000]);
+            b.set_seq(1000 + u64::from(i));
+            writer.add_record(b.as_bytes()).unwrap();
+        }
+        writer.sync().unwrap();
+        mem.sync_dir(Path::new("/db")).unwrap();
+        // Recovery fails making its fresh WAL, after the replay.
+        fault.only_paths_containing(".log");
+        fault.inject(FaultKind::Create, 0, true);
+        assert!(Db::open("/db", opts.clone()).is_err());
+        fault.clear();
+        let db = Db::open("/db", opts).unwrap();
+        let missing: Vec<u32> = (0..KEYS)
+            .filter(|&i| db.get(&key(i)).unwrap().is_none())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{} synced writes lost: {missing:?}",
+            missing.len()
+        );
+    }
 
     /// Regression: WALs are created without a manifest edit, so with two
     /// unflushed WALs on disk recovery used to give its fresh WAL the number

@@ -111,6 +111,8 @@ pub(crate) struct TierMemory {
     /// Free ranges `(start, len)`, sorted by start and never adjacent.
     free: Mutex<Vec<(usize, usize)>>,
     used: AtomicU64,
+    /// Set by [`TierMemory::close`].
+    closing: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the mapping is owned by this value; shared access goes through
@@ -142,6 +144,7 @@ impl TierMemory {
             len,
             free: Mutex::new(vec![(EXTENT_ALIGN, len - EXTENT_ALIGN)]),
             used: AtomicU64::new(0),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -217,6 +220,7 @@ impl TierMemory {
             len,
             free: Mutex::new(vec![(EXTENT_ALIGN, len - EXTENT_ALIGN)]),
             used: AtomicU64::new(0),
+            closing: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -228,10 +232,25 @@ impl TierMemory {
         }
     }
 
-    /// Lets another handle map the tier file: the store is closed.
-    pub(crate) fn release_lock(&self) {
+    /// The store closed: the tier file's lock goes as soon as no extent
+    /// is held any more (now, or when the last reader of the closed handle
+    /// lets go), so a new handle never maps memory a reader still uses.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.unlock_if_unused();
+    }
+
+    fn unlock_if_unused(&self) {
+        if !self.closing.load(Ordering::Acquire) {
+            return;
+        }
         if let Backing::File { lock, .. } = &self.backing {
-            lock.lock().take();
+            // Checked under the lock's mutex, which `release` takes after
+            // counting its extent out, so the last one cannot be missed.
+            let mut held = lock.lock();
+            if self.used.load(Ordering::Acquire) == 0 {
+                held.take();
+            }
         }
     }
 
@@ -327,7 +346,8 @@ impl TierMemory {
                 free.remove(i);
             }
         }
-        self.used.fetch_sub(len as u64, Ordering::Relaxed);
+        self.used.fetch_sub(len as u64, Ordering::AcqRel);
+        self.unlock_if_unused();
     }
 
     /// Gives the whole pages inside `[start, start + len)` of an anonymous

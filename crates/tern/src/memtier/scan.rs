@@ -52,11 +52,17 @@ pub(crate) fn scan(
         crc.update(&bytes[at..at + 8]);
         crc.update(&bytes[node.key.start..node.value.end]);
         let trailer = internal_key::trailer(&bytes[node.key.clone()]);
-        if internal_key::ValueKind::from_u8(trailer as u8).is_none() {
-            return Err(ScanError {
-                offset: at,
-                why: format!("unknown value kind {}", trailer as u8),
-            });
+        // A memtable holds values and tombstones; a blob reference appears
+        // only when a table is written, and one here would name a blob file
+        // nothing tracks.
+        match internal_key::ValueKind::from_u8(trailer as u8) {
+            Some(internal_key::ValueKind::Value | internal_key::ValueKind::Delete) => {}
+            _ => {
+                return Err(ScanError {
+                    offset: at,
+                    why: format!("value kind {} in a memtable copy", trailer as u8),
+                })
+            }
         }
         let seq = trailer >> 8;
         seqs = (seqs.0.min(seq), seqs.1.max(seq));
@@ -87,6 +93,11 @@ impl ExtentSummary {
     /// Whether it is what the manifest recorded; if not, why.
     pub fn matches(&self, checksum: u32, entries: u64, seqs: (u64, u64)) -> Result<(), ScanError> {
         let wrong = |why: String| Err(ScanError { offset: 0, why });
+        // The tier never takes an empty memtable, and an empty table's
+        // sequence range would say nothing about the writes it holds.
+        if entries == 0 {
+            return wrong("a table of no entries".into());
+        }
         if self.checksum != checksum {
             return wrong(format!(
                 "checksum mismatch: recorded {checksum:#010x}, found {:#010x}",
@@ -99,7 +110,7 @@ impl ExtentSummary {
                 self.entries
             ));
         }
-        if self.entries > 0 && self.seqs != seqs {
+        if self.seqs != seqs {
             return wrong(format!(
                 "sequence numbers {:?} where the manifest recorded {seqs:?}",
                 self.seqs

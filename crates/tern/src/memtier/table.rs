@@ -190,7 +190,8 @@ impl TierTable {
                 ),
             ));
         };
-        let mut nodes = Vec::with_capacity(meta.entries.min(1 << 24) as usize);
+        // Every node takes at least 20 bytes: no more than that many.
+        let mut nodes = Vec::with_capacity(meta.entries.min(meta.len / 20) as usize);
         verify_and_collect(&mut extent, len, meta, &mut nodes)
             .map_err(|e| bad(meta.offset + e.offset as u64, e.why))?;
         let base = extent.start() as u32;
