@@ -4,7 +4,7 @@
 # 16-byte keys and values of 1, 4, 16 and 64 KiB (the same bytes for every
 # size), then YCSB A. Each configuration gets a fresh directory.
 #
-#   scripts/bench_memtier.sh [BYTES_PER_SIZE] [OUT_DIR]
+#   bench/memtier.sh [BYTES_PER_SIZE] [OUT_DIR]
 #
 # BYTES_PER_SIZE defaults to 1 GiB of values per value size. Configurations:
 #   off      Tern without a tier
