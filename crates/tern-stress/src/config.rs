@@ -299,6 +299,21 @@ impl EngineKnobs {
         })
     }
 
+    /// A store that keeps a durable memory tier opens only with it: a run
+    /// (of a crash loop, say) that drew no tier, or another size, takes the
+    /// tier file's path and size instead.
+    pub fn keep_durable_tier(&mut self, dir: &std::path::Path) {
+        let Ok(meta) = std::fs::metadata(dir.join(tern::DEFAULT_MEMTIER_FILE)) else {
+            return;
+        };
+        let s = &mut self.settings;
+        s.memtier_path = Some(tern::DEFAULT_MEMTIER_FILE.to_string());
+        s.memtier_size = Some(meta.len());
+        // The tier must hold two memtables.
+        let most = usize::try_from(meta.len() / 2).unwrap_or(usize::MAX);
+        s.write_buffer_size = s.write_buffer_size.min(most);
+    }
+
     /// Engine options with these settings (on the local file system).
     pub fn options(&self) -> Options {
         Options::new(self.settings.clone())
@@ -422,7 +437,10 @@ impl StressConfig {
             return Err("--dir is required (or --sim for an in-process run)".into());
         }
         let mut rng = StdRng::seed_from_u64(seed);
-        let knobs = EngineKnobs::resolve(&args, &mut rng)?;
+        let mut knobs = EngineKnobs::resolve(&args, &mut rng)?;
+        if let (Some(dir), false) = (&args.dir, args.sim) {
+            knobs.keep_durable_tier(dir);
+        }
         knobs
             .options()
             .validate()
@@ -512,6 +530,30 @@ mod tests {
             "--write-buffer-size 65536 --blob-threshold off --gc on --set background_rate_limit=8M"
         );
         assert!(StressArgs::default().engine_flags_given().is_empty());
+    }
+
+    /// Regression: every run of a crash loop draws its own settings, so a
+    /// run without a tier met a store holding a durable one and could not
+    /// open it. A store with a tier file keeps it, at the file's size.
+    #[test]
+    fn a_run_on_a_store_with_a_durable_tier_keeps_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut knobs =
+            EngineKnobs::resolve(&StressArgs::default(), &mut StdRng::seed_from_u64(3)).unwrap();
+        knobs.settings.memtier_size = None;
+        knobs.settings.write_buffer_size = 4 << 20;
+        knobs.keep_durable_tier(tmp.path());
+        assert_eq!(
+            knobs.settings.memtier_path, None,
+            "no tier file, nothing kept"
+        );
+        std::fs::write(tmp.path().join("MEMTIER"), vec![0u8; 3 << 20]).unwrap();
+        knobs.keep_durable_tier(tmp.path());
+        let s = &knobs.settings;
+        assert_eq!(s.memtier_path.as_deref(), Some("MEMTIER"));
+        assert_eq!(s.memtier_size, Some(3 << 20));
+        assert!(s.write_buffer_size <= 3 << 19);
+        knobs.options().validate().unwrap();
     }
 
     #[test]
