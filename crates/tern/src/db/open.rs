@@ -176,10 +176,8 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     // (whole memtables, copied in order): replay skips those.
     let tier_max = state.tier.tables().map(|t| t.seqs().1).max();
     let mut max_seq = state.versions.last_sequence.max(tier_max.unwrap_or(0));
-    // Edits made while replaying (tier copy-ins and copy-outs) keep the
-    // recovered log number and sequence.
-    state.mem_wal_number = state.versions.log_number;
     s.visible_seq.store(max_seq, Ordering::Release);
+    let mut spill = Spill::default();
     let mut mem = s.new_memtable(0);
     // Point-in-time recovery: replay the WALs in order and stop at the first
     // incomplete or damaged record of the newest WAL written to (the
@@ -214,7 +212,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
                     s.visible_seq.store(max_seq, Ordering::Release);
-                    spill_replayed(s, &mut state, &mem, &mut edit)?;
+                    spill_replayed(s, &mut state, &mem, &mut edit, &mut spill)?;
                     mem = s.new_memtable(e.key.len() + e.value.len() + 128);
                     mem.add(seq, e.kind, e.key, e.value).map_err(|_| {
                         Error::corruption(&path, offset, "write too large for a memtable")
@@ -245,7 +243,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         break;
     }
     s.visible_seq.store(max_seq, Ordering::Release);
-    spill_replayed(s, &mut state, &mem, &mut edit)?;
+    spill_replayed(s, &mut state, &mem, &mut edit, &mut spill)?;
     drop(counter);
 
     // A fresh WAL for new writes, then one manifest snapshot naming it.
@@ -258,6 +256,8 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     edit.log_number = Some(wal_number);
     edit.last_sequence = Some(max_seq);
     s.log_and_apply(&mut state, &mut edit)?;
+    // The tables recovery took out of the tier are named no more.
+    drop(spill);
     s.wal_len.store(active.writer.len(), Ordering::Relaxed);
     *s.wal.lock() = Some(active);
     state.mem = s.new_memtable(0);
@@ -270,41 +270,70 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     Ok(())
 }
 
-/// Writes a memtable of replayed WAL records out: into a durable tier
-/// (logged at once, without moving the log number: its WALs are still
-/// replayed, and the records it holds skipped, if recovery stops before
-/// the end), else to an L0 table, logged at once too with a durable tier
-/// and named in the final recovery edit without one.
+/// Where replayed memtables go while recovery runs. Nothing recovery does
+/// is logged before its one final edit (which also moves the log number
+/// past the replayed WALs), so a recovery that stops half-way leaves the
+/// store as it found it.
+#[derive(Default)]
+struct Spill {
+    /// The durable tier had no room: everything in it went to L0 (in the
+    /// final edit), and the rest of the replay follows it there.
+    to_l0: bool,
+    /// Tables taken out of the tier on the way: their extents stay taken
+    /// until the final edit stops naming them.
+    held: Vec<Arc<TierTable>>,
+}
+
+/// Writes a memtable of replayed WAL records out, recorded in `edit`: into
+/// a durable tier while it has room, else to an L0 table. When a durable
+/// tier is full, all of it goes to L0 first, which keeps L0 older than the
+/// tier.
 fn spill_replayed(
     s: &Arc<Shared>,
-    state: &mut parking_lot::MutexGuard<'_, State>,
+    state: &mut State,
     mem: &Arc<MemTable>,
     edit: &mut VersionEdit,
+    spill: &mut Spill,
 ) -> Result<()> {
-    let durable = s.tier.as_ref().is_some_and(|t| t.path().is_some());
-    if durable {
-        // The tier locks the state itself; nothing else runs yet.
-        let moved = parking_lot::MutexGuard::unlocked(state, || s.move_into_tier(mem, 0))?;
-        if let Some((table, meta)) = moved {
-            return s.install_in_tier(state, table, meta, |_| None);
+    let tier = s.tier.as_ref().filter(|t| t.path().is_some());
+    if let (Some(tier), false) = (tier, spill.to_l0) {
+        if mem.is_empty() {
+            return Ok(());
         }
-        // The tier is empty and the memtable larger than it: L0 is below
-        // nothing, so it may go there.
+        let id = state.versions.new_file_number();
+        let bits = s.opts.bloom_bits_per_key;
+        if let Some((mut table, meta)) = TierTable::copy_in(tier, mem, 0, Some(id), bits)? {
+            edit.tier_added.extend(meta);
+            table.release_wals();
+            state.tier.add_newest(Arc::new(table));
+            Counters::add(&s.counters.memtier_copy_ins, 1);
+            return Ok(());
+        }
+        while let Some(t) = state.tier.oldest().cloned() {
+            state.tier.remove(&t);
+            let number = state.versions.new_file_number();
+            let counter = state.versions.file_number_counter();
+            let out =
+                s.write_level0_table(&mut t.iter(), number, &counter, &Retention::default())?;
+            edit.new_files.extend(out.table.map(|m| (0, m)));
+            edit.blob_files_added.extend(out.blobs);
+            for id in t.ids() {
+                // A table this recovery added leaves the edit instead.
+                match edit.tier_added.iter().position(|a| a.id == id) {
+                    Some(i) => {
+                        edit.tier_added.remove(i);
+                    }
+                    None => edit.tier_removed.push(id),
+                }
+            }
+            Counters::add(&s.counters.memtier_copy_outs, 1);
+            spill.held.push(t);
+        }
+        spill.to_l0 = true;
     }
     let number = state.versions.new_file_number();
     let counter = state.versions.file_number_counter();
     let out = s.write_level0_table(&mut mem.iter(), number, &counter, &Retention::default())?;
-    if durable {
-        // Logged now, not in the final edit: a later replayed memtable may
-        // be logged into the tier first, and a recovery that stops after
-        // that skips every record at or below the tier's newest sequence.
-        let mut now = VersionEdit {
-            new_files: out.table.map(|t| (0, t)).into_iter().collect(),
-            blob_files_added: out.blobs,
-            ..Default::default()
-        };
-        return s.log_and_apply(state, &mut now);
-    }
     edit.new_files.extend(out.table.map(|t| (0, t)));
     edit.blob_files_added.extend(out.blobs);
     Ok(())
@@ -380,6 +409,84 @@ mod tests {
     use super::*;
     use crate::io::{FaultFs, FaultKind, FileSystem, MemFs};
     use crate::Db;
+
+    /// Regression: recovery made room in a full durable tier by copying its
+    /// oldest tables out to L0, each with its own manifest edit, after it
+    /// had logged a replayed memtable into the tier. When it then failed
+    /// (here: syncing the next copy-in), the next recovery found a tier
+    /// with a lower newest sequence and replayed the copied-out writes
+    /// again, so they were held twice. Recovery now logs nothing before its
+    /// final edit; a failure at its very end (making the fresh WAL) is
+    /// covered too.
+    #[test]
+    fn a_failed_recovery_that_made_room_in_the_tier_does_not_replay_writes_twice() {
+        let tier_sync: fn(&FaultFs) = |f| {
+            f.only_paths_containing("MEMTIER");
+            // The first copy-in syncs; the next one fails.
+            f.inject(FaultKind::Sync, 1, true);
+        };
+        let new_wal: fn(&FaultFs) = |f| {
+            f.only_paths_containing(".log");
+            f.inject(FaultKind::Create, 0, true);
+        };
+        for (what, fail) in [("a tier sync", tier_sync), ("the fresh WAL", new_wal)] {
+            let mem = MemFs::new();
+            let fault = FaultFs::new(mem.clone());
+            let opts = Options {
+                fs: fault.clone(),
+                ..Options::default()
+            }
+            .tune(|s| {
+                s.write_buffer_size = 64 << 10;
+                s.memtier_size = Some(256 << 10);
+                s.memtier_path = Some("MEMTIER".into());
+                s.blob_threshold = None;
+                s.enable_gc = false;
+                s.level0_file_num_compaction_trigger = 100;
+                s.level0_slowdown_writes_trigger = 200;
+                s.level0_stop_writes_trigger = 300;
+            });
+            let db = Db::open("/db", opts.clone()).unwrap();
+            const FIRST: u32 = 20;
+            for i in 0..FIRST {
+                db.put(&key(i), &[b'a'; 1000]).unwrap();
+            }
+            db.close().unwrap();
+            drop(db);
+            let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
+            let (number, seq) = (set.new_file_number(), set.last_sequence + 1000);
+            drop(set);
+            let path = Path::new("/db").join(wal_file_name(number));
+            let mut writer = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
+            const MORE: u32 = 300;
+            for i in 0..MORE {
+                let mut b = WriteBatch::new();
+                b.put(&key(FIRST + i), &[b'b'; 1000]);
+                b.set_seq(seq + u64::from(i));
+                writer.add_record(b.as_bytes()).unwrap();
+            }
+            writer.sync().unwrap();
+            mem.sync_dir(Path::new("/db")).unwrap();
+            fail(&fault);
+            // It may get through without failing (the fault may not be
+            // met); either way the reopened store holds every write once.
+            drop(Db::open("/db", opts.clone()));
+            fault.clear();
+            let db = Db::open("/db", opts).unwrap();
+            for i in 0..FIRST + MORE {
+                assert!(db.get(&key(i)).unwrap().is_some(), "{what}: key {i} lost");
+            }
+            let state = db.shared.state.lock();
+            let version = state.versions.current();
+            let in_tables: u64 = version.levels.iter().flatten().map(|f| f.num_entries).sum();
+            let in_tier: u64 = state.tier.tables().map(|t| t.entries() as u64).sum();
+            assert_eq!(
+                in_tables + in_tier,
+                u64::from(FIRST + MORE),
+                "{what}: every write once: {in_tables} in tables, {in_tier} in the tier"
+            );
+        }
+    }
 
     /// Regression: recovery named a replayed memtable too large for the
     /// (empty) durable tier, written to L0, only in its final edit, while a
