@@ -410,6 +410,40 @@ mod tests {
     use crate::io::{FaultFs, FaultKind, FileSystem, MemFs};
     use crate::Db;
 
+    /// A store on `fault` with a durable tier of `tier` bytes and 64 KiB
+    /// memtables, values kept inline.
+    fn durable_tier_opts(fault: &Arc<FaultFs>, tier: u64) -> Options {
+        Options {
+            fs: fault.clone(),
+            ..Options::default()
+        }
+        .tune(|s| {
+            s.write_buffer_size = 64 << 10;
+            s.memtier_size = Some(tier);
+            s.memtier_path = Some("MEMTIER".into());
+            s.blob_threshold = None;
+        })
+    }
+
+    /// Writes the next WAL of the closed store in `/db` by hand, as a crash
+    /// would leave it: `count` puts of 1000-byte values to keys from
+    /// `first`, sequence numbers from `seq`, synced.
+    fn unflushed_wal(mem: &Arc<MemFs>, first: u32, count: u32, seq: u64) {
+        let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
+        let number = set.new_file_number();
+        drop(set);
+        let path = Path::new("/db").join(wal_file_name(number));
+        let mut writer = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
+        for i in first..first + count {
+            let mut b = WriteBatch::new();
+            b.put(&key(i), &[b'v'; 1000]);
+            b.set_seq(seq + u64::from(i - first));
+            writer.add_record(b.as_bytes()).unwrap();
+        }
+        writer.sync().unwrap();
+        mem.sync_dir(Path::new("/db")).unwrap();
+    }
+
     /// Regression: recovery made room in a full durable tier by copying its
     /// oldest tables out to L0, each with its own manifest edit, after it
     /// had logged a replayed memtable into the tier. When it then failed
@@ -432,15 +466,7 @@ mod tests {
         for (what, fail) in [("a tier sync", tier_sync), ("the fresh WAL", new_wal)] {
             let mem = MemFs::new();
             let fault = FaultFs::new(mem.clone());
-            let opts = Options {
-                fs: fault.clone(),
-                ..Options::default()
-            }
-            .tune(|s| {
-                s.write_buffer_size = 64 << 10;
-                s.memtier_size = Some(256 << 10);
-                s.memtier_path = Some("MEMTIER".into());
-                s.blob_threshold = None;
+            let opts = durable_tier_opts(&fault, 256 << 10).tune(|s| {
                 s.enable_gc = false;
                 s.level0_file_num_compaction_trigger = 100;
                 s.level0_slowdown_writes_trigger = 200;
@@ -448,25 +474,13 @@ mod tests {
             });
             let db = Db::open("/db", opts.clone()).unwrap();
             const FIRST: u32 = 20;
+            const MORE: u32 = 300;
             for i in 0..FIRST {
                 db.put(&key(i), &[b'a'; 1000]).unwrap();
             }
             db.close().unwrap();
             drop(db);
-            let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
-            let (number, seq) = (set.new_file_number(), set.last_sequence + 1000);
-            drop(set);
-            let path = Path::new("/db").join(wal_file_name(number));
-            let mut writer = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
-            const MORE: u32 = 300;
-            for i in 0..MORE {
-                let mut b = WriteBatch::new();
-                b.put(&key(FIRST + i), &[b'b'; 1000]);
-                b.set_seq(seq + u64::from(i));
-                writer.add_record(b.as_bytes()).unwrap();
-            }
-            writer.sync().unwrap();
-            mem.sync_dir(Path::new("/db")).unwrap();
+            unflushed_wal(&mem, FIRST, MORE, 1 << 20);
             fail(&fault);
             // It may get through without failing (the fault may not be
             // met); either way the reopened store holds every write once.
@@ -498,31 +512,10 @@ mod tests {
     fn recovery_logs_a_replayed_memtable_it_writes_to_l0_before_the_tier_hides_its_wal() {
         let mem = MemFs::new();
         let fault = FaultFs::new(mem.clone());
-        let opts = Options {
-            fs: fault.clone(),
-            ..Options::default()
-        }
-        .tune(|s| {
-            s.write_buffer_size = 64 << 10;
-            s.memtier_size = Some(128 << 10);
-            s.memtier_path = Some("MEMTIER".into());
-            s.blob_threshold = None;
-        });
+        let opts = durable_tier_opts(&fault, 128 << 10);
         Db::open("/db", opts.clone()).unwrap().close().unwrap();
-        let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
-        let number = set.new_file_number();
-        drop(set);
-        let path = Path::new("/db").join(wal_file_name(number));
-        let mut writer = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
         const KEYS: u32 = 300;
-        for i in 0..KEYS {
-            let mut b = WriteBatch::new();
-            b.put(&key(i), &[b'v'; 1000]);
-            b.set_seq(1000 + u64::from(i));
-            writer.add_record(b.as_bytes()).unwrap();
-        }
-        writer.sync().unwrap();
-        mem.sync_dir(Path::new("/db")).unwrap();
+        unflushed_wal(&mem, 0, KEYS, 1000);
         // Recovery fails making its fresh WAL, after the replay.
         fault.only_paths_containing(".log");
         fault.inject(FaultKind::Create, 0, true);
