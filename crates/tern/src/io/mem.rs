@@ -134,6 +134,26 @@ impl State {
         }
     }
 
+    /// The file at `path`, made (its entry not durable until the directory
+    /// is synced) if missing, and whether it existed.
+    fn open_for_write(&mut self, path: &Path) -> io::Result<(Node, bool)> {
+        self.check_parent(path)?;
+        if self.dirs.contains(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} is a directory", path.display()),
+            ));
+        }
+        if let Some(node) = self.live.get(path) {
+            return Ok((node.clone(), true));
+        }
+        let node = new_node();
+        self.live.insert(path.to_path_buf(), node.clone());
+        self.pending
+            .push(DirOp::Link(path.to_path_buf(), node.clone()));
+        Ok((node, false))
+    }
+
     fn node(&self, path: &Path) -> io::Result<&Node> {
         self.live.get(path).ok_or_else(|| not_found(path))
     }
@@ -318,32 +338,14 @@ impl FileSystem for MemFs {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        let mut state = self.state.lock();
-        state.check_parent(path)?;
-        if state.dirs.contains(path) {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} is a directory", path.display()),
-            ));
-        }
-        let node = match state.live.get(path) {
+        let (node, existed) = self.state.lock().open_for_write(path)?;
+        if existed {
             // O_TRUNC on an existing file: same node, the cut is not durable
             // until the next sync.
-            Some(node) => {
-                let mut data = node.lock();
-                data.data.clear();
-                data.diverged = true;
-                node.clone()
-            }
-            None => {
-                let node = new_node();
-                state.live.insert(path.to_path_buf(), node.clone());
-                state
-                    .pending
-                    .push(DirOp::Link(path.to_path_buf(), node.clone()));
-                node
-            }
-        };
+            let mut data = node.lock();
+            data.data.clear();
+            data.diverged = true;
+        }
         Ok(Box::new(MemWritable { node, len: 0 }))
     }
 

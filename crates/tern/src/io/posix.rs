@@ -254,12 +254,7 @@ impl FileSystem for PosixFs {
 
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
         use std::os::fd::AsRawFd;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_or_create(path)?;
         // SAFETY: flock on a file descriptor we own; it has no memory effects.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
@@ -274,6 +269,16 @@ impl FileSystem for PosixFs {
         }
         Ok(Box::new(PosixLock { _file: file }))
     }
+}
+
+/// Opens `path` for reading and writing, created if missing, never cut.
+fn open_or_create(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
 }
 
 /// The process's soft limit on open descriptors (`ulimit -n`); `None` when
@@ -306,12 +311,7 @@ unsafe impl Sync for PosixMapped {}
 
 impl PosixMapped {
     fn open(path: &Path, len: u64) -> io::Result<PosixMapped> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_or_create(path)?;
         if file.metadata()?.len() != len {
             file.set_len(len)?;
             file.sync_all()?;

@@ -126,26 +126,30 @@ impl TierMemory {
     /// Maps `size` bytes of anonymous memory (rounded down to
     /// [`EXTENT_ALIGN`], at most [`MAX_TIER_SIZE`]).
     pub(crate) fn anonymous(size: u64) -> Result<Arc<TierMemory>> {
-        let len = (size.min(MAX_TIER_SIZE) as usize) & !(EXTENT_ALIGN - 1);
-        if len < 2 * EXTENT_ALIGN {
-            return Err(Error::InvalidArgument(format!(
-                "memtier_size {size} is too small for a memory tier"
-            )));
-        }
+        let len = tier_len(size)?;
         let mut map = memmap2::MmapOptions::new()
             .len(len)
             .map_anon()
             .map_err(|e| Error::io(std::path::Path::new("memtier (anonymous)"), e))?;
         let base = NonNull::new(map.as_mut_ptr())
             .ok_or_else(|| Error::Internal("memory map at address 0".into()))?;
-        Ok(Arc::new(TierMemory {
-            backing: Backing::Anonymous { _map: map },
+        Ok(TierMemory::over(
+            Backing::Anonymous { _map: map },
+            base,
+            len,
+        ))
+    }
+
+    /// A tier of `len` bytes at `base`, all free but the header slot.
+    fn over(backing: Backing, base: NonNull<u8>, len: usize) -> Arc<TierMemory> {
+        Arc::new(TierMemory {
+            backing,
             base,
             len,
             free: Mutex::new(vec![(EXTENT_ALIGN, len - EXTENT_ALIGN)]),
             used: AtomicU64::new(0),
             closing: std::sync::atomic::AtomicBool::new(false),
-        }))
+        })
     }
 
     /// Maps the durable tier file at `path`, `size` bytes (rounded as for
@@ -160,12 +164,7 @@ impl TierMemory {
         size: u64,
         live: &TierTables,
     ) -> Result<Arc<TierMemory>> {
-        let len = (size.min(MAX_TIER_SIZE) as usize) & !(EXTENT_ALIGN - 1);
-        if len < 2 * EXTENT_ALIGN {
-            return Err(Error::InvalidArgument(format!(
-                "memtier_size {size} is too small for a memory tier"
-            )));
-        }
+        let len = tier_len(size)?;
         let lock_path = lock_path(path);
         let lock = fs.lock(&lock_path).map_err(|e| {
             Error::Busy(format!(
@@ -210,18 +209,12 @@ impl TierMemory {
             unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), base.as_ptr(), h.len()) };
             file.flush_range(0, EXTENT_ALIGN).ctx(path)?;
         }
-        Ok(Arc::new(TierMemory {
-            backing: Backing::File {
-                file,
-                path: path.to_path_buf(),
-                lock: Mutex::new(Some(lock)),
-            },
-            base,
-            len,
-            free: Mutex::new(vec![(EXTENT_ALIGN, len - EXTENT_ALIGN)]),
-            used: AtomicU64::new(0),
-            closing: std::sync::atomic::AtomicBool::new(false),
-        }))
+        let backing = Backing::File {
+            file,
+            path: path.to_path_buf(),
+            lock: Mutex::new(Some(lock)),
+        };
+        Ok(TierMemory::over(backing, base, len))
     }
 
     /// The durable tier's file, if this is one.
@@ -282,15 +275,7 @@ impl TierMemory {
         if s < start {
             free.insert(i, (s, start - s));
         }
-        self.used.fetch_add(len as u64, Ordering::Relaxed);
-        Some(Extent {
-            mem: Arc::clone(self),
-            start,
-            len,
-            keep_bytes: false,
-            linked: std::sync::atomic::AtomicUsize::new(0),
-            id: None,
-        })
+        Some(self.extent(start, len))
     }
 
     /// Bytes the tier can hand out in all.
@@ -315,15 +300,21 @@ impl TierMemory {
         } else {
             free[i] = (start + len, avail - len);
         }
+        Some(self.extent(start, len))
+    }
+
+    /// Counts `[start, start + len)`, just taken off the free list, as an
+    /// extent.
+    fn extent(self: &Arc<Self>, start: usize, len: usize) -> Extent {
         self.used.fetch_add(len as u64, Ordering::Relaxed);
-        Some(Extent {
+        Extent {
             mem: Arc::clone(self),
             start,
             len,
             keep_bytes: false,
             linked: std::sync::atomic::AtomicUsize::new(0),
             id: None,
-        })
+        }
     }
 
     fn release(&self, start: usize, len: usize, discard: bool) {
@@ -396,8 +387,20 @@ impl NodeMemory for TierMemory {
     }
 }
 
+/// The bytes a tier of `size` maps: rounded down to [`EXTENT_ALIGN`], at
+/// most [`MAX_TIER_SIZE`], and room for the header slot and an extent.
+fn tier_len(size: u64) -> Result<usize> {
+    let len = (size.min(MAX_TIER_SIZE) as usize) & !(EXTENT_ALIGN - 1);
+    if len < 2 * EXTENT_ALIGN {
+        return Err(Error::InvalidArgument(format!(
+            "memtier_size {size} is too small for a memory tier"
+        )));
+    }
+    Ok(len)
+}
+
 /// Where the lock beside a tier file is.
-fn lock_path(path: &Path) -> PathBuf {
+pub(crate) fn lock_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
     PathBuf::from(name)

@@ -28,27 +28,7 @@ impl MemMapped {
     pub(super) fn open(fs: &MemFs, path: &Path, len: u64) -> io::Result<MemMapped> {
         let size = usize::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mapping too large"))?;
-        let node = {
-            let mut state = fs.state.lock();
-            state.check_parent(path)?;
-            if state.dirs.contains(path) {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!("{} is a directory", path.display()),
-                ));
-            }
-            match state.live.get(path) {
-                Some(node) => node.clone(),
-                None => {
-                    let node = new_node();
-                    state.live.insert(path.to_path_buf(), node.clone());
-                    state
-                        .pending
-                        .push(DirOp::Link(path.to_path_buf(), node.clone()));
-                    node
-                }
-            }
-        };
+        let (node, _) = fs.state.lock().open_for_write(path)?;
         let mut map = memmap2::MmapOptions::new().len(size.max(1)).map_anon()?;
         {
             let mut data = node.lock();

@@ -171,11 +171,7 @@ pub fn check_store(dir: &Path, fs: FsRef) -> Result<CheckReport> {
 /// (relative to `dir`, as the `memtier_path` setting is).
 pub fn check_store_with_tier(dir: &Path, fs: FsRef, memtier_path: &Path) -> Result<CheckReport> {
     let tier_path = dir.join(memtier_path);
-    let tier_lock = {
-        let mut name = tier_path.as_os_str().to_owned();
-        name.push(".lock");
-        PathBuf::from(name)
-    };
+    let tier_lock = crate::memtier::memory::lock_path(&tier_path);
     let names = fs.list_dir(dir).ctx(dir)?;
     let mut files: Vec<(String, Option<(FileType, u64)>)> = names
         .iter()
