@@ -71,9 +71,9 @@ pub mod internals {
         pub use crate::memtable::*;
     }
     pub mod memtier {
+        pub use crate::memtier::fuzzing::{arena_image, exercise_restore};
         pub use crate::memtier::memory::check_header;
         pub use crate::memtier::scan;
-        pub use crate::memtier::{arena_image, exercise_restore};
     }
     pub mod sst {
         pub use crate::sst::*;

@@ -168,10 +168,8 @@ impl Shared {
                 state.flush_running = false;
                 let flushed = state.imms.pop_front();
                 let durable = meta.is_some();
-                // Its WAL is released with the edit naming it: recovery
-                // replays from the oldest WAL a memtable still needs.
-                let logged =
-                    self.install_in_tier(&mut state, table, meta, |s| Some(s.oldest_needed_wal()));
+                // Its WAL is released with the edit naming it.
+                let logged = self.install_in_tier(&mut state, table, meta);
                 if let Err(e) = logged {
                     if let Some(f) = flushed {
                         state.imms.push_front(f);

@@ -118,25 +118,23 @@ impl Shared {
     }
 
     /// Adds a table [`Shared::move_into_tier`] made to the tier as its
-    /// newest. In a durable tier its metadata is logged first (with
-    /// `log_number`, the WAL number recovery replays from, when the
-    /// memtable's WAL is no longer needed), and the table stops holding
-    /// its WAL. On an error nothing changed and the table is dropped.
+    /// newest; its memtable has left `state.imms`. In a durable tier its
+    /// metadata is logged first, with the log number moved to the oldest
+    /// WAL still needed (the memtable's is not). On an error nothing
+    /// changed and the table is dropped.
     pub fn install_in_tier(
         &self,
         state: &mut State,
-        mut table: TierTable,
+        table: TierTable,
         meta: Option<TierTableMeta>,
-        log_number: impl FnOnce(&State) -> Option<u64>,
     ) -> Result<()> {
         if let Some(meta) = meta {
             let mut edit = VersionEdit {
-                log_number: log_number(state),
+                log_number: Some(state.oldest_needed_wal()),
                 tier_added: vec![meta],
                 ..Default::default()
             };
             self.log_and_apply(state, &mut edit)?;
-            table.release_wals();
         }
         state.tier.add_newest(Arc::new(table));
         Ok(())

@@ -171,12 +171,10 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     }
 
     let mut edit = VersionEdit::default();
-    let counter = state.versions.file_number_counter();
     // A durable tier holds every write up to its newest sequence number
     // (whole memtables, copied in order): replay skips those.
     let tier_max = state.tier.tables().map(|t| t.seqs().1).max();
     let mut max_seq = state.versions.last_sequence.max(tier_max.unwrap_or(0));
-    s.visible_seq.store(max_seq, Ordering::Release);
     let mut spill = Spill::default();
     let mut mem = s.new_memtable(0);
     // Point-in-time recovery: replay the WALs in order and stop at the first
@@ -211,7 +209,6 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 }
                 if mem.add(seq, e.kind, e.key, e.value).is_err() {
                     // Full: write it out and continue in a fresh memtable.
-                    s.visible_seq.store(max_seq, Ordering::Release);
                     spill_replayed(s, &mut state, &mem, &mut edit, &mut spill)?;
                     mem = s.new_memtable(e.key.len() + e.value.len() + 128);
                     mem.add(seq, e.kind, e.key, e.value).map_err(|_| {
@@ -242,9 +239,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         // No later WAL was written to: nothing more to replay.
         break;
     }
-    s.visible_seq.store(max_seq, Ordering::Release);
     spill_replayed(s, &mut state, &mem, &mut edit, &mut spill)?;
-    drop(counter);
 
     // A fresh WAL for new writes, then one manifest snapshot naming it.
     let wal_number = state.versions.new_file_number();
@@ -302,9 +297,8 @@ fn spill_replayed(
         }
         let id = state.versions.new_file_number();
         let bits = s.opts.bloom_bits_per_key;
-        if let Some((mut table, meta)) = TierTable::copy_in(tier, mem, 0, Some(id), bits)? {
+        if let Some((table, meta)) = TierTable::copy_in(tier, mem, 0, Some(id), bits)? {
             edit.tier_added.extend(meta);
-            table.release_wals();
             state.tier.add_newest(Arc::new(table));
             Counters::add(&s.counters.memtier_copy_ins, 1);
             return Ok(());

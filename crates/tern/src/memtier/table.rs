@@ -70,8 +70,8 @@ impl TierTable {
     ///
     /// In a durable tier, `id` names the table in the manifest: the copy
     /// is made durable (`msync`) before this returns, and the metadata to
-    /// record comes back with it. The table needs its WAL until that
-    /// metadata is in the manifest.
+    /// record comes back with it. The table names no WAL: until that
+    /// metadata is in the manifest, the immutable memtable holds its own.
     ///
     /// `table` must be immutable: no insert into it may run or follow (a
     /// memtable is once it is switched out; see `db/write.rs`).
@@ -158,7 +158,9 @@ impl TierTable {
             extents: Arc::new(Mutex::new(vec![Arc::new(extent)])),
             filters: vec![bloom.finish().into()],
             entries,
-            wals: vec![wal],
+            // A durable table's writes are in the tier file: it holds no
+            // WAL (until its manifest edit, the immutable memtable does).
+            wals: if id.is_some() { Vec::new() } else { vec![wal] },
             seqs,
         };
         Ok(Some((table, meta)))
@@ -278,11 +280,6 @@ impl TierTable {
     /// The WALs whose writes it holds, oldest first.
     pub(crate) fn wals(&self) -> &[u64] {
         &self.wals
-    }
-
-    /// Forgets its WALs: its copy-in is in the manifest of a durable tier.
-    pub(crate) fn release_wals(&mut self) {
-        self.wals.clear();
     }
 
     /// Ids of the durable tables it is made of, oldest first.
