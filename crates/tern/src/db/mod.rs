@@ -501,7 +501,7 @@ impl Db {
         st.last_sequence = s.visible_seq.load(Ordering::Acquire);
         st.snapshots = s.snapshots.len();
         // Live WALs: the active one and those of memtables waiting for
-        // flush. No lock the write path holds across I/O is taken: stats
+        // flush or held in an anonymous memory tier. No lock the write path holds across I/O is taken: stats
         // must answer while a write waits on a slow fsync.
         st.background_error = s.bg_error_seen.lock().clone();
         st.wal_bytes = s.wal_len.load(Ordering::Relaxed)
@@ -579,9 +579,12 @@ impl Db {
         if let Some(tier) = &self.shared.tier {
             let mut state = self.shared.state.lock();
             state.tier = crate::memtier::TierLevels::new(self.shared.opts.memtier_levels);
-            state.tier_retired.clear();
             self.shared.publish_tier(&mut state);
             self.shared.install_super_version(&state);
+            // Extents merges retired go once no reader can reach them; those
+            // a reader of this handle still may stay taken (and the file
+            // locked) until the handle itself goes.
+            state.tier_retired.retain(|r| r.in_use());
             drop(state);
             tier.close();
         }

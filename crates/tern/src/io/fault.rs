@@ -505,15 +505,9 @@ impl MappedFile for FaultMapped {
     }
 
     fn flush_range(&self, offset: usize, len: usize) -> io::Result<()> {
-        let delay = {
-            let mut faults = self.faults.lock();
-            faults.check(FaultKind::Sync, &[&self.path])?;
-            faults.sync_delay
-        };
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        self.inner.flush_range(offset, len)
+        faulty_sync(&self.faults, &self.path, || {
+            self.inner.flush_range(offset, len)
+        })
     }
 }
 

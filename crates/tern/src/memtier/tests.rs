@@ -26,8 +26,6 @@ fn memtable(entries: &[(&[u8], SeqNo, ValueKind, &[u8])]) -> Arc<MemTable> {
     m
 }
 
-/// Every entry as `(user key, seq, value)`, in order, walked forward or
-/// backward.
 /// Copies `m` into the tier (not durable), or `None` without room.
 fn try_copy(mem: &Arc<TierMemory>, m: &MemTable, wal: u64) -> Option<TierTable> {
     TierTable::copy_in(mem, m, wal, None, 10)
@@ -40,6 +38,8 @@ fn copy(mem: &Arc<TierMemory>, m: &MemTable, wal: u64) -> TierTable {
     try_copy(mem, m, wal).expect("room in the tier")
 }
 
+/// Every entry as `(user key, seq, value)`, in order, walked forward or
+/// backward.
 fn walk(t: &Arc<TierTable>, forward: bool) -> Vec<(Vec<u8>, SeqNo, Vec<u8>)> {
     let mut it = t.iter();
     if forward {
