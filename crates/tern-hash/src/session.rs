@@ -1,0 +1,410 @@
+//! Sessions: the operations. Each session is an epoch participant of its
+//! own, pinned for the in-memory part of an operation only, never across a
+//! disk read, so a session waiting for the disk holds up no other.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_epoch::{Guard, LocalHandle};
+
+use crate::index::{entry_address, with_address, KeyHash};
+use crate::log::HybridLog;
+use crate::record::{capacity_for, decode, peek_len, record_len, Record, HEADER_LEN, TOMBSTONE};
+use crate::store::HashStore;
+use crate::{Error, Result};
+
+/// Where a chain walk through memory ended.
+enum Found {
+    /// The key's newest record, in memory.
+    Here(u64, Record),
+    /// The chain goes on below the head, on disk, from this address.
+    OnDisk(u64),
+    /// The chain ended without the key.
+    Absent,
+}
+
+/// The region boundaries an operation works with, read once it is pinned.
+struct View {
+    begin: u64,
+    head: u64,
+    safe_read_only: u64,
+    read_only: u64,
+}
+
+impl View {
+    fn read(log: &HybridLog) -> View {
+        let r = &log.regions;
+        // `safe_read_only` first: read later, it could pass the
+        // `read_only` read before it.
+        let safe_read_only = r.safe_read_only.load(Ordering::SeqCst);
+        View {
+            begin: r.begin.load(Ordering::SeqCst),
+            head: r.head.load(Ordering::SeqCst),
+            safe_read_only,
+            read_only: r.read_only.load(Ordering::SeqCst),
+        }
+    }
+
+    fn walk(&self, log: &HybridLog, mut address: u64, key: &[u8]) -> Found {
+        loop {
+            if address < self.begin {
+                return Found::Absent;
+            }
+            if address < self.head {
+                return Found::OnDisk(address);
+            }
+            let rec = log.record(address);
+            if rec.key() == key {
+                return Found::Here(address, rec);
+            }
+            address = rec.prev();
+        }
+    }
+}
+
+#[derive(Default)]
+struct SessionCounters {
+    in_place: u64,
+    appended: u64,
+    disk_reads: u64,
+    retries: u64,
+}
+
+/// One thread's handle for operations on a [`HashStore`]. Not `Send`: a
+/// session is an epoch participant tied to its thread, as in FASTER. Make
+/// one per thread with [`HashStore::session`].
+pub struct Session<'a> {
+    store: &'a HashStore,
+    handle: LocalHandle,
+    value: Vec<u8>,
+    disk: Vec<u8>,
+    counters: SessionCounters,
+}
+
+impl<'a> Session<'a> {
+    pub(crate) fn new(store: &'a HashStore) -> Session<'a> {
+        Session {
+            store,
+            handle: store.log.register(),
+            value: Vec::new(),
+            disk: Vec::new(),
+            counters: SessionCounters::default(),
+        }
+    }
+
+    fn log(&self) -> &'a HybridLog {
+        &self.store.log
+    }
+
+    fn check_sizes(&self, key: &[u8], value_len: usize) -> Result<usize> {
+        let capacity = capacity_for(key.len(), value_len);
+        let len = record_len(key.len(), capacity) as u64;
+        if key.len() > u32::MAX as usize || len > self.log().page_size() {
+            return Err(Error::InvalidArgument(format!(
+                "a key of {} bytes and a value of {value_len} bytes make a record of {len} bytes, \
+                 larger than a log page ({} bytes): open the store with a larger page_bits",
+                key.len(),
+                self.log().page_size()
+            )));
+        }
+        Ok(capacity)
+    }
+
+    /// The value of `key`, if it has one.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Reads `key`'s value into `out`; `false` if the key has none.
+    pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let log = self.log();
+        let hash = KeyHash::of(key);
+        let on_disk = {
+            let _guard = self.handle.pin();
+            let Some(slot) = self.store.index.find(hash) else {
+                return Ok(false);
+            };
+            let view = View::read(log);
+            match view.walk(log, entry_address(slot.load(Ordering::Acquire)), key) {
+                Found::Absent => return Ok(false),
+                Found::Here(address, rec) => {
+                    if rec.load_info() & TOMBSTONE != 0 {
+                        return Ok(false);
+                    }
+                    if address >= view.safe_read_only {
+                        rec.lock_shared();
+                        rec.read_value(out);
+                        rec.unlock_shared();
+                    } else {
+                        rec.read_value(out);
+                    }
+                    return Ok(true);
+                }
+                Found::OnDisk(address) => address,
+            }
+        };
+        match self.read_disk(on_disk, key)? {
+            Some(value) => {
+                out.clear();
+                out.extend_from_slice(value);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Sets `key` to `value`.
+    pub fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(key, Some(value))
+    }
+
+    /// Deletes `key`.
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.write(key, None)
+    }
+
+    fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let capacity = self.check_sizes(key, value.map_or(0, <[u8]>::len))?;
+        let log = self.log();
+        let hash = KeyHash::of(key);
+        loop {
+            log.regions.check()?;
+            let guard = self.handle.pin();
+            let slot = self.store.index.find_or_create(hash)?;
+            let entry = slot.load(Ordering::Acquire);
+            let view = View::read(log);
+            match (view.walk(log, entry_address(entry), key), value) {
+                (Found::Here(address, rec), Some(value))
+                    if address >= view.read_only
+                        && rec.load_info() & TOMBSTONE == 0
+                        && rec.capacity() >= value.len() =>
+                {
+                    if rec.lock_exclusive() {
+                        rec.overwrite_value(value);
+                        rec.unlock_exclusive(false);
+                        self.counters.in_place += 1;
+                        return Ok(());
+                    }
+                    // Sealed: a newer copy heads the chain now.
+                    self.counters.retries += 1;
+                    continue;
+                }
+                (Found::Absent, None) => return Ok(()),
+                (Found::Here(_, rec), None) if rec.load_info() & TOMBSTONE != 0 => return Ok(()),
+                _ => {}
+            }
+            // Blind writes need no lock on the record they shadow: an update
+            // in place that lands on it after this append is ordered before it.
+            let tombstone = value.is_none();
+            match self.append(
+                &guard,
+                slot,
+                entry,
+                key,
+                value.unwrap_or_default(),
+                capacity,
+                tombstone,
+            ) {
+                Some(true) => return Ok(()),
+                Some(false) => self.counters.retries += 1,
+                None => {
+                    drop(guard);
+                    self.counters.retries += 1;
+                    log.wait_for_room(&self.handle);
+                }
+            }
+        }
+    }
+
+    /// Appends a record and links it in place of `entry`: `Some(true)` if
+    /// linked, `Some(false)` if the entry changed first (the record is marked
+    /// invalid), `None` if the log had no room yet.
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        guard: &Guard,
+        slot: &std::sync::atomic::AtomicU64,
+        entry: u64,
+        key: &[u8],
+        value: &[u8],
+        capacity: usize,
+        tombstone: bool,
+    ) -> Option<bool> {
+        let log = self.log();
+        let len = record_len(key.len(), capacity) as u64;
+        let address = log.allocate(len, guard)?;
+        let rec = log.record(address);
+        // SAFETY: the room was just allocated to this thread, zeroed when its
+        // page was turned, and is reachable by nobody until the swap below.
+        unsafe { rec.init(entry_address(entry), tombstone, key, value, capacity) };
+        if slot
+            .compare_exchange(
+                entry,
+                with_address(entry, address),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            self.counters.appended += 1;
+            Some(true)
+        } else {
+            rec.mark_invalid();
+            Some(false)
+        }
+    }
+
+    /// Read-modify-write: `update` gets the current value (or `None`) and
+    /// returns the new one, or `None` to leave the key as it is. Returns
+    /// what was written. `update` may run more than once when the operation
+    /// retries, each time on the value current then, so it must not have
+    /// other effects.
+    pub fn rmw(
+        &mut self,
+        key: &[u8],
+        mut update: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+    ) -> Result<Option<Vec<u8>>> {
+        let log = self.log();
+        let hash = KeyHash::of(key);
+        loop {
+            log.regions.check()?;
+            let guard = self.handle.pin();
+            let slot = self.store.index.find_or_create(hash)?;
+            let entry = slot.load(Ordering::Acquire);
+            let view = View::read(log);
+            let (old, locked) = match view.walk(log, entry_address(entry), key) {
+                Found::Here(address, rec) if rec.load_info() & TOMBSTONE == 0 => {
+                    // Above `safe_read_only` an update in place may still be
+                    // running: take the lock, and seal the record if a copy
+                    // replaces it.
+                    let locked = address >= view.safe_read_only;
+                    if locked && !rec.lock_exclusive() {
+                        self.counters.retries += 1;
+                        continue;
+                    }
+                    rec.read_value(&mut self.value);
+                    let Some(new) = update(Some(&self.value)) else {
+                        if locked {
+                            rec.unlock_exclusive(false);
+                        }
+                        return Ok(None);
+                    };
+                    if locked && address >= view.read_only && new.len() <= rec.capacity() {
+                        rec.overwrite_value(&new);
+                        rec.unlock_exclusive(false);
+                        self.counters.in_place += 1;
+                        return Ok(Some(new));
+                    }
+                    (Some(new), locked.then_some(rec))
+                }
+                Found::Here(..) | Found::Absent => (update(None), None),
+                Found::OnDisk(address) => {
+                    drop(guard);
+                    let old = self.read_disk(address, key)?.map(<[u8]>::to_vec);
+                    let Some(new) = update(old.as_deref()) else {
+                        return Ok(None);
+                    };
+                    let guard = self.handle.pin();
+                    let capacity = self.check_sizes(key, new.len())?;
+                    match self.append(&guard, slot, entry, key, &new, capacity, false) {
+                        Some(true) => return Ok(Some(new)),
+                        Some(false) => self.counters.retries += 1,
+                        None => {
+                            drop(guard);
+                            self.counters.retries += 1;
+                            log.wait_for_room(&self.handle);
+                        }
+                    }
+                    continue;
+                }
+            };
+            let Some(new) = old else {
+                return Ok(None);
+            };
+            let capacity = match self.check_sizes(key, new.len()) {
+                Ok(c) => c,
+                Err(e) => {
+                    if let Some(rec) = locked {
+                        rec.unlock_exclusive(false);
+                    }
+                    return Err(e);
+                }
+            };
+            let linked = self.append(&guard, slot, entry, key, &new, capacity, false);
+            if let Some(rec) = locked {
+                rec.unlock_exclusive(linked == Some(true));
+            }
+            match linked {
+                Some(true) => return Ok(Some(new)),
+                Some(false) => self.counters.retries += 1,
+                None => {
+                    drop(guard);
+                    self.counters.retries += 1;
+                    log.wait_for_room(&self.handle);
+                }
+            }
+        }
+    }
+
+    /// Follows a chain on disk from `address` to `key`'s newest record: its
+    /// value, or `None` if the key has none.
+    fn read_disk(&mut self, mut address: u64, key: &[u8]) -> Result<Option<&[u8]>> {
+        let log = self.store.log.as_ref();
+        let page_size = log.page_size();
+        loop {
+            if address < log.regions.begin.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+            self.counters.disk_reads += 1;
+            let room = (page_size - (address & (page_size - 1))) as usize;
+            let corrupt = |reason: String| {
+                let (file, offset) = log.segments.locate(address);
+                Error::Corruption {
+                    file,
+                    offset,
+                    reason,
+                }
+            };
+            self.disk.resize(HEADER_LEN, 0);
+            log.segments.read(address, &mut self.disk)?;
+            let len = peek_len(&self.disk, room)
+                .map_err(|e| corrupt(e.0))?
+                .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
+            self.disk.resize(len, 0);
+            log.segments.read(address, &mut self.disk)?;
+            let rec = decode(&self.disk, room)
+                .map_err(|e| corrupt(e.0))?
+                .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
+            if rec.key == key {
+                if rec.tombstone {
+                    return Ok(None);
+                }
+                let at = rec.value.as_ptr() as usize - self.disk.as_ptr() as usize;
+                let len = rec.value.len();
+                return Ok(Some(&self.disk[at..at + len]));
+            }
+            address = rec.prev;
+        }
+    }
+
+    /// Adds this session's counters to the store's.
+    pub fn flush_counters(&mut self) {
+        let c = std::mem::take(&mut self.counters);
+        let s = &self.store.counters;
+        let add = |a: &AtomicU64, v: u64| {
+            if v > 0 {
+                a.fetch_add(v, Ordering::Relaxed);
+            }
+        };
+        add(&s.in_place, c.in_place);
+        add(&s.appended, c.appended);
+        add(&s.disk_reads, c.disk_reads);
+        add(&s.retries, c.retries);
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.flush_counters();
+    }
+}
