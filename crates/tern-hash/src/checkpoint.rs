@@ -15,8 +15,8 @@ use tern::internals::format::checksum::crc;
 use tern::io::FileSystem;
 
 use crate::index::{with_address, HashIndex, KeyHash};
+use crate::log::scan::scan;
 use crate::log::segments::Segments;
-use crate::record::{decode, peek_len, HEADER_LEN};
 use crate::{Error, Result};
 
 /// The checkpoint file's name.
@@ -149,50 +149,18 @@ pub fn rebuild_index(
     begin: u64,
     end: u64,
 ) -> Result<Recovered> {
-    let page_size = 1u64 << page_bits;
     let mut out = Recovered::default();
-    let mut page = vec![0u8; page_size as usize];
-    let mut page_start = begin & !(page_size - 1);
-    while page_start < end {
-        let from = begin.max(page_start);
-        let to = end.min(page_start + page_size);
-        let bytes = &mut page[..(to - from) as usize];
-        segments.read(from, bytes)?;
-        let mut at = 0usize;
-        while at + HEADER_LEN <= bytes.len() {
-            let address = from + at as u64;
-            let room = (page_start + page_size - address) as usize;
-            let corrupt = |reason: String| {
-                let (file, offset) = segments.locate(address);
-                Error::Corruption {
-                    file,
-                    offset,
-                    reason,
-                }
-            };
-            let Some(len) = peek_len(&bytes[at..], room).map_err(|e| corrupt(e.0))? else {
-                break;
-            };
-            if at + len > bytes.len() {
-                return Err(corrupt(format!(
-                    "record of {len} bytes runs past the checkpointed log end {end:#x}"
-                )));
-            }
-            let rec = decode(&bytes[at..], room)
-                .map_err(|e| corrupt(e.0))?
-                .ok_or_else(|| corrupt("record vanished between two reads".into()))?;
-            if rec.invalid {
-                out.invalid += 1;
-            } else {
-                let slot = index.find_or_create(KeyHash::of(rec.key))?;
-                let entry = slot.load(Ordering::Relaxed);
-                slot.store(with_address(entry, address), Ordering::Relaxed);
-                out.records += 1;
-            }
-            at += len;
+    scan(segments, page_bits, begin, end, |address, rec| {
+        if rec.invalid {
+            out.invalid += 1;
+        } else {
+            let slot = index.find_or_create(KeyHash::of(rec.key))?;
+            let entry = slot.load(Ordering::Relaxed);
+            slot.store(with_address(entry, address), Ordering::Relaxed);
+            out.records += 1;
         }
-        page_start += page_size;
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 

@@ -28,6 +28,7 @@
 //! formats in `docs/format/hash.md`).
 
 mod checkpoint;
+mod compaction;
 mod error;
 mod index;
 mod log;
@@ -37,6 +38,7 @@ mod session;
 mod store;
 
 pub use checkpoint::{CheckpointMeta, CHECKPOINT_FILE};
+pub use compaction::Compacted;
 pub use error::{Error, Result};
 pub use log::segments::{parse_segment_file_name, segment_file_name};
 pub use options::HashOptions;

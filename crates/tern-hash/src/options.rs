@@ -28,6 +28,11 @@ pub struct HashOptions {
     /// second; `None`: only when [`crate::HashStore::checkpoint`] is called).
     /// A crash loses the writes after the last completed checkpoint.
     pub checkpoint_interval: Option<std::time::Duration>,
+    /// Once the log spans more than this many bytes, the periodic
+    /// checkpointer compacts its oldest segments (default `None`: only
+    /// [`crate::HashStore::compact`] does). Live records are copied forward,
+    /// so a limit below the live data's size makes every round copy.
+    pub log_size_limit: Option<u64>,
 }
 
 impl Default for HashOptions {
@@ -39,6 +44,7 @@ impl Default for HashOptions {
             segment_bits: 30,
             index_bits: 20,
             checkpoint_interval: Some(std::time::Duration::from_secs(1)),
+            log_size_limit: None,
         }
     }
 }
@@ -54,6 +60,7 @@ impl HashOptions {
             segment_bits: 16,
             index_bits: 8,
             checkpoint_interval: None,
+            log_size_limit: None,
         }
     }
 

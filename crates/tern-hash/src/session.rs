@@ -22,6 +22,21 @@ enum Found {
     Absent,
 }
 
+/// A key's newest record on disk; its bytes are in the session's buffer.
+struct DiskHit {
+    address: u64,
+    tombstone: bool,
+    value: std::ops::Range<usize>,
+}
+
+/// Where a chain walk on disk ended.
+enum DiskWalk {
+    Hit(DiskHit),
+    Absent,
+    /// Log compaction moved the begin past the walk: start over.
+    Moved,
+}
+
 /// The region boundaries an operation works with, read once it is pinned.
 struct View {
     begin: u64,
@@ -119,37 +134,40 @@ impl<'a> Session<'a> {
     pub fn get_into(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let log = self.log();
         let hash = KeyHash::of(key);
-        let on_disk = {
-            let _guard = self.handle.pin();
-            let Some(slot) = self.store.index.find(hash) else {
-                return Ok(false);
+        loop {
+            let (on_disk, begin) = {
+                let _guard = self.handle.pin();
+                let Some(slot) = self.store.index.find(hash) else {
+                    return Ok(false);
+                };
+                let view = View::read(log);
+                match view.walk(log, entry_address(slot.load(Ordering::Acquire)), key) {
+                    Found::Absent => return Ok(false),
+                    Found::Here(address, rec) => {
+                        if rec.load_info() & TOMBSTONE != 0 {
+                            return Ok(false);
+                        }
+                        if address >= view.safe_read_only {
+                            rec.lock_shared();
+                            rec.read_value(out);
+                            rec.unlock_shared();
+                        } else {
+                            rec.read_value(out);
+                        }
+                        return Ok(true);
+                    }
+                    Found::OnDisk(address) => (address, view.begin),
+                }
             };
-            let view = View::read(log);
-            match view.walk(log, entry_address(slot.load(Ordering::Acquire)), key) {
-                Found::Absent => return Ok(false),
-                Found::Here(address, rec) => {
-                    if rec.load_info() & TOMBSTONE != 0 {
-                        return Ok(false);
-                    }
-                    if address >= view.safe_read_only {
-                        rec.lock_shared();
-                        rec.read_value(out);
-                        rec.unlock_shared();
-                    } else {
-                        rec.read_value(out);
-                    }
+            match self.walk_disk(on_disk, key, begin)? {
+                DiskWalk::Hit(hit) if !hit.tombstone => {
+                    out.clear();
+                    out.extend_from_slice(&self.disk[hit.value]);
                     return Ok(true);
                 }
-                Found::OnDisk(address) => address,
+                DiskWalk::Hit(_) | DiskWalk::Absent => return Ok(false),
+                DiskWalk::Moved => self.counters.retries += 1,
             }
-        };
-        match self.read_disk(on_disk, key)? {
-            Some(value) => {
-                out.clear();
-                out.extend_from_slice(value);
-                Ok(true)
-            }
-            None => Ok(false),
         }
     }
 
@@ -223,7 +241,7 @@ impl<'a> Session<'a> {
     fn append(
         &mut self,
         guard: &Guard,
-        slot: &std::sync::atomic::AtomicU64,
+        slot: &AtomicU64,
         entry: u64,
         key: &[u8],
         value: &[u8],
@@ -300,7 +318,14 @@ impl<'a> Session<'a> {
                 Found::Here(..) | Found::Absent => (update(None), None),
                 Found::OnDisk(address) => {
                     drop(guard);
-                    let old = self.read_disk(address, key)?.map(<[u8]>::to_vec);
+                    let old = match self.walk_disk(address, key, view.begin)? {
+                        DiskWalk::Hit(hit) if !hit.tombstone => Some(self.disk[hit.value].to_vec()),
+                        DiskWalk::Hit(_) | DiskWalk::Absent => None,
+                        DiskWalk::Moved => {
+                            self.counters.retries += 1;
+                            continue;
+                        }
+                    };
                     let Some(new) = update(old.as_deref()) else {
                         return Ok(None);
                     };
@@ -346,14 +371,22 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Follows a chain on disk from `address` to `key`'s newest record: its
-    /// value, or `None` if the key has none.
-    fn read_disk(&mut self, mut address: u64, key: &[u8]) -> Result<Option<&[u8]>> {
+    /// Follows a chain on disk from `address` to `key`'s newest record,
+    /// leaving it in `self.disk`. `begin` is the log's begin when the
+    /// operation started: the chain ends below it. Should log compaction
+    /// have moved the begin past the walk since, the answer is
+    /// [`DiskWalk::Moved`] and the operation starts over (compaction copied
+    /// what was live before it moved the begin).
+    fn walk_disk(&mut self, mut address: u64, key: &[u8], begin: u64) -> Result<DiskWalk> {
         let log = self.store.log.as_ref();
         let page_size = log.page_size();
         loop {
-            if address < log.regions.begin.load(Ordering::Acquire) {
-                return Ok(None);
+            if address < begin {
+                return Ok(DiskWalk::Absent);
+            }
+            let moved = || address < log.regions.begin.load(Ordering::Acquire);
+            if moved() {
+                return Ok(DiskWalk::Moved);
             }
             self.counters.disk_reads += 1;
             let room = (page_size - (address & (page_size - 1))) as usize;
@@ -366,24 +399,78 @@ impl<'a> Session<'a> {
                 }
             };
             self.disk.resize(HEADER_LEN, 0);
-            log.segments.read(address, &mut self.disk)?;
+            if let Err(e) = log.segments.read(address, &mut self.disk) {
+                return if moved() { Ok(DiskWalk::Moved) } else { Err(e) };
+            }
             let len = peek_len(&self.disk, room)
                 .map_err(|e| corrupt(e.0))?
                 .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
             self.disk.resize(len, 0);
-            log.segments.read(address, &mut self.disk)?;
+            if let Err(e) = log.segments.read(address, &mut self.disk) {
+                return if moved() { Ok(DiskWalk::Moved) } else { Err(e) };
+            }
             let rec = decode(&self.disk, room)
                 .map_err(|e| corrupt(e.0))?
                 .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
             if rec.key == key {
-                if rec.tombstone {
-                    return Ok(None);
-                }
                 let at = rec.value.as_ptr() as usize - self.disk.as_ptr() as usize;
-                let len = rec.value.len();
-                return Ok(Some(&self.disk[at..at + len]));
+                return Ok(DiskWalk::Hit(DiskHit {
+                    address,
+                    tombstone: rec.tombstone,
+                    value: at..at + rec.value.len(),
+                }));
             }
             address = rec.prev;
+        }
+    }
+
+    /// The address of `key`'s newest record, with the index entry it was
+    /// found under (log compaction's liveness check).
+    pub(crate) fn newest(&mut self, key: &[u8]) -> Result<Option<(&'a AtomicU64, u64, u64)>> {
+        let log = self.log();
+        let hash = KeyHash::of(key);
+        loop {
+            let (slot, entry, on_disk, begin) = {
+                let _guard = self.handle.pin();
+                let Some(slot) = self.store.index.find(hash) else {
+                    return Ok(None);
+                };
+                let entry = slot.load(Ordering::Acquire);
+                let view = View::read(log);
+                match view.walk(log, entry_address(entry), key) {
+                    Found::Absent => return Ok(None),
+                    Found::Here(address, _) => return Ok(Some((slot, entry, address))),
+                    Found::OnDisk(address) => (slot, entry, address, view.begin),
+                }
+            };
+            match self.walk_disk(on_disk, key, begin)? {
+                DiskWalk::Hit(hit) => return Ok(Some((slot, entry, hit.address))),
+                DiskWalk::Absent => return Ok(None),
+                DiskWalk::Moved => self.counters.retries += 1,
+            }
+        }
+    }
+
+    /// Appends a copy of a live record and links it in place of `entry`;
+    /// `false` if the entry changed first.
+    pub(crate) fn copy_forward(
+        &mut self,
+        slot: &AtomicU64,
+        entry: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool> {
+        let capacity = self.check_sizes(key, value.len())?;
+        loop {
+            self.log().regions.check()?;
+            let guard = self.handle.pin();
+            match self.append(&guard, slot, entry, key, value, capacity, false) {
+                Some(linked) => return Ok(linked),
+                None => {
+                    drop(guard);
+                    self.log().wait_for_room(&self.handle);
+                }
+            }
         }
     }
 
@@ -406,5 +493,39 @@ impl<'a> Session<'a> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         self.flush_counters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HashOptions;
+    use tern::io::MemFs;
+
+    #[test]
+    fn a_record_whose_insert_lost_its_race_is_not_recovered() {
+        let fs = MemFs::new();
+        {
+            let store =
+                HashStore::open_with_fs(fs.clone(), "/db", HashOptions::small()).expect("open");
+            let mut s = store.session();
+            s.upsert(b"k", b"linked").expect("upsert");
+            let slot = store.index.find(KeyHash::of(b"k")).expect("entry");
+            let stale = with_address(slot.load(Ordering::Acquire), 0);
+            let guard = s.handle.pin();
+            assert_eq!(
+                s.append(&guard, slot, stale, b"k", b"lost", 8, false),
+                Some(false)
+            );
+            drop(guard);
+            drop(s);
+            store.checkpoint().expect("checkpoint");
+            fs.crash();
+        }
+        let store = HashStore::open_with_fs(fs, "/db", HashOptions::small()).expect("reopen");
+        assert_eq!(
+            store.session().get(b"k").expect("get").as_deref(),
+            Some(&b"linked"[..])
+        );
     }
 }

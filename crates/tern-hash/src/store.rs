@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     pub(crate) appended: AtomicU64,
     pub(crate) disk_reads: AtomicU64,
     pub(crate) retries: AtomicU64,
+    pub(crate) compactions: AtomicU64,
 }
 
 /// A snapshot of a store's state.
@@ -46,6 +47,8 @@ pub struct HashStats {
     pub disk_reads: u64,
     /// Operations retried after a lost race or a full log (ended sessions).
     pub retries: u64,
+    /// Log compactions completed since open.
+    pub compactions: u64,
     /// Checkpoints completed since open.
     pub checkpoints: u64,
     /// The end of the last checkpoint (0: none).
@@ -81,6 +84,8 @@ pub struct HashStore {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     checkpoint: Mutex<CheckpointState>,
+    /// One log compaction at a time.
+    pub(crate) compaction: Mutex<()>,
     recovered: Recovered,
     flusher: Option<JoinHandle<()>>,
     ticker: Arc<Ticker>,
@@ -158,6 +163,7 @@ impl HashStore {
             fs,
             dir,
             checkpoint: Mutex::new(CheckpointState { meta, taken: 0 }),
+            compaction: Mutex::new(()),
             recovered,
             flusher: Some(flusher),
             ticker,
@@ -233,6 +239,7 @@ impl HashStore {
             appended: c.appended.load(Ordering::Relaxed),
             disk_reads: c.disk_reads.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
             checkpoints: state.taken,
             checkpoint_end: state.meta.map_or(0, |m| m.end),
             recovered_records: self.recovered.records,
@@ -269,6 +276,12 @@ fn spawn_checkpointer(store: &Arc<HashStore>, every: Duration) -> std::io::Resul
             let Some(store) = weak.upgrade() else { return };
             // A failure stops the store; sessions report it.
             let _ = store.checkpoint();
+            if let Some(limit) = store.options.log_size_limit {
+                let s = store.stats();
+                if s.tail - s.begin > limit {
+                    let _ = store.compact(s.tail - limit);
+                }
+            }
         })?;
     Ok(())
 }

@@ -17,6 +17,7 @@
 //! `safe_head` reused (no reader can still be looking at them).
 
 mod flusher;
+pub mod scan;
 pub mod segments;
 
 use std::alloc::Layout;

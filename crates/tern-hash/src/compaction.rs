@@ -1,0 +1,82 @@
+//! Log compaction: reclaims the disk space of dead records. The live records
+//! of the oldest part of the log are copied to the tail (each copy linked
+//! only if its record is still the key's newest), the log's begin moves past
+//! that part, a checkpoint makes both durable, and only then are the
+//! segment files below the new begin deleted.
+
+use std::sync::atomic::Ordering;
+
+use crate::log::scan::scan;
+use crate::store::HashStore;
+use crate::Result;
+
+/// What a log compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// The log's begin afterwards.
+    pub begin: u64,
+    /// Records read.
+    pub scanned: u64,
+    /// Live records copied to the tail.
+    pub copied: u64,
+    /// Bytes of keys and values copied.
+    pub copied_bytes: u64,
+    /// Segment files deleted.
+    pub segments_removed: u64,
+}
+
+impl HashStore {
+    /// Compacts the log below `until`, rounded down to a segment boundary
+    /// and limited to the part on disk. Takes a checkpoint before deleting
+    /// anything, so a crash at any point leaves either the old log or the
+    /// new one.
+    pub fn compact(&self, until: u64) -> Result<Compacted> {
+        let _one = self.compaction.lock();
+        let log = &self.log;
+        let regions = &log.regions;
+        regions.check()?;
+        let segment = 1u64 << self.options.segment_bits;
+        let begin = regions.begin.load(Ordering::Acquire);
+        let until = until.min(regions.head.load(Ordering::Acquire)) & !(segment - 1);
+        let mut out = Compacted {
+            begin,
+            ..Compacted::default()
+        };
+        if until <= begin {
+            return Ok(out);
+        }
+        let mut session = self.session();
+        scan(
+            &log.segments,
+            self.options.page_bits,
+            begin,
+            until,
+            |address, rec| {
+                out.scanned += 1;
+                // A tombstone that is its key's newest record goes with the
+                // versions it hides, which are all older, so below `until` too.
+                if rec.invalid || rec.tombstone {
+                    return Ok(());
+                }
+                while let Some((slot, entry, newest)) = session.newest(rec.key)? {
+                    if newest != address {
+                        break;
+                    }
+                    if session.copy_forward(slot, entry, rec.key, rec.value)? {
+                        out.copied += 1;
+                        out.copied_bytes += (rec.key.len() + rec.value.len()) as u64;
+                        break;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        drop(session);
+        regions.begin.fetch_max(until, Ordering::SeqCst);
+        self.checkpoint()?;
+        out.begin = until;
+        out.segments_removed = log.segments.remove_below(until)?;
+        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
+    }
+}
