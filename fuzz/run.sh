@@ -19,7 +19,8 @@ shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(wal manifest write_batch version_edit block footer table bloom
-    blob_record blob_footer blob_index blob_lineage blob_ref blob_file memtier resp cluster)
+    blob_record blob_footer blob_index blob_lineage blob_ref blob_file memtier resp cluster
+    hash_record hash_log hash_checkpoint)
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 export RUSTFLAGS="-Cpasses=sancov-module \

@@ -30,6 +30,7 @@
 mod checkpoint;
 mod compaction;
 mod error;
+pub mod fuzzing;
 mod index;
 mod log;
 mod options;

@@ -56,7 +56,7 @@ pub fn capacity_for(key_len: usize, value_len: usize) -> usize {
     align8(key_len + value_len) - key_len
 }
 
-fn checksum(
+pub(crate) fn checksum(
     info: u64,
     key_len: u32,
     value_len: u32,

@@ -407,3 +407,33 @@ fn bad_input_gets_a_clear_error() {
     };
     assert!(matches!(bad.validate(), Err(Error::InvalidArgument(_))));
 }
+
+#[test]
+fn a_zeroed_record_in_the_last_page_is_reported_at_open_not_after_the_next_checkpoint() {
+    let fs = MemFs::new();
+    let end = {
+        let store = HashStore::open_with_fs(fs.clone(), "/db", HashOptions::small()).expect("open");
+        let mut s = store.session();
+        for i in 0..10u64 {
+            s.upsert(format!("k{i}").as_bytes(), &[b'v'; 40])
+                .expect("upsert");
+        }
+        drop(s);
+        store.checkpoint().expect("checkpoint")
+    };
+    assert_ne!(end % 4096, 0, "the log ends mid-page");
+    // Zero the header of the third record (each takes 24 + 48 bytes).
+    let path = Path::new("/db").join(tern_hash::segment_file_name(0));
+    let mut bytes = fs.read_all(&path).expect("segment");
+    let third = 64 + 2 * 72;
+    bytes[third..third + 24].fill(0);
+    let mut f = fs.create(&path).expect("rewrite");
+    f.append(&bytes).expect("append");
+    f.sync().expect("sync");
+    drop(f);
+    match HashStore::open_with_fs(fs, "/db", HashOptions::small()) {
+        Err(Error::Corruption { offset, .. }) => assert_eq!(offset, third as u64),
+        Err(e) => panic!("expected a corruption error, got {e}"),
+        Ok(_) => panic!("a log with a hole opened"),
+    }
+}

@@ -20,6 +20,7 @@ use tern::internals::format::log_record::LogKind;
 use tern::internals::format::table::{block_trailer, BlockHandle, Footer, FOOTER_LEN};
 use tern::internals::format::version_edit::VersionEdit;
 use tern::internals::wal::LogReader;
+use tern::io::{FileSystem, MemFs};
 use tern::{Compression, Db, Options, WriteBatch, WriteOptions};
 use tern_stress::fuzz::{replay_dir, TARGETS};
 
@@ -217,6 +218,7 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
         "arena".to_string(),
         tern::internals::memtier::arena_image(&tier_entries),
     ));
+    hash_seeds(&mut out);
     let mut bloom = BloomBuilder::new(10);
     for i in 0..50 {
         bloom.add_key(format!("k{i}").as_bytes());
@@ -225,6 +227,50 @@ fn seeds() -> BTreeMap<&'static str, Vec<(String, Vec<u8>)>> {
         .or_default()
         .push(("bloom-50".into(), bloom.finish()));
     out
+}
+
+/// A real hash-log segment (with deletes, counters and in-place updates),
+/// a record of each kind, and the checkpoint file naming the segment.
+fn hash_seeds(out: &mut BTreeMap<&'static str, Vec<(String, Vec<u8>)>>) {
+    use tern_hash::{HashOptions, HashStore};
+    let fs = MemFs::new();
+    let store = HashStore::open_with_fs(fs.clone(), "/h", HashOptions::small()).unwrap();
+    let mut s = store.session();
+    for i in 0..120u64 {
+        let key = format!("k{}", i % 40).into_bytes();
+        match i % 6 {
+            0 => s.delete(&key).unwrap(),
+            1 => {
+                s.rmw(b"count", |old| {
+                    let n: u64 = old.map_or(0, |v| String::from_utf8_lossy(v).parse().unwrap_or(0));
+                    Some((n + 1).to_string().into_bytes())
+                })
+                .unwrap();
+            }
+            _ => s.upsert(&key, &vec![b'v'; (i % 50) as usize]).unwrap(),
+        }
+    }
+    drop(s);
+    store.checkpoint().unwrap();
+    drop(store);
+    let segment = fs.read_all(Path::new("/h/hlog.000000")).unwrap();
+    assert!(segment.len() <= 1 << 16);
+    out.entry("hash_log")
+        .or_default()
+        .push(("segment".into(), segment));
+    out.entry("hash_checkpoint").or_default().push((
+        "checkpoint".into(),
+        fs.read_all(Path::new("/h/CHECKPOINT")).unwrap(),
+    ));
+    let records = out.entry("hash_record").or_default();
+    records.push((
+        "value".into(),
+        tern_hash::record::encode(64, false, b"key", b"value"),
+    ));
+    records.push((
+        "tombstone".into(),
+        tern_hash::record::encode(0, true, b"gone", b""),
+    ));
 }
 
 /// Real blob files and their pieces, from a store that separates every

@@ -24,7 +24,7 @@ pub fn scan(
         let bytes = &mut page[..(to - from) as usize];
         segments.read(from, bytes)?;
         let mut at = 0usize;
-        while at + HEADER_LEN <= bytes.len() {
+        while at < bytes.len() {
             let address = from + at as u64;
             let room = (page_start + page_size - address) as usize;
             let corrupt = |reason: String| {
@@ -35,7 +35,23 @@ pub fn scan(
                     reason,
                 }
             };
-            let Some(len) = peek_len(&bytes[at..], room).map_err(|e| corrupt(e.0))? else {
+            let len = if bytes.len() - at < HEADER_LEN {
+                None
+            } else {
+                peek_len(&bytes[at..], room).map_err(|e| corrupt(e.0))?
+            };
+            let Some(len) = len else {
+                // The page's records end here. The rest of the page was never
+                // written, so anything but zeros is damage, and so is a log
+                // whose records stop short of where its last page ends.
+                if bytes[at..].iter().any(|&b| b != 0) {
+                    return Err(corrupt("bytes after the last record of the page".into()));
+                }
+                if to == end && end % page_size != 0 {
+                    return Err(corrupt(format!(
+                        "the log's records end here, before its end {end:#x}"
+                    )));
+                }
                 break;
             };
             if at + len > bytes.len() {

@@ -12,17 +12,20 @@
 //!
 //! The blob harnesses also run each input a second time with its checksum
 //! recomputed, so mutations reach the decoding behind the checksum. The RESP
-//! parser gets a target in the server crate.
+//! parser gets a target in the server crate; the hash engine's decoders
+//! are the `hash_*` targets.
 
 use std::path::{Path, PathBuf};
 
 use tern::io::{FileSystem, FsRef, MemFs};
 
 pub use blobs::{blob_file, blob_footer, blob_index, blob_lineage, blob_record, blob_ref};
+pub use hash::{hash_checkpoint, hash_log, hash_record};
 pub use logs::{manifest, memtier, version_edit, wal, write_batch};
 pub use tables::{block, bloom, footer, table};
 
 mod blobs;
+mod hash;
 mod logs;
 mod tables;
 
@@ -47,6 +50,9 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("blob_lineage", blob_lineage),
     ("blob_ref", blob_ref),
     ("blob_file", blob_file),
+    ("hash_record", hash_record),
+    ("hash_log", hash_log),
+    ("hash_checkpoint", hash_checkpoint),
 ];
 
 /// A fresh in-memory file system holding `data` at `path` (under
