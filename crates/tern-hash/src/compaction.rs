@@ -5,6 +5,7 @@
 //! segment files below the new begin deleted.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::log::scan::scan;
 use crate::store::HashStore;
@@ -30,7 +31,7 @@ impl HashStore {
     /// and limited to the part on disk. Takes a checkpoint before deleting
     /// anything, so a crash at any point leaves either the old log or the
     /// new one.
-    pub fn compact(&self, until: u64) -> Result<Compacted> {
+    pub fn compact(self: &Arc<Self>, until: u64) -> Result<Compacted> {
         let _one = self.compaction.lock();
         let log = &self.log;
         let regions = &log.regions;
@@ -45,7 +46,7 @@ impl HashStore {
         if until <= begin {
             return Ok(out);
         }
-        let mut session = self.session();
+        let session = self.session();
         scan(
             &log.segments,
             self.options.page_bits,

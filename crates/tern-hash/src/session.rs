@@ -2,7 +2,9 @@
 //! own, pinned for the in-memory part of an operation only, never across a
 //! disk read, so a session waiting for the disk holds up no other.
 
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crossbeam_epoch::{Guard, LocalHandle};
 
@@ -78,35 +80,40 @@ impl View {
 
 #[derive(Default)]
 struct SessionCounters {
-    in_place: u64,
-    appended: u64,
-    disk_reads: u64,
-    retries: u64,
+    in_place: Cell<u64>,
+    appended: Cell<u64>,
+    disk_reads: Cell<u64>,
+    retries: Cell<u64>,
+}
+
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
 }
 
 /// One thread's handle for operations on a [`HashStore`]. Not `Send`: a
 /// session is an epoch participant tied to its thread, as in FASTER. Make
 /// one per thread with [`HashStore::session`].
-pub struct Session<'a> {
-    store: &'a HashStore,
+pub struct Session {
+    // Dropped before the store it belongs to.
     handle: LocalHandle,
-    value: Vec<u8>,
-    disk: Vec<u8>,
+    store: Arc<HashStore>,
+    value: RefCell<Vec<u8>>,
+    disk: RefCell<Vec<u8>>,
     counters: SessionCounters,
 }
 
-impl<'a> Session<'a> {
-    pub(crate) fn new(store: &'a HashStore) -> Session<'a> {
+impl Session {
+    pub(crate) fn new(store: Arc<HashStore>) -> Session {
         Session {
-            store,
             handle: store.log.register(),
-            value: Vec::new(),
-            disk: Vec::new(),
+            store,
+            value: RefCell::default(),
+            disk: RefCell::default(),
             counters: SessionCounters::default(),
         }
     }
 
-    fn log(&self) -> &'a HybridLog {
+    fn log(&self) -> &HybridLog {
         &self.store.log
     }
 
@@ -162,11 +169,11 @@ impl<'a> Session<'a> {
             match self.walk_disk(on_disk, key, begin)? {
                 DiskWalk::Hit(hit) if !hit.tombstone => {
                     out.clear();
-                    out.extend_from_slice(&self.disk[hit.value]);
+                    out.extend_from_slice(&self.disk.borrow()[hit.value]);
                     return Ok(true);
                 }
                 DiskWalk::Hit(_) | DiskWalk::Absent => return Ok(false),
-                DiskWalk::Moved => self.counters.retries += 1,
+                DiskWalk::Moved => bump(&self.counters.retries),
             }
         }
     }
@@ -181,7 +188,7 @@ impl<'a> Session<'a> {
         self.write(key, None)
     }
 
-    fn write(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         let capacity = self.check_sizes(key, value.map_or(0, <[u8]>::len))?;
         let log = self.log();
         let hash = KeyHash::of(key);
@@ -200,11 +207,11 @@ impl<'a> Session<'a> {
                     if rec.lock_exclusive() {
                         rec.overwrite_value(value);
                         rec.unlock_exclusive(false);
-                        self.counters.in_place += 1;
+                        bump(&self.counters.in_place);
                         return Ok(());
                     }
                     // Sealed: a newer copy heads the chain now.
-                    self.counters.retries += 1;
+                    bump(&self.counters.retries);
                     continue;
                 }
                 (Found::Absent, None) => return Ok(()),
@@ -224,10 +231,10 @@ impl<'a> Session<'a> {
                 tombstone,
             ) {
                 Some(true) => return Ok(()),
-                Some(false) => self.counters.retries += 1,
+                Some(false) => bump(&self.counters.retries),
                 None => {
                     drop(guard);
-                    self.counters.retries += 1;
+                    bump(&self.counters.retries);
                     log.wait_for_room(&self.handle);
                 }
             }
@@ -239,7 +246,7 @@ impl<'a> Session<'a> {
     /// invalid), `None` if the log had no room yet.
     #[allow(clippy::too_many_arguments)]
     fn append(
-        &mut self,
+        &self,
         guard: &Guard,
         slot: &AtomicU64,
         entry: u64,
@@ -264,7 +271,7 @@ impl<'a> Session<'a> {
             )
             .is_ok()
         {
-            self.counters.appended += 1;
+            bump(&self.counters.appended);
             Some(true)
         } else {
             rec.mark_invalid();
@@ -297,11 +304,15 @@ impl<'a> Session<'a> {
                     // replaces it.
                     let locked = address >= view.safe_read_only;
                     if locked && !rec.lock_exclusive() {
-                        self.counters.retries += 1;
+                        bump(&self.counters.retries);
                         continue;
                     }
-                    rec.read_value(&mut self.value);
-                    let Some(new) = update(Some(&self.value)) else {
+                    let new = {
+                        let mut value = self.value.borrow_mut();
+                        rec.read_value(&mut value);
+                        update(Some(&value))
+                    };
+                    let Some(new) = new else {
                         if locked {
                             rec.unlock_exclusive(false);
                         }
@@ -310,7 +321,7 @@ impl<'a> Session<'a> {
                     if locked && address >= view.read_only && new.len() <= rec.capacity() {
                         rec.overwrite_value(&new);
                         rec.unlock_exclusive(false);
-                        self.counters.in_place += 1;
+                        bump(&self.counters.in_place);
                         return Ok(Some(new));
                     }
                     (Some(new), locked.then_some(rec))
@@ -319,10 +330,12 @@ impl<'a> Session<'a> {
                 Found::OnDisk(address) => {
                     drop(guard);
                     let old = match self.walk_disk(address, key, view.begin)? {
-                        DiskWalk::Hit(hit) if !hit.tombstone => Some(self.disk[hit.value].to_vec()),
+                        DiskWalk::Hit(hit) if !hit.tombstone => {
+                            Some(self.disk.borrow()[hit.value].to_vec())
+                        }
                         DiskWalk::Hit(_) | DiskWalk::Absent => None,
                         DiskWalk::Moved => {
-                            self.counters.retries += 1;
+                            bump(&self.counters.retries);
                             continue;
                         }
                     };
@@ -333,10 +346,10 @@ impl<'a> Session<'a> {
                     let capacity = self.check_sizes(key, new.len())?;
                     match self.append(&guard, slot, entry, key, &new, capacity, false) {
                         Some(true) => return Ok(Some(new)),
-                        Some(false) => self.counters.retries += 1,
+                        Some(false) => bump(&self.counters.retries),
                         None => {
                             drop(guard);
-                            self.counters.retries += 1;
+                            bump(&self.counters.retries);
                             log.wait_for_room(&self.handle);
                         }
                     }
@@ -361,10 +374,10 @@ impl<'a> Session<'a> {
             }
             match linked {
                 Some(true) => return Ok(Some(new)),
-                Some(false) => self.counters.retries += 1,
+                Some(false) => bump(&self.counters.retries),
                 None => {
                     drop(guard);
-                    self.counters.retries += 1;
+                    bump(&self.counters.retries);
                     log.wait_for_room(&self.handle);
                 }
             }
@@ -377,9 +390,10 @@ impl<'a> Session<'a> {
     /// have moved the begin past the walk since, the answer is
     /// [`DiskWalk::Moved`] and the operation starts over (compaction copied
     /// what was live before it moved the begin).
-    fn walk_disk(&mut self, mut address: u64, key: &[u8], begin: u64) -> Result<DiskWalk> {
-        let log = self.store.log.as_ref();
+    fn walk_disk(&self, mut address: u64, key: &[u8], begin: u64) -> Result<DiskWalk> {
+        let log = self.log();
         let page_size = log.page_size();
+        let mut disk = self.disk.borrow_mut();
         loop {
             if address < begin {
                 return Ok(DiskWalk::Absent);
@@ -388,7 +402,7 @@ impl<'a> Session<'a> {
             if moved() {
                 return Ok(DiskWalk::Moved);
             }
-            self.counters.disk_reads += 1;
+            bump(&self.counters.disk_reads);
             let room = (page_size - (address & (page_size - 1))) as usize;
             let corrupt = |reason: String| {
                 let (file, offset) = log.segments.locate(address);
@@ -398,22 +412,22 @@ impl<'a> Session<'a> {
                     reason,
                 }
             };
-            self.disk.resize(HEADER_LEN, 0);
-            if let Err(e) = log.segments.read(address, &mut self.disk) {
+            disk.resize(HEADER_LEN, 0);
+            if let Err(e) = log.segments.read(address, &mut disk) {
                 return if moved() { Ok(DiskWalk::Moved) } else { Err(e) };
             }
-            let len = peek_len(&self.disk, room)
+            let len = peek_len(&disk, room)
                 .map_err(|e| corrupt(e.0))?
                 .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
-            self.disk.resize(len, 0);
-            if let Err(e) = log.segments.read(address, &mut self.disk) {
+            disk.resize(len, 0);
+            if let Err(e) = log.segments.read(address, &mut disk) {
                 return if moved() { Ok(DiskWalk::Moved) } else { Err(e) };
             }
-            let rec = decode(&self.disk, room)
+            let rec = decode(&disk, room)
                 .map_err(|e| corrupt(e.0))?
                 .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
             if rec.key == key {
-                let at = rec.value.as_ptr() as usize - self.disk.as_ptr() as usize;
+                let at = rec.value.as_ptr() as usize - disk.as_ptr() as usize;
                 return Ok(DiskWalk::Hit(DiskHit {
                     address,
                     tombstone: rec.tombstone,
@@ -426,7 +440,7 @@ impl<'a> Session<'a> {
 
     /// The address of `key`'s newest record, with the index entry it was
     /// found under (log compaction's liveness check).
-    pub(crate) fn newest(&mut self, key: &[u8]) -> Result<Option<(&'a AtomicU64, u64, u64)>> {
+    pub(crate) fn newest(&self, key: &[u8]) -> Result<Option<(&AtomicU64, u64, u64)>> {
         let log = self.log();
         let hash = KeyHash::of(key);
         loop {
@@ -446,7 +460,7 @@ impl<'a> Session<'a> {
             match self.walk_disk(on_disk, key, begin)? {
                 DiskWalk::Hit(hit) => return Ok(Some((slot, entry, hit.address))),
                 DiskWalk::Absent => return Ok(None),
-                DiskWalk::Moved => self.counters.retries += 1,
+                DiskWalk::Moved => bump(&self.counters.retries),
             }
         }
     }
@@ -454,7 +468,7 @@ impl<'a> Session<'a> {
     /// Appends a copy of a live record and links it in place of `entry`;
     /// `false` if the entry changed first.
     pub(crate) fn copy_forward(
-        &mut self,
+        &self,
         slot: &AtomicU64,
         entry: u64,
         key: &[u8],
@@ -476,21 +490,22 @@ impl<'a> Session<'a> {
 
     /// Adds this session's counters to the store's.
     pub fn flush_counters(&mut self) {
-        let c = std::mem::take(&mut self.counters);
+        let c = &self.counters;
         let s = &self.store.counters;
-        let add = |a: &AtomicU64, v: u64| {
+        let add = |a: &AtomicU64, v: &Cell<u64>| {
+            let v = v.take();
             if v > 0 {
                 a.fetch_add(v, Ordering::Relaxed);
             }
         };
-        add(&s.in_place, c.in_place);
-        add(&s.appended, c.appended);
-        add(&s.disk_reads, c.disk_reads);
-        add(&s.retries, c.retries);
+        add(&s.in_place, &c.in_place);
+        add(&s.appended, &c.appended);
+        add(&s.disk_reads, &c.disk_reads);
+        add(&s.retries, &c.retries);
     }
 }
 
-impl Drop for Session<'_> {
+impl Drop for Session {
     fn drop(&mut self) {
         self.flush_counters();
     }

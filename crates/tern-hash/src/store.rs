@@ -175,9 +175,10 @@ impl HashStore {
         Ok(store)
     }
 
-    /// A session: the handle one thread runs operations through.
-    pub fn session(&self) -> Session<'_> {
-        Session::new(self)
+    /// A session: the handle one thread runs operations through. It keeps
+    /// the store open while it lives.
+    pub fn session(self: &Arc<Self>) -> Session {
+        Session::new(self.clone())
     }
 
     /// The store's directory.

@@ -4,13 +4,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tern::io::{FileSystem, MemFs};
 use tern_hash::{HashOptions, HashStore};
 
-fn check(store: &HashStore, model: &HashMap<Vec<u8>, Vec<u8>>, keys: u64, what: &str) {
+fn check(store: &Arc<HashStore>, model: &HashMap<Vec<u8>, Vec<u8>>, keys: u64, what: &str) {
     let mut s = store.session();
     for i in 0..keys {
         let key = format!("k{i}").into_bytes();
@@ -143,7 +144,7 @@ fn compaction_runs_under_concurrent_sessions_without_losing_a_write() {
         models
     });
     let all: HashMap<Vec<u8>, Vec<u8>> = models.into_iter().flatten().collect();
-    let verify = |store: &HashStore, what: &str| {
+    let verify = |store: &Arc<HashStore>, what: &str| {
         let mut s = store.session();
         for t in 0..THREADS {
             for k in 0..KEYS {
