@@ -78,6 +78,9 @@ impl HashStore {
         out.begin = until;
         out.segments_removed = log.segments.remove_below(until)?;
         self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .compacted_bytes
+            .fetch_add(out.copied_bytes, Ordering::Relaxed);
         Ok(out)
     }
 }

@@ -24,6 +24,7 @@ pub(crate) struct Counters {
     pub(crate) disk_reads: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(crate) compactions: AtomicU64,
+    pub(crate) compacted_bytes: AtomicU64,
 }
 
 /// A snapshot of a store's state.
@@ -49,6 +50,8 @@ pub struct HashStats {
     pub retries: u64,
     /// Log compactions completed since open.
     pub compactions: u64,
+    /// Bytes of live records log compaction copied forward since open.
+    pub compacted_bytes: u64,
     /// Checkpoints completed since open.
     pub checkpoints: u64,
     /// The end of the last checkpoint (0: none).
@@ -241,6 +244,7 @@ impl HashStore {
             disk_reads: c.disk_reads.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
             compactions: c.compactions.load(Ordering::Relaxed),
+            compacted_bytes: c.compacted_bytes.load(Ordering::Relaxed),
             checkpoints: state.taken,
             checkpoint_end: state.meta.map_or(0, |m| m.end),
             recovered_records: self.recovered.records,

@@ -1,6 +1,6 @@
 //! Engines the harness drives, behind one trait.
 //!
-//! Bindings: `tern` (embedded), `rocksdb` and `rocksdb-blob` (feature
+//! Bindings: `tern` (embedded), `tern-hash` (the hash engine), `rocksdb` and `rocksdb-blob` (feature
 //! `rocksdb`), `fjall` (feature `fjall`) and `resp://host:port` (any
 //! Redis-protocol server).
 
@@ -11,6 +11,7 @@ pub mod resp_cluster;
 #[cfg(feature = "rocksdb")]
 pub mod rocksdb;
 pub mod tern;
+pub mod tern_hash;
 pub mod tern_offload;
 
 use std::path::{Path, PathBuf};
@@ -98,6 +99,7 @@ pub trait Binding: Send + Sync {
 /// Names accepted by `--db`.
 pub const BINDINGS: &[&str] = &[
     "tern",
+    "tern-hash",
     "rocksdb",
     "rocksdb-blob",
     "fjall",
@@ -117,7 +119,10 @@ pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Bindin
         .filter(|_| !name.starts_with("resp://") && !name.starts_with("resp-cluster://"))
     {
         let mut p = props.clone();
-        let prefix = base.split('-').next().unwrap_or(base);
+        let prefix = match base {
+            "tern-hash" => "hash",
+            _ => base.split('-').next().unwrap_or(base),
+        };
         for pair in opts.split([',', '+']).filter(|s| !s.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, "on"));
             p.set(&format!("{prefix}.{k}"), v);
@@ -134,6 +139,7 @@ pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Bindin
     }
     match name {
         "tern" => Ok(Arc::new(tern::TernBinding::open(dir, props)?)),
+        "tern-hash" => Ok(Arc::new(tern_hash::HashBinding::open(dir, props)?)),
         #[cfg(feature = "rocksdb")]
         "rocksdb" => Ok(Arc::new(rocksdb::RocksBinding::open(dir, props, false)?)),
         #[cfg(feature = "rocksdb")]
