@@ -18,6 +18,7 @@ pub mod config;
 pub mod crash_loop;
 pub mod expected;
 pub mod fuzz;
+pub mod hash_loop;
 pub mod keys;
 pub mod offload;
 pub mod python;
