@@ -54,9 +54,9 @@ fn run_hash(a: &StressArgs, child_run: Option<u64>) -> Result<ExitCode, Failure>
             Err(e) => Err(Failure::new(e)),
         };
     }
-    let kills = a
-        .crash_loop
-        .ok_or_else(|| Failure::new("--engine hash runs the kill -9 crash loop: give --crash-loop KILLS"))?;
+    let kills = a.crash_loop.ok_or_else(|| {
+        Failure::new("--engine hash runs the kill -9 crash loop: give --crash-loop KILLS")
+    })?;
     let program = std::env::current_exe()
         .map_err(|e| Failure::new(format!("cannot find the tern binary: {e}")))?;
     let cfg = tern_stress::hash_loop::HashLoopConfig {

@@ -115,3 +115,29 @@ fn crash_loop_with_offloaded_jobs_in_flight() {
     );
     tern_stress::ci_summary("crash_loop_offload_kills_with_jobs_in_flight", in_flight);
 }
+
+/// The hash engine's loop: each kill is followed by a check that every
+/// thread's writes come back as a prefix of its operations covering the
+/// last checkpoint the child reported.
+#[test]
+fn hash_engine_crash_loop() {
+    let kills = std::env::var("TERN_CRASH_KILLS").unwrap_or_else(|_| "10".into());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["stress", "--engine", "hash", "--dir"])
+        .arg(tmp.path().join("db"))
+        .args(["--crash-loop", &kills, "--keys", "300", "--threads", "3"])
+        .args(["--min-run-ms", "150", "--max-run-ms", "700"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "hash crash loop failed:\n{text}");
+    assert!(text.contains("hash crash loop passed"), "{text}");
+    tern_stress::ci_summary("hash_crash_loop_kills", number_before(&text, " kills,"));
+    assert!(number_before(&text, " checkpoints,") > 0, "{text}");
+}

@@ -32,6 +32,9 @@ pub struct CheckpointMeta {
     pub page_bits: u32,
     /// The log's segment size, log2.
     pub segment_bits: u32,
+    /// The index's bucket count, log2, when the log was written: chains
+    /// are built for it, so the store reopens with as many buckets or more.
+    pub index_bits: u32,
     /// Lowest address still in the log.
     pub begin: u64,
     /// Everything below this address is in the checkpoint.
@@ -48,7 +51,7 @@ impl CheckpointMeta {
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.extend_from_slice(&self.page_bits.to_le_bytes());
         out.extend_from_slice(&self.segment_bits.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&self.index_bits.to_le_bytes());
         out.extend_from_slice(&self.begin.to_le_bytes());
         out.extend_from_slice(&self.end.to_le_bytes());
         out.extend_from_slice(&self.number.to_le_bytes());
@@ -85,14 +88,18 @@ impl CheckpointMeta {
         let meta = CheckpointMeta {
             page_bits: u32_at(12),
             segment_bits: u32_at(16),
+            index_bits: u32_at(20),
             begin: u64_at(24),
             end: u64_at(32),
             number: u64_at(40),
         };
-        if !(12..=28).contains(&meta.page_bits)
+        if !(12..=26).contains(&meta.page_bits)
             || meta.segment_bits < meta.page_bits
             || meta.segment_bits > 40
+            || !(4..=32).contains(&meta.index_bits)
+            || meta.begin < crate::log::FIRST_ADDRESS
             || meta.begin > meta.end
+            || u32_at(52) != 0
             || meta.end >= crate::log::MAX_ADDRESS
             || meta.begin % 8 != 0
             || meta.end % 8 != 0
@@ -173,6 +180,7 @@ mod tests {
         let meta = CheckpointMeta {
             page_bits: 12,
             segment_bits: 16,
+            index_bits: 8,
             begin: 64,
             end: 8192 + 48,
             number: 3,

@@ -6,7 +6,9 @@
 //! Entries change only by compare-and-swap, so no operation takes a latch.
 //! An entry is created in two steps (as in FASTER): a tentative entry is
 //! claimed, the bucket is checked for another entry with the same tag, and
-//! the loser of such a race clears its claim and starts over.
+//! the loser of such a race clears its claim and starts over. The claim and
+//! the check are sequentially consistent: each creator's claim is a store
+//! followed by loads of the other slots, which weaker orders could reorder.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -97,7 +99,7 @@ impl HashIndex {
     fn bucket_chain(&self, hash: KeyHash) -> impl Iterator<Item = &Bucket> {
         let first = &self.buckets[(hash.0 & self.mask) as usize];
         std::iter::successors(Some(first), move |b| {
-            let link = b.slots[SLOTS].load(Ordering::Acquire) as usize;
+            let link = b.slots[SLOTS].load(Ordering::SeqCst) as usize;
             (link != 0).then(|| self.overflow_bucket(link - 1))
         })
     }
@@ -111,7 +113,7 @@ impl HashIndex {
     pub fn find(&self, hash: KeyHash) -> Option<&AtomicU64> {
         let tag = hash.tag();
         self.slots(hash).find(|s| {
-            let e = s.load(Ordering::Acquire);
+            let e = s.load(Ordering::SeqCst);
             e & (OCCUPIED | TENTATIVE) == OCCUPIED && (e >> TAG_SHIFT) & TAG_MASK == tag
         })
     }
@@ -124,7 +126,7 @@ impl HashIndex {
             let mut free = None;
             let mut creating = false;
             for slot in self.slots(hash) {
-                let e = slot.load(Ordering::Acquire);
+                let e = slot.load(Ordering::SeqCst);
                 if e == 0 {
                     free = free.or(Some(slot));
                 } else if (e >> TAG_SHIFT) & TAG_MASK == tag {
@@ -145,30 +147,30 @@ impl HashIndex {
             };
             let claim = OCCUPIED | TENTATIVE | (tag << TAG_SHIFT);
             if slot
-                .compare_exchange(0, claim, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(0, claim, Ordering::SeqCst, Ordering::Relaxed)
                 .is_err()
             {
                 continue;
             }
             let duplicate = self.slots(hash).any(|s| {
                 !std::ptr::eq(s, slot) && {
-                    let e = s.load(Ordering::Acquire);
+                    let e = s.load(Ordering::SeqCst);
                     e != 0 && (e >> TAG_SHIFT) & TAG_MASK == tag
                 }
             });
             if duplicate {
-                slot.store(0, Ordering::Release);
+                slot.store(0, Ordering::SeqCst);
                 backoff(&mut spins);
                 continue;
             }
-            slot.store(claim & !TENTATIVE, Ordering::Release);
+            slot.store(claim & !TENTATIVE, Ordering::SeqCst);
             return Ok(slot);
         }
     }
 
     fn add_overflow(&self, hash: KeyHash) -> Result<()> {
         let last = self.bucket_chain(hash).last().unwrap_or(&self.buckets[0]);
-        if last.slots[SLOTS].load(Ordering::Acquire) != 0 {
+        if last.slots[SLOTS].load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
         let at = self.next_overflow.fetch_add(1, Ordering::Relaxed);
@@ -183,7 +185,7 @@ impl HashIndex {
         let _ = last.slots[SLOTS].compare_exchange(
             0,
             at as u64 + 1,
-            Ordering::AcqRel,
+            Ordering::SeqCst,
             Ordering::Relaxed,
         );
         Ok(())

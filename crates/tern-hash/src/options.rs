@@ -67,9 +67,9 @@ impl HashOptions {
     /// Checks the settings against each other.
     pub fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::InvalidArgument(what));
-        if !(12..=28).contains(&self.page_bits) {
+        if !(12..=26).contains(&self.page_bits) {
             return bad(format!(
-                "page_bits {} is outside 12..=28 (4 KiB to 256 MiB pages)",
+                "page_bits {} is outside 12..=26 (4 KiB to 64 MiB pages)",
                 self.page_bits
             ));
         }

@@ -119,7 +119,8 @@ pub fn peek_len(bytes: &[u8], room: usize) -> Result<Option<usize>, DecodeError>
             "value length {value_len} exceeds the record's capacity {capacity}"
         )));
     }
-    let len = HEADER_LEN as u64 + align8(key_len + capacity) as u64;
+    // In u64: on a 32-bit target the sum of two u32 lengths overflows usize.
+    let len = HEADER_LEN as u64 + ((key_len as u64 + capacity as u64 + 7) & !7);
     if len > room as u64 {
         return Err(DecodeError(format!(
             "record of {len} bytes runs past its page ({room} bytes left)"

@@ -24,6 +24,27 @@ enum Found {
     Absent,
 }
 
+/// A record's exclusive lock, let go when dropped (also when a panic
+/// unwinds through it), sealing the record if `seal` was set.
+struct Exclusive {
+    rec: Record,
+    seal: bool,
+}
+
+impl Exclusive {
+    /// `None` if the record is sealed.
+    fn take(rec: Record) -> Option<Exclusive> {
+        rec.lock_exclusive()
+            .then_some(Exclusive { rec, seal: false })
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        self.rec.unlock_exclusive(self.seal);
+    }
+}
+
 /// A key's newest record on disk; its bytes are in the session's buffer.
 struct DiskHit {
     address: u64,
@@ -102,8 +123,16 @@ pub struct Session {
     counters: SessionCounters,
 }
 
+impl HashStore {
+    /// A session: the handle one thread runs operations through. It keeps
+    /// the store open while it lives.
+    pub fn session(self: &Arc<Self>) -> Session {
+        Session::new(self.clone())
+    }
+}
+
 impl Session {
-    pub(crate) fn new(store: Arc<HashStore>) -> Session {
+    fn new(store: Arc<HashStore>) -> Session {
         Session {
             handle: store.log.register(),
             store,
@@ -302,29 +331,32 @@ impl Session {
                     // Above `safe_read_only` an update in place may still be
                     // running: take the lock, and seal the record if a copy
                     // replaces it.
-                    let locked = address >= view.safe_read_only;
-                    if locked && !rec.lock_exclusive() {
-                        bump(&self.counters.retries);
-                        continue;
-                    }
+                    let lock = if address >= view.safe_read_only {
+                        let Some(lock) = Exclusive::take(rec) else {
+                            bump(&self.counters.retries);
+                            continue;
+                        };
+                        Some(lock)
+                    } else {
+                        None
+                    };
+                    // A panic in `update` unwinds through the lock, which
+                    // lets the record go.
                     let new = {
                         let mut value = self.value.borrow_mut();
                         rec.read_value(&mut value);
                         update(Some(&value))
                     };
                     let Some(new) = new else {
-                        if locked {
-                            rec.unlock_exclusive(false);
-                        }
                         return Ok(None);
                     };
-                    if locked && address >= view.read_only && new.len() <= rec.capacity() {
+                    if lock.is_some() && address >= view.read_only && new.len() <= rec.capacity() {
                         rec.overwrite_value(&new);
-                        rec.unlock_exclusive(false);
+                        drop(lock);
                         bump(&self.counters.in_place);
                         return Ok(Some(new));
                     }
-                    (Some(new), locked.then_some(rec))
+                    (Some(new), lock)
                 }
                 Found::Here(..) | Found::Absent => (update(None), None),
                 Found::OnDisk(address) => {
@@ -359,18 +391,10 @@ impl Session {
             let Some(new) = old else {
                 return Ok(None);
             };
-            let capacity = match self.check_sizes(key, new.len()) {
-                Ok(c) => c,
-                Err(e) => {
-                    if let Some(rec) = locked {
-                        rec.unlock_exclusive(false);
-                    }
-                    return Err(e);
-                }
-            };
+            let capacity = self.check_sizes(key, new.len())?;
             let linked = self.append(&guard, slot, entry, key, &new, capacity, false);
-            if let Some(rec) = locked {
-                rec.unlock_exclusive(linked == Some(true));
+            if let Some(mut lock) = locked {
+                lock.seal = linked == Some(true);
             }
             match linked {
                 Some(true) => return Ok(Some(new)),
@@ -433,6 +457,12 @@ impl Session {
                     tombstone: rec.tombstone,
                     value: at..at + rec.value.len(),
                 }));
+            }
+            if rec.prev >= address {
+                return Err(corrupt(format!(
+                    "the record's previous address {:#x} is not below its own",
+                    rec.prev
+                )));
             }
             address = rec.prev;
         }

@@ -13,7 +13,6 @@ use crate::checkpoint::{self, CheckpointMeta, Recovered};
 use crate::index::HashIndex;
 use crate::log::segments::{parse_segment_file_name, Segments};
 use crate::log::{spawn_flusher, HybridLog, FIRST_ADDRESS};
-use crate::session::Session;
 use crate::{Error, HashOptions, Result};
 
 /// Counters a store keeps (summed from sessions as they end or flush them).
@@ -62,7 +61,7 @@ pub struct HashStats {
     pub index_bytes: u64,
 }
 
-struct CheckpointState {
+pub(crate) struct CheckpointState {
     meta: Option<CheckpointMeta>,
     taken: u64,
 }
@@ -75,7 +74,7 @@ struct Ticker {
 
 /// A hash store: a hash index over a hybrid log, for point operations.
 ///
-/// Operations run through [`Session`]s (one per thread; see
+/// Operations run through [`Session`](crate::Session)s (one per thread; see
 /// [`HashStore::session`]). Writes are durable once a checkpoint that
 /// started after them has completed: [`HashStore::checkpoint`] takes one,
 /// and `HashOptions::checkpoint_interval` takes them periodically.
@@ -86,7 +85,7 @@ pub struct HashStore {
     pub(crate) counters: Counters,
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
-    checkpoint: Mutex<CheckpointState>,
+    pub(crate) checkpoint: Mutex<CheckpointState>,
     /// One log compaction at a time.
     pub(crate) compaction: Mutex<()>,
     recovered: Recovered,
@@ -119,6 +118,14 @@ impl HashStore {
         let meta = checkpoint::read_meta(fs.as_ref(), &dir)?;
         let (begin, end, recovered) = match meta {
             Some(m) => {
+                if m.index_bits > options.index_bits {
+                    return Err(Error::InvalidArgument(format!(
+                        "the store in {} was written with index_bits {}: open it with at least that many \
+                         (fewer buckets would merge chains recovery cannot tell apart)",
+                        dir.display(),
+                        m.index_bits
+                    )));
+                }
                 if m.page_bits != options.page_bits || m.segment_bits != options.segment_bits {
                     return Err(Error::InvalidArgument(format!(
                         "the store in {} has page_bits {} and segment_bits {}; open it with those (asked for {} and {})",
@@ -138,10 +145,7 @@ impl HashStore {
             None => {
                 // Nothing was ever checkpointed: nothing here is durable.
                 remove_segments_above(fs.as_ref(), &dir, 0)?;
-                let seg0 = segments.path(0);
-                if fs.exists(&seg0) {
-                    fs.remove_file(&seg0).map_err(|e| Error::io(&seg0, e))?;
-                }
+                segments.start(FIRST_ADDRESS)?;
                 (FIRST_ADDRESS, FIRST_ADDRESS, Recovered::default())
             }
         };
@@ -178,12 +182,6 @@ impl HashStore {
         Ok(store)
     }
 
-    /// A session: the handle one thread runs operations through. It keeps
-    /// the store open while it lives.
-    pub fn session(self: &Arc<Self>) -> Session {
-        Session::new(self.clone())
-    }
-
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -193,34 +191,52 @@ impl HashStore {
     /// survives a crash once it returns. Returns the checkpointed log end.
     pub fn checkpoint(&self) -> Result<u64> {
         let mut state = self.checkpoint.lock();
+        let cut = self.cut()?;
+        self.write_checkpoint(&mut state, cut)
+    }
+
+    /// Where a checkpoint cuts the log: its `begin` and `end`. `begin` is
+    /// read first: log compaction moves it only once its copies are linked,
+    /// so they are then below the tail read after it, and a checkpoint
+    /// never names a begin past records its end leaves out.
+    pub(crate) fn cut(&self) -> Result<(u64, u64)> {
         self.log.regions.check()?;
+        let begin = self.log.regions.begin.load(Ordering::SeqCst);
         let handle = self.log.register();
-        let end = {
-            let guard = handle.pin();
-            // Read-only must cover the tail as it was when the boundary
-            // moved: were an append to slip in between, an update in place
-            // that began after it could land below the checkpoint's end
-            // while the append would not.
-            loop {
-                let end = self.log.tail_address();
-                self.log.shift_read_only(end, &guard);
-                if self.log.tail_address() == end {
-                    break end;
-                }
+        let guard = handle.pin();
+        // Read-only must cover the tail as it was when the boundary moved:
+        // were an append to slip in between, an update in place that began
+        // after it could land below the checkpoint's end while the append
+        // would not.
+        loop {
+            let end = self.log.tail_address();
+            self.log.shift_read_only(end, &guard);
+            if self.log.tail_address() == end {
+                return Ok((begin, end));
             }
-        };
+        }
+    }
+
+    /// Waits until the log below the cut is flushed, syncs it and makes the
+    /// cut the store's checkpoint.
+    pub(crate) fn write_checkpoint(
+        &self,
+        state: &mut CheckpointState,
+        (begin, end): (u64, u64),
+    ) -> Result<u64> {
+        let handle = self.log.register();
         while self.log.regions.flushed.load(Ordering::Acquire) < end {
             self.log.regions.check()?;
             self.log.wait_for_room(&handle);
         }
         self.log.segments.sync()?;
-        let number = state.meta.map_or(0, |m| m.number) + 1;
         let meta = CheckpointMeta {
             page_bits: self.options.page_bits,
             segment_bits: self.options.segment_bits,
-            begin: self.log.regions.begin.load(Ordering::Acquire),
+            index_bits: self.options.index_bits,
+            begin,
             end,
-            number,
+            number: state.meta.map_or(0, |m| m.number) + 1,
         };
         checkpoint::write_meta(self.fs.as_ref(), &self.dir, &meta)?;
         state.meta = Some(meta);

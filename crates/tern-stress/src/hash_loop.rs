@@ -207,7 +207,11 @@ pub fn run(cfg: &HashLoopConfig, log: &mut dyn Write) -> Result<HashLoopReport, 
         report.kills += 1;
         let lines = reader.join().map_err(|_| "reader panicked")?;
         if !lines.iter().any(|l| l == "ready") {
-            writeln!(log, "run {run}: killed after {wait} ms, before the store opened").ok();
+            writeln!(
+                log,
+                "run {run}: killed after {wait} ms, before the store opened"
+            )
+            .ok();
         }
         let must: Vec<u64> = lines
             .iter()
@@ -215,7 +219,10 @@ pub fn run(cfg: &HashLoopConfig, log: &mut dyn Write) -> Result<HashLoopReport, 
             .find_map(|l| l.strip_prefix("checkpoint "))
             .map(|l| l.split(' ').filter_map(|n| n.parse().ok()).collect())
             .unwrap_or_else(|| vec![0; cfg.threads]);
-        let checkpoints = lines.iter().filter(|l| l.starts_with("checkpoint ")).count() as u64;
+        let checkpoints = lines
+            .iter()
+            .filter(|l| l.starts_with("checkpoint "))
+            .count() as u64;
         report.checkpoints += checkpoints;
         let prefixes = verify(cfg, run, seed, &must, &mut state)?;
         let held: u64 = prefixes.iter().sum();
@@ -251,9 +258,9 @@ fn verify(
         let mut longest = 0u64;
         for k in 0..cfg.keys {
             let name = key_name(t, k);
-            let v = s
-                .get(&name)
-                .map_err(|e| format!("run {run}: reading {}: {e}", String::from_utf8_lossy(&name)))?;
+            let v = s.get(&name).map_err(|e| {
+                format!("run {run}: reading {}: {e}", String::from_utf8_lossy(&name))
+            })?;
             let stamp = v.map(|v| parse_value(&name, &v)).transpose()?;
             if let Some((r, i)) = stamp {
                 if r == run {
@@ -275,7 +282,10 @@ fn verify(
         // already absent or overwritten ones, so a short search suffices.
         let hi = lo + 4 * cfg.keys as u64 + 64;
         let mut found = None;
-        for (p, op) in ops_of(seed, run, t, cfg.keys).enumerate().take(hi as usize + 1) {
+        for (p, op) in ops_of(seed, run, t, cfg.keys)
+            .enumerate()
+            .take(hi as usize + 1)
+        {
             let p = p as u64;
             if p >= lo && wrong == 0 {
                 found = Some(p);

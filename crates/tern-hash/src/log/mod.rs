@@ -165,7 +165,6 @@ impl HybridLog {
             .store(tail_page, Ordering::Relaxed);
         let regions = Regions::default();
         regions.begin.store(begin, Ordering::Relaxed);
-        let on_disk = if tail == FIRST_ADDRESS { 0 } else { tail };
         for r in [
             &regions.head,
             &regions.safe_head,
@@ -173,7 +172,7 @@ impl HybridLog {
             &regions.safe_read_only,
             &regions.flushed,
         ] {
-            r.store(on_disk, Ordering::Relaxed);
+            r.store(tail, Ordering::Relaxed);
         }
         HybridLog {
             page_bits,
@@ -203,7 +202,7 @@ impl HybridLog {
     /// The address the next append lands at (or past, when the tail page is
     /// full and not yet turned).
     pub fn tail_address(&self) -> u64 {
-        let t = self.tail.load(Ordering::Acquire);
+        let t = self.tail.load(Ordering::SeqCst);
         ((t >> 32) << self.page_bits) + (t & OFFSET_MASK).min(self.page_size)
     }
 
@@ -230,9 +229,9 @@ impl HybridLog {
     pub fn allocate(&self, len: u64, guard: &Guard) -> Option<u64> {
         debug_assert!(len <= self.page_size && len % 8 == 0);
         loop {
-            let now = self.tail.load(Ordering::Acquire);
+            let now = self.tail.load(Ordering::SeqCst);
             if (now & OFFSET_MASK) + len <= self.page_size {
-                let t = self.tail.fetch_add(len, Ordering::AcqRel);
+                let t = self.tail.fetch_add(len, Ordering::SeqCst);
                 let (page, offset) = (t >> 32, t & OFFSET_MASK);
                 if offset + len <= self.page_size {
                     return Some((page << self.page_bits) + offset);
@@ -253,7 +252,9 @@ impl HybridLog {
             return true;
         }
         let next = page + 1;
-        if (next + 1) << self.page_bits > MAX_ADDRESS {
+        // The tail word holds the page number in its upper 32 bits.
+        let limit = MAX_ADDRESS.min(1 << (32 + self.page_bits));
+        if (next + 1) << self.page_bits > limit {
             self.regions
                 .stop("the log's 48-bit address space is used up".into());
             return false;
@@ -274,7 +275,7 @@ impl HybridLog {
         // store below.
         unsafe { std::ptr::write_bytes(frame.memory.as_ptr(), 0, self.page_size as usize) };
         frame.page.store(next, Ordering::Release);
-        self.tail.store(next << 32, Ordering::Release);
+        self.tail.store(next << 32, Ordering::SeqCst);
         true
     }
 

@@ -62,6 +62,12 @@ pub fn scan(
             let rec = decode(&bytes[at..], room)
                 .map_err(|e| corrupt(e.0))?
                 .ok_or_else(|| corrupt("record vanished between two reads".into()))?;
+            if rec.prev >= address {
+                return Err(corrupt(format!(
+                    "the record's previous address {:#x} is not below its own",
+                    rec.prev
+                )));
+            }
             f(address, rec)?;
             at += len;
         }

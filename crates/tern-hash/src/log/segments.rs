@@ -37,19 +37,27 @@ pub struct Segments {
     dir: PathBuf,
     segment_bits: u32,
     writer: Mutex<Option<Writer>>,
-    readers: RwLock<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    readers: RwLock<Readers>,
+}
+
+/// Open segment files, and the first segment not deleted: a handle opened
+/// while its file was being deleted is not kept.
+#[derive(Default)]
+struct Readers {
+    open: HashMap<u64, Arc<dyn RandomAccessFile>>,
+    removed_below: u64,
 }
 
 impl Segments {
-    /// The segments in `dir`. The first write must start a segment, or
-    /// [`Segments::resume_at`] says where writing continues.
+    /// The segments in `dir`. Writing starts with [`Segments::start`] (a new
+    /// log) or [`Segments::resume_at`] (a recovered one).
     pub fn new(fs: Arc<dyn FileSystem>, dir: &Path, segment_bits: u32) -> Segments {
         Segments {
             fs,
             dir: dir.to_path_buf(),
             segment_bits,
             writer: Mutex::new(None),
-            readers: RwLock::new(HashMap::new()),
+            readers: RwLock::new(Readers::default()),
         }
     }
 
@@ -66,37 +74,62 @@ impl Segments {
         n << self.segment_bits
     }
 
+    fn io<'p>(&self, path: &'p Path) -> impl FnOnce(std::io::Error) -> Error + 'p {
+        move |e| Error::io(path, e)
+    }
+
+    /// Starts a new log: segment 0 holding the zero bytes below the log's
+    /// first address, synced.
+    pub fn start(&self, first: u64) -> Result<()> {
+        let path = self.path(0);
+        let mut file = self.fs.create(&path).map_err(self.io(&path))?;
+        file.append(&vec![0u8; first as usize])
+            .map_err(self.io(&path))?;
+        file.sync().map_err(self.io(&path))?;
+        self.fs.sync_dir(&self.dir).map_err(self.io(&self.dir))?;
+        *self.writer.lock() = Some(Writer {
+            segment: 0,
+            end: first,
+            file,
+        });
+        Ok(())
+    }
+
     /// Makes the next write continue at `end`: segment `end`'s file must hold
-    /// exactly `end - segment start` bytes. A longer file (writes after the
+    /// at least `end - segment start` bytes. A longer file (writes after the
     /// last checkpoint) is cut by copying its prefix to a new file that
     /// replaces it.
     pub fn resume_at(&self, end: u64) -> Result<()> {
         let n = self.segment_of(end);
         let path = self.path(n);
-        let keep = (end - self.segment_start(n)) as usize;
-        let mut prefix = Vec::new();
+        let keep = end - self.segment_start(n);
+        let tmp = self.dir.join(format!("{}.tmp", segment_file_name(n)));
+        let mut file = self.fs.create(&tmp).map_err(self.io(&tmp))?;
         if keep > 0 {
-            let data = self.fs.read_all(&path).map_err(|e| Error::io(&path, e))?;
-            let Some(p) = data.get(..keep) else {
+            let old = self.fs.open(&path).map_err(self.io(&path))?;
+            if old.len() < keep {
                 return Err(Error::Corruption {
                     file: path,
-                    offset: data.len() as u64,
+                    offset: old.len(),
                     reason: format!("segment ends before the checkpointed log end ({keep} bytes)"),
                 });
-            };
-            prefix = p.to_vec();
+            }
+            // In pieces: a segment may be far larger than what should be in
+            // memory at once.
+            let mut buf = vec![0u8; keep.min(1 << 20) as usize];
+            let mut at = 0u64;
+            while at < keep {
+                let len = (keep - at).min(buf.len() as u64) as usize;
+                old.read_exact_at(at, &mut buf[..len])
+                    .map_err(self.io(&path))?;
+                file.append(&buf[..len]).map_err(self.io(&tmp))?;
+                at += len as u64;
+            }
         }
-        let tmp = self.dir.join(format!("{}.tmp", segment_file_name(n)));
-        let mut file = self.fs.create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        file.append(&prefix).map_err(|e| Error::io(&tmp, e))?;
-        file.sync().map_err(|e| Error::io(&tmp, e))?;
-        self.fs
-            .rename(&tmp, &path)
-            .map_err(|e| Error::io(&path, e))?;
-        self.fs
-            .sync_dir(&self.dir)
-            .map_err(|e| Error::io(&self.dir, e))?;
-        self.readers.write().remove(&n);
+        file.sync().map_err(self.io(&tmp))?;
+        self.fs.rename(&tmp, &path).map_err(self.io(&path))?;
+        self.fs.sync_dir(&self.dir).map_err(self.io(&self.dir))?;
+        self.readers.write().open.remove(&n);
         *self.writer.lock() = Some(Writer {
             segment: n,
             end,
@@ -112,21 +145,19 @@ impl Segments {
         while !bytes.is_empty() {
             let n = self.segment_of(address);
             if guard.as_ref().is_none_or(|w| w.segment != n) {
-                if let Some(mut old) = guard.take() {
-                    let path = self.path(old.segment);
-                    old.file.sync().map_err(|e| Error::io(&path, e))?;
-                }
-                let path = self.path(n);
-                let file = self.fs.create(&path).map_err(|e| Error::io(&path, e))?;
-                self.fs
-                    .sync_dir(&self.dir)
-                    .map_err(|e| Error::io(&self.dir, e))?;
                 let start = self.segment_start(n);
                 if address != start {
                     return Err(Error::Stopped(format!(
-                        "log write at {address:#x} starts inside segment {n} with no file"
+                        "log write at {address:#x} starts inside segment {n}, which has no file"
                     )));
                 }
+                if let Some(mut old) = guard.take() {
+                    let path = self.path(old.segment);
+                    old.file.sync().map_err(self.io(&path))?;
+                }
+                let path = self.path(n);
+                let file = self.fs.create(&path).map_err(self.io(&path))?;
+                self.fs.sync_dir(&self.dir).map_err(self.io(&self.dir))?;
                 *guard = Some(Writer {
                     segment: n,
                     end: start,
@@ -144,15 +175,13 @@ impl Segments {
             }
             let room = (self.segment_start(n + 1) - address) as usize;
             let (now, rest) = bytes.split_at(room.min(bytes.len()));
-            w.file.append(now).map_err(|e| Error::io(self.path(n), e))?;
+            w.file.append(now).map_err(self.io(&self.path(n)))?;
             w.end += now.len() as u64;
             address += now.len() as u64;
             bytes = rest;
         }
         if let Some(w) = guard.as_mut() {
-            w.file
-                .flush()
-                .map_err(|e| Error::io(self.path(w.segment), e))?;
+            w.file.flush().map_err(self.io(&self.path(w.segment)))?;
         }
         Ok(())
     }
@@ -161,9 +190,7 @@ impl Segments {
     pub fn sync(&self) -> Result<()> {
         let mut guard = self.writer.lock();
         if let Some(w) = guard.as_mut() {
-            w.file
-                .sync()
-                .map_err(|e| Error::io(self.path(w.segment), e))?;
+            w.file.sync().map_err(self.io(&self.path(w.segment)))?;
         }
         Ok(())
     }
@@ -174,18 +201,21 @@ impl Segments {
         let n = self.segment_of(address);
         let offset = address - self.segment_start(n);
         let end = offset + buf.len() as u64;
-        let cached = self.readers.read().get(&n).cloned();
+        let cached = self.readers.read().open.get(&n).cloned();
         let file = match cached {
             Some(f) if f.len() >= end => f,
             _ => {
                 let path = self.path(n);
-                let f = self.fs.open(&path).map_err(|e| Error::io(&path, e))?;
-                self.readers.write().insert(n, f.clone());
+                let f = self.fs.open(&path).map_err(self.io(&path))?;
+                let mut readers = self.readers.write();
+                if n >= readers.removed_below {
+                    readers.open.insert(n, f.clone());
+                }
                 f
             }
         };
         file.read_exact_at(offset, buf)
-            .map_err(|e| Error::io(self.path(n), e))
+            .map_err(self.io(&self.path(n)))
     }
 
     /// The file and offset of a log address, for error messages.
@@ -196,21 +226,23 @@ impl Segments {
 
     /// Deletes every segment file wholly below `address`.
     pub fn remove_below(&self, address: u64) -> Result<u64> {
-        let names = self
-            .fs
-            .list_dir(&self.dir)
-            .map_err(|e| Error::io(&self.dir, e))?;
+        let names = self.fs.list_dir(&self.dir).map_err(self.io(&self.dir))?;
         let limit = self.segment_of(address);
+        {
+            let mut readers = self.readers.write();
+            readers.removed_below = readers.removed_below.max(limit);
+            readers.open.retain(|&n, _| n >= limit);
+        }
         let mut removed = 0;
         for n in names.iter().filter_map(|s| parse_segment_file_name(s)) {
             if n < limit {
-                self.readers.write().remove(&n);
                 let path = self.path(n);
-                self.fs
-                    .remove_file(&path)
-                    .map_err(|e| Error::io(&path, e))?;
+                self.fs.remove_file(&path).map_err(self.io(&path))?;
                 removed += 1;
             }
+        }
+        if removed > 0 {
+            self.fs.sync_dir(&self.dir).map_err(self.io(&self.dir))?;
         }
         Ok(removed)
     }
@@ -226,8 +258,11 @@ mod tests {
         let fs: Arc<dyn FileSystem> = MemFs::new();
         fs.create_dir_all(Path::new("/s")).expect("dir");
         let seg = Segments::new(fs.clone(), Path::new("/s"), 12);
-        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        seg.write(0, &data[..5000]).expect("write");
+        let data: Vec<u8> = (0..10_000u32)
+            .map(|i| if i < 64 { 0 } else { i as u8 })
+            .collect();
+        seg.start(64).expect("start");
+        seg.write(64, &data[64..5000]).expect("write");
         seg.write(5000, &data[5000..]).expect("write");
         let mut back = vec![0u8; 100];
         seg.read(4090, &mut back[..6]).expect("read");
