@@ -122,7 +122,7 @@ mod tests {
         // written and the process dies before the compaction's own one.
         let cut = store.cut().expect("cut");
         let moved = store.copy_live(store.stats().head).expect("copy");
-        assert!(moved.copied > 0 && moved.begin > cut.0);
+        assert!(moved.copied > 0 && moved.begin > cut.begin);
         let mut state = store.checkpoint.lock();
         store.write_checkpoint(&mut state, cut).expect("checkpoint");
         drop(state);

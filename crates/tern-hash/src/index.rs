@@ -109,6 +109,25 @@ impl HashIndex {
             .flat_map(|b| b.slots[..SLOTS].iter())
     }
 
+    /// Buckets in the main table.
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The addresses the entries of main bucket `b` (and its overflow
+    /// buckets) point at.
+    pub fn bucket_addresses(&self, b: usize) -> Vec<u64> {
+        std::iter::successors(self.buckets.get(b), |bucket| {
+            let link = bucket.slots[SLOTS].load(Ordering::SeqCst) as usize;
+            (link != 0).then(|| self.overflow_bucket(link - 1))
+        })
+        .flat_map(|bucket| bucket.slots[..SLOTS].iter())
+        .map(|s| s.load(Ordering::SeqCst))
+        .filter(|e| e & (OCCUPIED | TENTATIVE) == OCCUPIED && entry_address(*e) != 0)
+        .map(entry_address)
+        .collect()
+    }
+
     /// The entry for `hash`'s tag, if there is one.
     pub fn find(&self, hash: KeyHash) -> Option<&AtomicU64> {
         let tag = hash.tag();

@@ -24,6 +24,17 @@ enum Found {
     Absent,
 }
 
+/// What a read-modify-write does with the key ([`Session::update`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// Leave it as it is.
+    Keep,
+    /// Give it this value.
+    Write(Vec<u8>),
+    /// Delete it.
+    Delete,
+}
+
 /// A record's exclusive lock, let go when dropped (also when a panic
 /// unwinds through it), sealing the record if `seal` was set.
 struct Exclusive {
@@ -61,15 +72,15 @@ enum DiskWalk {
 }
 
 /// The region boundaries an operation works with, read once it is pinned.
-struct View {
-    begin: u64,
-    head: u64,
-    safe_read_only: u64,
+pub(crate) struct View {
+    pub(crate) begin: u64,
+    pub(crate) head: u64,
+    pub(crate) safe_read_only: u64,
     read_only: u64,
 }
 
 impl View {
-    fn read(log: &HybridLog) -> View {
+    pub(crate) fn read(log: &HybridLog) -> View {
         let r = &log.regions;
         // `safe_read_only` first: read later, it could pass the
         // `read_only` read before it.
@@ -116,10 +127,10 @@ fn bump(c: &Cell<u64>) {
 /// one per thread with [`HashStore::session`].
 pub struct Session {
     // Dropped before the store it belongs to.
-    handle: LocalHandle,
-    store: Arc<HashStore>,
+    pub(crate) handle: LocalHandle,
+    pub(crate) store: Arc<HashStore>,
     value: RefCell<Vec<u8>>,
-    disk: RefCell<Vec<u8>>,
+    pub(crate) disk: RefCell<Vec<u8>>,
     counters: SessionCounters,
 }
 
@@ -142,7 +153,7 @@ impl Session {
         }
     }
 
-    fn log(&self) -> &HybridLog {
+    pub(crate) fn log(&self) -> &HybridLog {
         &self.store.log
     }
 
@@ -318,6 +329,21 @@ impl Session {
         key: &[u8],
         mut update: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
     ) -> Result<Option<Vec<u8>>> {
+        match self.update(key, |old| update(old).map_or(Update::Keep, Update::Write))? {
+            Update::Write(v) => Ok(Some(v)),
+            Update::Keep | Update::Delete => Ok(None),
+        }
+    }
+
+    /// Read-modify-write that may also delete: `update` gets the current
+    /// value (or `None`) and says what to do; returns what was done (a
+    /// delete of a key that has no value does nothing). As with
+    /// [`Session::rmw`], `update` may run more than once.
+    pub fn update(
+        &mut self,
+        key: &[u8],
+        mut update: impl FnMut(Option<&[u8]>) -> Update,
+    ) -> Result<Update> {
         let log = self.log();
         let hash = KeyHash::of(key);
         loop {
@@ -326,7 +352,7 @@ impl Session {
             let slot = self.store.index.find_or_create(hash)?;
             let entry = slot.load(Ordering::Acquire);
             let view = View::read(log);
-            let (old, locked) = match view.walk(log, entry_address(entry), key) {
+            let (decided, existed, locked) = match view.walk(log, entry_address(entry), key) {
                 Found::Here(address, rec) if rec.load_info() & TOMBSTONE == 0 => {
                     // Above `safe_read_only` an update in place may still be
                     // running: take the lock, and seal the record if a copy
@@ -342,23 +368,25 @@ impl Session {
                     };
                     // A panic in `update` unwinds through the lock, which
                     // lets the record go.
-                    let new = {
+                    let decided = {
                         let mut value = self.value.borrow_mut();
                         rec.read_value(&mut value);
                         update(Some(&value))
                     };
-                    let Some(new) = new else {
-                        return Ok(None);
-                    };
-                    if lock.is_some() && address >= view.read_only && new.len() <= rec.capacity() {
-                        rec.overwrite_value(&new);
-                        drop(lock);
-                        bump(&self.counters.in_place);
-                        return Ok(Some(new));
+                    if let Update::Write(new) = &decided {
+                        if lock.is_some()
+                            && address >= view.read_only
+                            && new.len() <= rec.capacity()
+                        {
+                            rec.overwrite_value(new);
+                            drop(lock);
+                            bump(&self.counters.in_place);
+                            return Ok(decided);
+                        }
                     }
-                    (Some(new), lock)
+                    (decided, true, lock)
                 }
-                Found::Here(..) | Found::Absent => (update(None), None),
+                Found::Here(..) | Found::Absent => (update(None), false, None),
                 Found::OnDisk(address) => {
                     drop(guard);
                     let old = match self.walk_disk(address, key, view.begin)? {
@@ -371,13 +399,10 @@ impl Session {
                             continue;
                         }
                     };
-                    let Some(new) = update(old.as_deref()) else {
-                        return Ok(None);
-                    };
+                    let decided = update(old.as_deref());
                     let guard = self.handle.pin();
-                    let capacity = self.check_sizes(key, new.len())?;
-                    match self.append(&guard, slot, entry, key, &new, capacity, false) {
-                        Some(true) => return Ok(Some(new)),
+                    match self.apply(&guard, slot, entry, key, &decided, old.is_some())? {
+                        Some(true) => return Ok(decided),
                         Some(false) => bump(&self.counters.retries),
                         None => {
                             drop(guard);
@@ -388,22 +413,48 @@ impl Session {
                     continue;
                 }
             };
-            let Some(new) = old else {
-                return Ok(None);
-            };
-            let capacity = self.check_sizes(key, new.len())?;
-            let linked = self.append(&guard, slot, entry, key, &new, capacity, false);
+            let linked = self.apply(&guard, slot, entry, key, &decided, existed)?;
             if let Some(mut lock) = locked {
-                lock.seal = linked == Some(true);
+                lock.seal = linked == Some(true) && !matches!(decided, Update::Keep);
             }
             match linked {
-                Some(true) => return Ok(Some(new)),
+                Some(true) => return Ok(decided),
                 Some(false) => bump(&self.counters.retries),
                 None => {
                     drop(guard);
                     bump(&self.counters.retries);
                     log.wait_for_room(&self.handle);
                 }
+            }
+        }
+    }
+
+    /// Appends what `decided` asks for in place of `entry` (as
+    /// [`Session::append`]); nothing to do counts as linked.
+    fn apply(
+        &self,
+        guard: &Guard,
+        slot: &AtomicU64,
+        entry: u64,
+        key: &[u8],
+        decided: &Update,
+        existed: bool,
+    ) -> Result<Option<bool>> {
+        match decided {
+            Update::Keep => Ok(Some(true)),
+            Update::Delete if !existed => Ok(Some(true)),
+            Update::Delete => Ok(self.append(
+                guard,
+                slot,
+                entry,
+                key,
+                &[],
+                capacity_for(key.len(), 0),
+                true,
+            )),
+            Update::Write(new) => {
+                let capacity = self.check_sizes(key, new.len())?;
+                Ok(self.append(guard, slot, entry, key, new, capacity, false))
             }
         }
     }

@@ -61,6 +61,14 @@ pub struct HashStats {
     pub index_bytes: u64,
 }
 
+/// Where a checkpoint cuts the log, and the how-many-th cut it is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cut {
+    pub(crate) begin: u64,
+    pub(crate) end: u64,
+    number: u64,
+}
+
 pub(crate) struct CheckpointState {
     meta: Option<CheckpointMeta>,
     taken: u64,
@@ -89,6 +97,10 @@ pub struct HashStore {
     /// One log compaction at a time.
     pub(crate) compaction: Mutex<()>,
     recovered: Recovered,
+    /// Checkpoint cuts made, and the newest cut whose checkpoint completed:
+    /// what [`HashStore::wait_durable`] waits on.
+    cuts: AtomicU64,
+    durable_cuts: AtomicU64,
     flusher: Option<JoinHandle<()>>,
     ticker: Arc<Ticker>,
     _lock: Box<dyn FileLock>,
@@ -172,6 +184,8 @@ impl HashStore {
             checkpoint: Mutex::new(CheckpointState { meta, taken: 0 }),
             compaction: Mutex::new(()),
             recovered,
+            cuts: AtomicU64::new(0),
+            durable_cuts: AtomicU64::new(0),
             flusher: Some(flusher),
             ticker,
             _lock: lock,
@@ -199,8 +213,9 @@ impl HashStore {
     /// read first: log compaction moves it only once its copies are linked,
     /// so they are then below the tail read after it, and a checkpoint
     /// never names a begin past records its end leaves out.
-    pub(crate) fn cut(&self) -> Result<(u64, u64)> {
+    pub(crate) fn cut(&self) -> Result<Cut> {
         self.log.regions.check()?;
+        let number = self.cuts.fetch_add(1, Ordering::SeqCst) + 1;
         let begin = self.log.regions.begin.load(Ordering::SeqCst);
         let handle = self.log.register();
         let guard = handle.pin();
@@ -212,18 +227,19 @@ impl HashStore {
             let end = self.log.tail_address();
             self.log.shift_read_only(end, &guard);
             if self.log.tail_address() == end {
-                return Ok((begin, end));
+                return Ok(Cut { begin, end, number });
             }
         }
     }
 
     /// Waits until the log below the cut is flushed, syncs it and makes the
     /// cut the store's checkpoint.
-    pub(crate) fn write_checkpoint(
-        &self,
-        state: &mut CheckpointState,
-        (begin, end): (u64, u64),
-    ) -> Result<u64> {
+    pub(crate) fn write_checkpoint(&self, state: &mut CheckpointState, cut: Cut) -> Result<u64> {
+        let Cut {
+            begin,
+            end,
+            number: cut_number,
+        } = cut;
         let handle = self.log.register();
         while self.log.regions.flushed.load(Ordering::Acquire) < end {
             self.log.regions.check()?;
@@ -241,7 +257,31 @@ impl HashStore {
         checkpoint::write_meta(self.fs.as_ref(), &self.dir, &meta)?;
         state.meta = Some(meta);
         state.taken += 1;
+        self.durable_cuts.fetch_max(cut_number, Ordering::SeqCst);
         Ok(end)
+    }
+
+    /// A point to pass to [`HashStore::wait_durable`], taken after some
+    /// operations completed.
+    pub fn sync_point(&self) -> u64 {
+        self.cuts.load(Ordering::SeqCst)
+    }
+
+    /// Returns once a checkpoint cut after `point` was taken has completed,
+    /// so every operation completed before `point` was taken is durable;
+    /// takes that checkpoint if none is under way. Callers waiting at once
+    /// share checkpoints (group commit).
+    pub fn wait_durable(&self, point: u64) -> Result<()> {
+        if self.durable_cuts.load(Ordering::SeqCst) > point {
+            return Ok(());
+        }
+        let mut state = self.checkpoint.lock();
+        if self.durable_cuts.load(Ordering::SeqCst) > point {
+            return Ok(());
+        }
+        let cut = self.cut()?;
+        self.write_checkpoint(&mut state, cut)?;
+        Ok(())
     }
 
     /// The store's state and counters.

@@ -1,0 +1,146 @@
+//! Walking every key: `SCAN`, `KEYS`, `DBSIZE` and `FLUSHDB` of the server
+//! on the hash engine. There is no order; the cursor is an index bucket.
+//! Each bucket's chains are walked to their ends (on disk too), so a walk
+//! costs a read of every record still in the log, live or not.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use crate::record::{decode, peek_len, HEADER_LEN, TOMBSTONE};
+use crate::session::{Session, View};
+use crate::{Error, Result};
+
+/// One step of a chain walk.
+struct Step {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    prev: u64,
+}
+
+impl Session {
+    /// Adds the live keys and values of index buckets from `cursor` on to
+    /// `out`, until it holds `count` or more; returns the cursor to go on
+    /// from (0: the walk is done). A key present for the whole walk is
+    /// returned once; keys written during it may or may not be.
+    pub fn scan(
+        &mut self,
+        cursor: u64,
+        count: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<u64> {
+        let buckets = self.store.index.buckets() as u64;
+        let mut b = cursor;
+        while b < buckets {
+            self.scan_bucket(b as usize, out)?;
+            b += 1;
+            if out.len() >= count {
+                break;
+            }
+        }
+        Ok(if b >= buckets { 0 } else { b })
+    }
+
+    fn scan_bucket(&self, b: usize, out: &mut Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        let log = self.log();
+        'again: loop {
+            let begin = log.regions.begin.load(Ordering::SeqCst);
+            let addresses = {
+                let _guard = self.handle.pin();
+                self.store.index.bucket_addresses(b)
+            };
+            let mut seen = HashSet::new();
+            let mut found = Vec::new();
+            for start in addresses {
+                let mut address = start;
+                while address >= begin {
+                    let Some(step) = self.step(address, begin)? else {
+                        // Compaction moved the begin past the walk: its
+                        // copies are newer than what was read, so start the
+                        // bucket over.
+                        continue 'again;
+                    };
+                    if seen.insert(step.key.clone()) {
+                        if let Some(v) = step.value {
+                            found.push((step.key, v));
+                        }
+                    }
+                    address = step.prev;
+                }
+            }
+            out.extend(found);
+            return Ok(());
+        }
+    }
+
+    /// The record at `address`, from memory or disk; `None` if the log's
+    /// begin moved past it.
+    fn step(&self, address: u64, begin: u64) -> Result<Option<Step>> {
+        let log = self.log();
+        {
+            let _guard = self.handle.pin();
+            let view = View::read(log);
+            if view.begin != begin {
+                return Ok(None);
+            }
+            if address >= view.head {
+                let rec = log.record(address);
+                let info = rec.load_info();
+                let value = if info & TOMBSTONE != 0 {
+                    None
+                } else {
+                    let mut v = Vec::new();
+                    if address >= view.safe_read_only {
+                        rec.lock_shared();
+                        rec.read_value(&mut v);
+                        rec.unlock_shared();
+                    } else {
+                        rec.read_value(&mut v);
+                    }
+                    Some(v)
+                };
+                return Ok(Some(Step {
+                    key: rec.key().to_vec(),
+                    value,
+                    prev: rec.prev(),
+                }));
+            }
+        }
+        let page_size = log.page_size();
+        let room = (page_size - (address & (page_size - 1))) as usize;
+        let corrupt = |reason: String| {
+            let (file, offset) = log.segments.locate(address);
+            Error::Corruption {
+                file,
+                offset,
+                reason,
+            }
+        };
+        let mut disk = self.disk.borrow_mut();
+        disk.resize(HEADER_LEN, 0);
+        let moved = || log.regions.begin.load(Ordering::SeqCst) != begin;
+        if let Err(e) = log.segments.read(address, &mut disk) {
+            return if moved() { Ok(None) } else { Err(e) };
+        }
+        let len = peek_len(&disk, room)
+            .map_err(|e| corrupt(e.0))?
+            .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
+        disk.resize(len, 0);
+        if let Err(e) = log.segments.read(address, &mut disk) {
+            return if moved() { Ok(None) } else { Err(e) };
+        }
+        let rec = decode(&disk, room)
+            .map_err(|e| corrupt(e.0))?
+            .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
+        if rec.prev >= address {
+            return Err(corrupt(format!(
+                "the record's previous address {:#x} is not below its own",
+                rec.prev
+            )));
+        }
+        Ok(Some(Step {
+            key: rec.key.to_vec(),
+            value: (!rec.tombstone).then(|| rec.value.to_vec()),
+            prev: rec.prev,
+        }))
+    }
+}
