@@ -31,6 +31,7 @@ fn engine_settings_help() -> String {
     tern serve\n  \
     tern serve --port 7000 --dir /var/lib/tern --appendfsync always\n  \
     tern serve --config tern.toml\n  \
+    tern serve --engine hash --port 7000\n  \
     tern serve --cluster --etcd http://127.0.0.1:2379 --port 7001 --dir node1\n\n\
     With no flags the server listens on 127.0.0.1:6379 (or a free port if \
     6379 is taken) with its data in ./tern-server-data; connect with redis-cli.",
@@ -77,6 +78,11 @@ pub struct Args {
     /// etcd client URLs, comma-separated (cluster mode).
     #[arg(long, value_name = "URL")]
     etcd: Option<String>,
+    /// The engine under the server: `lsm` (Tern's LSM, every command) or
+    /// `hash` (the hash engine: string commands at memory speed, durable by
+    /// checkpoint; see docs/server.md) [default: lsm].
+    #[arg(long, value_parser = ["lsm", "hash"])]
+    engine: Option<String>,
     /// Which cluster this node belongs to [default: default].
     #[arg(long, value_name = "NAME")]
     cluster_name: Option<String>,
@@ -141,6 +147,13 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             c.announce = Some(a);
         }
     }
+    if let Some(e) = args
+        .engine
+        .as_deref()
+        .and_then(tern_server::EngineKind::parse)
+    {
+        config.engine_kind = e;
+    }
     let dir = config.dir.clone();
     let fsync = config.appendfsync;
     let opts = StartOptions {
@@ -151,6 +164,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
             .unwrap_or_default(),
         fs: None,
     };
+    if config.engine_kind == tern_server::EngineKind::Hash {
+        return run_hash(config, opts);
+    }
     let server = tern_server::start(config, opts).map_err(|e| {
         Failure::new(e.0)
             .hint("run `tern serve --help` for the flags, docs/server.md for the config file")
@@ -178,5 +194,33 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     server.wait().map_err(|e| Failure::new(e.0))?;
     eprintln!("tern serve: stopped; all acknowledged writes are on disk");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tern serve --engine hash`: the string commands on the hash engine.
+fn run_hash(config: Config, opts: StartOptions) -> Result<ExitCode, Failure> {
+    if config.cluster.is_some() || config.offload.is_some() {
+        return Err(Failure::new(
+            "the hash engine serves one node on its own: drop --cluster and the [offload] table, or use --engine lsm",
+        ));
+    }
+    let dir = config.dir.clone();
+    let fsync = config.appendfsync;
+    let server = tern_server::hash::start(config, opts).map_err(|e| {
+        Failure::new(e.0)
+            .hint("run `tern serve --help` for the flags, docs/server.md for the [hash] table")
+    })?;
+    eprintln!(
+        "tern serve: hash engine listening on {} (data in {}, appendfsync {})",
+        server.addr(),
+        dir.display(),
+        fsync.as_str()
+    );
+    eprintln!(
+        "tern serve: ready; connect with `redis-cli -p {}`",
+        server.addr().port()
+    );
+    server.wait().map_err(|e| Failure::new(e.0))?;
+    eprintln!("tern serve: stopped; a last checkpoint holds every acknowledged write");
     Ok(ExitCode::SUCCESS)
 }

@@ -97,6 +97,69 @@ pub struct Config {
     /// Engine settings (the `[engine]` table, names as in
     /// [`tern::Settings`]). `max_value_size` follows `proto-max-bulk-len`.
     pub engine: tern::Settings,
+    /// Which engine stores the data: `lsm` (Tern's LSM, every command) or
+    /// `hash` (the hash engine: strings only, see docs/server.md).
+    pub engine_kind: EngineKind,
+    /// Settings of the hash engine (the `[hash]` table).
+    pub hash: HashConfig,
+}
+
+/// The engine under the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EngineKind {
+    /// Tern's LSM engine.
+    #[default]
+    Lsm,
+    /// The hash engine (`crates/tern-hash`).
+    Hash,
+}
+
+impl EngineKind {
+    /// Parses `lsm` or `hash`.
+    pub fn parse(s: &str) -> Option<EngineKind> {
+        match s {
+            "lsm" => Some(EngineKind::Lsm),
+            "hash" => Some(EngineKind::Hash),
+            _ => None,
+        }
+    }
+}
+
+/// The `[hash]` table: the hash engine's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct HashConfig {
+    /// Memory for the log's in-memory pages (default "256M").
+    pub memory: String,
+    /// log2 of the page size (default 22: 4 MiB); a key and value must fit
+    /// in a page.
+    pub page_bits: u32,
+    /// Of the in-memory log, the share updated in place (default 0.9).
+    pub mutable_fraction: f64,
+    /// log2 of the index's bucket count (default 20).
+    pub index_bits: u32,
+    /// log2 of a log segment's size (default 30).
+    pub segment_bits: u32,
+    /// Compact the log once it spans more than this (a size, or "off",
+    /// the default).
+    pub log_size_limit: String,
+    /// Threads that run commands on the engine; 0: two per core.
+    pub engine_threads: usize,
+}
+
+impl Default for HashConfig {
+    fn default() -> Self {
+        HashConfig {
+            memory: "256M".into(),
+            page_bits: 22,
+            mutable_fraction: 0.9,
+            index_bits: 20,
+            segment_bits: 30,
+            log_size_limit: "off".into(),
+            engine_threads: 0,
+        }
+    }
 }
 
 impl Default for Config {
@@ -120,6 +183,8 @@ impl Default for Config {
             engine: tern::Settings::default(),
             offload: None,
             cluster: None,
+            engine_kind: EngineKind::Lsm,
+            hash: HashConfig::default(),
         }
     }
 }

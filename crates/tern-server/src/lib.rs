@@ -19,6 +19,7 @@ pub mod connection;
 pub mod exec;
 pub mod expiry;
 pub mod glob;
+pub mod hash;
 pub mod http;
 pub mod key_cache;
 pub mod keyspace;
@@ -34,5 +35,5 @@ pub mod store;
 pub mod tunables;
 pub mod watch;
 
-pub use config::{AppendFsync, Config};
+pub use config::{AppendFsync, Config, EngineKind};
 pub use server::{start, ServerError, ServerHandle, StartOptions};

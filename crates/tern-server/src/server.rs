@@ -100,7 +100,7 @@ impl Drop for ServerHandle {
     }
 }
 
-async fn bind(
+pub(crate) async fn bind(
     host: &str,
     port: Option<u16>,
     default: u16,
