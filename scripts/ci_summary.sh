@@ -17,7 +17,7 @@ tests="model_seeds model_crashes model_install_faults model_no_wal_epochs
   sim_seeds_synced sim_seeds_unsynced sim_seeds_separated sim_gc_jobs_separated
   crash_loop_kills_sync_true crash_loop_kills_sync_false hash_crash_loop_kills
   serve_kill9_acked_always serve_kill9_acked_everysec serve_kill9_acked_no
-  differential_sequential differential_pipelined fuzz_corpus_inputs"
+  differential_sequential differential_pipelined differential_hash_engine fuzz_corpus_inputs"
 keys=()
 for k in "$@"; do
   if [ "$k" = @tests ]; then

@@ -99,24 +99,28 @@ pub fn run(cx: &mut Cx<'_>, name: &str, args: &[Vec<u8>]) -> Reply {
             .map(|(done, _)| Reply::Int(i64::from(done))),
         "SETEX" | "PSETEX" => {
             let unit = if name == "SETEX" { 1000 } else { 1 };
-            match int(&args[2])
-                .filter(|&n| n > 0)
-                .and_then(|n| n.checked_mul(unit))
-            {
-                None => Ok(Reply::err(format!(
-                    "invalid expire time in '{}' command",
-                    name.to_ascii_lowercase()
-                ))),
-                Some(ms) => set_with(
-                    cx,
-                    &args[1],
-                    &args[3],
-                    Some(now.saturating_add(ms as u64)),
-                    Cond::Any,
-                    false,
-                    now,
-                )
-                .map(|_| Reply::Ok),
+            match int(&args[2]) {
+                None => Ok(Reply::err(NOT_INT)),
+                Some(n) => match Some(n)
+                    .filter(|&n| n > 0)
+                    .and_then(|n| n.checked_mul(unit))
+                    .and_then(|ms| ms.checked_add(now as i64))
+                {
+                    None => Ok(Reply::err(format!(
+                        "invalid expire time in '{}' command",
+                        name.to_ascii_lowercase()
+                    ))),
+                    Some(at) => set_with(
+                        cx,
+                        &args[1],
+                        &args[3],
+                        Some(at as u64),
+                        Cond::Any,
+                        false,
+                        now,
+                    )
+                    .map(|_| Reply::Ok),
+                },
             }
         }
         "GETSET" => set_with(cx, &args[1], &args[2], None, Cond::Any, false, now)
@@ -404,12 +408,12 @@ fn modify(
     cx: &mut Cx<'_>,
     key: &[u8],
     now: u64,
-    mut f: impl FnMut(&[u8]) -> Result<Vec<u8>, Reply>,
+    mut f: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, Reply>,
 ) -> R<Result<Vec<u8>, Reply>> {
     let mut out = Err(Reply::err("no result"));
     cx.session.update(key, |bytes| {
         let old = value::live(bytes, now);
-        out = f(old.as_ref().map_or(&[][..], |v| &v.data));
+        out = f(old.as_ref().map(|v| &v.data[..]));
         match &out {
             Ok(new) => Update::Write(value::encode(old.and_then(|v| v.expires), new)),
             Err(_) => Update::Keep,
@@ -421,7 +425,7 @@ fn modify(
 
 fn incr(cx: &mut Cx<'_>, key: &[u8], by: i64, now: u64) -> R<Reply> {
     let r = modify(cx, key, now, |old| {
-        let n = if old.is_empty() { Some(0) } else { int(old) };
+        let n = old.map_or(Some(0), int);
         let n = n.ok_or_else(|| Reply::err(NOT_INT))?;
         let n = n
             .checked_add(by)
@@ -446,11 +450,7 @@ fn incr_float(cx: &mut Cx<'_>, key: &[u8], by: &[u8], now: u64) -> R<Reply> {
         return Ok(Reply::err("value is not a valid float"));
     };
     let r = modify(cx, key, now, |old| {
-        let n = if old.is_empty() {
-            Some(0.0)
-        } else {
-            float(old)
-        };
+        let n = old.map_or(Some(0.0), float);
         let n = n.ok_or_else(|| Reply::err("value is not a valid float"))? + by;
         if !n.is_finite() {
             return Err(Reply::err("increment would produce NaN or Infinity"));
@@ -465,6 +465,7 @@ fn incr_float(cx: &mut Cx<'_>, key: &[u8], by: &[u8], now: u64) -> R<Reply> {
 
 fn append(cx: &mut Cx<'_>, key: &[u8], tail: &[u8], now: u64) -> R<Reply> {
     let r = modify(cx, key, now, |old| {
+        let old = old.unwrap_or_default();
         if old.len() + tail.len() > MAX_STRING {
             return Err(Reply::err(
                 "string exceeds maximum allowed size (proto-max-bulk-len)",
@@ -498,7 +499,7 @@ fn setrange(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
         return get(cx, &args[1], now).map(|v| Reply::Int(v.map_or(0, |v| v.data.len() as i64)));
     }
     let r = modify(cx, &args[1], now, |old| {
-        let mut v = old.to_vec();
+        let mut v = old.unwrap_or_default().to_vec();
         if v.len() < offset + patch.len() {
             v.resize(offset + patch.len(), 0);
         }
@@ -514,7 +515,7 @@ fn setrange(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
 /// `GETRANGE`'s slice, with Redis's negative and out-of-range indexes.
 fn range(s: &[u8], start: i64, end: i64) -> Vec<u8> {
     let len = s.len() as i64;
-    if len == 0 {
+    if len == 0 || (start < 0 && end < 0 && start > end) {
         return Vec::new();
     }
     let fix = |i: i64| if i < 0 { (len + i).max(0) } else { i };
@@ -526,23 +527,7 @@ fn range(s: &[u8], start: i64, end: i64) -> Vec<u8> {
 }
 
 fn expire(cx: &mut Cx<'_>, name: &str, args: &[Vec<u8>], now: u64) -> R<Reply> {
-    let Some(n) = int(&args[2]) else {
-        return Ok(Reply::err(NOT_INT));
-    };
-    let at = match name {
-        "EXPIRE" => n
-            .checked_mul(1000)
-            .and_then(|ms| ms.checked_add(now as i64)),
-        "PEXPIRE" => n.checked_add(now as i64),
-        "EXPIREAT" => n.checked_mul(1000),
-        _ => Some(n),
-    };
-    let Some(at) = at else {
-        return Ok(Reply::err(format!(
-            "invalid expire time in '{}' command",
-            name.to_ascii_lowercase()
-        )));
-    };
+    // Options first, then the time, as Redis checks them.
     let mut flags = (false, false, false, false);
     for a in &args[3..] {
         match upper(a).as_str() {
@@ -564,6 +549,23 @@ fn expire(cx: &mut Cx<'_>, name: &str, args: &[Vec<u8>], now: u64) -> R<Reply> {
             "GT and LT options at the same time are not compatible",
         ));
     }
+    let Some(n) = int(&args[2]) else {
+        return Ok(Reply::err(NOT_INT));
+    };
+    let at = match name {
+        "EXPIRE" => n
+            .checked_mul(1000)
+            .and_then(|ms| ms.checked_add(now as i64)),
+        "PEXPIRE" => n.checked_add(now as i64),
+        "EXPIREAT" => n.checked_mul(1000),
+        _ => Some(n),
+    };
+    let Some(at) = at else {
+        return Ok(Reply::err(format!(
+            "invalid expire time in '{}' command",
+            name.to_ascii_lowercase()
+        )));
+    };
     let mut changed = false;
     cx.session.update(&args[1], |bytes| {
         changed = false;
@@ -689,5 +691,6 @@ mod tests {
         assert_eq!(range(b"Hello World", 5, 2), b"");
         assert_eq!(range(b"Hello World", 0, 100), b"Hello World");
         assert_eq!(range(b"", 0, 1), b"");
+        assert_eq!(range(b"1", -1, -2), b"");
     }
 }

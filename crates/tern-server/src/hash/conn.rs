@@ -231,41 +231,25 @@ fn check(conn: &Conn, name: &str, args: &[Vec<u8>]) -> Option<Reply> {
         return Some(Reply::Error("NOAUTH Authentication required.".into()));
     }
     let Some(a) = arity(name) else {
-        let shown: Vec<String> = args[1..]
-            .iter()
-            .take(3)
-            .map(|a| format!("'{}'", String::from_utf8_lossy(a)))
-            .collect();
-        return Some(Reply::err(format!(
-            "unknown command '{}', with args beginning with: {}",
-            String::from_utf8_lossy(&args[0]),
-            shown.join(" ")
-        )));
+        return Some(crate::commands::unknown_command(args));
     };
     let n = args.len() as i32;
     if (a > 0 && n != a) || (a < 0 && n < -a) {
-        return Some(Reply::err(format!(
-            "wrong number of arguments for '{}' command",
-            name.to_ascii_lowercase()
-        )));
+        return Some(crate::commands::wrong_arity(&name.to_ascii_lowercase()));
     }
     None
 }
 
-fn auth(shared: &Shared, conn: &mut Conn, user: Option<&[u8]>, pass: &[u8]) -> Option<Reply> {
-    let pw = &shared.config.requirepass;
-    if pw.is_empty() {
-        return Some(Reply::err(
-            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        ));
-    }
-    if user.is_some_and(|u| u != b"default") || pass != pw.as_bytes() {
-        return Some(Reply::Error(
-            "WRONGPASS invalid username-password pair or user is disabled.".into(),
-        ));
-    }
-    conn.authed = true;
-    None
+/// Checks a user and password; `true` authenticates the connection.
+fn authenticate(shared: &Shared, conn: &mut Conn, user: &[u8], pass: &[u8]) -> bool {
+    let required = shared.config.requirepass.as_bytes();
+    let ok = user == b"default" && (required.is_empty() || pass == required);
+    conn.authed |= ok;
+    ok
+}
+
+fn wrongpass() -> Reply {
+    Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
 }
 
 fn connection_command(
@@ -289,17 +273,25 @@ fn connection_command(
             conn.close = true;
             Reply::Ok
         }
-        "SELECT" => match args[1].as_slice() {
-            b"0" => Reply::Ok,
-            _ => Reply::err("DB index is out of range"),
+        "SELECT" => match crate::resp::parser::parse_int(&args[1]) {
+            Some(0) => Reply::Ok,
+            Some(_) => Reply::err("DB index is out of range"),
+            None => Reply::err("value is not an integer or out of range"),
         },
         "AUTH" => {
-            let (user, pass) = match args.len() {
-                2 => (None, &args[1]),
-                3 => (Some(args[1].as_slice()), &args[2]),
+            let (user, pass): (&[u8], &[u8]) = match args.len() {
+                2 if shared.config.requirepass.is_empty() => {
+                    return Reply::err("AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+                }
+                2 => (b"default", &args[1]),
+                3 => (&args[1], &args[2]),
                 _ => return Reply::err("syntax error"),
             };
-            auth(shared, conn, user, pass).unwrap_or(Reply::Ok)
+            if authenticate(shared, conn, user, pass) {
+                Reply::Ok
+            } else {
+                wrongpass()
+            }
         }
         "HELLO" => hello(shared, conn, args),
         "CLIENT" => match arg(1).as_deref() {
@@ -356,36 +348,50 @@ fn connection_command(
 }
 
 fn hello(shared: &Arc<Shared>, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
-    let mut i = 1;
+    let mut resp3 = conn.resp3;
     if let Some(v) = args.get(1) {
-        match v.as_slice() {
-            b"2" => conn.resp3 = false,
-            b"3" => conn.resp3 = true,
-            _ => return Reply::Error("NOPROTO unsupported protocol version".into()),
+        match crate::resp::parser::parse_int(v) {
+            None => return Reply::err("Protocol version is not an integer or out of range"),
+            Some(2) => resp3 = false,
+            Some(3) => resp3 = true,
+            Some(_) => return Reply::Error("NOPROTO unsupported protocol version".into()),
         }
-        i = 2;
     }
-    while i < args.len() {
-        match String::from_utf8_lossy(&args[i])
-            .to_ascii_uppercase()
-            .as_str()
-        {
-            "AUTH" if i + 2 < args.len() => {
-                if let Some(e) = auth(shared, conn, Some(&args[i + 1]), &args[i + 2]) {
-                    return e;
-                }
-                i += 3;
+    let (mut creds, mut name) = (None, None);
+    let mut j = 2;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        let opt = args[j].to_ascii_uppercase();
+        if opt == b"AUTH" && more >= 2 {
+            creds = Some((&args[j + 1], &args[j + 2]));
+            j += 3;
+        } else if opt == b"SETNAME" && more >= 1 {
+            if !args[j + 1].iter().all(|&c| (b'!'..=b'~').contains(&c)) {
+                return Reply::err(
+                    "Client names cannot contain spaces, newlines or special characters.",
+                );
             }
-            "SETNAME" if i + 1 < args.len() => {
-                conn.name = args[i + 1].clone();
-                i += 2;
-            }
-            _ => return Reply::err("syntax error in HELLO option"),
+            name = Some(args[j + 1].clone());
+            j += 2;
+        } else {
+            return Reply::err(format!(
+                "Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(&args[j])
+            ));
+        }
+    }
+    if let Some((u, p)) = creds {
+        if !authenticate(shared, conn, u, p) {
+            return wrongpass();
         }
     }
     if !conn.authed {
         return Reply::Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into());
     }
+    if let Some(n) = name {
+        conn.name = n;
+    }
+    conn.resp3 = resp3;
     let s = |v: &str| Reply::Bulk(v.as_bytes().to_vec());
     Reply::Map(vec![
         (s("server"), s("redis")),
