@@ -30,9 +30,20 @@ struct Waiting {
     reply: oneshot::Sender<Vec<Reply>>,
 }
 
-/// The engine threads of a server.
+/// The engine threads of a server. Dropping it stops them and waits, so
+/// their sessions (and with them the store) are gone when it returns.
 pub struct Engine {
-    jobs: Sender<Job>,
+    jobs: Option<Sender<Job>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Engine {
@@ -44,29 +55,37 @@ impl Engine {
         durable_writes: bool,
     ) -> std::io::Result<Engine> {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(threads * 64);
+        let mut handles = Vec::new();
         let waiter = if durable_writes {
             let (tx, wrx) = crossbeam_channel::unbounded::<Waiting>();
             let store = store.clone();
-            std::thread::Builder::new()
-                .name("tern-hash-durable".into())
-                .spawn(move || wait_durable(&store, &wrx))?;
+            handles.push(
+                std::thread::Builder::new()
+                    .name("tern-hash-durable".into())
+                    .spawn(move || wait_durable(&store, &wrx))?,
+            );
             Some(tx)
         } else {
             None
         };
         for i in 0..threads {
             let (store, rx, waiter) = (store.clone(), rx.clone(), waiter.clone());
-            std::thread::Builder::new()
-                .name(format!("tern-hash-engine-{i}"))
-                .spawn(move || work(&store, &rx, waiter.as_ref()))?;
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("tern-hash-engine-{i}"))
+                    .spawn(move || work(&store, &rx, waiter.as_ref()))?,
+            );
         }
-        Ok(Engine { jobs })
+        Ok(Engine {
+            jobs: Some(jobs),
+            threads: handles,
+        })
     }
 
     /// Runs `commands`; `None` if the engine has stopped.
     pub async fn run(&self, commands: Vec<(String, Vec<Vec<u8>>)>) -> Option<Vec<Reply>> {
         let (reply, rx) = oneshot::channel();
-        let jobs = self.jobs.clone();
+        let jobs = self.jobs.clone()?;
         let job = Job { commands, reply };
         // A full queue means the engine is saturated: wait off the runtime.
         match jobs.try_send(job) {
