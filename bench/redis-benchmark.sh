@@ -6,7 +6,8 @@
 # cell so drift hits both.
 #
 #   bench/redis-benchmark.sh [requests]        (default 100000)
-#   env: OUT (results dir), FSYNCS, CLIENTS, PIPES, SIZES, TESTS to narrow
+#   env: OUT (results dir), FSYNCS, CLIENTS, PIPES, SIZES, TESTS to narrow,
+#        ENGINE (tern serve --engine: lsm, the default, or hash)
 #
 # Writes $OUT/results.csv (one row per server and cell) and $OUT/table.md
 # (tern / redis-server per cell).
@@ -19,6 +20,7 @@ CLIENTS=${CLIENTS:-"50 200"}
 PIPES=${PIPES:-"1 16"}
 SIZES=${SIZES:-"3 1024 16384"}
 TESTS=${TESTS:-set,get,incr,mset}
+ENGINE=${ENGINE:-lsm}
 TPORT=16379
 RPORT=16380
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
@@ -40,7 +42,7 @@ wait_port() {
 for fsync in $FSYNCS; do
     rm -rf "$WORK/tern" "$WORK/redis"
     mkdir -p "$WORK/redis"
-    ./target/release/tern serve --port $TPORT --dir "$WORK/tern" --appendfsync "$fsync" \
+    ./target/release/tern serve --engine "$ENGINE" --port $TPORT --dir "$WORK/tern" --appendfsync "$fsync" \
         --metrics-bind off --maxclients 20000 >"$WORK/tern.log" 2>&1 &
     TPID=$!
     redis-server --port $RPORT --dir "$WORK/redis" --appendonly yes --appendfsync "$fsync" \
