@@ -18,31 +18,48 @@ struct Step {
 }
 
 impl Session {
-    /// Adds the live keys and values of index buckets from `cursor` on to
-    /// `out`, until it holds `count` or more; returns the cursor to go on
-    /// from (0: the walk is done). A key present for the whole walk is
-    /// returned once; keys written during it may or may not be.
+    /// Adds the live keys of index buckets from `cursor` on to `out`, each
+    /// with the first `value_bytes` bytes of its value, until `out` holds
+    /// `count` more keys or `10 × count` buckets were visited (as Redis
+    /// bounds a SCAN of a sparse table); returns the cursor to go on from
+    /// (0: the walk is done). A key present for the whole walk is returned
+    /// once; keys written during it may or may not be.
     pub fn scan(
         &mut self,
         cursor: u64,
         count: usize,
+        value_bytes: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<u64> {
         let buckets = self.store.index.buckets() as u64;
-        let mut b = cursor;
+        let (mut b, mut visited) = (cursor, 0usize);
+        let start = out.len();
         while b < buckets {
-            self.scan_bucket(b as usize, out)?;
+            self.scan_bucket(b as usize, value_bytes, out)?;
             b += 1;
-            if out.len() >= count {
+            visited += 1;
+            if out.len() - start >= count || visited >= count.saturating_mul(10) {
                 break;
             }
         }
         Ok(if b >= buckets { 0 } else { b })
     }
 
-    fn scan_bucket(&self, b: usize, out: &mut Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+    fn scan_bucket(
+        &self,
+        b: usize,
+        value_bytes: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
         let log = self.log();
+        let mut tries = 0;
         'again: loop {
+            tries += 1;
+            if tries > 64 {
+                return Err(Error::InvalidArgument(
+                    "log compaction kept moving the log under a key walk; retry it".into(),
+                ));
+            }
             let begin = log.regions.begin.load(Ordering::SeqCst);
             let addresses = {
                 let _guard = self.handle.pin();
@@ -60,7 +77,8 @@ impl Session {
                         continue 'again;
                     };
                     if seen.insert(step.key.clone()) {
-                        if let Some(v) = step.value {
+                        if let Some(mut v) = step.value {
+                            v.truncate(value_bytes);
                             found.push((step.key, v));
                         }
                     }

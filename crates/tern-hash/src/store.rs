@@ -71,7 +71,6 @@ pub(crate) struct Cut {
 
 pub(crate) struct CheckpointState {
     meta: Option<CheckpointMeta>,
-    taken: u64,
 }
 
 /// Stops the periodic checkpointer.
@@ -101,6 +100,10 @@ pub struct HashStore {
     /// what [`HashStore::wait_durable`] waits on.
     cuts: AtomicU64,
     durable_cuts: AtomicU64,
+    /// Checkpoints completed since open and the last one's end, for
+    /// `stats` without waiting on a checkpoint under way.
+    taken: AtomicU64,
+    durable_end: AtomicU64,
     flusher: Option<JoinHandle<()>>,
     ticker: Arc<Ticker>,
     _lock: Box<dyn FileLock>,
@@ -181,11 +184,13 @@ impl HashStore {
             counters: Counters::default(),
             fs,
             dir,
-            checkpoint: Mutex::new(CheckpointState { meta, taken: 0 }),
+            checkpoint: Mutex::new(CheckpointState { meta }),
             compaction: Mutex::new(()),
             recovered,
             cuts: AtomicU64::new(0),
             durable_cuts: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            durable_end: AtomicU64::new(meta.map_or(0, |m| m.end)),
             flusher: Some(flusher),
             ticker,
             _lock: lock,
@@ -256,9 +261,16 @@ impl HashStore {
         };
         checkpoint::write_meta(self.fs.as_ref(), &self.dir, &meta)?;
         state.meta = Some(meta);
-        state.taken += 1;
         self.durable_cuts.fetch_max(cut_number, Ordering::SeqCst);
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        self.durable_end.store(end, Ordering::Relaxed);
         Ok(end)
+    }
+
+    /// The longest value a record with a key of `key_len` bytes holds: a
+    /// record must fit in one log page.
+    pub fn max_value_len(&self, key_len: usize) -> usize {
+        (self.log.page_size() as usize).saturating_sub(crate::record::HEADER_LEN + key_len)
     }
 
     /// A point to pass to [`HashStore::wait_durable`], taken after some
@@ -288,7 +300,6 @@ impl HashStore {
     pub fn stats(&self) -> HashStats {
         let r = &self.log.regions;
         let c = &self.counters;
-        let state = self.checkpoint.lock();
         HashStats {
             begin: r.begin.load(Ordering::Relaxed),
             head: r.head.load(Ordering::Relaxed),
@@ -301,8 +312,8 @@ impl HashStore {
             retries: c.retries.load(Ordering::Relaxed),
             compactions: c.compactions.load(Ordering::Relaxed),
             compacted_bytes: c.compacted_bytes.load(Ordering::Relaxed),
-            checkpoints: state.taken,
-            checkpoint_end: state.meta.map_or(0, |m| m.end),
+            checkpoints: self.taken.load(Ordering::Relaxed),
+            checkpoint_end: self.durable_end.load(Ordering::Relaxed),
             recovered_records: self.recovered.records,
             index_bytes: self.index.memory(),
         }

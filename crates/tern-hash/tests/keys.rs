@@ -27,7 +27,7 @@ fn a_scan_returns_every_live_key_once_from_memory_and_disk() {
     let mut cursor = 0;
     let mut calls = 0;
     loop {
-        cursor = s.scan(cursor, 100, &mut got).expect("scan");
+        cursor = s.scan(cursor, 100, usize::MAX, &mut got).expect("scan");
         calls += 1;
         if cursor == 0 {
             break;

@@ -43,6 +43,7 @@ fn acknowledged_writes_survive_power_loss_with_appendfsync_always() {
         ..Default::default()
     };
     let dir = std::path::Path::new("/data");
+    let fs_after;
     {
         let server =
             tern_server::hash::start(config(dir, AppendFsync::Always), opts.clone()).unwrap();
@@ -59,10 +60,16 @@ fn acknowledged_writes_survive_power_loss_with_appendfsync_always() {
             p.set(format!("p{i}"), i).ignore();
         }
         let _: () = p.query(&mut c).unwrap();
-        // Power fails: what the server did not make durable is gone.
-        fs.crash();
+        // Power fails right after the last reply: what the server did not
+        // make durable by then is gone.
+        let after = fs.crashed_copy();
         drop(c);
+        fs_after = after;
     }
+    let opts = StartOptions {
+        fs: Some(fs_after),
+        ..Default::default()
+    };
     let server = tern_server::hash::start(config(dir, AppendFsync::Always), opts).unwrap();
     let mut c = client(&server);
     for i in 0..300 {
@@ -157,4 +164,41 @@ fn scan_dbsize_flushdb_and_expiry() {
     let _: () = redis::cmd("FLUSHDB").query(&mut c).unwrap();
     let n: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
     assert_eq!(n, 0);
+}
+
+#[test]
+fn an_expiry_that_overflows_is_refused_and_the_key_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = tern_server::hash::start(
+        config(tmp.path(), AppendFsync::Everysec),
+        StartOptions::default(),
+    )
+    .unwrap();
+    let mut c = client(&server);
+    let _: () = c.set("k", "kept").unwrap();
+    for (unit, n) in [
+        ("EX", "9223372036854775"),
+        ("PX", "9223372036854775807"),
+        ("EX", "0"),
+    ] {
+        let r: redis::RedisResult<()> = redis::cmd("SET")
+            .arg("k")
+            .arg("v")
+            .arg(unit)
+            .arg(n)
+            .query(&mut c);
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("invalid expire time in 'set' command"),
+            "{unit} {n}: {e}"
+        );
+        let r: redis::RedisResult<()> = redis::cmd("GETEX").arg("k").arg(unit).arg(n).query(&mut c);
+        assert!(r.unwrap_err().to_string().contains("invalid expire time"));
+    }
+    let v: String = c.get("k").unwrap();
+    assert_eq!(v, "kept");
+    // The engine threads are all still there.
+    for _ in 0..64 {
+        let _: () = c.set("k", "again").unwrap();
+    }
 }

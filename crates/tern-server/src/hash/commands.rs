@@ -25,8 +25,17 @@ pub struct Cx<'a> {
 
 const NOT_INT: &str = "value is not an integer or out of range";
 const SYNTAX: &str = "syntax error";
-/// Largest string `SETRANGE` and `APPEND` may make, as in Redis.
+/// Largest string `SETRANGE` and `APPEND` may make, as in Redis; the hash
+/// engine's page size may allow less ([`max_string`]).
 const MAX_STRING: usize = 512 << 20;
+const TOO_LONG: &str =
+    "string exceeds maximum allowed size (the hash engine's page_bits or proto-max-bulk-len)";
+
+/// The longest string `key` may hold: Redis's limit, or what fits in a log
+/// page with the value's header.
+fn max_string(cx: &Cx<'_>, key: &[u8]) -> usize {
+    MAX_STRING.min(cx.store.max_value_len(key.len()).saturating_sub(9))
+}
 
 fn int(arg: &[u8]) -> Option<i64> {
     parse_int(arg)
@@ -47,6 +56,9 @@ pub fn is_engine_command(name: &str) -> bool {
 
 /// Engine commands and their arity (Redis's: negative means "at least").
 pub const ENGINE_COMMANDS: &[(&str, i32)] = &[
+    ("PING", -1),
+    ("ECHO", 2),
+    ("TIME", 1),
     ("GET", 2),
     ("SET", -3),
     ("SETNX", 3),
@@ -93,6 +105,21 @@ pub const ENGINE_COMMANDS: &[(&str, i32)] = &[
 pub fn run(cx: &mut Cx<'_>, name: &str, args: &[Vec<u8>]) -> Reply {
     let now = now_ms();
     let r = match name {
+        "PING" => match args.len() {
+            1 => Ok(Reply::Simple("PONG".into())),
+            2 => Ok(Reply::Bulk(args[1].clone())),
+            _ => Ok(Reply::err("wrong number of arguments for 'ping' command")),
+        },
+        "ECHO" => Ok(Reply::Bulk(args[1].clone())),
+        "TIME" => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Ok(Reply::Array(vec![
+                Reply::Bulk(t.as_secs().to_string().into_bytes()),
+                Reply::Bulk(t.subsec_micros().to_string().into_bytes()),
+            ]))
+        }
         "GET" => get(cx, &args[1], now).map(|v| v.map_or(Reply::Nil, |v| Reply::Bulk(v.data))),
         "SET" => set(cx, args, now),
         "SETNX" => set_with(cx, &args[1], &args[2], None, Cond::Nx, false, now)
@@ -216,17 +243,24 @@ pub fn run(cx: &mut Cx<'_>, name: &str, args: &[Vec<u8>]) -> Reply {
         "TYPE" => get(cx, &args[1], now)
             .map(|v| Reply::Simple(if v.is_some() { "string" } else { "none" }.into())),
         "SCAN" => scan(cx, args, now),
-        "KEYS" => all_keys(cx, now).map(|keys| {
-            Reply::Array(
-                keys.into_iter()
-                    .filter(|k| glob_match(&args[1], k))
-                    .map(Reply::Bulk)
-                    .collect(),
-            )
-        }),
-        "DBSIZE" => all_keys(cx, now).map(|keys| Reply::Int(keys.len() as i64)),
-        "FLUSHDB" | "FLUSHALL" => flush(cx, now),
-        "SAVE" | "BGSAVE" => cx.store.checkpoint().map(|_| {
+        "KEYS" => {
+            let mut keys = Vec::new();
+            walk_keys(cx, now, |k| {
+                if glob_match(&args[1], &k) {
+                    keys.push(Reply::Bulk(k));
+                }
+            })
+            .map(|()| Reply::Array(keys))
+        }
+        "DBSIZE" => {
+            let mut n = 0;
+            walk_keys(cx, now, |_| n += 1).map(|()| Reply::Int(n))
+        }
+        "FLUSHDB" | "FLUSHALL" => match args.get(1).map(|a| upper(a)).as_deref() {
+            None | Some("ASYNC" | "SYNC") if args.len() <= 2 => flush(cx, now),
+            _ => Ok(Reply::err(SYNTAX)),
+        },
+        "SAVE" | "BGSAVE" => cx.store.wait_durable(cx.store.sync_point()).map(|()| {
             if name == "SAVE" {
                 Reply::Ok
             } else {
@@ -318,39 +352,39 @@ fn set_with(
 }
 
 fn set(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
-    let (mut cond, mut get_old, mut keep_ttl, mut expires) = (Cond::Any, false, false, None);
+    let (mut cond, mut get_old, mut keep_ttl) = (Cond::Any, false, false);
+    // As Redis: an option may repeat but not meet its opposite, and the last
+    // expiry given counts.
+    let (mut unit, mut time): (Option<String>, Option<i64>) = (None, None);
     let mut i = 3;
     while i < args.len() {
         let opt = upper(&args[i]);
         match opt.as_str() {
-            "NX" if cond == Cond::Any => cond = Cond::Nx,
-            "XX" if cond == Cond::Any => cond = Cond::Xx,
+            "NX" if cond != Cond::Xx => cond = Cond::Nx,
+            "XX" if cond != Cond::Nx => cond = Cond::Xx,
             "GET" => get_old = true,
-            "KEEPTTL" if expires.is_none() => keep_ttl = true,
-            "EX" | "PX" | "EXAT" | "PXAT" if expires.is_none() && !keep_ttl => {
-                let Some(n) = args.get(i + 1).and_then(|a| int(a)) else {
-                    return Ok(Reply::err(if args.get(i + 1).is_some() {
-                        NOT_INT
-                    } else {
-                        SYNTAX
-                    }));
+            "KEEPTTL" if unit.is_none() => keep_ttl = true,
+            "EX" | "PX" | "EXAT" | "PXAT"
+                if !keep_ttl && unit.as_deref().is_none_or(|u| u == opt) && i + 1 < args.len() =>
+            {
+                let Some(n) = int(&args[i + 1]) else {
+                    return Ok(Reply::err(NOT_INT));
                 };
-                let at = match opt.as_str() {
-                    "EX" => n.checked_mul(1000).map(|ms| now as i64 + ms),
-                    "PX" => Some(now as i64 + n),
-                    "EXAT" => n.checked_mul(1000),
-                    _ => Some(n),
-                };
-                match at.filter(|_| n > 0) {
-                    Some(at) => expires = Some(at.max(0) as u64),
-                    None => return Ok(Reply::err("invalid expire time in 'set' command")),
-                }
+                unit = Some(opt);
+                time = Some(n);
                 i += 1;
             }
             _ => return Ok(Reply::err(SYNTAX)),
         }
         i += 1;
     }
+    let expires = match (unit.as_deref(), time) {
+        (Some(unit), Some(n)) => match expiry_at(unit, n, now) {
+            Some(at) => Some(at),
+            None => return Ok(Reply::err("invalid expire time in 'set' command")),
+        },
+        _ => None,
+    };
     if cond == Cond::Any && !get_old && !keep_ttl {
         cx.wrote = true;
         cx.session
@@ -365,23 +399,32 @@ fn set(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
     })
 }
 
+/// When an expiry of `n` in `unit` (EX, PX, EXAT or PXAT) from `now` falls,
+/// Unix ms; `None` if it is not positive or overflows, as Redis refuses.
+fn expiry_at(unit: &str, n: i64, now: u64) -> Option<u64> {
+    if n <= 0 {
+        return None;
+    }
+    let at = match unit {
+        "EX" => n.checked_mul(1000)?.checked_add(now as i64)?,
+        "PX" => n.checked_add(now as i64)?,
+        "EXAT" => n.checked_mul(1000)?,
+        _ => n,
+    };
+    Some(at as u64)
+}
+
 fn getex(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
-    let change: Option<Option<u64>> = match args.len() {
-        2 => None,
-        3 if upper(&args[2]) == "PERSIST" => Some(None),
-        4 => {
+    let opt = args.get(2).map(|a| upper(a));
+    let change: Option<Option<u64>> = match (args.len(), opt.as_deref()) {
+        (2, _) => None,
+        (3, Some("PERSIST")) => Some(None),
+        (4, Some(unit @ ("EX" | "PX" | "EXAT" | "PXAT"))) => {
             let Some(n) = int(&args[3]) else {
                 return Ok(Reply::err(NOT_INT));
             };
-            let at = match upper(&args[2]).as_str() {
-                "EX" => n.checked_mul(1000).map(|ms| now as i64 + ms),
-                "PX" => Some(now as i64 + n),
-                "EXAT" => n.checked_mul(1000),
-                "PXAT" => Some(n),
-                _ => return Ok(Reply::err(SYNTAX)),
-            };
-            match at.filter(|_| n > 0) {
-                Some(at) => Some(Some(at.max(0) as u64)),
+            match expiry_at(unit, n, now) {
+                Some(at) => Some(Some(at)),
                 None => return Ok(Reply::err("invalid expire time in 'getex' command")),
             }
         }
@@ -464,12 +507,11 @@ fn incr_float(cx: &mut Cx<'_>, key: &[u8], by: &[u8], now: u64) -> R<Reply> {
 }
 
 fn append(cx: &mut Cx<'_>, key: &[u8], tail: &[u8], now: u64) -> R<Reply> {
+    let max = max_string(cx, key);
     let r = modify(cx, key, now, |old| {
         let old = old.unwrap_or_default();
-        if old.len() + tail.len() > MAX_STRING {
-            return Err(Reply::err(
-                "string exceeds maximum allowed size (proto-max-bulk-len)",
-            ));
+        if old.len() + tail.len() > max {
+            return Err(Reply::err(TOO_LONG));
         }
         let mut v = Vec::with_capacity(old.len() + tail.len());
         v.extend_from_slice(old);
@@ -490,13 +532,11 @@ fn setrange(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
         return Ok(Reply::err("offset is out of range"));
     }
     let (offset, patch) = (offset as usize, &args[3]);
-    if offset + patch.len() > MAX_STRING {
-        return Ok(Reply::err(
-            "string exceeds maximum allowed size (proto-max-bulk-len)",
-        ));
-    }
     if patch.is_empty() {
         return get(cx, &args[1], now).map(|v| Reply::Int(v.map_or(0, |v| v.data.len() as i64)));
+    }
+    if offset.saturating_add(patch.len()) > max_string(cx, &args[1]) {
+        return Ok(Reply::err(TOO_LONG));
     }
     let r = modify(cx, &args[1], now, |old| {
         let mut v = old.unwrap_or_default().to_vec();
@@ -607,20 +647,24 @@ fn persist(cx: &mut Cx<'_>, key: &[u8], now: u64) -> R<Reply> {
     Ok(Reply::Int(i64::from(changed)))
 }
 
-/// Every live key (a walk of the whole index).
-fn all_keys(cx: &mut Cx<'_>, now: u64) -> R<Vec<Vec<u8>>> {
-    let mut keys = Vec::new();
+/// Bytes of a stored value that say whether it is live: the header and
+/// the expiry.
+const VALUE_HEADER: usize = 9;
+
+/// Calls `f` with every live key (a walk of the whole index), a page at a
+/// time.
+fn walk_keys(cx: &mut Cx<'_>, now: u64, mut f: impl FnMut(Vec<u8>)) -> R<()> {
     let mut cursor = 0;
     loop {
         let mut page = Vec::new();
-        cursor = cx.session.scan(cursor, 4096, &mut page)?;
-        keys.extend(
-            page.into_iter()
-                .filter(|(_, v)| value::live(Some(v), now).is_some())
-                .map(|(k, _)| k),
-        );
+        cursor = cx.session.scan(cursor, 4096, VALUE_HEADER, &mut page)?;
+        for (k, v) in page {
+            if value::live_header(&v, now) {
+                f(k);
+            }
+        }
         if cursor == 0 {
-            return Ok(keys);
+            return Ok(());
         }
     }
 }
@@ -641,7 +685,8 @@ fn scan(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
         match upper(&args[i]).as_str() {
             "MATCH" => pattern = Some(arg.clone()),
             "COUNT" => match int(arg) {
-                Some(n) if n > 0 => count = n as usize,
+                // Bounded: a page is built in memory.
+                Some(n) if n > 0 => count = (n as usize).min(1 << 16),
                 Some(_) => return Ok(Reply::err(SYNTAX)),
                 None => return Ok(Reply::err(NOT_INT)),
             },
@@ -651,10 +696,10 @@ fn scan(cx: &mut Cx<'_>, args: &[Vec<u8>], now: u64) -> R<Reply> {
         i += 2;
     }
     let mut page = Vec::new();
-    let next = cx.session.scan(cursor, count, &mut page)?;
+    let next = cx.session.scan(cursor, count, VALUE_HEADER, &mut page)?;
     let keys = page
         .into_iter()
-        .filter(|(_, v)| value::live(Some(v), now).is_some())
+        .filter(|(_, v)| value::live_header(v, now))
         .map(|(k, _)| k)
         .filter(|k| pattern.as_ref().is_none_or(|p| glob_match(p, k)))
         .filter(|_| kind.as_deref().is_none_or(|t| t == "STRING"))
@@ -670,7 +715,7 @@ fn flush(cx: &mut Cx<'_>, now: u64) -> R<Reply> {
     let mut cursor = 0;
     loop {
         let mut page = Vec::new();
-        cursor = cx.session.scan(cursor, 4096, &mut page)?;
+        cursor = cx.session.scan(cursor, 4096, 0, &mut page)?;
         for (k, _) in page {
             delete(cx, &k, now)?;
         }

@@ -32,8 +32,6 @@ struct Conn {
 
 /// Connection commands and their arity.
 const CONNECTION_COMMANDS: &[(&str, i32)] = &[
-    ("PING", -1),
-    ("ECHO", 2),
     ("QUIT", -1),
     ("SELECT", 2),
     ("HELLO", -1),
@@ -41,7 +39,6 @@ const CONNECTION_COMMANDS: &[(&str, i32)] = &[
     ("CLIENT", -2),
     ("COMMAND", -1),
     ("CONFIG", -2),
-    ("TIME", 1),
     ("INFO", -1),
     ("SHUTDOWN", -1),
 ];
@@ -121,13 +118,13 @@ pub async fn serve(mut sock: TcpStream, shared: &Arc<Shared>) {
                 return;
             }
         }
-        if !out.is_empty() {
-            if sock.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
+        if !write_out(shared, &mut sock, &mut out).await {
+            return;
         }
         inbuf.drain(..start);
+        if inbuf.is_empty() && inbuf.capacity() > 4 * READ_CHUNK {
+            inbuf.shrink_to(READ_CHUNK);
+        }
         if parser.held() + inbuf.len() > cfg.client_query_buffer_limit {
             let _ = sock
                 .write_all(b"-ERR request exceeds client-query-buffer-limit; send smaller requests or raise the limit\r\n")
@@ -175,7 +172,9 @@ async fn run(
             batch.push((name, args));
             continue;
         }
-        run_batch(shared, conn, &mut batch, out).await;
+        if !run_batch(shared, conn, &mut batch, out, sock).await {
+            return false;
+        }
         match refused {
             Some(r) => r.encode(out, conn.resp3),
             None => {
@@ -188,40 +187,62 @@ async fn run(
         if conn.close {
             return true;
         }
-        if out.len() >= OUT_FLUSH {
-            if sock.write_all(out).await.is_err() {
-                return false;
-            }
-            out.clear();
+        if out.len() >= OUT_FLUSH && !write_out(shared, sock, out).await {
+            return false;
         }
     }
-    run_batch(shared, conn, &mut batch, out).await;
-    true
+    run_batch(shared, conn, &mut batch, out, sock).await
 }
 
-/// Runs the engine commands gathered in `batch` and encodes their replies.
+/// Runs the engine commands gathered in `batch` and encodes their replies,
+/// writing them out between the pieces a large batch is run in; `false` if
+/// the client went away.
 async fn run_batch(
     shared: &Shared,
     conn: &Conn,
     batch: &mut Vec<(String, Vec<Vec<u8>>)>,
     out: &mut Vec<u8>,
-) {
-    if batch.is_empty() {
-        return;
-    }
-    let n = batch.len();
-    match shared.engine.run(std::mem::take(batch)).await {
-        Some(replies) => {
-            for r in &replies {
-                r.encode(out, conn.resp3);
-            }
-        }
-        None => {
+    sock: &mut TcpStream,
+) -> bool {
+    let mut todo = std::mem::take(batch);
+    while !todo.is_empty() {
+        let n = todo.len();
+        let Some(done) = shared.engine.run(todo).await else {
             for _ in 0..n {
                 Reply::err("the server is stopping").encode(out, conn.resp3);
             }
+            return true;
+        };
+        for r in &done.replies {
+            r.encode(out, conn.resp3);
+        }
+        todo = done.rest;
+        if out.len() >= OUT_FLUSH && !write_out(shared, sock, out).await {
+            return false;
         }
     }
+    true
+}
+
+/// Writes `out` to the client and empties it; `false` if the client went
+/// away or stalled longer than `stall-timeout`.
+async fn write_out(shared: &Shared, sock: &mut TcpStream, out: &mut Vec<u8>) -> bool {
+    if out.is_empty() {
+        return true;
+    }
+    let write = sock.write_all(out);
+    let ok = match shared.config.stall_timeout {
+        0 => write.await.is_ok(),
+        s => matches!(
+            tokio::time::timeout(Duration::from_secs(s), write).await,
+            Ok(Ok(()))
+        ),
+    };
+    out.clear();
+    if out.capacity() > OUT_FLUSH * 2 {
+        out.shrink_to(READ_CHUNK);
+    }
+    ok
 }
 
 /// An error reply if the command is unknown, has the wrong arity, or the
@@ -263,12 +284,6 @@ fn connection_command(
             .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
     };
     match name {
-        "PING" => match args.get(1) {
-            Some(m) if args.len() == 2 => Reply::Bulk(m.clone()),
-            None => Reply::Simple("PONG".into()),
-            _ => Reply::err("wrong number of arguments for 'ping' command"),
-        },
-        "ECHO" => Reply::Bulk(args[1].clone()),
         "QUIT" => {
             conn.close = true;
             Reply::Ok
@@ -296,9 +311,13 @@ fn connection_command(
         "HELLO" => hello(shared, conn, args),
         "CLIENT" => match arg(1).as_deref() {
             Some("SETNAME") if args.len() == 3 => {
+                if !args[2].iter().all(|&c| (b'!'..=b'~').contains(&c)) {
+                    return Reply::err("Client names cannot contain spaces, newlines or special characters.");
+                }
                 conn.name = args[2].clone();
                 Reply::Ok
             }
+            Some("SETNAME") => crate::commands::wrong_arity("client|setname"),
             Some("GETNAME") => {
                 if conn.name.is_empty() {
                     Reply::Nil
@@ -319,18 +338,10 @@ fn connection_command(
         },
         "CONFIG" => match arg(1).as_deref() {
             Some("GET") if args.len() >= 3 => config_get(shared, &args[2..]),
+            Some("GET") => crate::commands::wrong_arity("config|get"),
             Some("RESETSTAT") => Reply::Ok,
             _ => Reply::err("CONFIG SET is not supported on the hash engine; restart with a different configuration"),
         },
-        "TIME" => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            Reply::Array(vec![
-                Reply::Bulk(now.as_secs().to_string().into_bytes()),
-                Reply::Bulk(now.subsec_micros().to_string().into_bytes()),
-            ])
-        }
         "INFO" => Reply::Verbatim(info(shared, args.get(1))),
         "SHUTDOWN" => {
             if arg(1).as_deref() != Some("NOSAVE") {

@@ -66,6 +66,19 @@ pub fn live(bytes: Option<&[u8]>, now: u64) -> Option<Value> {
     decode(bytes?).filter(|v| v.expires.is_none_or(|at| at > now))
 }
 
+/// Whether a value whose first bytes (at least the header and expiry, or
+/// all of it) are `head` is live at `now`.
+pub fn live_header(head: &[u8], now: u64) -> bool {
+    match head.split_first() {
+        Some((0, _)) => true,
+        Some((1, rest)) => rest
+            .get(..8)
+            .and_then(|at| at.try_into().ok())
+            .is_some_and(|at: [u8; 8]| u64::from_le_bytes(at) > now),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +95,7 @@ mod tests {
         assert_eq!(decode(&encode(None, b"")), Some(Value::plain(Vec::new())));
         assert_eq!(decode(&[1, 2, 3]), None);
         assert_eq!(decode(&[]), None);
+        assert!(live_header(&v.encode()[..9], 999) && !live_header(&v.encode()[..9], 1000));
+        assert!(live_header(&[0], 5) && !live_header(&[], 5));
     }
 }
