@@ -11,7 +11,8 @@
 #
 # Writes $OUT/results.csv (one row per server and cell) and $OUT/table.md
 # (tern / redis-server per cell).
-set -euo pipefail
+# Not -e: a cell whose run fails is reported and left out of the table.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-100000}
 OUT=${OUT:-bench/results/redis-benchmark}
@@ -27,7 +28,7 @@ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
     echo "needs redis-server and redis-benchmark: apt-get install redis-server redis-tools" >&2
     exit 1
 }
-cargo build --release -q -p tern-cli
+cargo build --release -q -p tern-cli || exit 1
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -62,7 +63,8 @@ for fsync in $FSYNCS; do
                             NR > 1 { gsub(/"/, ""); split($0, a, ",");
                                      t = a[1]; sub(/ .*/, "", t);
                                      printf "%s,%s,%s,%s,%s,%s,%s,%s,%s\n", s, f, c, p, d, t, a[2], a[5], a[7] }' \
-                        >>"$OUT/results.csv"
+                        >>"$OUT/results.csv" ||
+                        echo "FAILED: $name $fsync -c $c -P $p -d $d" >&2
                 done
                 echo "done: $fsync -c $c -P $p -d $d" >&2
             done
