@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
-use crate::record::{decode, peek_len, HEADER_LEN, TOMBSTONE};
+use crate::record::TOMBSTONE;
 use crate::session::{Session, View};
 use crate::{Error, Result};
 
@@ -123,41 +123,14 @@ impl Session {
                 }));
             }
         }
-        let page_size = log.page_size();
-        let room = (page_size - (address & (page_size - 1))) as usize;
-        let corrupt = |reason: String| {
-            let (file, offset) = log.segments.locate(address);
-            Error::Corruption {
-                file,
-                offset,
-                reason,
-            }
-        };
         let mut disk = self.disk.borrow_mut();
-        disk.resize(HEADER_LEN, 0);
         let moved = || log.regions.begin.load(Ordering::SeqCst) != begin;
-        if let Err(e) = log.segments.read(address, &mut disk) {
-            return if moved() { Ok(None) } else { Err(e) };
-        }
-        let len = peek_len(&disk, room)
-            .map_err(|e| corrupt(e.0))?
-            .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
-        disk.resize(len, 0);
-        if let Err(e) = log.segments.read(address, &mut disk) {
-            return if moved() { Ok(None) } else { Err(e) };
-        }
-        let rec = decode(&disk, room)
-            .map_err(|e| corrupt(e.0))?
-            .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
-        if rec.prev >= address {
-            return Err(corrupt(format!(
-                "the record's previous address {:#x} is not below its own",
-                rec.prev
-            )));
-        }
+        let Some(rec) = log.read_record(address, &mut disk, moved)? else {
+            return Ok(None);
+        };
         Ok(Some(Step {
-            key: rec.key.to_vec(),
-            value: (!rec.tombstone).then(|| rec.value.to_vec()),
+            key: disk[rec.key].to_vec(),
+            value: (!rec.tombstone).then(|| disk[rec.value].to_vec()),
             prev: rec.prev,
         }))
     }

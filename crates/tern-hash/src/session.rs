@@ -10,7 +10,7 @@ use crossbeam_epoch::{Guard, LocalHandle};
 
 use crate::index::{entry_address, with_address, KeyHash};
 use crate::log::HybridLog;
-use crate::record::{capacity_for, decode, peek_len, record_len, Record, HEADER_LEN, TOMBSTONE};
+use crate::record::{capacity_for, record_len, Record, TOMBSTONE};
 use crate::store::HashStore;
 use crate::{Error, Result};
 
@@ -261,7 +261,7 @@ impl Session {
             // Blind writes need no lock on the record they shadow: an update
             // in place that lands on it after this append is ordered before it.
             let tombstone = value.is_none();
-            match self.append(
+            let linked = self.append(
                 &guard,
                 slot,
                 entry,
@@ -269,14 +269,27 @@ impl Session {
                 value.unwrap_or_default(),
                 capacity,
                 tombstone,
-            ) {
-                Some(true) => return Ok(()),
-                Some(false) => bump(&self.counters.retries),
-                None => {
-                    drop(guard);
-                    bump(&self.counters.retries);
-                    log.wait_for_room(&self.handle);
-                }
+            );
+            if self.settle(linked, guard) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// After an append: `true` if it was linked; otherwise counts a retry
+    /// and, when the log had no room, unpins and waits for some.
+    fn settle(&self, linked: Option<bool>, guard: Guard) -> bool {
+        match linked {
+            Some(true) => true,
+            Some(false) => {
+                bump(&self.counters.retries);
+                false
+            }
+            None => {
+                drop(guard);
+                bump(&self.counters.retries);
+                self.log().wait_for_room(&self.handle);
+                false
             }
         }
     }
@@ -401,14 +414,9 @@ impl Session {
                     };
                     let decided = update(old.as_deref());
                     let guard = self.handle.pin();
-                    match self.apply(&guard, slot, entry, key, &decided, old.is_some())? {
-                        Some(true) => return Ok(decided),
-                        Some(false) => bump(&self.counters.retries),
-                        None => {
-                            drop(guard);
-                            bump(&self.counters.retries);
-                            log.wait_for_room(&self.handle);
-                        }
+                    let linked = self.apply(&guard, slot, entry, key, &decided, old.is_some())?;
+                    if self.settle(linked, guard) {
+                        return Ok(decided);
                     }
                     continue;
                 }
@@ -417,14 +425,8 @@ impl Session {
             if let Some(mut lock) = locked {
                 lock.seal = linked == Some(true) && !matches!(decided, Update::Keep);
             }
-            match linked {
-                Some(true) => return Ok(decided),
-                Some(false) => bump(&self.counters.retries),
-                None => {
-                    drop(guard);
-                    bump(&self.counters.retries);
-                    log.wait_for_room(&self.handle);
-                }
+            if self.settle(linked, guard) {
+                return Ok(decided);
             }
         }
     }
@@ -467,7 +469,6 @@ impl Session {
     /// what was live before it moved the begin).
     fn walk_disk(&self, mut address: u64, key: &[u8], begin: u64) -> Result<DiskWalk> {
         let log = self.log();
-        let page_size = log.page_size();
         let mut disk = self.disk.borrow_mut();
         loop {
             if address < begin {
@@ -478,42 +479,15 @@ impl Session {
                 return Ok(DiskWalk::Moved);
             }
             bump(&self.counters.disk_reads);
-            let room = (page_size - (address & (page_size - 1))) as usize;
-            let corrupt = |reason: String| {
-                let (file, offset) = log.segments.locate(address);
-                Error::Corruption {
-                    file,
-                    offset,
-                    reason,
-                }
+            let Some(rec) = log.read_record(address, &mut disk, moved)? else {
+                return Ok(DiskWalk::Moved);
             };
-            disk.resize(HEADER_LEN, 0);
-            if let Err(e) = log.segments.read(address, &mut disk) {
-                return if moved() { Ok(DiskWalk::Moved) } else { Err(e) };
-            }
-            let len = peek_len(&disk, room)
-                .map_err(|e| corrupt(e.0))?
-                .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
-            disk.resize(len, 0);
-            if let Err(e) = log.segments.read(address, &mut disk) {
-                return if moved() { Ok(DiskWalk::Moved) } else { Err(e) };
-            }
-            let rec = decode(&disk, room)
-                .map_err(|e| corrupt(e.0))?
-                .ok_or_else(|| corrupt("no record where the index chain points".into()))?;
-            if rec.key == key {
-                let at = rec.value.as_ptr() as usize - disk.as_ptr() as usize;
+            if disk[rec.key.clone()] == *key {
                 return Ok(DiskWalk::Hit(DiskHit {
                     address,
                     tombstone: rec.tombstone,
-                    value: at..at + rec.value.len(),
+                    value: rec.value,
                 }));
-            }
-            if rec.prev >= address {
-                return Err(corrupt(format!(
-                    "the record's previous address {:#x} is not below its own",
-                    rec.prev
-                )));
             }
             address = rec.prev;
         }

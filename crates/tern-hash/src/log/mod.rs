@@ -17,6 +17,7 @@
 //! `safe_head` reused (no reader can still be looking at them).
 
 mod flusher;
+mod read;
 pub mod scan;
 pub mod segments;
 
