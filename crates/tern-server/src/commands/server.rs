@@ -60,7 +60,7 @@ fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> bool {
     ok
 }
 
-fn wrongpass() -> Reply {
+pub(crate) fn wrongpass() -> Reply {
     Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
 }
 
@@ -84,11 +84,11 @@ pub fn auth(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     }
 }
 
-fn valid_client_name(name: &[u8]) -> bool {
+pub(crate) fn valid_client_name(name: &[u8]) -> bool {
     name.iter().all(|&c| (b'!'..=b'~').contains(&c))
 }
 
-fn bad_client_name() -> Reply {
+pub(crate) fn bad_client_name() -> Reply {
     Reply::err("Client names cannot contain spaces, newlines or special characters.")
 }
 

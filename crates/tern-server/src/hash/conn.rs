@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 
 use super::commands::{is_engine_command, ENGINE_COMMANDS};
 use super::Shared;
+use crate::commands::server::{bad_client_name, valid_client_name, wrongpass};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
 use crate::resp::{Limits, Parser, Reply};
 
@@ -269,10 +270,6 @@ fn authenticate(shared: &Shared, conn: &mut Conn, user: &[u8], pass: &[u8]) -> b
     ok
 }
 
-fn wrongpass() -> Reply {
-    Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
-}
-
 fn connection_command(
     shared: &Arc<Shared>,
     conn: &mut Conn,
@@ -311,8 +308,8 @@ fn connection_command(
         "HELLO" => hello(shared, conn, args),
         "CLIENT" => match arg(1).as_deref() {
             Some("SETNAME") if args.len() == 3 => {
-                if !args[2].iter().all(|&c| (b'!'..=b'~').contains(&c)) {
-                    return Reply::err("Client names cannot contain spaces, newlines or special characters.");
+                if !valid_client_name(&args[2]) {
+                    return bad_client_name();
                 }
                 conn.name = args[2].clone();
                 Reply::Ok
@@ -377,10 +374,8 @@ fn hello(shared: &Arc<Shared>, conn: &mut Conn, args: &[Vec<u8>]) -> Reply {
             creds = Some((&args[j + 1], &args[j + 2]));
             j += 3;
         } else if opt == b"SETNAME" && more >= 1 {
-            if !args[j + 1].iter().all(|&c| (b'!'..=b'~').contains(&c)) {
-                return Reply::err(
-                    "Client names cannot contain spaces, newlines or special characters.",
-                );
+            if !valid_client_name(&args[j + 1]) {
+                return bad_client_name();
             }
             name = Some(args[j + 1].clone());
             j += 2;
