@@ -10,6 +10,14 @@ use std::process::Command;
 /// Runs `tern stress --crash-loop` with `flags` on a fresh store; returns
 /// its output, which must end in a passed loop.
 fn run_loop(default_kills: &str, flags: &[&str]) -> String {
+    let mut args = vec!["--keys", "5000", "--groups", "200", "--threads", "3"];
+    args.extend_from_slice(flags);
+    run_stress(default_kills, &args)
+}
+
+/// Runs `tern stress --dir <fresh> --crash-loop <kills> <args>` and checks
+/// that its loop passed; returns its output.
+fn run_stress(default_kills: &str, args: &[&str]) -> String {
     let kills = std::env::var("TERN_CRASH_KILLS").unwrap_or_else(|_| default_kills.into());
     let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tern"))
@@ -17,8 +25,7 @@ fn run_loop(default_kills: &str, flags: &[&str]) -> String {
         .arg("--dir")
         .arg(tmp.path().join("db"))
         .args(["--crash-loop", &kills])
-        .args(["--keys", "5000", "--groups", "200", "--threads", "3"])
-        .args(flags)
+        .args(args)
         .output()
         .unwrap();
     let text = format!(
@@ -121,22 +128,21 @@ fn crash_loop_with_offloaded_jobs_in_flight() {
 /// last checkpoint the child reported.
 #[test]
 fn hash_engine_crash_loop() {
-    let kills = std::env::var("TERN_CRASH_KILLS").unwrap_or_else(|_| "10".into());
-    let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
-        .args(["stress", "--engine", "hash", "--dir"])
-        .arg(tmp.path().join("db"))
-        .args(["--crash-loop", &kills, "--keys", "300", "--threads", "3"])
-        .args(["--min-run-ms", "150", "--max-run-ms", "700"])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let text = run_stress(
+        "10",
+        &[
+            "--engine",
+            "hash",
+            "--keys",
+            "300",
+            "--threads",
+            "3",
+            "--min-run-ms",
+            "150",
+            "--max-run-ms",
+            "700",
+        ],
     );
-    eprintln!("{text}");
-    assert!(out.status.success(), "hash crash loop failed:\n{text}");
     assert!(text.contains("hash crash loop passed"), "{text}");
     tern_stress::ci_summary("hash_crash_loop_kills", number_before(&text, " kills,"));
     assert!(number_before(&text, " checkpoints,") > 0, "{text}");
