@@ -1,4 +1,5 @@
-//! Memtable benchmarks: insert (sequential and random keys), point lookups
+//! Memtable benchmarks: insert (sequential and random keys, one by one
+//! and in commit-sized groups), point lookups
 //! (hit and miss) and a full scan, over 100k entries with 16-byte keys and
 //! 100-byte values.
 
@@ -48,12 +49,44 @@ fn fill(keys: &[[u8; 16]]) -> MemTable {
     m
 }
 
+/// The same keys as [`fill`], inserted in groups of `group` through
+/// `add_all`, the way a commit group lands.
+fn fill_groups(keys: &[[u8; 16]], group: usize) -> MemTable {
+    let m = MemTable::new(ARENA);
+    let value = [0xabu8; VALUE_LEN];
+    let mut entries = Vec::with_capacity(group);
+    for (g, chunk) in keys.chunks(group).enumerate() {
+        entries.clear();
+        let first = (g * group) as u64 + 1;
+        entries.extend(
+            chunk
+                .iter()
+                .zip(first..)
+                .map(|(k, seq)| (&k[..], seq, ValueKind::Value, &value[..])),
+        );
+        if m.add_all(&mut entries).is_err() {
+            panic!("arena too small for the benchmark");
+        }
+    }
+    m
+}
+
 fn insert(c: &mut Criterion) {
     let mut g = c.benchmark_group("memtable_insert_100k");
     g.throughput(Throughput::Elements(N as u64));
     for (name, keys) in [("sequential", keys_sequential()), ("random", keys_random())] {
         g.bench_function(name, |b| {
             b.iter_batched(|| (), |()| fill(black_box(&keys)), BatchSize::PerIteration)
+        });
+    }
+    let keys = keys_random();
+    for group in [16, 1000] {
+        g.bench_function(format!("random_groups_of_{group}"), |b| {
+            b.iter_batched(
+                || (),
+                |()| fill_groups(black_box(&keys), group),
+                BatchSize::PerIteration,
+            )
         });
     }
     g.finish();

@@ -155,14 +155,14 @@ impl Shared {
                 Counters::add(&self.counters.wal_syncs, 1);
             }
         }
-        let mut seq = first_seq;
-        for e in merged.iter() {
+        let mut entries = Vec::with_capacity(merged.len());
+        for (seq, e) in (first_seq..).zip(merged.iter()) {
             let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
-            mem.add(seq, e.kind, e.key, e.value).map_err(|_| {
-                Error::InvalidArgument("write does not fit in a memtable".to_string())
-            })?;
-            seq += 1;
+            entries.push((e.key, seq, e.kind, e.value));
         }
+        let seq = first_seq + entries.len() as u64;
+        mem.add_all(&mut entries)
+            .map_err(|_| Error::InvalidArgument("write does not fit in a memtable".to_string()))?;
         Counters::add(
             &self.counters.user_bytes_written,
             merged.approximate_size() as u64,

@@ -88,6 +88,29 @@ impl MemTable {
             .map_err(|()| MemTableFull)
     }
 
+    /// Inserts a group of `(user_key, seq, kind, value)` entries, as
+    /// [`MemTable::add`] would one by one. The slice is sorted into
+    /// internal-key order first so that each insert starts its search where
+    /// the previous one ended: for a large group of random keys that is a
+    /// short walk instead of a descent from the head. Thread-safe and
+    /// lock-free. On [`MemTableFull`] a prefix of the sorted entries may
+    /// have gone in; callers reserve room for the whole group first.
+    pub fn add_all(
+        &self,
+        entries: &mut [(&[u8], SeqNo, ValueKind, &[u8])],
+    ) -> Result<(), MemTableFull> {
+        if let [(key, seq, kind, value)] = entries {
+            return self.add(*seq, *kind, key, value);
+        }
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
+        self.list
+            .insert_sorted(entries.iter().map(|&(key, seq, kind, value)| {
+                debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
+                (key, internal_key::pack_trailer(seq, kind as u8), value)
+            }))
+            .map_err(|_| MemTableFull)
+    }
+
     /// The newest entry for `user_key` whose sequence number is `<= seq`, as
     /// `(entry_seq, kind, value)`. A [`ValueKind::Delete`] entry is returned
     /// as such (with an empty or arbitrary value); the caller decides what it

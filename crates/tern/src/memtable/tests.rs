@@ -50,6 +50,14 @@ fn collect_backward(m: &Arc<MemTable>) -> Vec<(Vec<u8>, Vec<u8>)> {
     out
 }
 
+/// The model's entries in order, as the iterators return them.
+fn rows(model: &BTreeMap<IKey, Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    model
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect()
+}
+
 #[test]
 fn send_sync() {
     fn is_send_sync<T: Send + Sync>() {}
@@ -206,10 +214,7 @@ fn iterator_matches_model() {
         let n = 2000;
         let model = fill_random(&m, &mut rng, n);
         assert_eq!(m.len(), n);
-        let want: Vec<_> = model
-            .iter()
-            .map(|(k, v)| (k.0.clone(), v.clone()))
-            .collect();
+        let want = rows(&model);
         assert_eq!(collect_forward(&m), want);
         assert_eq!(collect_backward(&m), want);
 
@@ -296,10 +301,7 @@ fn full_arena_is_reported_and_table_stays_consistent() {
     }
     assert!(!model.is_empty());
     assert_eq!(m.len(), model.len());
-    let want: Vec<_> = model
-        .iter()
-        .map(|(k, v)| (k.0.clone(), v.clone()))
-        .collect();
+    let want = rows(&model);
     assert_eq!(collect_forward(&m), want);
     assert_eq!(collect_backward(&m), want);
     // A huge entry fails, and a tiny one may still fit afterwards.
@@ -400,10 +402,7 @@ fn concurrent_inserts_from_four_threads() {
             );
         }
     }
-    let want: Vec<_> = model
-        .iter()
-        .map(|(k, v)| (k.0.clone(), v.clone()))
-        .collect();
+    let want = rows(&model);
     assert_eq!(collect_forward(&m), want);
     for (k, v) in model.iter().step_by(97) {
         let p = parse(&k.0).unwrap();
@@ -497,10 +496,126 @@ fn concurrent_inserts_until_full_under_contention() {
     assert!(model.len() > 1000);
     assert_eq!(m.len(), model.len());
     assert!(m.approximate_memory_usage() <= m.arena_capacity());
-    let want: Vec<_> = model
+    let want = rows(&model);
+    assert_eq!(collect_forward(&m), want);
+    assert_eq!(collect_backward(&m), want);
+}
+
+/// Random groups of entries through `add_all`, sizes 1 to 300, with keys
+/// that repeat inside and across groups.
+fn fill_random_groups(m: &MemTable, rng: &mut StdRng, n: usize) -> BTreeMap<IKey, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    let mut seq = 1u64;
+    while (seq as usize) <= n {
+        let size = rng.gen_range(1..=300).min(n + 1 - seq as usize);
+        let mut owned = vec![];
+        for _ in 0..size {
+            let klen = rng.gen_range(0..6);
+            let key: Vec<u8> = (0..klen).map(|_| rng.gen_range(b'a'..b'e')).collect();
+            let vlen = rng.gen_range(0..20);
+            let value: Vec<u8> = (0..vlen).map(|_| rng.gen()).collect();
+            let kind = if rng.gen_bool(0.1) {
+                ValueKind::Delete
+            } else {
+                ValueKind::Value
+            };
+            model.insert(IKey(make_internal_key(&key, seq, kind)), value.clone());
+            owned.push((key, seq, kind, value));
+            seq += 1;
+        }
+        let mut entries: Vec<_> = owned
+            .iter()
+            .map(|(k, s, kind, v)| (&k[..], *s, *kind, &v[..]))
+            .collect();
+        m.add_all(&mut entries).unwrap();
+    }
+    model
+}
+
+#[test]
+fn add_all_matches_model() {
+    for seed in [4u64, 5, 6] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let m = Arc::new(MemTable::new(1 << 20));
+        let n = 3000;
+        let model = fill_random_groups(&m, &mut rng, n);
+        assert_eq!(m.len(), n, "seed {seed}");
+        let want = rows(&model);
+        assert_eq!(collect_forward(&m), want, "seed {seed}");
+        assert_eq!(collect_backward(&m), want, "seed {seed}");
+        for (k, v) in &model {
+            let p = parse(&k.0).unwrap();
+            assert_eq!(m.get(p.user_key, p.seq), Some((p.seq, p.kind, &v[..])));
+        }
+    }
+}
+
+#[test]
+fn add_all_reports_a_full_arena() {
+    let m = MemTable::new(4096);
+    let value = [7u8; 100];
+    let keys: Vec<String> = (0..100).map(|i| format!("k{i:03}")).collect();
+    let mut entries: Vec<_> = keys
         .iter()
-        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .enumerate()
+        .map(|(i, k)| (k.as_bytes(), i as u64 + 1, ValueKind::Value, &value[..]))
         .collect();
+    assert!(m.add_all(&mut entries).is_err());
+    // What went in is a prefix of the sorted group, and the list is whole.
+    let got = collect_forward(&Arc::new(m));
+    assert!(!got.is_empty() && got.len() < 100);
+    for (i, (k, _)) in got.iter().enumerate() {
+        assert_eq!(internal_key::user_key(k), keys[i].as_bytes());
+    }
+}
+
+/// Groups from several threads at once: a reused splice must cope with
+/// nodes other threads link in between its levels.
+#[test]
+fn concurrent_add_all_from_four_threads() {
+    let m = Arc::new(MemTable::new(64 << 20));
+    const THREADS: u64 = 4;
+    let threads = THREADS;
+    let groups = 200u64;
+    let group = 100u64;
+    let entry = move |t: u64, g: u64, i: u64| {
+        let mut rng = StdRng::seed_from_u64(t << 32 | g << 16 | i);
+        let key = format!("{:06}", rng.gen_range(0..5_000u32));
+        let seq = ((g * group + i) * THREADS) + t + 1;
+        (key, seq, format!("{t}:{g}:{i}"))
+    };
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let m = Arc::clone(&m);
+            std::thread::spawn(move || {
+                for g in 0..groups {
+                    let owned: Vec<_> = (0..group).map(|i| entry(t, g, i)).collect();
+                    let mut entries: Vec<_> = owned
+                        .iter()
+                        .map(|(k, s, v)| (k.as_bytes(), *s, ValueKind::Value, v.as_bytes()))
+                        .collect();
+                    m.add_all(&mut entries).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut model = BTreeMap::new();
+    for t in 0..threads {
+        for g in 0..groups {
+            for i in 0..group {
+                let (k, s, v) = entry(t, g, i);
+                model.insert(
+                    IKey(make_internal_key(k.as_bytes(), s, ValueKind::Value)),
+                    v.into_bytes(),
+                );
+            }
+        }
+    }
+    assert_eq!(m.len(), model.len());
+    let want = rows(&model);
     assert_eq!(collect_forward(&m), want);
     assert_eq!(collect_backward(&m), want);
 }
