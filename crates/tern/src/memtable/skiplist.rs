@@ -157,7 +157,7 @@ impl<'a> Target<'a> {
     /// `internal_key::compare(node_key, self)`.
     #[inline]
     fn cmp_node(&self, node_key: &[u8]) -> CmpOrdering {
-        match internal_key::user_key(node_key).cmp(self.user_key) {
+        match internal_key::compare_bytes(internal_key::user_key(node_key), self.user_key) {
             CmpOrdering::Equal => self.trailer.cmp(&internal_key::trailer(node_key)),
             o => o,
         }
