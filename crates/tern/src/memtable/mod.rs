@@ -13,6 +13,7 @@
 
 mod arena;
 mod cursor;
+mod filter;
 pub(crate) mod skiplist;
 
 pub(crate) use cursor::{ListCursor, NodeList};
@@ -25,6 +26,7 @@ use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ, TRAILER_LEN};
 use crate::iter::InternalIterator;
 
 use arena::Arena;
+use filter::MemFilter;
 use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
@@ -45,6 +47,8 @@ impl std::error::Error for MemTableFull {}
 /// `Send + Sync`: share it behind an [`Arc`] between writers and readers.
 pub struct MemTable {
     list: SkipList,
+    /// Every user key added, so point reads of absent keys skip the list.
+    filter: MemFilter,
 }
 
 impl fmt::Debug for MemTable {
@@ -66,6 +70,7 @@ impl MemTable {
     pub fn new(arena_capacity: usize) -> MemTable {
         MemTable {
             list: SkipList::new(arena_capacity),
+            filter: MemFilter::for_arena(arena_capacity),
         }
     }
 
@@ -83,6 +88,8 @@ impl MemTable {
     ) -> Result<(), MemTableFull> {
         debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
         let trailer = internal_key::pack_trailer(seq, kind as u8);
+        // Before the node is published (see `filter.rs` on ordering).
+        self.filter.add(user_key);
         self.list
             .insert(user_key, trailer, value)
             .map_err(|()| MemTableFull)
@@ -102,6 +109,9 @@ impl MemTable {
         if let [(key, seq, kind, value)] = entries {
             return self.add(*seq, *kind, key, value);
         }
+        for (key, ..) in entries.iter() {
+            self.filter.add(key);
+        }
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
         self.list
             .insert_sorted(entries.iter().map(|&(key, seq, kind, value)| {
@@ -116,6 +126,9 @@ impl MemTable {
     /// as such (with an empty or arbitrary value); the caller decides what it
     /// means.
     pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Option<(SeqNo, ValueKind, &[u8])> {
+        if !self.filter.may_contain(user_key) {
+            return None;
+        }
         self.list.nodes().newest(user_key, seq)
     }
 
