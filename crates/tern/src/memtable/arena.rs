@@ -27,7 +27,7 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Alignment of every region handed out by [`Arena::allocate`].
 pub(crate) const ALIGN: usize = 4;
@@ -198,6 +198,25 @@ impl Drop for Arena {
         // no borrow into the arena is alive.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
     }
+}
+
+/// `n` zeroed atomic words from `alloc_zeroed`, so pages never touched cost
+/// no memory (a memtable's index and filter are mostly untouched while it
+/// is young).
+pub(crate) fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
+    let n = n.max(1);
+    let Ok(layout) = Layout::array::<AtomicU64>(n) else {
+        alloc::handle_alloc_error(Layout::new::<AtomicU64>())
+    };
+    // SAFETY: `layout` has a non-zero size (n >= 1).
+    let raw = unsafe { alloc::alloc_zeroed(layout) }.cast::<AtomicU64>();
+    if raw.is_null() {
+        alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `raw` is a live allocation of `layout`, i.e. of `[AtomicU64;
+    // n]`, which is what the box frees with; `AtomicU64` has `u64`'s size and
+    // alignment, and all-zero bytes are a valid `AtomicU64` (zero).
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(raw, n)) }
 }
 
 #[cfg(test)]

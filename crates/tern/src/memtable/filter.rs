@@ -1,5 +1,6 @@
-//! A blocked Bloom filter over a memtable's user keys, so a point read
-//! skips a memtable that cannot hold its key without searching the list.
+//! A blocked Bloom filter over the user keys a memtable's hash index
+//! (`index.rs`) left out, so a point read skips a memtable that cannot
+//! hold its key without searching the list even once the index is full.
 //!
 //! Most point reads of a large store miss the memtables: their keys were
 //! flushed long ago. Each miss still cost a full skiplist descent, about
@@ -9,14 +10,17 @@
 //! price of a slightly higher false-positive rate than a standard filter
 //! with as many bits.
 //!
-//! Bits are only ever set, with `Relaxed` `fetch_or`s, before the entry's
-//! node is published. A reader that may see an entry has loaded, with
+//! Bits are only ever set, with `Relaxed` `fetch_or`s, before the writer
+//! publishes the entry's sequence number. A reader that may see an entry has loaded, with
 //! `Acquire`, a sequence number the writer stored with `Release` after the
 //! insert, so the bits are visible to it; a reader racing the insert may
 //! miss both the bits and the node, which it was allowed to miss anyway.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::arena::zeroed_words;
+
+#[cfg(doc)]
 use crate::format::bloom::bloom_hash;
 
 /// Bits set per key, all inside one block.
@@ -40,9 +44,7 @@ impl MemFilter {
         let bits = arena_capacity / ARENA_BYTES_PER_BIT;
         let blocks = (bits / (64 * BLOCK_WORDS)).max(1);
         MemFilter {
-            words: (0..blocks * BLOCK_WORDS)
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            words: zeroed_words(blocks * BLOCK_WORDS),
             blocks: blocks as u64,
         }
     }
@@ -53,13 +55,13 @@ impl MemFilter {
         self.words.len() * 8
     }
 
-    /// Records `user_key`. The probes are gathered per word first, and a
+    /// Records a key by its [`bloom_hash`]. The probes are gathered per word first, and a
     /// word is only written (a locked read-modify-write) when it lacks one
     /// of its bits: keys already in the table, the common case under
     /// overwrites, cost plain loads of one cache line.
     #[inline]
-    pub(crate) fn add(&self, user_key: &[u8]) {
-        let (block, mut h) = self.locate(user_key);
+    pub(crate) fn add(&self, hash: u64) {
+        let (block, mut h) = self.locate(hash);
         let mut masks = [0u64; BLOCK_WORDS];
         for _ in 0..PROBES {
             let bit = (h & 511) as usize;
@@ -73,10 +75,10 @@ impl MemFilter {
         }
     }
 
-    /// False only if `user_key` was never added.
+    /// False only if no key with this [`bloom_hash`] was added.
     #[inline]
-    pub(crate) fn may_contain(&self, user_key: &[u8]) -> bool {
-        let (block, mut h) = self.locate(user_key);
+    pub(crate) fn may_contain(&self, hash: u64) -> bool {
+        let (block, mut h) = self.locate(hash);
         for _ in 0..PROBES {
             let bit = (h & 511) as usize;
             if self.words[block + bit / 64].load(Ordering::Relaxed) & (1 << (bit % 64)) == 0 {
@@ -90,8 +92,7 @@ impl MemFilter {
     /// The first word of the key's block and the bits that pick its
     /// probes (a second, independent-looking hash of the same key).
     #[inline]
-    fn locate(&self, user_key: &[u8]) -> (usize, u64) {
-        let h = bloom_hash(user_key);
+    fn locate(&self, h: u64) -> (usize, u64) {
         // Multiply-shift maps the high half onto 0..blocks without a
         // division; the low half, remixed, picks the bits.
         let block = ((h >> 32) * self.blocks) >> 32;
@@ -103,15 +104,19 @@ impl MemFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::bloom::bloom_hash;
 
     #[test]
     fn every_added_key_may_be_contained() {
         let f = MemFilter::for_arena(1 << 20);
         for i in 0..20_000u32 {
-            f.add(format!("key:{i:012}").as_bytes());
+            f.add(bloom_hash(format!("key:{i:012}").as_bytes()));
         }
         for i in 0..20_000u32 {
-            assert!(f.may_contain(format!("key:{i:012}").as_bytes()), "{i}");
+            assert!(
+                f.may_contain(bloom_hash(format!("key:{i:012}").as_bytes())),
+                "{i}"
+            );
         }
     }
 
@@ -121,22 +126,22 @@ mod tests {
         let f = MemFilter::for_arena(1 << 20);
         assert_eq!(f.size(), 1 << 14);
         for i in 0..16_384u32 {
-            f.add(format!("key:{i:012}").as_bytes());
+            f.add(bloom_hash(format!("key:{i:012}").as_bytes()));
         }
         let false_positives = (0..100_000u32)
-            .filter(|i| f.may_contain(format!("other:{i:012}").as_bytes()))
+            .filter(|i| f.may_contain(bloom_hash(format!("other:{i:012}").as_bytes())))
             .count();
         // A standard filter at 8 bits per key is near 2%; a blocked one a
         // little worse.
         assert!(false_positives < 5_000, "{false_positives} of 100000");
-        assert!(!MemFilter::for_arena(1 << 20).may_contain(b"anything"));
+        assert!(!MemFilter::for_arena(1 << 20).may_contain(bloom_hash(b"anything")));
     }
 
     #[test]
     fn a_tiny_arena_still_gets_one_block() {
         let f = MemFilter::for_arena(100);
-        f.add(b"a");
-        assert!(f.may_contain(b"a"));
+        f.add(1);
+        assert!(f.may_contain(1));
         assert_eq!(f.size(), 64);
     }
 }

@@ -14,6 +14,7 @@
 mod arena;
 mod cursor;
 mod filter;
+mod index;
 pub(crate) mod skiplist;
 
 pub(crate) use cursor::{ListCursor, NodeList};
@@ -22,11 +23,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::format::bloom::bloom_hash;
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ, TRAILER_LEN};
 use crate::iter::InternalIterator;
 
 use arena::Arena;
 use filter::MemFilter;
+use index::{Lookup, MemIndex};
 use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
@@ -47,7 +50,9 @@ impl std::error::Error for MemTableFull {}
 /// `Send + Sync`: share it behind an [`Arc`] between writers and readers.
 pub struct MemTable {
     list: SkipList,
-    /// Every user key added, so point reads of absent keys skip the list.
+    /// User key → newest node, so point reads skip the list.
+    index: MemIndex,
+    /// The keys the index had no room for.
     filter: MemFilter,
 }
 
@@ -70,6 +75,7 @@ impl MemTable {
     pub fn new(arena_capacity: usize) -> MemTable {
         MemTable {
             list: SkipList::new(arena_capacity),
+            index: MemIndex::for_arena(arena_capacity),
             filter: MemFilter::for_arena(arena_capacity),
         }
     }
@@ -88,11 +94,28 @@ impl MemTable {
     ) -> Result<(), MemTableFull> {
         debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
         let trailer = internal_key::pack_trailer(seq, kind as u8);
-        // Before the node is published (see `filter.rs` on ordering).
-        self.filter.add(user_key);
-        self.list
+        let node = self
+            .list
             .insert(user_key, trailer, value)
-            .map_err(|()| MemTableFull)
+            .map_err(|()| MemTableFull)?;
+        self.index_node(bloom_hash(user_key), user_key, trailer, node);
+        Ok(())
+    }
+
+    /// Points the index at a freshly linked node, or records its key in
+    /// the filter if the index has no room for it. Runs before the writer
+    /// publishes the entry's sequence number (see `index.rs`).
+    fn index_node(&self, hash: u64, user_key: &[u8], trailer: u64, node: u32) {
+        let nodes = self.list.nodes();
+        let placed = self.index.insert(
+            hash,
+            node,
+            |n| internal_key::user_key(nodes.key_at(n)) == user_key,
+            |n| trailer > internal_key::trailer(nodes.key_at(n)),
+        );
+        if !placed {
+            self.filter.add(hash);
+        }
     }
 
     /// Inserts a group of `(user_key, seq, kind, value)` entries, as
@@ -109,15 +132,17 @@ impl MemTable {
         if let [(key, seq, kind, value)] = entries {
             return self.add(*seq, *kind, key, value);
         }
-        for (key, ..) in entries.iter() {
-            self.filter.add(key);
-        }
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
+        let trailer = |(_, seq, kind, _): (&[u8], SeqNo, ValueKind, &[u8])| {
+            debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
+            internal_key::pack_trailer(seq, kind as u8)
+        };
+        let sorted = &*entries;
         self.list
-            .insert_sorted(entries.iter().map(|&(key, seq, kind, value)| {
-                debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
-                (key, internal_key::pack_trailer(seq, kind as u8), value)
-            }))
+            .insert_sorted(sorted.iter().map(|&e| (e.0, trailer(e), e.3)), |i, node| {
+                let e = sorted[i];
+                self.index_node(bloom_hash(e.0), e.0, trailer(e), node);
+            })
             .map_err(|_| MemTableFull)
     }
 
@@ -126,10 +151,16 @@ impl MemTable {
     /// as such (with an empty or arbitrary value); the caller decides what it
     /// means.
     pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Option<(SeqNo, ValueKind, &[u8])> {
-        if !self.filter.may_contain(user_key) {
-            return None;
+        let hash = bloom_hash(user_key);
+        let nodes = self.list.nodes();
+        match self.index.find(hash, |n| {
+            internal_key::user_key(nodes.key_at(n)) == user_key
+        }) {
+            Lookup::Found(node) => nodes.newest_from(node, seq),
+            Lookup::Absent => None,
+            Lookup::Unknown if !self.filter.may_contain(hash) => None,
+            Lookup::Unknown => nodes.newest(user_key, seq),
         }
-        self.list.nodes().newest(user_key, seq)
     }
 
     /// An iterator over all entries, in internal-key order. It holds a clone

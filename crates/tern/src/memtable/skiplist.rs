@@ -430,6 +430,33 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
         Some((trailer >> 8, kind, self.value(node)))
     }
 
+    /// [`Nodes::newest`] for a reader that already holds `node`, a node of
+    /// `user_key` at least as new as any version `seq` may see: older
+    /// versions follow it on level 0, newest first.
+    pub(crate) fn newest_from(
+        &self,
+        node: u32,
+        seq: internal_key::SeqNo,
+    ) -> Option<(internal_key::SeqNo, internal_key::ValueKind, &'m [u8])> {
+        let user_key = internal_key::user_key(self.key_at(node));
+        let mut node = node;
+        loop {
+            let ikey = self.key_at(node);
+            if internal_key::user_key(ikey) != user_key {
+                return None;
+            }
+            let trailer = internal_key::trailer(ikey);
+            if trailer >> 8 <= seq {
+                let kind = internal_key::ValueKind::from_u8(trailer as u8)?;
+                return Some((trailer >> 8, kind, self.value_at(node)));
+            }
+            node = self.next(node, 0);
+            if node == 0 {
+                return None;
+            }
+        }
+    }
+
     /// First node with key `>= target`.
     pub(crate) fn seek_ge(&self, target: &Target<'_>) -> Option<NodeRef> {
         let (_, next) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
@@ -558,13 +585,14 @@ impl SkipList {
     /// Inserts `user_key ‖ trailer → value`. Lock-free; safe to call from
     /// many threads at once. Returns `Err(())` without changing the list when
     /// the arena has no room (or the entry is too large to encode).
-    pub(crate) fn insert(&self, user_key: &[u8], trailer: u64, value: &[u8]) -> Result<(), ()> {
+    /// On success returns the new node's offset.
+    pub(crate) fn insert(&self, user_key: &[u8], trailer: u64, value: &[u8]) -> Result<u32, ()> {
         let (node, height) = self.new_node(user_key, trailer, value)?;
         let nodes = self.nodes();
         let target = Target::new(user_key, trailer);
         let mut splice = nodes.splice(&target, height);
         self.link_node(&nodes, node, height, &target, &mut splice);
-        Ok(())
+        Ok(node)
     }
 
     /// Inserts entries given in ascending internal-key order (`(user key,
@@ -574,9 +602,11 @@ impl SkipList {
     /// walk over those few nodes instead of a full descent (RocksDB reuses
     /// a splice the same way). Lock-free like [`SkipList::insert`]; on
     /// `Err(n)` the first `n` entries went in and the rest did not (no room).
+    /// `linked(i, node)` is called once entry `i` is linked as `node`.
     pub(crate) fn insert_sorted<'e>(
         &self,
         entries: impl IntoIterator<Item = (&'e [u8], u64, &'e [u8])>,
+        mut linked: impl FnMut(usize, u32),
     ) -> Result<(), usize> {
         let mut splice: Option<Splice> = None;
         for (i, (user_key, trailer, value)) in entries.into_iter().enumerate() {
@@ -602,6 +632,7 @@ impl SkipList {
                 // entry on every level it is linked at.
                 s.prev[..height].fill(node);
             }
+            linked(i, node);
         }
         Ok(())
     }
@@ -831,6 +862,7 @@ mod tests {
                 chunk
                     .iter()
                     .map(|k| (k.as_bytes(), 1u64 << 8 | 1, &b"v"[..])),
+                |_, _| {},
             )
             .unwrap();
         }

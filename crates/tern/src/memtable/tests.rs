@@ -619,3 +619,59 @@ fn concurrent_add_all_from_four_threads() {
     assert_eq!(collect_forward(&m), want);
     assert_eq!(collect_backward(&m), want);
 }
+
+/// More distinct keys than the hash index has room for: keys it left out
+/// are found through the filter and the list, keys it holds through the
+/// index, at every snapshot, and absent keys stay absent.
+#[test]
+fn get_matches_model_once_the_index_is_full() {
+    // 8192 index slots, 6144 usable, for 9000 distinct keys.
+    let m = MemTable::new(512 << 10);
+    let mut model: BTreeMap<IKey, Vec<u8>> = BTreeMap::new();
+    let mut seq = 0u64;
+    for round in 0..2u64 {
+        for i in 0..3000u64 {
+            // Every third key gets a second version in the second round.
+            if round == 1 && i % 3 != 0 {
+                continue;
+            }
+            seq += 1;
+            let key = format!("{:08}", i * 7919 % 3000);
+            let kind = if i % 11 == 0 && round == 1 {
+                ValueKind::Delete
+            } else {
+                ValueKind::Value
+            };
+            let value = seq.to_le_bytes()[..(i % 3) as usize].to_vec();
+            m.add(seq, kind, key.as_bytes(), &value).unwrap();
+            model.insert(IKey(make_internal_key(key.as_bytes(), seq, kind)), value);
+        }
+        for i in (0..6000u64).filter(|_| round == 0) {
+            seq += 1;
+            let key = format!("x{i:07}");
+            m.add(seq, ValueKind::Value, key.as_bytes(), b"").unwrap();
+            model.insert(
+                IKey(make_internal_key(key.as_bytes(), seq, ValueKind::Value)),
+                vec![],
+            );
+        }
+    }
+    assert_eq!(m.len(), 10_000);
+    let last = seq;
+    for snapshot in [last, last / 2, last / 3, 1] {
+        for i in 0..6000u64 {
+            for key in [format!("{i:08}"), format!("x{i:07}"), format!("absent{i}")] {
+                let uk = key.as_bytes();
+                let want = model
+                    .range(IKey(seek_key(uk, snapshot))..)
+                    .next()
+                    .filter(|(k, _)| internal_key::user_key(&k.0) == uk)
+                    .map(|(k, v)| {
+                        let p = parse(&k.0).unwrap();
+                        (p.seq, p.kind, v.as_slice())
+                    });
+                assert_eq!(m.get(uk, snapshot), want, "{key} at {snapshot}");
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! A hash index from user key to the newest node of that key, so a point
+//! read of a key the memtable holds costs two cache lines instead of a
+//! skiplist descent (a cache miss per level).
+//!
+//! Open addressing with linear probing over 8-byte slots: the high 32 bits
+//! hold a tag from the key's hash, the low 32 the node's arena offset (never
+//! 0, so an all-zero slot is empty). The index holds keys, not versions: a
+//! new version of an indexed key replaces the slot's node when its sequence
+//! number is higher, so overwrites never use a slot. A reader that finds a
+//! node newer than its snapshot walks level 0 from it; every older version
+//! of the key follows it there.
+//!
+//! When a new key finds no free slot within [`MAX_PROBES`] (or the table
+//! is three-quarters full), it is left out and the index is marked
+//! incomplete. From then on an index miss proves nothing, and the caller
+//! falls back to the filter and the list; an index hit stays exact, since
+//! versions of an indexed key always find its slot.
+//!
+//! Ordering: a node is linked before its slot is written, and slots are
+//! written (and the incomplete mark stored) before the writer publishes the
+//! group's sequence number with `Release`. A reader loaded that number with
+//! `Acquire` first, so it sees every slot and mark it may need; a slot it
+//! loads with `Acquire` makes the node's bytes visible.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use super::arena::zeroed_words;
+
+/// Slots a lookup or insert examines before giving up (eight cache lines).
+const MAX_PROBES: usize = 64;
+/// Arena bytes per slot: a 64 MiB memtable gets 1M slots (8 MiB).
+const ARENA_BYTES_PER_SLOT: usize = 64;
+
+/// What the index knows about a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The newest node of the key (or one at least as new as the reader's
+    /// snapshot may see).
+    Found(u32),
+    /// The memtable holds no version of the key.
+    Absent,
+    /// The index cannot tell: the key may be one that was left out.
+    Unknown,
+}
+
+/// The index of one memtable.
+pub(crate) struct MemIndex {
+    slots: Box<[AtomicU64]>,
+    mask: usize,
+    used: AtomicUsize,
+    limit: usize,
+    complete: AtomicBool,
+}
+
+impl MemIndex {
+    /// An index sized for a memtable arena of `arena_capacity` bytes.
+    pub(crate) fn for_arena(arena_capacity: usize) -> MemIndex {
+        let len = (arena_capacity / ARENA_BYTES_PER_SLOT)
+            .next_power_of_two()
+            .max(MAX_PROBES);
+        MemIndex {
+            slots: zeroed_words(len),
+            mask: len - 1,
+            used: AtomicUsize::new(0),
+            limit: len / 4 * 3,
+            complete: AtomicBool::new(true),
+        }
+    }
+
+    /// Points `hash`'s key at `node` unless the slot already holds a newer
+    /// version. `same_key(n)` tells whether node `n` holds the key;
+    /// `newer(n)` whether `node` is newer than node `n` (of the same key).
+    /// Returns `false` when a new key could not be placed (the index is
+    /// then incomplete and the caller must remember the key elsewhere).
+    pub(crate) fn insert(
+        &self,
+        hash: u64,
+        node: u32,
+        same_key: impl Fn(u32) -> bool,
+        newer: impl Fn(u32) -> bool,
+    ) -> bool {
+        let tag = hash >> 32;
+        let word = tag << 32 | u64::from(node);
+        let mut i = hash as usize & self.mask;
+        for _ in 0..MAX_PROBES {
+            let slot = &self.slots[i];
+            let mut cur = slot.load(Ordering::Acquire);
+            loop {
+                if cur == 0 {
+                    if self.used.load(Ordering::Relaxed) >= self.limit {
+                        self.complete.store(false, Ordering::Relaxed);
+                        return false;
+                    }
+                    match slot.compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => {
+                            self.used.fetch_add(1, Ordering::Relaxed);
+                            return true;
+                        }
+                        // Taken meanwhile, maybe by this very key: look again.
+                        Err(now) => cur = now,
+                    }
+                } else if cur >> 32 == tag && same_key(cur as u32) {
+                    if !newer(cur as u32) {
+                        return true;
+                    }
+                    match slot.compare_exchange(cur, word, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => return true,
+                        Err(now) => cur = now,
+                    }
+                } else {
+                    break;
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+        self.complete.store(false, Ordering::Relaxed);
+        false
+    }
+
+    /// Looks `hash`'s key up; `same_key` as for [`MemIndex::insert`].
+    pub(crate) fn find(&self, hash: u64, same_key: impl Fn(u32) -> bool) -> Lookup {
+        let tag = hash >> 32;
+        let mut i = hash as usize & self.mask;
+        for _ in 0..MAX_PROBES {
+            let cur = self.slots[i].load(Ordering::Acquire);
+            if cur == 0 {
+                break;
+            }
+            if cur >> 32 == tag && same_key(cur as u32) {
+                return Lookup::Found(cur as u32);
+            }
+            i = (i + 1) & self.mask;
+        }
+        if self.complete.load(Ordering::Relaxed) {
+            Lookup::Absent
+        } else {
+            Lookup::Unknown
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nodes are plain numbers here: node `n` holds key `n % 1000` at
+    /// sequence `n`.
+    fn insert(ix: &MemIndex, node: u32) -> bool {
+        let key = node % 1000;
+        ix.insert(hash(key), node, |n| n % 1000 == key, |n| node > n)
+    }
+
+    fn hash(key: u32) -> u64 {
+        crate::format::bloom::bloom_hash(&key.to_le_bytes())
+    }
+
+    fn find(ix: &MemIndex, key: u32) -> Lookup {
+        ix.find(hash(key), |n| n % 1000 == key)
+    }
+
+    #[test]
+    fn keeps_the_newest_version_of_each_key() {
+        let ix = MemIndex::for_arena(1 << 20);
+        for node in [5, 1005, 7, 3005, 2005] {
+            assert!(insert(&ix, node));
+        }
+        assert_eq!(find(&ix, 5), Lookup::Found(3005));
+        assert_eq!(find(&ix, 7), Lookup::Found(7));
+        assert_eq!(find(&ix, 6), Lookup::Absent);
+        assert_eq!(ix.used.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_full_index_says_it_cannot_tell() {
+        // 64 slots, 48 usable.
+        let ix = MemIndex::for_arena(0);
+        let placed = (1..200).filter(|&n| insert(&ix, n)).count();
+        assert_eq!(placed, 48);
+        // Keys that went in are still exact; the others are unknown.
+        let mut found = 0;
+        for key in 1..200 {
+            match find(&ix, key) {
+                Lookup::Found(n) => {
+                    assert_eq!(n, key);
+                    found += 1;
+                }
+                Lookup::Unknown => {}
+                Lookup::Absent => panic!("an incomplete index answered absent for {key}"),
+            }
+        }
+        assert_eq!(found, 48);
+        // New versions of an indexed key still find its slot.
+        let first = (1..200)
+            .find(|&k| find(&ix, k) == Lookup::Found(k))
+            .unwrap_or(0);
+        assert!(insert(&ix, first + 1000));
+        assert_eq!(find(&ix, first), Lookup::Found(first + 1000));
+    }
+
+    #[test]
+    fn concurrent_versions_end_at_the_newest() {
+        let ix = std::sync::Arc::new(MemIndex::for_arena(1 << 20));
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let ix = ix.clone();
+                std::thread::spawn(move || {
+                    for round in 0..50u32 {
+                        for key in 0..200u32 {
+                            // Node numbers grow with the round; threads
+                            // interleave theirs.
+                            let node = ((round * 4 + t) * 1000) + key;
+                            insert(&ix, node);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap_or_else(|_| panic!("inserter panicked"));
+        }
+        for key in 0..200u32 {
+            assert_eq!(find(&ix, key), Lookup::Found(((49 * 4 + 3) * 1000) + key));
+        }
+    }
+}
