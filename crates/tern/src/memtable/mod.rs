@@ -132,7 +132,7 @@ impl MemTable {
         if let [(key, seq, kind, value)] = entries {
             return self.add(*seq, *kind, key, value);
         }
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
+        entries.sort_unstable_by(|a, b| internal_key::compare_bytes(a.0, b.0).then(b.1.cmp(&a.1)));
         let trailer = |(_, seq, kind, _): (&[u8], SeqNo, ValueKind, &[u8])| {
             debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
             internal_key::pack_trailer(seq, kind as u8)
