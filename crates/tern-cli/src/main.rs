@@ -17,6 +17,14 @@ mod offload;
 mod serve;
 mod stress;
 
+/// mimalloc instead of glibc's malloc: `tern serve` allocates and frees a
+/// few small buffers per request on every worker thread, and glibc's
+/// arena consolidation and chunk unlinking took ~8% of a pipelined
+/// server's samples. Only Rust's allocations move; RocksDB's C++ ones in
+/// `tern bench` stay on the system allocator (see `docs/bench.md`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit status for a failure of the tool itself (bad input, unreadable
 /// store), as opposed to a check that found problems.
 const EXIT_FAILURE: u8 = 2;
