@@ -482,7 +482,7 @@ impl Db {
         st.blob_lineage_entries = sv.version.relocations.len();
         st.memtable_bytes = std::iter::once(&sv.mem)
             .chain(sv.imms.iter())
-            .map(|m| m.approximate_memory_usage() as u64)
+            .map(|m| (m.approximate_memory_usage() + m.index_bytes()) as u64)
             .sum();
         st.immutable_memtables = sv.imms.len();
         if let Some(tier) = &s.tier {

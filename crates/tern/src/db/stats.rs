@@ -157,7 +157,8 @@ pub struct Stats {
     pub remote_gc_runs: u64,
     /// Blob refs compaction rewrote to a GC output.
     pub blob_refs_rewritten: u64,
-    /// Memtable bytes (active + immutable).
+    /// Memtable bytes (active + immutable): arena bytes used plus each
+    /// memtable's hash index and key filter.
     pub memtable_bytes: u64,
     /// Immutable memtables waiting for flush.
     pub immutable_memtables: usize,

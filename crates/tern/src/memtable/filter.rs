@@ -50,8 +50,7 @@ impl MemFilter {
     }
 
     /// Bytes the filter takes.
-    #[cfg(test)]
-    fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.words.len() * 8
     }
 

@@ -10,11 +10,15 @@
 //! node newer than its snapshot walks level 0 from it; every older version
 //! of the key follows it there.
 //!
-//! When a new key finds no free slot within [`MAX_PROBES`] (or the table
-//! is three-quarters full), it is left out and the index is marked
-//! incomplete. From then on an index miss proves nothing, and the caller
-//! falls back to the filter and the list; an index hit stays exact, since
-//! versions of an indexed key always find its slot.
+//! When a new key finds no free slot within [`MAX_PROBES`], it is left out
+//! and the index is marked incomplete. From then on an index miss proves
+//! nothing, and the caller falls back to the filter and the list; an index
+//! hit stays exact, since versions of an indexed key always find its slot:
+//! every inserter of a key walks the same probe sequence, slots never empty
+//! again, so one that gives up saw every slot of it taken by other keys,
+//! and no inserter of the same key can have claimed one after it. (A limit
+//! on the fill, checked apart from the claim, would break that: one
+//! inserter could refuse a slot another then claims for an older version.)
 //!
 //! Ordering: a node is linked before its slot is written, and slots are
 //! written (and the incomplete mark stored) before the writer publishes the
@@ -22,13 +26,15 @@
 //! `Acquire` first, so it sees every slot and mark it may need; a slot it
 //! loads with `Acquire` makes the node's bytes visible.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::arena::zeroed_words;
 
 /// Slots a lookup or insert examines before giving up (eight cache lines).
 const MAX_PROBES: usize = 64;
-/// Arena bytes per slot: a 64 MiB memtable gets 1M slots (8 MiB).
+/// Arena bytes per slot, at least: the slot count is the power of two at
+/// or below `capacity / 64`, so a 64 MiB memtable (whose arena is a little
+/// larger) gets 1M slots (8 MiB).
 const ARENA_BYTES_PER_SLOT: usize = 64;
 
 /// What the index knows about a key.
@@ -47,24 +53,25 @@ pub(crate) enum Lookup {
 pub(crate) struct MemIndex {
     slots: Box<[AtomicU64]>,
     mask: usize,
-    used: AtomicUsize,
-    limit: usize,
     complete: AtomicBool,
 }
 
 impl MemIndex {
     /// An index sized for a memtable arena of `arena_capacity` bytes.
     pub(crate) fn for_arena(arena_capacity: usize) -> MemIndex {
-        let len = (arena_capacity / ARENA_BYTES_PER_SLOT)
-            .next_power_of_two()
-            .max(MAX_PROBES);
+        let want = (arena_capacity / ARENA_BYTES_PER_SLOT).max(MAX_PROBES);
+        // The largest power of two not above `want`.
+        let len = 1usize << (usize::BITS - 1 - want.leading_zeros());
         MemIndex {
             slots: zeroed_words(len),
             mask: len - 1,
-            used: AtomicUsize::new(0),
-            limit: len / 4 * 3,
             complete: AtomicBool::new(true),
         }
+    }
+
+    /// Bytes the index takes.
+    pub(crate) fn size(&self) -> usize {
+        self.slots.len() * 8
     }
 
     /// Points `hash`'s key at `node` unless the slot already holds a newer
@@ -87,15 +94,8 @@ impl MemIndex {
             let mut cur = slot.load(Ordering::Acquire);
             loop {
                 if cur == 0 {
-                    if self.used.load(Ordering::Relaxed) >= self.limit {
-                        self.complete.store(false, Ordering::Relaxed);
-                        return false;
-                    }
                     match slot.compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(_) => {
-                            self.used.fetch_add(1, Ordering::Relaxed);
-                            return true;
-                        }
+                        Ok(_) => return true,
                         // Taken meanwhile, maybe by this very key: look again.
                         Err(now) => cur = now,
                     }
@@ -167,15 +167,17 @@ mod tests {
         assert_eq!(find(&ix, 5), Lookup::Found(3005));
         assert_eq!(find(&ix, 7), Lookup::Found(7));
         assert_eq!(find(&ix, 6), Lookup::Absent);
-        assert_eq!(ix.used.load(Ordering::Relaxed), 2);
+        let used = ix.slots.iter().filter(|s| s.load(Ordering::Relaxed) != 0);
+        assert_eq!(used.count(), 2);
     }
 
     #[test]
     fn a_full_index_says_it_cannot_tell() {
-        // 64 slots, 48 usable.
+        // 64 slots, all within reach of every key's probes.
         let ix = MemIndex::for_arena(0);
+        assert_eq!(ix.size(), 64 * 8);
         let placed = (1..200).filter(|&n| insert(&ix, n)).count();
-        assert_eq!(placed, 48);
+        assert_eq!(placed, 64);
         // Keys that went in are still exact; the others are unknown.
         let mut found = 0;
         for key in 1..200 {
@@ -188,13 +190,61 @@ mod tests {
                 Lookup::Absent => panic!("an incomplete index answered absent for {key}"),
             }
         }
-        assert_eq!(found, 48);
+        assert_eq!(found, 64);
         // New versions of an indexed key still find its slot.
         let first = (1..200)
             .find(|&k| find(&ix, k) == Lookup::Found(k))
             .unwrap_or(0);
         assert!(insert(&ix, first + 1000));
         assert_eq!(find(&ix, first), Lookup::Found(first + 1000));
+    }
+
+    #[test]
+    fn slots_are_a_power_of_two_at_most_one_per_64_bytes() {
+        assert_eq!(MemIndex::for_arena(64 << 20).size(), 8 << 20);
+        assert_eq!(MemIndex::for_arena((72 << 20) + 4096).size(), 8 << 20);
+        assert_eq!(MemIndex::for_arena(1 << 12).size(), 64 * 8);
+    }
+
+    /// Two inserters of one new key racing for the last free slots: the
+    /// index must end at the newer version, or say it cannot tell.
+    #[test]
+    fn racing_inserts_of_a_new_key_into_a_nearly_full_index_stay_exact() {
+        for round in 0..200u32 {
+            let ix = std::sync::Arc::new(MemIndex::for_arena(0));
+            // Fill all but a few slots with other keys.
+            let mut filler = 100;
+            while ix
+                .slots
+                .iter()
+                .filter(|s| s.load(Ordering::Relaxed) == 0)
+                .count()
+                > 3
+            {
+                insert(&ix, filler);
+                filler += 1;
+            }
+            let key = 7 + round % 50;
+            let threads: Vec<_> = [1000u32, 2000, 3000]
+                .into_iter()
+                .map(|v| {
+                    let ix = ix.clone();
+                    std::thread::spawn(move || {
+                        insert(&ix, v + key);
+                        // A third inserter takes slots meanwhile.
+                        insert(&ix, 900 + v / 1000);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap_or_else(|_| panic!("inserter panicked"));
+            }
+            match find(&ix, key) {
+                Lookup::Found(n) => assert_eq!(n, 3000 + key, "round {round}"),
+                Lookup::Unknown => {}
+                Lookup::Absent => panic!("round {round}: absent"),
+            }
+        }
     }
 
     #[test]

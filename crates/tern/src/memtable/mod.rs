@@ -32,6 +32,10 @@ use filter::MemFilter;
 use index::{Lookup, MemIndex};
 use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 
+/// Versions a point read walks past from the index's newest node before it
+/// searches the list for its snapshot instead.
+const SNAPSHOT_WALK: usize = 8;
+
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
 /// The table is unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +77,13 @@ impl MemTable {
     /// and capped just below 4 GiB (offsets are 32-bit); see
     /// [`MemTable::arena_capacity`].
     pub fn new(arena_capacity: usize) -> MemTable {
+        let list = SkipList::new(arena_capacity);
+        // Sized from the arena as capped, not as asked for.
+        let capacity = list.capacity();
         MemTable {
-            list: SkipList::new(arena_capacity),
-            index: MemIndex::for_arena(arena_capacity),
-            filter: MemFilter::for_arena(arena_capacity),
+            list,
+            index: MemIndex::for_arena(capacity),
+            filter: MemFilter::for_arena(capacity),
         }
     }
 
@@ -156,7 +163,7 @@ impl MemTable {
         match self.index.find(hash, |n| {
             internal_key::user_key(nodes.key_at(n)) == user_key
         }) {
-            Lookup::Found(node) => nodes.newest_from(node, seq),
+            Lookup::Found(node) => nodes.newest_from(node, user_key, seq, SNAPSHOT_WALK),
             Lookup::Absent => None,
             Lookup::Unknown if !self.filter.may_contain(hash) => None,
             Lookup::Unknown => nodes.newest(user_key, seq),
@@ -174,6 +181,12 @@ impl MemTable {
     /// node). Never more than [`MemTable::arena_capacity`].
     pub fn approximate_memory_usage(&self) -> usize {
         self.list.used()
+    }
+
+    /// Bytes of the hash index and key filter beside the arena, about an
+    /// eighth of its capacity (pages are taken as keys land on them).
+    pub fn index_bytes(&self) -> usize {
+        self.index.size() + self.filter.size()
     }
 
     /// Bytes reserved for the arena.

@@ -432,15 +432,18 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
 
     /// [`Nodes::newest`] for a reader that already holds `node`, a node of
     /// `user_key` at least as new as any version `seq` may see: older
-    /// versions follow it on level 0, newest first.
+    /// versions follow it on level 0, newest first. After `steps` newer
+    /// versions it searches from the head instead, so an old snapshot of a
+    /// key overwritten many times costs a descent, not a walk over them.
     pub(crate) fn newest_from(
         &self,
         node: u32,
+        user_key: &[u8],
         seq: internal_key::SeqNo,
+        steps: usize,
     ) -> Option<(internal_key::SeqNo, internal_key::ValueKind, &'m [u8])> {
-        let user_key = internal_key::user_key(self.key_at(node));
         let mut node = node;
-        loop {
+        for _ in 0..steps {
             let ikey = self.key_at(node);
             if internal_key::user_key(ikey) != user_key {
                 return None;
@@ -455,6 +458,7 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
                 return None;
             }
         }
+        self.newest(user_key, seq)
     }
 
     /// First node with key `>= target`.

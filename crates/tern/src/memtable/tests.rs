@@ -625,7 +625,7 @@ fn concurrent_add_all_from_four_threads() {
 /// index, at every snapshot, and absent keys stay absent.
 #[test]
 fn get_matches_model_once_the_index_is_full() {
-    // 8192 index slots, 6144 usable, for 9000 distinct keys.
+    // 8192 index slots for 9000 distinct keys.
     let m = MemTable::new(512 << 10);
     let mut model: BTreeMap<IKey, Vec<u8>> = BTreeMap::new();
     let mut seq = 0u64;
@@ -673,5 +673,45 @@ fn get_matches_model_once_the_index_is_full() {
                 assert_eq!(m.get(uk, snapshot), want, "{key} at {snapshot}");
             }
         }
+    }
+}
+
+/// A key overwritten far more often than a point read walks from the
+/// index's newest node: reads at every snapshot still find their version
+/// (the walk gives way to a search).
+#[test]
+fn old_snapshots_of_a_key_with_many_versions_read_their_version() {
+    let m = MemTable::new(1 << 20);
+    for seq in 1..=200u64 {
+        let kind = if seq % 50 == 0 {
+            ValueKind::Delete
+        } else {
+            ValueKind::Value
+        };
+        m.add(seq, kind, b"hot", &seq.to_le_bytes()).unwrap();
+        m.add(
+            1000 + seq,
+            ValueKind::Value,
+            format!("k{seq}").as_bytes(),
+            b"",
+        )
+        .unwrap();
+    }
+    for snapshot in [0u64, 1, 2, 9, 10, 49, 50, 51, 150, 199, 200, 999, u64::MAX] {
+        let want = (snapshot >= 1).then(|| {
+            let seq = snapshot.min(200);
+            let kind = if seq % 50 == 0 {
+                ValueKind::Delete
+            } else {
+                ValueKind::Value
+            };
+            (seq, kind, seq.to_le_bytes())
+        });
+        let got = m.get(b"hot", snapshot);
+        assert_eq!(
+            got.map(|(s, k, v)| (s, k, v.to_vec())),
+            want.map(|(s, k, v)| (s, k, v.to_vec())),
+            "snapshot {snapshot}"
+        );
     }
 }
