@@ -169,6 +169,26 @@ mod tests {
                 assert_eq!(compare_bytes(a, b), a.cmp(b), "{a:?} vs {b:?}");
             }
         }
+        // Short random strings over a tiny alphabet (0 included), so that
+        // prefixes, shared words and zero bytes all occur.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let strings: Vec<Vec<u8>> = (0..400)
+            .map(|_| {
+                let len = (next() % 20) as usize;
+                (0..len).map(|_| (next() % 3) as u8).collect()
+            })
+            .collect();
+        for a in &strings {
+            for b in &strings {
+                assert_eq!(compare_bytes(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
     }
 
     #[test]
