@@ -41,16 +41,23 @@ impl HybridLog {
             }
         };
         let missing = || corrupt("no record where the index chain points".into());
+        // Fills `buf` from `address`; `false` when the read failed because
+        // the log moved past it (the caller retries from the index).
+        let fill = |buf: &mut Vec<u8>| match self.segments.read(address, buf) {
+            Ok(()) => Ok(true),
+            Err(_) if moved() => Ok(false),
+            Err(e) => Err(e),
+        };
         buf.resize(HEADER_LEN, 0);
-        if let Err(e) = self.segments.read(address, buf) {
-            return if moved() { Ok(None) } else { Err(e) };
+        if !fill(buf)? {
+            return Ok(None);
         }
         let len = peek_len(buf, room)
             .map_err(|e| corrupt(e.0))?
             .ok_or_else(missing)?;
         buf.resize(len, 0);
-        if let Err(e) = self.segments.read(address, buf) {
-            return if moved() { Ok(None) } else { Err(e) };
+        if !fill(buf)? {
+            return Ok(None);
         }
         let rec = decode(buf, room)
             .map_err(|e| corrupt(e.0))?
