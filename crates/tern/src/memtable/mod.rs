@@ -36,6 +36,12 @@ use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 /// searches the list for its snapshot instead.
 const SNAPSHOT_WALK: usize = 8;
 
+/// Whether node `n` holds `user_key`: the check behind every index slot
+/// whose hash tag matches.
+fn holds(nodes: &Nodes<'_, Arena>, n: u32, user_key: &[u8]) -> bool {
+    internal_key::user_key(nodes.key_at(n)) == user_key
+}
+
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
 /// The table is unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +123,7 @@ impl MemTable {
         let placed = self.index.insert(
             hash,
             node,
-            |n| internal_key::user_key(nodes.key_at(n)) == user_key,
+            |n| holds(&nodes, n, user_key),
             |n| trailer > internal_key::trailer(nodes.key_at(n)),
         );
         if !placed {
@@ -160,9 +166,7 @@ impl MemTable {
     pub fn get(&self, user_key: &[u8], seq: SeqNo) -> Option<(SeqNo, ValueKind, &[u8])> {
         let hash = bloom_hash(user_key);
         let nodes = self.list.nodes();
-        match self.index.find(hash, |n| {
-            internal_key::user_key(nodes.key_at(n)) == user_key
-        }) {
+        match self.index.find(hash, |n| holds(&nodes, n, user_key)) {
             Lookup::Found(node) => nodes.newest_from(node, user_key, seq, SNAPSHOT_WALK),
             Lookup::Absent => None,
             Lookup::Unknown if !self.filter.may_contain(hash) => None,
