@@ -21,6 +21,7 @@ mod memtable;
 mod memtier;
 mod options;
 mod sst;
+pub mod striped;
 pub mod tools;
 mod version;
 mod wal;

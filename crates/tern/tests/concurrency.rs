@@ -426,3 +426,45 @@ fn stats_and_reads_answer_while_a_synced_write_waits_on_fsync() {
     fault.set_sync_delay(std::time::Duration::ZERO);
     assert_eq!(db.get(b"k2").unwrap().as_deref(), Some(&b"v2"[..]));
 }
+
+/// Reader threads cache the super version they last read with. One that
+/// read once and then sat idle must not keep the tables an install made
+/// obsolete (or their files) alive.
+#[test]
+fn an_idle_reader_thread_does_not_keep_obsolete_tables() {
+    let fs = MemFs::new();
+    let db = Arc::new(Db::open(DIR, small_opts(fs.clone())).unwrap());
+    for i in 0..200 {
+        db.put(&common::key(i), &common::value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    let before = common::files_ending(&fs, DIR, ".sst");
+    assert!(!before.is_empty());
+    let (read_tx, read_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let reader = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            assert!(db.get(&common::key(7)).unwrap().is_some());
+            read_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+            // Still reads the current data after the installs.
+            assert_eq!(db.get(&common::key(7)).unwrap(), Some(common::value(7, 1)));
+        })
+    };
+    read_rx.recv().unwrap();
+    for i in 0..200 {
+        db.put(&common::key(i), &common::value(i, 1)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    let after = common::files_ending(&fs, DIR, ".sst");
+    for f in &before {
+        assert!(
+            !after.contains(f),
+            "{} outlived the compaction that replaced it",
+            f.display()
+        );
+    }
+    done_tx.send(()).unwrap();
+    reader.join().unwrap();
+}

@@ -8,7 +8,7 @@
 mod open_files;
 pub use open_files::OpenFiles;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::striped::StripedCounter;
 use std::sync::Arc;
 
 use quick_cache::sync::Cache;
@@ -32,8 +32,8 @@ impl Weighter<(u64, u64), Arc<Block>> for BlockWeighter {
 pub struct BlockCache {
     inner: Cache<(u64, u64), Arc<Block>, BlockWeighter>,
     capacity: usize,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    hits: StripedCounter,
+    misses: StripedCounter,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -54,19 +54,19 @@ impl BlockCache {
         Arc::new(BlockCache {
             inner: Cache::with_weighter(items, capacity_bytes as u64, BlockWeighter),
             capacity: capacity_bytes,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            hits: StripedCounter::default(),
+            misses: StripedCounter::default(),
         })
     }
 
     /// Lookups that found their block.
     pub fn hits(&self) -> u64 {
-        self.hits.load(Ordering::Relaxed)
+        self.hits.get()
     }
 
     /// Lookups that did not.
     pub fn misses(&self) -> u64 {
-        self.misses.load(Ordering::Relaxed)
+        self.misses.get()
     }
 
     /// Configured capacity in bytes.
@@ -97,7 +97,7 @@ impl BlockCache {
         } else {
             &self.misses
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.add(1);
         r
     }
 

@@ -7,9 +7,11 @@
 //! fsync), a memtable switch (creating the next WAL, directory fsync, fsync
 //! of what the background WAL sync has not yet synced of the old WAL), and
 //! recovery at open. Obsolete files are unlinked after it is released.
-//! Readers touch only `current` (a cheap `Arc` clone), writers only the
-//! commit queue and, as group leader, `wal`.
-//! Lock order: `queue` → `state` → `wal` → `current`.
+//! Readers touch only their own slot in `sv_cache` (`current` when an
+//! install came since their last read), writers only the commit queue and,
+//! as group leader, `wal`.
+//! Lock order: `queue` → `state` → `wal` → `current`; `sv_cache`'s locks come
+//! after all of them and are never taken with `current` held.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -109,6 +111,8 @@ pub struct Shared {
     /// Signalled to wake background threads.
     pub bg_work: Condvar,
     pub current: Mutex<Arc<SuperVersion>>,
+    /// Each reading thread's cached copy of `current`.
+    pub sv_cache: super::sv_cache::SvCache<SuperVersion>,
     /// Highest sequence number visible to readers.
     pub visible_seq: AtomicU64,
     pub queue: CommitQueue,
@@ -177,7 +181,32 @@ impl Shared {
                 .chain(state.tier.tables().flat_map(|t| t.wals().iter().copied()))
                 .collect(),
         };
-        *self.current.lock() = Arc::new(sv);
+        let old = {
+            let mut current = self.current.lock();
+            let old = std::mem::replace(&mut *current, Arc::new(sv));
+            self.sv_cache.bump();
+            old
+        };
+        // Dropped here, outside `current`: the last reference to a memtable
+        // frees its arena.
+        let cached = self.sv_cache.scrape();
+        drop((old, cached));
+    }
+
+    /// Empties every thread's cached super version (a closed store must
+    /// not keep its memtables alive in idle threads).
+    pub fn release_cached_super_versions(&self) {
+        {
+            let _current = self.current.lock();
+            self.sv_cache.bump();
+        }
+        drop(self.sv_cache.scrape());
+    }
+
+    /// The current super version for one read, from this thread's cache
+    /// when no install came since (see [`super::sv_cache`]).
+    pub fn pin_super_version(&self) -> super::sv_cache::Pinned<'_, SuperVersion> {
+        self.sv_cache.pin(&self.current)
     }
 
     /// Records a fatal background error and wakes everyone.

@@ -14,6 +14,7 @@ mod memtier;
 mod open;
 mod snapshot;
 mod stats;
+mod sv_cache;
 mod sync_point;
 pub mod table_cache;
 mod wal_sync;
@@ -29,7 +30,6 @@ use parking_lot::Mutex;
 use self::core::{Shared, SuperVersion};
 pub use self::ingest::IngestReport;
 pub use self::snapshot::{ReadOptions, Snapshot};
-use self::stats::Counters;
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::{BlobResolver, ScanResolver};
 use crate::compaction::Executor;
@@ -235,7 +235,7 @@ impl Db {
     ) -> Result<Option<Option<ValueHead>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
-        Counters::add(&self.shared.counters.point_reads, 1);
+        self.shared.counters.point_reads.add(1);
         let whole = |bytes| Ok(Some(Some(ValueHead::whole(bytes))));
         let (sv, seq) = self.read_view(opts.snapshot);
         let memtables = std::iter::once(&sv.mem)
@@ -306,8 +306,11 @@ impl Db {
     /// pinned first: everything visible at the sequence read afterwards is
     /// in it, while a version pinned later could already have lost (to
     /// compaction) what an earlier sequence sees.
-    fn read_view(&self, snapshot: Option<&Snapshot>) -> (Arc<SuperVersion>, SeqNo) {
-        let sv = self.shared.super_version();
+    fn read_view(
+        &self,
+        snapshot: Option<&Snapshot>,
+    ) -> (sv_cache::Pinned<'_, SuperVersion>, SeqNo) {
+        let sv = self.shared.pin_super_version();
         self.shared
             .sync_points
             .hit("read:between_version_and_sequence");
@@ -332,7 +335,7 @@ impl Db {
     /// in `opts`. It starts unpositioned: call a `seek*` method first.
     pub fn iter(&self, opts: ReadOptions<'_>) -> Result<DbIterator> {
         self.shared.check_open()?;
-        Counters::add(&self.shared.counters.iterators, 1);
+        self.shared.counters.iterators.add(1);
         let (sv, seq) = self.read_view(opts.snapshot);
         let mut children: Vec<BoxedIter> = Vec::new();
         children.push(Box::new(sv.mem.iter()));
@@ -588,6 +591,7 @@ impl Db {
             drop(state);
             tier.close();
         }
+        self.shared.release_cached_super_versions();
         // Another handle may open the store now, even while this one lives.
         self.shared.lock.lock().take();
     }

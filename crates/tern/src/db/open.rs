@@ -125,6 +125,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         bg_done: Condvar::new(),
         bg_work: Condvar::new(),
         current: Mutex::new(Arc::new(sv)),
+        sv_cache: Default::default(),
         visible_seq: AtomicU64::new(0),
         queue: Mutex::new(VecDeque::new()),
         wal: Mutex::new(None),

@@ -1,0 +1,74 @@
+//! Point reads of small values from one and from several threads at once:
+//! what each read pays besides finding its key (taking the current super
+//! version, the read counters), measured on values in the memtable (where
+//! little else costs) and in tables (block cache hits).
+
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+use tern::{Db, Options};
+
+const KEYS: u32 = 100_000;
+
+fn key(i: u32) -> Vec<u8> {
+    // Spread over the key space, as hashed keys are.
+    format!("key{:08}", i.wrapping_mul(2_654_435_761) % 100_000_000).into_bytes()
+}
+
+fn open_store(name: &str, flushed: bool) -> (Db, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tern-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = Options::default().tune(|s| s.write_buffer_size = 64 << 20);
+    let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
+    for i in 0..KEYS {
+        db.put(&key(i), b"value-of-sixteen")
+            .unwrap_or_else(|e| panic!("put: {e}"));
+    }
+    if flushed {
+        db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+        db.wait_for_background()
+            .unwrap_or_else(|e| panic!("background: {e}"));
+    }
+    (db, dir)
+}
+
+/// Reads every key once, split over `threads` threads.
+fn read_all(db: &Db, keys: &[Vec<u8>], threads: usize) {
+    std::thread::scope(|s| {
+        for part in keys.chunks(keys.len().div_ceil(threads)) {
+            s.spawn(move || {
+                for k in part {
+                    black_box(db.get(k).unwrap_or_else(|e| panic!("get: {e}")));
+                }
+            });
+        }
+    });
+}
+
+fn point_reads(c: &mut Criterion) {
+    let keys: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
+    for (name, flushed) in [("memtable", false), ("tables", true)] {
+        let (db, dir) = open_store(name, flushed);
+        read_all(&db, &keys, 1);
+        let mut g = c.benchmark_group(format!("get_100k_{name}"));
+        g.throughput(Throughput::Elements(u64::from(KEYS)));
+        for threads in [1, 2, 4] {
+            g.bench_function(format!("{threads}_threads"), |b| {
+                b.iter(|| read_all(&db, &keys, threads))
+            });
+        }
+        g.finish();
+        drop(db);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20);
+    targets = point_reads
+}
+criterion_main!(benches);
