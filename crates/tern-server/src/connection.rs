@@ -270,6 +270,7 @@ async fn run_requests(
                 }
             }
             Class::PointRead | Class::Read => {
+                read_ahead(state, requests);
                 // From memory here, sparing two thread hand-offs; the first
                 // read that would wait on the device goes, with the reads
                 // after it, to the read pool.
@@ -500,6 +501,25 @@ async fn pull(
         Some(Reply::Error(e)) => Ok((session, Err(e.clone()))),
         _ => Ok((session, Ok(()))),
     }
+}
+
+/// Names the keys of the point reads at the front of `requests` for
+/// read-ahead, when there are several: their lookups' cache misses then
+/// overlap.
+fn read_ahead(state: &State, requests: &VecDeque<Request>) {
+    let reads = requests
+        .iter()
+        .take_while(|r| r.class == Class::PointRead && r.redirect.is_none());
+    if reads.clone().nth(1).is_none() {
+        return;
+    }
+    let keys = reads.flat_map(|r| {
+        let spec = r.cmd.map(|i| &crate::commands::table::COMMANDS[i]);
+        spec.into_iter()
+            .flat_map(|s| crate::commands::key_positions(s, &r.args))
+            .filter_map(|i| r.args.get(i).map(Vec::as_slice))
+    });
+    state.store.read_ahead(keys);
 }
 
 /// Returns the requests a job did not run to the front of the queue.

@@ -167,17 +167,20 @@ pub enum Layout {
 impl Layout {
     /// The engine key of Redis key `key` in generation `gen`.
     pub fn key(self, gen: u32, key: &[u8]) -> Vec<u8> {
-        match self {
-            Layout::Plain => engine_key(gen, key),
-            Layout::Slotted => {
-                let mut k = Vec::with_capacity(key.len() + KEY_PREFIX_LEN + SLOT_LEN);
-                k.push(NS_KEYS);
-                k.extend_from_slice(&gen.to_be_bytes());
-                k.extend_from_slice(&crate::cluster::slot::key_slot(key).to_be_bytes());
-                k.extend_from_slice(key);
-                k
-            }
+        let mut k = Vec::with_capacity(key.len() + KEY_PREFIX_LEN + SLOT_LEN);
+        self.key_into(gen, key, &mut k);
+        k
+    }
+
+    /// [`Layout::key`] into `out` (cleared first), reusing its memory.
+    pub fn key_into(self, gen: u32, key: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        out.push(NS_KEYS);
+        out.extend_from_slice(&gen.to_be_bytes());
+        if self == Layout::Slotted {
+            out.extend_from_slice(&crate::cluster::slot::key_slot(key).to_be_bytes());
         }
+        out.extend_from_slice(key);
     }
 
     /// Bytes before the Redis key in an engine key.

@@ -4,32 +4,50 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use tern::striped::StripedCounter;
+
 /// Upper bounds of the latency histogram buckets, microseconds.
 pub const BUCKETS_US: [u64; 15] = [
     10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
     1_000_000,
 ];
 
-/// Counters of one command.
+/// Counters of one command, in one stripe.
 #[derive(Debug, Default)]
-pub struct CommandMetrics {
+struct CommandCells {
+    calls: AtomicU64,
+    errors: AtomicU64,
+    usec: AtomicU64,
+    buckets: [AtomicU64; BUCKETS_US.len() + 1],
+}
+
+/// One command's counters, summed over the stripes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandTotals {
     /// The command's name, lower case.
     pub name: &'static str,
     /// Calls.
-    pub calls: AtomicU64,
+    pub calls: u64,
     /// Calls answered with an error.
-    pub errors: AtomicU64,
+    pub errors: u64,
     /// Total time, microseconds.
-    pub usec: AtomicU64,
+    pub usec: u64,
     /// Calls per latency bucket (last: above every bound).
-    pub buckets: [AtomicU64; BUCKETS_US.len() + 1],
+    pub buckets: [u64; BUCKETS_US.len() + 1],
 }
 
 /// Server-wide counters.
+///
+/// Every command bumps its counters from whichever thread ran it. Shared
+/// by all threads, those cache lines would move between cores on every
+/// command, so each thread records into its own stripe
+/// ([`tern::striped::stripe`]) and readers (INFO, `/metrics`) sum them.
 #[derive(Debug)]
 pub struct Metrics {
-    /// Per command, indexed like the names given to [`Metrics::new`].
-    pub commands: Vec<CommandMetrics>,
+    names: Vec<&'static str>,
+    /// `tern::striped::STRIPES` tables of per-command cells, each its own
+    /// allocation.
+    stripes: Vec<Box<[CommandCells]>>,
     /// Connections accepted.
     pub connections_total: AtomicU64,
     /// Connections refused (maxclients).
@@ -37,9 +55,9 @@ pub struct Metrics {
     /// Connections closed for a malformed request or a limit.
     pub protocol_errors: AtomicU64,
     /// Reads that found a key.
-    pub keyspace_hits: AtomicU64,
+    pub keyspace_hits: StripedCounter,
     /// Reads that found no key.
-    pub keyspace_misses: AtomicU64,
+    pub keyspace_misses: StripedCounter,
     /// Commands unknown to the server.
     pub unknown_commands: AtomicU64,
     /// Keys active expiry deleted.
@@ -50,19 +68,18 @@ impl Metrics {
     /// Counters for the commands named in `commands`; a call is recorded
     /// by its index there.
     pub fn new(commands: impl IntoIterator<Item = &'static str>) -> Self {
+        let names: Vec<&'static str> = commands.into_iter().collect();
+        let stripes = (0..tern::striped::STRIPES)
+            .map(|_| (0..names.len()).map(|_| CommandCells::default()).collect())
+            .collect();
         Metrics {
-            commands: commands
-                .into_iter()
-                .map(|name| CommandMetrics {
-                    name,
-                    ..CommandMetrics::default()
-                })
-                .collect(),
+            names,
+            stripes,
             connections_total: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
-            keyspace_hits: AtomicU64::new(0),
-            keyspace_misses: AtomicU64::new(0),
+            keyspace_hits: StripedCounter::default(),
+            keyspace_misses: StripedCounter::default(),
             unknown_commands: AtomicU64::new(0),
             expired_keys: AtomicU64::new(0),
         }
@@ -70,7 +87,7 @@ impl Metrics {
 
     /// Records one call of command `idx`.
     pub fn record(&self, idx: usize, took: Duration, error: bool) {
-        let Some(m) = self.commands.get(idx) else {
+        let Some(m) = self.stripes[tern::striped::stripe()].get(idx) else {
             return;
         };
         let us = took.as_micros() as u64;
@@ -89,16 +106,43 @@ impl Metrics {
     /// Records the keyspace reads of one command: keys found and missed.
     pub fn keyspace(&self, hits: u64, misses: u64) {
         if hits > 0 {
-            self.keyspace_hits.fetch_add(hits, Relaxed);
+            self.keyspace_hits.add(hits);
         }
         if misses > 0 {
-            self.keyspace_misses.fetch_add(misses, Relaxed);
+            self.keyspace_misses.add(misses);
         }
+    }
+
+    /// Every command's counters, in the order given to [`Metrics::new`].
+    pub fn commands(&self) -> Vec<CommandTotals> {
+        let mut totals: Vec<CommandTotals> = self
+            .names
+            .iter()
+            .map(|&name| CommandTotals {
+                name,
+                ..CommandTotals::default()
+            })
+            .collect();
+        for stripe in &self.stripes {
+            for (t, c) in totals.iter_mut().zip(stripe.iter()) {
+                t.calls += c.calls.load(Relaxed);
+                t.errors += c.errors.load(Relaxed);
+                t.usec += c.usec.load(Relaxed);
+                for (b, cb) in t.buckets.iter_mut().zip(&c.buckets) {
+                    *b += cb.load(Relaxed);
+                }
+            }
+        }
+        totals
     }
 
     /// Commands processed in total.
     pub fn total_commands(&self) -> u64 {
-        self.commands.iter().map(|m| m.calls.load(Relaxed)).sum()
+        self.stripes
+            .iter()
+            .flat_map(|s| s.iter())
+            .map(|c| c.calls.load(Relaxed))
+            .sum()
     }
 
     /// The Prometheus text exposition of these counters, the connection
@@ -135,13 +179,13 @@ impl Metrics {
             &mut s,
             "tern_keyspace_hits_total",
             "Key lookups that found a live key.",
-            self.keyspace_hits.load(Relaxed),
+            self.keyspace_hits.get(),
         );
         counter(
             &mut s,
             "tern_keyspace_misses_total",
             "Key lookups that found no live key.",
-            self.keyspace_misses.load(Relaxed),
+            self.keyspace_misses.get(),
         );
         counter(
             &mut s,
@@ -158,33 +202,28 @@ impl Metrics {
         let _ = writeln!(s, "# HELP tern_connected_clients Open client connections.\n# TYPE tern_connected_clients gauge\ntern_connected_clients {connected}");
         let _ = writeln!(s, "# HELP tern_uptime_seconds Seconds since the server started.\n# TYPE tern_uptime_seconds gauge\ntern_uptime_seconds {}", uptime.as_secs());
 
+        let commands = self.commands();
         let _ = writeln!(s, "# HELP tern_commands_total Commands processed, by command.\n# TYPE tern_commands_total counter");
-        for m in &self.commands {
-            let _ = writeln!(
-                s,
-                "tern_commands_total{{cmd=\"{}\"}} {}",
-                m.name,
-                m.calls.load(Relaxed)
-            );
+        for m in &commands {
+            let _ = writeln!(s, "tern_commands_total{{cmd=\"{}\"}} {}", m.name, m.calls);
         }
         let _ = writeln!(s, "# HELP tern_command_errors_total Commands answered with an error, by command.\n# TYPE tern_command_errors_total counter");
-        for m in &self.commands {
+        for m in &commands {
             let _ = writeln!(
                 s,
                 "tern_command_errors_total{{cmd=\"{}\"}} {}",
-                m.name,
-                m.errors.load(Relaxed)
+                m.name, m.errors
             );
         }
         let _ = writeln!(s, "# HELP tern_command_duration_seconds Time to execute a command, by command.\n# TYPE tern_command_duration_seconds histogram");
-        for m in &self.commands {
-            let calls = m.calls.load(Relaxed);
+        for m in &commands {
+            let calls = m.calls;
             if calls == 0 {
                 continue;
             }
             let mut cum = 0;
             for (i, ub) in BUCKETS_US.iter().enumerate() {
-                cum += m.buckets[i].load(Relaxed);
+                cum += m.buckets[i];
                 let _ = writeln!(
                     s,
                     "tern_command_duration_seconds_bucket{{cmd=\"{}\",le=\"{}\"}} {cum}",
@@ -192,7 +231,7 @@ impl Metrics {
                     *ub as f64 / 1e6
                 );
             }
-            cum += m.buckets[BUCKETS_US.len()].load(Relaxed);
+            cum += m.buckets[BUCKETS_US.len()];
             let _ = writeln!(
                 s,
                 "tern_command_duration_seconds_bucket{{cmd=\"{}\",le=\"+Inf\"}} {cum}",
@@ -202,7 +241,7 @@ impl Metrics {
                 s,
                 "tern_command_duration_seconds_sum{{cmd=\"{}\"}} {}",
                 m.name,
-                m.usec.load(Relaxed) as f64 / 1e6
+                m.usec as f64 / 1e6
             );
             let _ = writeln!(
                 s,
@@ -386,4 +425,41 @@ pub fn engine_gauges(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> 
             e.open_file_bytes,
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_recorded_on_many_threads_sum_in_the_totals() {
+        let m = std::sync::Arc::new(Metrics::new(["get", "set"]));
+        let threads: Vec<_> = (0..2 * tern::striped::STRIPES)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        // 3 µs: the 10 µs bucket; every tenth an error.
+                        m.record(t % 2, Duration::from_micros(3), i % 10 == 0);
+                    }
+                    m.record(1, Duration::from_secs(2), false);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("recording thread");
+        }
+        let n = tern::striped::STRIPES as u64;
+        let totals = m.commands();
+        assert_eq!(totals[0].name, "get");
+        assert_eq!(totals[0].calls, 100 * n);
+        assert_eq!(totals[0].errors, 10 * n);
+        assert_eq!(totals[0].usec, 300 * n);
+        assert_eq!(totals[0].buckets[0], 100 * n);
+        assert_eq!(totals[1].calls, 100 * n + 2 * n);
+        assert_eq!(totals[1].buckets[BUCKETS_US.len()], 2 * n);
+        assert_eq!(m.total_commands(), 202 * n);
+        let text = m.render_prometheus(0, Duration::ZERO, &tern::Stats::default());
+        assert!(text.contains(&format!("tern_commands_total{{cmd=\"get\"}} {}", 100 * n)));
+    }
 }

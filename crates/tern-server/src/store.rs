@@ -438,6 +438,19 @@ impl Store {
         }
     }
 
+    /// Read-ahead for point reads of Redis keys `keys` about to follow
+    /// ([`tern::Db::read_ahead`]): their cache misses overlap instead of
+    /// coming one per read.
+    pub fn read_ahead<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) {
+        let gen = self.generation();
+        let mut ahead = self.db.read_ahead();
+        let mut k = Vec::new();
+        for key in keys.take(tern::READ_AHEAD_KEYS) {
+            self.layout.key_into(gen, key, &mut k);
+            ahead.key(&k);
+        }
+    }
+
     /// [`Store::get_at`] from memory only: [`StoreError::WouldBlock`] if
     /// the engine would have to read the device.
     pub fn get_at_cached(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {

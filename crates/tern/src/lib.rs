@@ -87,6 +87,7 @@ pub mod internals {
     }
 }
 
+pub use db::read_ahead::{ReadAhead, READ_AHEAD_KEYS};
 pub use db::{
     BlobFileStats, Db, IngestReport, LevelStats, ReadOptions, Snapshot, Stats, ValueHead,
 };

@@ -169,3 +169,48 @@ fn close_releases_the_directory_lock_before_the_handle_is_dropped() {
     drop(first);
     assert_eq!(second.get(b"k").unwrap(), Some(b"v".to_vec()));
 }
+
+/// Read-ahead is a hint: naming keys (present, deleted, absent, in the
+/// memtable or in tables, more than it takes) changes no read.
+#[test]
+fn read_ahead_changes_no_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    let key = |i: u32| format!("key{i:05}").into_bytes();
+    for i in 0..400 {
+        db.put(&key(i), format!("old-{i}").as_bytes()).unwrap();
+    }
+    db.flush().unwrap();
+    for i in (0..400).step_by(2) {
+        db.put(&key(i), format!("new-{i}").as_bytes()).unwrap();
+    }
+    for i in (0..400).step_by(5) {
+        db.delete(&key(i)).unwrap();
+    }
+    let expect = |i: u32| {
+        if i >= 400 || i % 5 == 0 {
+            None
+        } else if i % 2 == 0 {
+            Some(format!("new-{i}").into_bytes())
+        } else {
+            Some(format!("old-{i}").into_bytes())
+        }
+    };
+    for start in [0u32, 7, 390] {
+        let keys: Vec<Vec<u8>> = (start..start + 2 * tern::READ_AHEAD_KEYS as u32)
+            .map(key)
+            .collect();
+        {
+            let mut ahead = db.read_ahead();
+            for k in &keys {
+                ahead.key(k);
+            }
+            assert_eq!(ahead.len(), tern::READ_AHEAD_KEYS);
+        }
+        for (i, k) in (start..).zip(&keys) {
+            assert_eq!(db.get(k).unwrap(), expect(i), "key {i}");
+        }
+    }
+    // Nothing named: nothing to do.
+    assert!(db.read_ahead().is_empty());
+}

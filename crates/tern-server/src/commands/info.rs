@@ -121,16 +121,13 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             );
             kv("expired_keys", m.expired_keys.load(Relaxed).to_string());
             kv("evicted_keys", "0".into());
-            kv("keyspace_hits", m.keyspace_hits.load(Relaxed).to_string());
-            kv(
-                "keyspace_misses",
-                m.keyspace_misses.load(Relaxed).to_string(),
-            );
+            kv("keyspace_hits", m.keyspace_hits.get().to_string());
+            kv("keyspace_misses", m.keyspace_misses.get().to_string());
             kv(
                 "total_error_replies",
-                m.commands
+                m.commands()
                     .iter()
-                    .map(|c| c.errors.load(Relaxed))
+                    .map(|c| c.errors)
                     .sum::<u64>()
                     .to_string(),
             );
@@ -165,18 +162,18 @@ fn info_section(ctx: &Ctx<'_>, section: &str, out: &mut String) -> Result<(), Re
             kv("used_cpu_user_children", format!("{:.6}", t.children_user));
         }
         "commandstats" => {
-            for (spec, c) in super::COMMANDS.iter().zip(&m.commands) {
-                let calls = c.calls.load(Relaxed);
+            for (spec, c) in super::COMMANDS.iter().zip(&m.commands()) {
+                let calls = c.calls;
                 if calls == 0 {
                     continue;
                 }
-                let usec = c.usec.load(Relaxed);
+                let usec = c.usec;
                 kv(
                     &format!("cmdstat_{}", spec.name),
                     format!(
                         "calls={calls},usec={usec},usec_per_call={:.2},rejected_calls=0,failed_calls={}",
                         usec as f64 / calls as f64,
-                        c.errors.load(Relaxed)
+                        c.errors
                     ),
                 );
             }

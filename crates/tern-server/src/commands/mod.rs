@@ -417,12 +417,12 @@ fn run(
             return (Reply::Simple("QUEUED".into()), false);
         }
     }
+    let start = Instant::now();
     {
         let mut d = session.info.detail.lock();
         d.last_cmd = spec.name;
-        d.last_active = Some(Instant::now());
+        d.last_active = Some(start);
     }
-    let start = Instant::now();
     let mut ctx = Ctx {
         state,
         session,

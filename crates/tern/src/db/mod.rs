@@ -12,6 +12,7 @@ mod gc;
 mod ingest;
 mod memtier;
 mod open;
+pub(crate) mod read_ahead;
 mod snapshot;
 mod stats;
 mod sv_cache;
@@ -174,6 +175,14 @@ impl Db {
     pub fn get_opt(&self, key: &[u8], opts: &ReadOptions<'_>) -> Result<Option<Vec<u8>>> {
         let found = self.get_inner(key, opts, GetMode::Full)?;
         Ok(found.flatten().map(|v| v.bytes))
+    }
+
+    /// Read-ahead for point reads about to follow: name their keys with
+    /// [`crate::ReadAhead::key`], then drop it and read them. A hint
+    /// only: it changes no result, and a read that does not follow costs
+    /// nothing but the cache lines.
+    pub fn read_ahead(&self) -> read_ahead::ReadAhead<'_> {
+        read_ahead::ReadAhead::new(self.shared.pin_super_version())
     }
 
     /// The value of `key` if finding it needs no wait on the device: the

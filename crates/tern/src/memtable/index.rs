@@ -117,6 +117,20 @@ impl MemIndex {
         false
     }
 
+    /// Brings `hash`'s first slot into the CPU cache.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        super::arena::prefetch_read(&self.slots[hash as usize & self.mask]);
+    }
+
+    /// The node `hash`'s first slot points at if its tag matches: a guess
+    /// (the key is not compared), good only for prefetching.
+    #[inline]
+    pub(crate) fn guess(&self, hash: u64) -> Option<u32> {
+        let cur = self.slots[hash as usize & self.mask].load(Ordering::Relaxed);
+        (cur != 0 && cur >> 32 == hash >> 32).then_some(cur as u32)
+    }
+
     /// Looks `hash`'s key up; `same_key` as for [`MemIndex::insert`].
     pub(crate) fn find(&self, hash: u64, same_key: impl Fn(u32) -> bool) -> Lookup {
         let tag = hash >> 32;
@@ -169,6 +183,18 @@ mod tests {
         assert_eq!(find(&ix, 6), Lookup::Absent);
         let used = ix.slots.iter().filter(|s| s.load(Ordering::Relaxed) != 0);
         assert_eq!(used.count(), 2);
+    }
+
+    #[test]
+    fn guess_names_the_node_in_a_keys_first_slot() {
+        let ix = MemIndex::for_arena(1 << 20);
+        assert_eq!(ix.guess(hash(5)), None);
+        assert!(insert(&ix, 5));
+        assert!(insert(&ix, 1005));
+        assert_eq!(ix.guess(hash(5)), Some(1005));
+        // Another key's hash with another tag guesses nothing.
+        assert_eq!(ix.guess(hash(6)), None);
+        ix.prefetch(hash(5));
     }
 
     #[test]

@@ -174,6 +174,24 @@ impl MemTable {
         }
     }
 
+    /// Read-ahead for [`MemTable::get`] of several keys, in two passes:
+    /// first [`MemTable::prefetch_slot`] for every key, then
+    /// [`MemTable::prefetch_node`] for every key, so the cache misses of
+    /// all the keys overlap instead of coming one after another. `hash` is
+    /// [`bloom_hash`] of the user key.
+    #[inline]
+    pub fn prefetch_slot(&self, hash: u64) {
+        self.index.prefetch(hash);
+    }
+
+    /// The second pass of read-ahead: the node `hash`'s slot points at.
+    #[inline]
+    pub fn prefetch_node(&self, hash: u64) {
+        if let Some(node) = self.index.guess(hash) {
+            self.list.prefetch_node(node);
+        }
+    }
+
     /// An iterator over all entries, in internal-key order. It holds a clone
     /// of the `Arc`, so it may outlive the caller's handle, and it sees
     /// entries inserted concurrently if it reaches them.

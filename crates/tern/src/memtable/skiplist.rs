@@ -562,6 +562,13 @@ impl SkipList {
         self.max_height.load(Ordering::Relaxed)
     }
 
+    /// Brings the start of node `node` (its links and key) into the CPU
+    /// cache; a hint only.
+    #[inline]
+    pub(crate) fn prefetch_node(&self, node: u32) {
+        self.arena.prefetch(node as usize);
+    }
+
     /// The list's nodes, for searches.
     #[inline]
     pub(crate) fn nodes(&self) -> Nodes<'_, Arena> {

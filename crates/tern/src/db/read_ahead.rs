@@ -1,0 +1,68 @@
+//! Read-ahead for a batch of point reads.
+//!
+//! A point read of a key in the memtable costs two cache misses that depend
+//! on each other: the key's slot in the memtable's hash index, then the
+//! node the slot points at. A caller about to read several keys (a
+//! pipeline of GETs, an MGET) names them first; the slots of all of them
+//! are prefetched, then the nodes, so the misses of the whole batch overlap
+//! and the reads that follow find their lines in the cache.
+
+use std::sync::Arc;
+
+use super::core::SuperVersion;
+use super::sv_cache::Pinned;
+use crate::format::bloom::bloom_hash;
+
+/// Keys one read-ahead takes; later ones are ignored (their slots' lines
+/// would start to push out the first ones').
+pub const READ_AHEAD_KEYS: usize = 32;
+
+/// Keys named for read-ahead; dropping it starts the second pass. Get one
+/// from [`crate::Db::read_ahead`].
+pub struct ReadAhead<'a> {
+    sv: Pinned<'a, SuperVersion>,
+    hashes: [u64; READ_AHEAD_KEYS],
+    len: usize,
+}
+
+impl<'a> ReadAhead<'a> {
+    pub(super) fn new(sv: Pinned<'a, SuperVersion>) -> Self {
+        ReadAhead {
+            sv,
+            hashes: [0; READ_AHEAD_KEYS],
+            len: 0,
+        }
+    }
+
+    /// Names a key about to be read: its index slot in the active memtable
+    /// is prefetched now.
+    #[inline]
+    pub fn key(&mut self, key: &[u8]) {
+        if self.len == READ_AHEAD_KEYS {
+            return;
+        }
+        let h = bloom_hash(key);
+        self.sv.mem.prefetch_slot(h);
+        self.hashes[self.len] = h;
+        self.len += 1;
+    }
+
+    /// Keys named so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no key was named.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for ReadAhead<'_> {
+    fn drop(&mut self) {
+        let mem: &Arc<_> = &self.sv.mem;
+        for &h in &self.hashes[..self.len] {
+            mem.prefetch_node(h);
+        }
+    }
+}
