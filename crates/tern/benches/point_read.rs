@@ -1,7 +1,8 @@
 //! Point reads of small values from one and from several threads at once:
 //! what each read pays besides finding its key (taking the current super
 //! version, the read counters), measured on values in the memtable (where
-//! little else costs) and in tables (block cache hits).
+//! little else costs) and in tables (block cache hits); and batches of 16
+//! reads with and without naming their keys for read-ahead first.
 
 #![allow(missing_docs)]
 
@@ -48,6 +49,22 @@ fn read_all(db: &Db, keys: &[Vec<u8>], threads: usize) {
     });
 }
 
+/// Reads every key once on this thread in batches of 16, naming each
+/// batch's keys for read-ahead first if `ahead`.
+fn read_batches(db: &Db, keys: &[Vec<u8>], ahead: bool) {
+    for batch in keys.chunks(16) {
+        if ahead {
+            let mut a = db.read_ahead();
+            for k in batch {
+                a.key(k);
+            }
+        }
+        for k in batch {
+            black_box(db.get(k).unwrap_or_else(|e| panic!("get: {e}")));
+        }
+    }
+}
+
 fn point_reads(c: &mut Criterion) {
     let keys: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
     for (name, flushed) in [("memtable", false), ("tables", true)] {
@@ -59,6 +76,9 @@ fn point_reads(c: &mut Criterion) {
             g.bench_function(format!("{threads}_threads"), |b| {
                 b.iter(|| read_all(&db, &keys, threads))
             });
+        }
+        for (label, ahead) in [("batches_of_16", false), ("batches_of_16_read_ahead", true)] {
+            g.bench_function(label, |b| b.iter(|| read_batches(&db, &keys, ahead)));
         }
         g.finish();
         drop(db);
