@@ -468,3 +468,82 @@ fn an_idle_reader_thread_does_not_keep_obsolete_tables() {
     done_tx.send(()).unwrap();
     reader.join().unwrap();
 }
+
+/// Batches large enough that the memtable links them later, on the linker
+/// thread (or on a reader that needs the list first): through snapshots,
+/// iterators and flushes every batch is seen whole, and never an older one
+/// after a newer.
+#[test]
+fn large_batches_linked_later_are_seen_whole_and_in_order() {
+    const KEYS: u32 = 200;
+    const ROUNDS: u32 = 60;
+    let db = mem_db();
+    let done = AtomicBool::new(false);
+    let checks = AtomicU32::new(0);
+    let key = |i: u32| format!("k{i:04}").into_bytes();
+    std::thread::scope(|s| {
+        let writer = {
+            let db = &db;
+            s.spawn(move || {
+                for round in 0..ROUNDS {
+                    let mut batch = WriteBatch::new();
+                    for i in 0..KEYS {
+                        batch.put(&key(i), &wvalue(&key(i), round));
+                    }
+                    db.write(batch, WriteOptions::default()).unwrap();
+                }
+            })
+        };
+        for r in 0..2u64 {
+            let (db, done, checks) = (&db, &done, &checks);
+            s.spawn(move || {
+                let mut rng = Rng(r + 11);
+                let mut last = None;
+                while !done.load(Ordering::Acquire) {
+                    let snap = db.snapshot().unwrap();
+                    let ro = ReadOptions {
+                        snapshot: Some(&snap),
+                        ..Default::default()
+                    };
+                    let (i, j) = (rng.below(KEYS), rng.below(KEYS));
+                    let vi = db
+                        .get_opt(&key(i), &ro)
+                        .unwrap()
+                        .map(|v| round_of(&key(i), &v));
+                    let vj = db
+                        .get_opt(&key(j), &ro)
+                        .unwrap()
+                        .map(|v| round_of(&key(j), &v));
+                    assert_eq!(vi, vj, "keys {i} and {j} from two batches in one snapshot");
+                    assert!(vi >= last, "round went back from {last:?} to {vi:?}");
+                    last = vi;
+                    let ro = ReadOptions {
+                        snapshot: Some(&snap),
+                        ..Default::default()
+                    };
+                    let mut it = db.iter(ro).unwrap();
+                    it.seek_to_first();
+                    let mut rounds = Vec::new();
+                    while it.valid() {
+                        rounds.push(round_of(it.key(), it.value()));
+                        it.next();
+                    }
+                    it.status().unwrap();
+                    if let Some(r) = vi {
+                        assert_eq!(rounds, vec![r; KEYS as usize], "iterator at one snapshot");
+                    } else {
+                        assert!(rounds.is_empty());
+                    }
+                    checks.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        writer.join().unwrap();
+        done.store(true, Ordering::Release);
+    });
+    assert!(checks.load(Ordering::Relaxed) > 0);
+    assert!(db.stats().flushes > 0, "no flush ran during the test");
+    for i in 0..KEYS {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(wvalue(&key(i), ROUNDS - 1)));
+    }
+}

@@ -62,7 +62,8 @@ type Loop = (&'static str, fn(&Shared));
 /// Spawns one named thread running the given body.
 type Spawn<'a> = &'a dyn Fn(&str, Box<dyn FnOnce() + Send>) -> std::io::Result<JoinHandle<()>>;
 
-/// Starts the flush, compaction, GC and WAL-sync threads.
+/// Starts the flush, memory tier, compaction, GC, WAL-sync and linker
+/// threads.
 pub fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
     start_with(shared, &|name, body| {
         std::thread::Builder::new().name(name.into()).spawn(body)
@@ -70,12 +71,13 @@ pub fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
 }
 
 fn start_with(shared: &Arc<Shared>, spawn: Spawn<'_>) -> std::io::Result<Vec<JoinHandle<()>>> {
-    let loops: [Loop; 5] = [
+    let loops: [Loop; 6] = [
         ("tern-flush", flush_loop),
         ("tern-memtier", memtier_loop),
         ("tern-compact", compaction_loop),
         ("tern-gc", gc_loop),
         ("tern-wal-sync", wal_sync_loop),
+        ("tern-link", super::linker::link_loop),
     ];
     let mut threads = Vec::with_capacity(loops.len());
     for (name, body) in loops {
@@ -101,6 +103,7 @@ pub fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
         shared.bg_work.notify_all();
     }
     shared.wal_syncer.stop();
+    shared.linker.stop();
     for t in threads {
         let _ = t.join();
     }

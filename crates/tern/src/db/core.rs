@@ -126,6 +126,8 @@ pub struct Shared {
     pub bg_error_seen: Mutex<Option<String>>,
     /// Syncs the active WAL in the background as it grows.
     pub wal_syncer: WalSyncer,
+    /// Links large commit groups into the memtable's list.
+    pub linker: super::linker::Linker,
     pub tables: Arc<TableCache>,
     pub blobs: Arc<BlobCache>,
     /// The table and blob readers open for reads (bounded).

@@ -10,6 +10,7 @@ mod core;
 mod flush;
 mod gc;
 mod ingest;
+mod linker;
 mod memtier;
 mod open;
 pub(crate) mod read_ahead;

@@ -132,6 +132,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         wal_len: AtomicU64::new(0),
         bg_error_seen: Mutex::new(None),
         wal_syncer: Default::default(),
+        linker: Default::default(),
         tables,
         block_cache,
         counters: Counters::default(),

@@ -161,8 +161,13 @@ impl Shared {
             entries.push((e.key, seq, e.kind, e.value));
         }
         let seq = first_seq + entries.len() as u64;
-        mem.add_all(&mut entries)
-            .map_err(|_| Error::InvalidArgument("write does not fit in a memtable".to_string()))?;
+        let deferred = entries.len() >= super::linker::DEFER_MIN;
+        if deferred {
+            mem.add_all_deferred(&entries)
+        } else {
+            mem.add_all(&mut entries)
+        }
+        .map_err(|_| Error::InvalidArgument("write does not fit in a memtable".to_string()))?;
         Counters::add(
             &self.counters.user_bytes_written,
             merged.approximate_size() as u64,
@@ -170,6 +175,9 @@ impl Shared {
         Counters::add(&self.counters.keys_written, merged.len() as u64);
         Counters::add(&self.counters.write_groups, 1);
         self.visible_seq.store(seq - 1, Ordering::Release);
+        if deferred {
+            self.linker.wake();
+        }
         Ok(())
     }
 

@@ -20,6 +20,7 @@ pub(crate) mod skiplist;
 pub(crate) use cursor::{ListCursor, NodeList};
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -32,14 +33,16 @@ use filter::MemFilter;
 use index::{Lookup, MemIndex};
 use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 
-/// Versions a point read walks past from the index's newest node before it
-/// searches the list for its snapshot instead.
-const SNAPSHOT_WALK: usize = 8;
-
 /// Whether node `n` holds `user_key`: the check behind every index slot
 /// whose hash tag matches.
 fn holds(nodes: &Nodes<'_, Arena>, n: u32, user_key: &[u8]) -> bool {
     internal_key::user_key(nodes.key_at(n)) == user_key
+}
+
+/// The trailer of a group entry.
+fn entry_trailer((_, seq, kind, _): (&[u8], SeqNo, ValueKind, &[u8])) -> u64 {
+    debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
+    internal_key::pack_trailer(seq, kind as u8)
 }
 
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
@@ -64,6 +67,15 @@ pub struct MemTable {
     index: MemIndex,
     /// The keys the index had no room for.
     filter: MemFilter,
+    /// Nodes written and indexed but not linked into the list yet (see
+    /// [`MemTable::add_all_deferred`]), in no order.
+    deferred: parking_lot::Mutex<Vec<u32>>,
+    /// How many nodes `deferred` holds or a linker is linking: zero once
+    /// every node is in the list.
+    unlinked: AtomicUsize,
+    /// Held while deferred nodes are linked, so that a reader that finds
+    /// `unlinked` above zero waits for a linker already at work.
+    linking: parking_lot::Mutex<()>,
 }
 
 impl fmt::Debug for MemTable {
@@ -90,6 +102,9 @@ impl MemTable {
             list,
             index: MemIndex::for_arena(capacity),
             filter: MemFilter::for_arena(capacity),
+            deferred: parking_lot::Mutex::new(Vec::new()),
+            unlinked: AtomicUsize::new(0),
+            linking: parking_lot::Mutex::new(()),
         }
     }
 
@@ -146,17 +161,76 @@ impl MemTable {
             return self.add(*seq, *kind, key, value);
         }
         entries.sort_unstable_by(|a, b| internal_key::compare_bytes(a.0, b.0).then(b.1.cmp(&a.1)));
-        let trailer = |(_, seq, kind, _): (&[u8], SeqNo, ValueKind, &[u8])| {
-            debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
-            internal_key::pack_trailer(seq, kind as u8)
-        };
         let sorted = &*entries;
         self.list
-            .insert_sorted(sorted.iter().map(|&e| (e.0, trailer(e), e.3)), |i, node| {
-                let e = sorted[i];
-                self.index_node(bloom_hash(e.0), e.0, trailer(e), node);
-            })
+            .insert_sorted(
+                sorted.iter().map(|&e| (e.0, entry_trailer(e), e.3)),
+                |i, node| {
+                    let e = sorted[i];
+                    self.index_node(bloom_hash(e.0), e.0, entry_trailer(e), node);
+                },
+            )
             .map_err(|_| MemTableFull)
+    }
+
+    /// Inserts a group as [`MemTable::add_all`] does, but leaves ordering
+    /// it into the list for later: each entry is written and put in the
+    /// hash index now (point reads of the newest versions find it at once)
+    /// and linked into the list by [`MemTable::link_deferred`], which a
+    /// background thread calls, and which every reader that needs the list
+    /// (an iterator, a read at an older snapshot, a key the index left out)
+    /// calls first. The writer's cost is a copy and an index insert per
+    /// entry; the list's searches run on another core. On
+    /// [`MemTableFull`] some entries may have gone in.
+    pub fn add_all_deferred(
+        &self,
+        entries: &[(&[u8], SeqNo, ValueKind, &[u8])],
+    ) -> Result<(), MemTableFull> {
+        let mut written = Vec::with_capacity(entries.len());
+        let mut full = Ok(());
+        for &e in entries {
+            let trailer = entry_trailer(e);
+            match self.list.new_node(e.0, trailer, e.3) {
+                Ok((node, _)) => {
+                    self.index_node(bloom_hash(e.0), e.0, trailer, node);
+                    written.push(node);
+                }
+                Err(()) => {
+                    full = Err(MemTableFull);
+                    break;
+                }
+            }
+        }
+        // Counted before the group's sequence number is published (the
+        // caller publishes it after this returns), so a reader at that
+        // sequence sees them as unlinked and links them first.
+        let mut d = self.deferred.lock();
+        d.extend_from_slice(&written);
+        self.unlinked.fetch_add(written.len(), Ordering::Release);
+        full
+    }
+
+    /// Nodes not yet linked into the list.
+    pub fn deferred_len(&self) -> usize {
+        self.unlinked.load(Ordering::Relaxed)
+    }
+
+    /// Links every deferred node (see [`MemTable::add_all_deferred`]) into
+    /// the list; returns once every node deferred before the call is in
+    /// it, whether this call or another linker linked it.
+    pub fn link_deferred(&self) {
+        if self.unlinked.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _linking = self.linking.lock();
+        let mut batch = std::mem::take(&mut *self.deferred.lock());
+        if batch.is_empty() {
+            return;
+        }
+        let nodes = self.list.nodes();
+        batch.sort_unstable_by(|&a, &b| internal_key::compare(nodes.key_at(a), nodes.key_at(b)));
+        self.list.link_sorted(&batch);
+        self.unlinked.fetch_sub(batch.len(), Ordering::Release);
     }
 
     /// The newest entry for `user_key` whose sequence number is `<= seq`, as
@@ -167,10 +241,26 @@ impl MemTable {
         let hash = bloom_hash(user_key);
         let nodes = self.list.nodes();
         match self.index.find(hash, |n| holds(&nodes, n, user_key)) {
-            Lookup::Found(node) => nodes.newest_from(node, user_key, seq, SNAPSHOT_WALK),
+            Lookup::Found(node) => {
+                // The newest version, which most reads want: no links needed
+                // (it may not be linked yet).
+                let trailer = internal_key::trailer(nodes.key_at(node));
+                if trailer >> 8 <= seq {
+                    let kind = ValueKind::from_u8(trailer as u8)?;
+                    return Some((trailer >> 8, kind, nodes.value_at(node)));
+                }
+                // An older snapshot, or a version a writer has not
+                // published yet: the node may not be linked, so search the
+                // list, with every version published so far linked.
+                self.link_deferred();
+                self.list.nodes().newest(user_key, seq)
+            }
             Lookup::Absent => None,
             Lookup::Unknown if !self.filter.may_contain(hash) => None,
-            Lookup::Unknown => nodes.newest(user_key, seq),
+            Lookup::Unknown => {
+                self.link_deferred();
+                self.list.nodes().newest(user_key, seq)
+            }
         }
     }
 
@@ -196,6 +286,7 @@ impl MemTable {
     /// of the `Arc`, so it may outlive the caller's handle, and it sees
     /// entries inserted concurrently if it reaches them.
     pub fn iter(self: &Arc<Self>) -> MemTableIter {
+        self.link_deferred();
         MemTableIter(ListCursor::new(Arc::clone(self)))
     }
 
@@ -216,8 +307,10 @@ impl MemTable {
         self.list.capacity()
     }
 
-    /// The skiplist, for the memory tier's one-piece copy.
+    /// The skiplist with every entry linked, for the memory tier's
+    /// one-piece copy.
     pub(crate) fn list(&self) -> &SkipList {
+        self.link_deferred();
         &self.list
     }
 

@@ -430,37 +430,6 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
         Some((trailer >> 8, kind, self.value(node)))
     }
 
-    /// [`Nodes::newest`] for a reader that already holds `node`, a node of
-    /// `user_key` at least as new as any version `seq` may see: older
-    /// versions follow it on level 0, newest first. After `steps` newer
-    /// versions it searches from the head instead, so an old snapshot of a
-    /// key overwritten many times costs a descent, not a walk over them.
-    pub(crate) fn newest_from(
-        &self,
-        node: u32,
-        user_key: &[u8],
-        seq: internal_key::SeqNo,
-        steps: usize,
-    ) -> Option<(internal_key::SeqNo, internal_key::ValueKind, &'m [u8])> {
-        let mut node = node;
-        for _ in 0..steps {
-            let ikey = self.key_at(node);
-            if internal_key::user_key(ikey) != user_key {
-                return None;
-            }
-            let trailer = internal_key::trailer(ikey);
-            if trailer >> 8 <= seq {
-                let kind = internal_key::ValueKind::from_u8(trailer as u8)?;
-                return Some((trailer >> 8, kind, self.value_at(node)));
-            }
-            node = self.next(node, 0);
-            if node == 0 {
-                return None;
-            }
-        }
-        self.newest(user_key, seq)
-    }
-
     /// First node with key `>= target`.
     pub(crate) fn seek_ge(&self, target: &Target<'_>) -> Option<NodeRef> {
         let (_, next) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
@@ -622,36 +591,70 @@ impl SkipList {
         let mut splice: Option<Splice> = None;
         for (i, (user_key, trailer, value)) in entries.into_iter().enumerate() {
             let (node, height) = self.new_node(user_key, trailer, value).map_err(|()| i)?;
-            let nodes = self.nodes();
-            let target = Target::new(user_key, trailer);
-            let fresh = match &mut splice {
-                Some(s) => {
-                    debug_assert!(
-                        target.cmp_node(nodes.key_at(s.prev[0])) == CmpOrdering::Less,
-                        "entries out of order"
-                    );
-                    !nodes.advance_splice(&target, s, height)
-                }
-                None => true,
-            };
-            if fresh {
-                splice = Some(nodes.splice(&target, height));
-            }
-            if let Some(s) = splice.as_mut() {
-                self.link_node(&nodes, node, height, &target, s);
-                // The new node is now the predecessor of the next (larger)
-                // entry on every level it is linked at.
-                s.prev[..height].fill(node);
-            }
+            self.link_after(&mut splice, node, height, &Target::new(user_key, trailer));
             linked(i, node);
         }
         Ok(())
     }
 
+    /// Links nodes [`SkipList::new_node`] wrote and nobody linked yet,
+    /// given in ascending internal-key order, each search starting where
+    /// the previous node went in (as [`SkipList::insert_sorted`]). The
+    /// nodes' bytes must have been handed to this thread with a
+    /// happens-before edge (a mutex, or a slot loaded with Acquire).
+    pub(crate) fn link_sorted(&self, sorted: &[u32]) {
+        let mut splice: Option<Splice> = None;
+        for &node in sorted {
+            let nodes = self.nodes();
+            let height = nodes.height(node);
+            let target = Target::from_ikey(nodes.key_at(node));
+            self.link_after(&mut splice, node, height, &target);
+        }
+    }
+
+    /// Links `node` (of `height`, holding `target`) with `splice`, the one
+    /// the previous, smaller node of a sorted run left (searched afresh if
+    /// none or if it no longer brackets `target`).
+    fn link_after(
+        &self,
+        splice: &mut Option<Splice>,
+        node: u32,
+        height: usize,
+        target: &Target<'_>,
+    ) {
+        let nodes = self.nodes();
+        let fresh = match splice.as_mut() {
+            Some(s) => {
+                debug_assert!(
+                    target.cmp_node(nodes.key_at(s.prev[0])) == CmpOrdering::Less,
+                    "entries out of order"
+                );
+                !nodes.advance_splice(target, s, height)
+            }
+            None => true,
+        };
+        if fresh {
+            *splice = Some(nodes.splice(target, height));
+        }
+        if let Some(s) = splice.as_mut() {
+            self.link_node(&nodes, node, height, target, s);
+            // The new node is now the predecessor of the next (larger)
+            // entry on every level it is linked at.
+            s.prev[..height].fill(node);
+        }
+    }
+
     /// Allocates and writes an unpublished node; returns its offset and
     /// height. `Err(())` when the arena has no room or the entry is too
-    /// large to encode.
-    fn new_node(&self, user_key: &[u8], trailer: u64, value: &[u8]) -> Result<(u32, usize), ()> {
+    /// large to encode. The node counts as an entry from here on; it is
+    /// linked by [`SkipList::insert`], [`SkipList::insert_sorted`] or
+    /// later by [`SkipList::link_sorted`].
+    pub(crate) fn new_node(
+        &self,
+        user_key: &[u8],
+        trailer: u64,
+        value: &[u8],
+    ) -> Result<(u32, usize), ()> {
         let ikey_len = user_key.len().checked_add(TRAILER_LEN).ok_or(())?;
         if ikey_len > MAX_IKEY_LEN {
             return Err(());
@@ -692,6 +695,7 @@ impl SkipList {
                 Err(m) => max = m,
             }
         }
+        self.len.fetch_add(1, Ordering::Relaxed);
         Ok((node, height))
     }
 
@@ -733,7 +737,6 @@ impl SkipList {
                 }
             }
         }
-        self.len.fetch_add(1, Ordering::Relaxed);
     }
 }
 

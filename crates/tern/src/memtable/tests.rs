@@ -504,6 +504,17 @@ fn concurrent_inserts_until_full_under_contention() {
 /// Random groups of entries through `add_all`, sizes 1 to 300, with keys
 /// that repeat inside and across groups.
 fn fill_random_groups(m: &MemTable, rng: &mut StdRng, n: usize) -> BTreeMap<IKey, Vec<u8>> {
+    fill_random_groups_with(m, rng, n, false)
+}
+
+/// [`fill_random_groups`], through `add_all_deferred` if `deferred` (no
+/// node is linked then).
+fn fill_random_groups_with(
+    m: &MemTable,
+    rng: &mut StdRng,
+    n: usize,
+    deferred: bool,
+) -> BTreeMap<IKey, Vec<u8>> {
     let mut model = BTreeMap::new();
     let mut seq = 1u64;
     while (seq as usize) <= n {
@@ -527,7 +538,11 @@ fn fill_random_groups(m: &MemTable, rng: &mut StdRng, n: usize) -> BTreeMap<IKey
             .iter()
             .map(|(k, s, kind, v)| (&k[..], *s, *kind, &v[..]))
             .collect();
-        m.add_all(&mut entries).unwrap();
+        if deferred {
+            m.add_all_deferred(&entries).unwrap();
+        } else {
+            m.add_all(&mut entries).unwrap();
+        }
     }
     model
 }
@@ -713,5 +728,147 @@ fn old_snapshots_of_a_key_with_many_versions_read_their_version() {
             want.map(|(s, k, v)| (s, k, v.to_vec())),
             "snapshot {snapshot}"
         );
+    }
+}
+
+/// The newest version of every key in `model` at or below `seq`, as
+/// `MemTable::get` should report it.
+fn model_get(
+    model: &BTreeMap<IKey, Vec<u8>>,
+    key: &[u8],
+    seq: u64,
+) -> Option<(u64, ValueKind, Vec<u8>)> {
+    model
+        .iter()
+        .filter_map(|(k, v)| {
+            let p = parse(&k.0).ok()?;
+            (p.user_key == key && p.seq <= seq).then(|| (p.seq, p.kind, v.clone()))
+        })
+        .max_by_key(|(s, _, _)| *s)
+}
+
+/// Deferred groups: reads at every snapshot, iterators and the list all
+/// see what eager inserts would, before any linker ran.
+#[test]
+fn deferred_groups_match_model() {
+    for seed in [7u64, 8, 9] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let m = Arc::new(MemTable::new(1 << 20));
+        let n = 2000;
+        let model = fill_random_groups_with(&m, &mut rng, n, true);
+        assert_eq!(m.len(), n, "seed {seed}");
+        assert_eq!(m.deferred_len(), n, "seed {seed}: nothing linked yet");
+        // Reads at older snapshots link on demand.
+        let keys: Vec<Vec<u8>> = (0..300)
+            .map(|_| {
+                let klen = rng.gen_range(0..6);
+                (0..klen).map(|_| rng.gen_range(b'a'..b'e')).collect()
+            })
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            let seq = if i % 2 == 0 {
+                u64::MAX >> 8
+            } else {
+                rng.gen_range(0..=n as u64)
+            };
+            let got = m.get(k, seq).map(|(s, kind, v)| (s, kind, v.to_vec()));
+            assert_eq!(
+                got,
+                model_get(&model, k, seq),
+                "seed {seed}: key {k:?} at {seq}"
+            );
+        }
+        let want = rows(&model);
+        assert_eq!(collect_forward(&m), want, "seed {seed}");
+        assert_eq!(collect_backward(&m), want, "seed {seed}");
+        assert_eq!(m.deferred_len(), 0, "seed {seed}");
+    }
+}
+
+/// Regression: the index points at a writer's newest node before its
+/// sequence number is published and before it is linked. A reader at the
+/// published sequence must still find the older, published version, not
+/// walk off the unlinked node and report the key absent.
+#[test]
+fn an_unpublished_deferred_version_does_not_hide_the_published_one() {
+    let m = MemTable::new(1 << 20);
+    m.add(1, ValueKind::Value, b"k", b"published").unwrap();
+    let group: Vec<_> = (0..3u64)
+        .map(|i| (&b"k"[..], 2 + i, ValueKind::Value, &b"unpublished"[..]))
+        .collect();
+    m.add_all_deferred(&group).unwrap();
+    assert_eq!(
+        m.get(b"k", 1),
+        Some((1, ValueKind::Value, &b"published"[..]))
+    );
+}
+
+/// A linker thread racing with a writer of deferred groups and with readers
+/// at published sequences: every read sees exactly the published state.
+#[test]
+fn deferred_groups_with_a_concurrent_linker_and_readers() {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    let m = Arc::new(MemTable::new(64 << 20));
+    let published = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    const KEYS: u64 = 500;
+    const GROUP: u64 = 100;
+    const GROUPS: u64 = 200;
+    // Key `i`'s value at sequence `s` is `s`; group g writes sequences
+    // g*GROUP+1..=(g+1)*GROUP over keys (s * 7) % KEYS.
+    let key = |s: u64| format!("key{:04}", (s * 7) % KEYS).into_bytes();
+    let linker = {
+        let (m, done) = (m.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                m.link_deferred();
+                std::thread::yield_now();
+            }
+        })
+    };
+    let reader = {
+        let (m, published, done) = (m.clone(), published.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut rng = StdRng::seed_from_u64(11);
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let at = published.load(std::sync::atomic::Ordering::Acquire);
+                // An older snapshot now and then, as a reader holding one.
+                let seq = if rng.gen_bool(0.2) {
+                    rng.gen_range(0..=at)
+                } else {
+                    at
+                };
+                let k = rng.gen_range(0..KEYS);
+                // The newest s <= seq with (s * 7) % KEYS == k.
+                let want = (1..=seq).rev().find(|s| (s * 7) % KEYS == k);
+                let got = m.get(&format!("key{k:04}").into_bytes(), seq);
+                assert_eq!(
+                    got.map(|(s, _, v)| (s, v.to_vec())),
+                    want.map(|s| (s, s.to_le_bytes().to_vec())),
+                    "key {k} at {seq}"
+                );
+            }
+        })
+    };
+    for g in 0..GROUPS {
+        let owned: Vec<_> = (g * GROUP + 1..=(g + 1) * GROUP)
+            .map(|s| (key(s), s, s.to_le_bytes()))
+            .collect();
+        let entries: Vec<_> = owned
+            .iter()
+            .map(|(k, s, v)| (&k[..], *s, ValueKind::Value, &v[..]))
+            .collect();
+        m.add_all_deferred(&entries).unwrap();
+        published.store((g + 1) * GROUP, std::sync::atomic::Ordering::Release);
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    linker.join().unwrap();
+    reader.join().unwrap();
+    m.link_deferred();
+    assert_eq!(m.deferred_len(), 0);
+    let got = collect_forward(&m);
+    assert_eq!(got.len() as u64, GROUP * GROUPS);
+    for w in got.windows(2) {
+        assert_eq!(internal_key::compare(&w[0].0, &w[1].0), Ordering::Less);
     }
 }
