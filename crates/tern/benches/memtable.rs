@@ -1,5 +1,5 @@
 //! Memtable benchmarks: insert (sequential and random keys, one by one
-//! and in commit-sized groups), point lookups
+//! and in commit-sized groups, linked at once or deferred), point lookups
 //! (hit and miss) and a full scan, over 100k entries with 16-byte keys and
 //! 100-byte values.
 
@@ -49,9 +49,22 @@ fn fill(keys: &[[u8; 16]]) -> MemTable {
     m
 }
 
-/// The same keys as [`fill`], inserted in groups of `group` through
-/// `add_all`, the way a commit group lands.
-fn fill_groups(keys: &[[u8; 16]], group: usize) -> MemTable {
+/// How [`fill_groups`] puts a group in.
+#[derive(Clone, Copy)]
+enum Groups {
+    /// `add_all`: sorted and linked by the inserting thread.
+    Linked,
+    /// `add_all_deferred` only: the commit leader's share when the linker
+    /// thread links the nodes.
+    Deferred,
+    /// `add_all_deferred`, then `link_deferred` once at the end: the
+    /// leader's and the linker's work together on one thread.
+    DeferredThenLinked,
+}
+
+/// The same keys as [`fill`], inserted in groups of `group`, the way a
+/// commit group lands.
+fn fill_groups(keys: &[[u8; 16]], group: usize, how: Groups) -> MemTable {
     let m = MemTable::new(ARENA);
     let value = [0xabu8; VALUE_LEN];
     let mut entries = Vec::with_capacity(group);
@@ -64,9 +77,16 @@ fn fill_groups(keys: &[[u8; 16]], group: usize) -> MemTable {
                 .zip(first..)
                 .map(|(k, seq)| (&k[..], seq, ValueKind::Value, &value[..])),
         );
-        if m.add_all(&mut entries).is_err() {
+        let added = match how {
+            Groups::Linked => m.add_all(&mut entries),
+            Groups::Deferred | Groups::DeferredThenLinked => m.add_all_deferred(&entries),
+        };
+        if added.is_err() {
             panic!("arena too small for the benchmark");
         }
+    }
+    if let Groups::DeferredThenLinked = how {
+        m.link_deferred();
     }
     m
 }
@@ -80,11 +100,17 @@ fn insert(c: &mut Criterion) {
         });
     }
     let keys = keys_random();
-    for group in [16, 1000] {
-        g.bench_function(format!("random_groups_of_{group}"), |b| {
+    let cases = [
+        (16, Groups::Linked, ""),
+        (1000, Groups::Linked, ""),
+        (1000, Groups::Deferred, "_deferred"),
+        (1000, Groups::DeferredThenLinked, "_deferred_then_linked"),
+    ];
+    for (group, how, suffix) in cases {
+        g.bench_function(format!("random_groups_of_{group}{suffix}"), |b| {
             b.iter_batched(
                 || (),
-                |()| fill_groups(black_box(&keys), group),
+                |()| fill_groups(black_box(&keys), group, how),
                 BatchSize::PerIteration,
             )
         });
