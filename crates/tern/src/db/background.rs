@@ -77,7 +77,7 @@ fn start_with(shared: &Arc<Shared>, spawn: Spawn<'_>) -> std::io::Result<Vec<Joi
         ("tern-compact", compaction_loop),
         ("tern-gc", gc_loop),
         ("tern-wal-sync", wal_sync_loop),
-        ("tern-link", super::linker::link_loop),
+        ("tern-link", link_loop),
     ];
     let mut threads = Vec::with_capacity(loops.len());
     for (name, body) in loops {
@@ -234,6 +234,17 @@ fn compaction_loop(s: &Shared) {
 /// Starts writeback of the WALs the group leader hands over
 /// (`wal_bytes_per_sync`, see `wal_sync.rs`) until stopped. A failure
 /// poisons the store.
+/// Links the memtables' deferred nodes whenever a large group asks for it
+/// (see `super::linker`).
+fn link_loop(s: &Shared) {
+    while s.linker.next() {
+        let sv = s.pin_super_version();
+        for m in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+            m.link_deferred();
+        }
+    }
+}
+
 fn wal_sync_loop(s: &Shared) {
     while let Some((number, sync)) = s.wal_syncer.next() {
         // A switch already synced a WAL that is no longer active (a flush

@@ -1,8 +1,9 @@
-//! The thread that orders large commit groups into the memtable's list.
+//! Waking the thread that orders large commit groups into the memtable's
+//! list (`tern-link`, its body in `background.rs`).
 //!
 //! A group of [`DEFER_MIN`] entries or more goes into the memtable with
 //! [`crate::memtable::MemTable::add_all_deferred`]: the group leader only
-//! writes each entry and puts it in the hash index, and this thread links
+//! writes each entry and puts it in the hash index, and that thread links
 //! them into the skiplist (a sorted run, each search starting where the last
 //! ended). Under a pipelined load the list's searches, most of a commit's
 //! CPU time, so run beside the next commit instead of inside it. Readers
@@ -10,8 +11,6 @@
 //! nothing depends on this thread keeping up.
 
 use parking_lot::{Condvar, Mutex};
-
-use super::core::Shared;
 
 /// Groups at least this large are linked by the linker thread; smaller ones
 /// are linked by the leader as they go in (waking a thread would cost more).
@@ -47,22 +46,12 @@ impl Linker {
     }
 
     /// Waits for a request; `false` once stopped.
-    fn next(&self) -> bool {
+    pub fn next(&self) -> bool {
         let mut w = self.work.lock();
         while !w.requested && !w.stopping {
             self.cv.wait(&mut w);
         }
         w.requested = false;
         !w.stopping
-    }
-}
-
-/// The linker thread's body.
-pub fn link_loop(s: &Shared) {
-    while s.linker.next() {
-        let sv = s.pin_super_version();
-        for m in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
-            m.link_deferred();
-        }
     }
 }
