@@ -45,12 +45,13 @@ fn client(s: &tern_server::ServerHandle) -> redis::Connection {
         .unwrap()
 }
 
-/// Writes `k0, k1, …` one at a time for `run`, then cuts the power. Returns
-/// when each write was acknowledged, the moment of the cut, and the store
-/// that survived it.
+/// Writes `k0, k1, …` one at a time for `run` and at least `min_writes`,
+/// then cuts the power. Returns when each write was acknowledged, the
+/// moment of the cut, and the store that survived it.
 fn write_then_cut_power(
     mode: AppendFsync,
     run: Duration,
+    min_writes: usize,
     write_buffer: Option<usize>,
 ) -> (Vec<Instant>, Instant, std::sync::Arc<MemFs>) {
     let fs = MemFs::new();
@@ -58,7 +59,7 @@ fn write_then_cut_power(
     let mut c = client(&server);
     let mut acked = Vec::new();
     let start = Instant::now();
-    while start.elapsed() < run {
+    while start.elapsed() < run || acked.len() < min_writes {
         let i = acked.len();
         let r: Value = redis::cmd("SET")
             .arg(format!("k{i}"))
@@ -101,7 +102,7 @@ fn surviving_prefix(fs: &std::sync::Arc<MemFs>, mode: AppendFsync, n: usize) -> 
 #[test]
 fn appendfsync_always_keeps_every_acknowledged_write_through_power_loss() {
     let (acked, _, fs) =
-        write_then_cut_power(AppendFsync::Always, Duration::from_millis(800), None);
+        write_then_cut_power(AppendFsync::Always, Duration::from_millis(800), 0, None);
     assert!(acked.len() > 10);
     assert_eq!(
         surviving_prefix(&fs, AppendFsync::Always, acked.len()),
@@ -112,7 +113,7 @@ fn appendfsync_always_keeps_every_acknowledged_write_through_power_loss() {
 #[test]
 fn appendfsync_everysec_loses_at_most_about_the_last_second() {
     let (acked, cut, fs) =
-        write_then_cut_power(AppendFsync::Everysec, Duration::from_millis(3000), None);
+        write_then_cut_power(AppendFsync::Everysec, Duration::from_millis(3000), 0, None);
     let kept = surviving_prefix(&fs, AppendFsync::Everysec, acked.len());
     // The background fsync runs once a second; allow as much again for a
     // loaded machine. Everything acknowledged before that must be there.
@@ -131,10 +132,15 @@ fn appendfsync_everysec_loses_at_most_about_the_last_second() {
 
 #[test]
 fn appendfsync_no_keeps_a_prefix_through_power_loss() {
-    // `no` syncs only when a memtable fills: small ones, so some writes
-    // are durable and the prefix check has something to check.
-    let (acked, _, fs) =
-        write_then_cut_power(AppendFsync::No, Duration::from_millis(800), Some(64 << 10));
+    // `no` syncs only when a memtable fills: small ones, and enough writes
+    // to fill several however slow the machine is, so some writes are
+    // durable and the prefix check has something to check.
+    let (acked, _, fs) = write_then_cut_power(
+        AppendFsync::No,
+        Duration::from_millis(800),
+        10_000,
+        Some(64 << 10),
+    );
     let kept = surviving_prefix(&fs, AppendFsync::No, acked.len());
     eprintln!("no: {} acknowledged, {kept} survived", acked.len());
     assert!(kept > 0, "no write survived, so nothing was checked");
