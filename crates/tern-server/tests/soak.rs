@@ -33,6 +33,34 @@ struct Tally {
     failures: AtomicU64,
     malformed_failures: AtomicU64,
     malformed_closed: AtomicU64,
+    /// What went wrong, one line per failure (the first few), so a failed
+    /// run says whether clients timed out, were cut off or read wrong data.
+    why: std::sync::Mutex<Vec<String>>,
+}
+
+impl Tally {
+    fn fail(&self, what: String) {
+        self.failures.fetch_add(1, Relaxed);
+        let mut why = self.why.lock().unwrap();
+        if why.len() < 20 {
+            why.push(what);
+        }
+    }
+}
+
+/// Says what a timed request got instead of the answer it wanted.
+fn describe<T: std::fmt::Debug>(
+    got: &Result<Option<T>, tokio::time::error::Elapsed>,
+    started: Instant,
+) -> String {
+    match got {
+        Err(_) => format!("no answer within {ANSWER_WITHIN:?}"),
+        Ok(None) => format!("connection closed or failed after {:?}", started.elapsed()),
+        Ok(Some(r)) => {
+            let text = format!("{r:?}");
+            format!("wrong answer: {}", &text[..text.len().min(300)])
+        }
+    }
 }
 
 /// Reads until `buf` holds `n` complete RESP2 replies of the kinds these
@@ -94,29 +122,32 @@ fn cmd(args: &[&[u8]]) -> Vec<u8> {
 }
 
 async fn pinger(addr: SocketAddr, tally: Arc<Tally>, until: Instant) {
-    let Ok(mut s) = TcpStream::connect(addr).await else {
-        tally.failures.fetch_add(1, Relaxed);
-        return;
+    let mut s = match TcpStream::connect(addr).await {
+        Ok(s) => s,
+        Err(e) => return tally.fail(format!("pinger: connect: {e}")),
     };
     let mut buf = Vec::new();
     while Instant::now() < until {
+        let started = Instant::now();
         let ok = tokio::time::timeout(ANSWER_WITHIN, async {
             s.write_all(b"PING\r\n").await.ok()?;
             read_replies(&mut s, &mut buf, 1).await
         })
         .await;
         match ok {
-            Ok(Some(r)) if r[0] == (b'+', b"PONG".to_vec()) => tally.answered.fetch_add(1, Relaxed),
-            _ => tally.failures.fetch_add(1, Relaxed),
-        };
+            Ok(Some(ref r)) if r[0] == (b'+', b"PONG".to_vec()) => {
+                tally.answered.fetch_add(1, Relaxed);
+            }
+            _ => tally.fail(format!("pinger: {}", describe(&ok, started))),
+        }
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
 }
 
 async fn pipeliner(addr: SocketAddr, id: usize, tally: Arc<Tally>, until: Instant) {
-    let Ok(mut s) = TcpStream::connect(addr).await else {
-        tally.failures.fetch_add(1, Relaxed);
-        return;
+    let mut s = match TcpStream::connect(addr).await {
+        Ok(s) => s,
+        Err(e) => return tally.fail(format!("pipeliner {id}: connect: {e}")),
     };
     let mut buf = Vec::new();
     let mut round = 0u64;
@@ -128,22 +159,38 @@ async fn pipeliner(addr: SocketAddr, id: usize, tally: Arc<Tally>, until: Instan
             req.extend(cmd(&[b"SET", k.as_bytes(), &v]));
             req.extend(cmd(&[b"GET", k.as_bytes()]));
         }
+        let started = Instant::now();
         let ok = tokio::time::timeout(ANSWER_WITHIN, async {
             s.write_all(&req).await.ok()?;
             read_replies(&mut s, &mut buf, 100).await
         })
         .await;
-        let good = matches!(&ok, Ok(Some(r)) if r.chunks(2).all(|p| {
-            p[0] == (b'+', b"OK".to_vec())
-                && p[1].0 == b'$'
-                && p[1].1 == vec![b'a' + (round % 26) as u8; VALUE_LEN]
-        }));
-        if good {
-            tally.answered.fetch_add(100, Relaxed);
-        } else {
-            tally.failures.fetch_add(1, Relaxed);
-            return;
+        let want = vec![b'a' + (round % 26) as u8; VALUE_LEN];
+        let wrong = match &ok {
+            Ok(Some(r)) => r.chunks(2).enumerate().find_map(|(i, p)| {
+                let good = p[0] == (b'+', b"OK".to_vec()) && p[1].0 == b'$' && p[1].1 == want;
+                (!good).then(|| {
+                    let got: Vec<_> = p
+                        .iter()
+                        .map(|(kind, payload)| {
+                            let head = &payload[..payload.len().min(16)];
+                            format!(
+                                "{}{} ({} bytes)",
+                                *kind as char,
+                                String::from_utf8_lossy(head),
+                                payload.len()
+                            )
+                        })
+                        .collect();
+                    format!("wrong answer to SET/GET p{id}-{i} in round {round}: {got:?}")
+                })
+            }),
+            _ => Some(describe(&ok, started)),
+        };
+        if let Some(wrong) = wrong {
+            return tally.fail(format!("pipeliner {id}: {wrong}"));
         }
+        tally.answered.fetch_add(100, Relaxed);
         round += 1;
     }
 }
@@ -179,9 +226,9 @@ async fn malformed(addr: SocketAddr, id: usize, tally: Arc<Tally>, until: Instan
     ];
     let mut n = id;
     while Instant::now() < until {
-        let Ok(mut s) = TcpStream::connect(addr).await else {
-            tally.failures.fetch_add(1, Relaxed);
-            return;
+        let mut s = match TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(e) => return tally.fail(format!("malformed {id}: connect: {e}")),
         };
         let _ = s.write_all(inputs[n % inputs.len()]).await;
         n += 1;
@@ -285,7 +332,8 @@ fn a_thousand_mixed_connections_keep_answering_within_bounded_memory() {
     assert_eq!(
         tally.failures.load(Relaxed),
         0,
-        "a well-behaved client went unanswered or got a wrong answer"
+        "a well-behaved client went unanswered or got a wrong answer:\n{}",
+        tally.why.lock().unwrap().join("\n")
     );
     assert!(
         connected >= (PINGERS + PIPELINERS + SLOW_READERS) as u64,
