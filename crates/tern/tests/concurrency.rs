@@ -469,6 +469,80 @@ fn an_idle_reader_thread_does_not_keep_obsolete_tables() {
     reader.join().unwrap();
 }
 
+/// Descriptors this process holds on files under `dir` that are deleted.
+fn deleted_files_held_open(dir: &std::path::Path) -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let dir = dir.to_string_lossy().into_owned();
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|t| t.starts_with(&dir) && t.ends_with("(deleted)"))
+        .collect()
+}
+
+/// Point reads keep the table and blob file readers they used with their
+/// thread's cached super version. A thread that read once and then sat
+/// idle must not hold the files an install made obsolete open after they
+/// are deleted (their disk space would not come back).
+#[test]
+fn an_idle_reader_thread_does_not_hold_deleted_files_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let opts = Options {
+        settings: tern::Settings {
+            write_buffer_size: 256 << 10,
+            target_file_size: 64 << 10,
+            blob_threshold: Some(256),
+            ..tern::Settings::default()
+        },
+        ..Options::default()
+    };
+    let db = Arc::new(Db::open(&dir, opts).unwrap());
+    let value = |i: u32, round: u32| {
+        let mut v = common::value(i, round);
+        v.resize(1000, b'v');
+        v
+    };
+    for i in 0..200 {
+        db.put(&common::key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    let (read_tx, read_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let reader = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            for i in 0..200 {
+                assert_eq!(db.get(&common::key(i)).unwrap(), Some(value(i, 0)));
+            }
+            read_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+            assert_eq!(db.get(&common::key(7)).unwrap(), Some(value(7, 1)));
+        })
+    };
+    read_rx.recv().unwrap();
+    for i in 0..200 {
+        db.delete(&common::key(i)).unwrap();
+    }
+    db.compact_range(None, None).unwrap();
+    db.collect_garbage().unwrap();
+    let mut held = deleted_files_held_open(&dir);
+    for _ in 0..100 {
+        if held.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        held = deleted_files_held_open(&dir);
+    }
+    assert!(held.is_empty(), "deleted files still open: {held:?}");
+    for i in 0..200 {
+        db.put(&common::key(i), &value(i, 1)).unwrap();
+    }
+    done_tx.send(()).unwrap();
+    reader.join().unwrap();
+}
+
 /// Batches large enough that the memtable links them later, on the linker
 /// thread (or on a reader that needs the list first): through snapshots,
 /// iterators and flushes every batch is seen whole, and never an older one

@@ -12,6 +12,6 @@ mod writer;
 
 pub use cache::BlobCache;
 pub use reader::{BlobEntry, BlobReader, ExpectedRecord};
-pub use resolver::BlobResolver;
+pub use resolver::{resolve_cached_in, resolve_in, BlobResolver};
 pub use scan::{Located, ScanResolver};
 pub use writer::{BlobWriter, FinishedBlob};

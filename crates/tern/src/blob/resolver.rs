@@ -1,5 +1,6 @@
 //! Turns a `BlobRef` found in a table into its value.
 
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -33,15 +34,9 @@ impl BlobResolver {
         seq: u64,
         encoded_ref: &[u8],
     ) -> Result<Vec<u8>> {
-        let (reader, offset, size) = self.locate(source, encoded_ref)?;
-        reader.read_value(
-            offset,
-            ExpectedRecord {
-                key: user_key,
-                seq,
-                size,
-            },
-        )
+        resolve_in(&self.version, source, user_key, seq, encoded_ref, |n| {
+            self.blobs.get(n)
+        })
     }
 
     /// [`BlobResolver::resolve`] without waiting on the device: `Ok(None)`
@@ -53,39 +48,13 @@ impl BlobResolver {
         seq: u64,
         encoded_ref: &[u8],
     ) -> Result<Option<Vec<u8>>> {
-        let target = self.target(source, encoded_ref)?;
-        let Some(reader) = self.blobs.get_open(target.file) else {
-            return Ok(None);
-        };
-        let reader = reader?;
-        let offset = if target.moved {
-            match reader.offset_of_cached(target.ordinal)? {
-                Some(o) => o,
-                None => return Ok(None),
-            }
-        } else {
-            target.r.offset
-        };
-        reader.read_value_cached(
-            offset,
-            ExpectedRecord {
-                key: user_key,
-                seq,
-                size: target.r.size,
-            },
-        )
+        resolve_cached_in(&self.version, source, user_key, seq, encoded_ref, |n| {
+            self.blobs.get_open(n)
+        })
     }
 
-    /// The reader, offset and value size of the record a ref points to now.
-    fn locate(
-        &self,
-        source: (&Path, u64),
-        encoded_ref: &[u8],
-    ) -> Result<(Arc<BlobReader>, u64, u32)> {
-        self.locate_with(source, encoded_ref, |n| self.blobs.get(n))
-    }
-
-    /// [`locate`](Self::locate), opening files through `open` (a caller
+    /// The reader, offset and value size of the record a ref points to
+    /// now, opening files through `open` (a caller
     /// that reads many values keeps its own readers at hand).
     pub(crate) fn locate_with(
         &self,
@@ -101,26 +70,87 @@ impl BlobResolver {
 
     /// Decodes `encoded_ref` and follows GC lineage to the file holding its
     /// record now.
-    fn target(&self, (table, block): (&Path, u64), encoded_ref: &[u8]) -> Result<Target> {
-        let r = BlobRef::decode(encoded_ref).map_err(|e| {
-            Error::corruption(table, block, format!("malformed blob reference: {e}"))
-        })?;
-        let (file, ordinal, moved) = self
-            .version
-            .resolve_blob(r.file, r.ordinal)
-            .map_err(|why| Error::corruption(table, block, why))?;
-        Ok(Target {
-            r,
-            file,
-            ordinal,
-            moved,
-        })
+    fn target(&self, source: (&Path, u64), encoded_ref: &[u8]) -> Result<Target> {
+        target(&self.version, source, encoded_ref)
     }
 
     /// Blob file `number`, through the shared open-file cache.
     pub(crate) fn reader(&self, number: u64) -> Result<Arc<BlobReader>> {
         self.blobs.get(number)
     }
+}
+
+/// [`BlobResolver::resolve`] against `version`, with blob file readers
+/// from `reader`: a point read borrows them from its pinned super version
+/// rather than building a resolver (two shared reference counts) per read.
+pub fn resolve_in<B: Deref<Target = BlobReader>>(
+    version: &Version,
+    source: (&Path, u64),
+    user_key: &[u8],
+    seq: u64,
+    encoded_ref: &[u8],
+    reader: impl FnOnce(u64) -> Result<B>,
+) -> Result<Vec<u8>> {
+    let target = target(version, source, encoded_ref)?;
+    let reader = reader(target.file)?;
+    let offset = target.offset_in(&reader)?;
+    reader.read_value(
+        offset,
+        ExpectedRecord {
+            key: user_key,
+            seq,
+            size: target.r.size,
+        },
+    )
+}
+
+/// [`BlobResolver::resolve_cached`] against `version`, with blob file
+/// readers from `reader` (`None` when the file is not open).
+pub fn resolve_cached_in<B: Deref<Target = BlobReader>>(
+    version: &Version,
+    source: (&Path, u64),
+    user_key: &[u8],
+    seq: u64,
+    encoded_ref: &[u8],
+    reader: impl FnOnce(u64) -> Option<Result<B>>,
+) -> Result<Option<Vec<u8>>> {
+    let target = target(version, source, encoded_ref)?;
+    let Some(reader) = reader(target.file) else {
+        return Ok(None);
+    };
+    let reader = reader?;
+    let offset = if target.moved {
+        match reader.offset_of_cached(target.ordinal)? {
+            Some(o) => o,
+            None => return Ok(None),
+        }
+    } else {
+        target.r.offset
+    };
+    reader.read_value_cached(
+        offset,
+        ExpectedRecord {
+            key: user_key,
+            seq,
+            size: target.r.size,
+        },
+    )
+}
+
+/// Decodes `encoded_ref` and follows `version`'s GC lineage to the file
+/// holding its record now.
+fn target(version: &Version, (table, block): (&Path, u64), encoded_ref: &[u8]) -> Result<Target> {
+    let r = BlobRef::decode(encoded_ref)
+        .map_err(|e| Error::corruption(table, block, format!("malformed blob reference: {e}")))?;
+    let (file, ordinal, moved) = version
+        .resolve_blob(r.file, r.ordinal)
+        .map_err(|why| Error::corruption(table, block, why))?;
+    Ok(Target {
+        r,
+        file,
+        ordinal,
+        moved,
+    })
 }
 
 /// Where a blob reference's record lives now.

@@ -81,6 +81,8 @@ pub struct OpenFiles {
     max_bytes: u64,
     /// Readers opened (misses), for spotting a bound set too low.
     opens: AtomicU64,
+    /// Readers closed to make room (not because their file went).
+    closed_for_room: AtomicU64,
 }
 
 impl OpenFiles {
@@ -92,6 +94,7 @@ impl OpenFiles {
             max_files: max_files.max(1),
             max_bytes,
             opens: AtomicU64::new(0),
+            closed_for_room: AtomicU64::new(0),
         }
     }
 
@@ -143,6 +146,10 @@ impl OpenFiles {
             }
         }
         drop(ring);
+        if !closed.is_empty() {
+            self.closed_for_room
+                .fetch_add(closed.len() as u64, Ordering::Relaxed);
+        }
         // Readers close (descriptors, index memory) outside the lock.
         drop(closed);
         Ok(reader)
@@ -181,6 +188,12 @@ impl OpenFiles {
     /// Resident bytes of the open readers.
     pub fn bytes(&self) -> u64 {
         self.ring.read().bytes
+    }
+
+    /// Readers closed so far to stay within the bounds: zero while every
+    /// file read so far fits.
+    pub fn closed_for_room(&self) -> u64 {
+        self.closed_for_room.load(Ordering::Relaxed)
     }
 
     /// Readers opened so far (each miss opens one).

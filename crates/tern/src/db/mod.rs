@@ -33,7 +33,7 @@ use self::core::{Shared, SuperVersion};
 pub use self::ingest::IngestReport;
 pub use self::snapshot::{ReadOptions, Snapshot};
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
-use crate::blob::{BlobResolver, ScanResolver};
+use crate::blob::{resolve_cached_in, resolve_in, BlobReader, BlobResolver, ScanResolver};
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
 use crate::format::blob::BlobRef;
@@ -41,6 +41,7 @@ use crate::format::internal_key::{self, seek_key, SeqNo, ValueKind};
 use crate::format::write_batch::WriteBatch;
 use crate::iter::{BoxedIter, DbIterator, LevelIterator, MergingIterator};
 use crate::options::{Options, WriteOptions, NUM_LEVELS};
+use crate::sst::Table;
 
 /// A value as [`Db::get_head`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,18 +264,19 @@ impl Db {
             };
         }
         let lookup = seek_key(key, seq);
+        let tables = &self.shared.tables;
         for f in sv.version.files_for_key(key, &lookup) {
             let (table, found) = if mode == GetMode::Cached {
-                let Some(table) = self.shared.tables.get_open(f.number) else {
+                let Some(table) = sv.open_reader(f.number, || tables.get_open(f.number)) else {
                     return Ok(None);
                 };
-                let table = table?;
+                let table: &Table = table?;
                 let Some(found) = table.get_cached(&lookup)? else {
                     return Ok(None);
                 };
                 (table, found)
             } else {
-                let table = self.shared.tables.get(f.number)?;
+                let table: &Table = sv.reader(f.number, || self.shared.open_table(f.number))?;
                 let found = table.get(&lookup)?;
                 (table, found)
             };
@@ -284,13 +286,20 @@ impl Db {
                     ValueKind::Delete => Ok(Some(None)),
                     ValueKind::Value => whole(value),
                     ValueKind::BlobRef => {
-                        let r = BlobResolver::new(sv.version.clone(), self.shared.blobs.clone());
+                        let blobs = &self.shared.blobs;
                         let at = (table.path(), 0);
+                        let v = &sv.version;
                         match mode {
-                            GetMode::Cached => r
-                                .resolve_cached(at, key, parsed.seq, &value)
-                                .map(|v| v.map(|v| Some(ValueHead::whole(v)))),
-                            GetMode::Full => r.resolve(at, key, parsed.seq, &value).and_then(whole),
+                            GetMode::Cached => {
+                                resolve_cached_in(v, at, key, parsed.seq, &value, |n| {
+                                    sv.open_reader::<BlobReader>(n, || blobs.get_open(n))
+                                })
+                                .map(|v| v.map(|v| Some(ValueHead::whole(v))))
+                            }
+                            GetMode::Full => resolve_in(v, at, key, parsed.seq, &value, |n| {
+                                sv.reader(n, || self.shared.open_blob_file(n))
+                            })
+                            .and_then(whole),
                             GetMode::Head => {
                                 let (r, head) = BlobRef::decode_with_head(&value).map_err(|e| {
                                     Error::corruption(

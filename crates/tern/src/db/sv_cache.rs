@@ -16,21 +16,58 @@
 //! emptied when the thread-local list is destroyed and dropped at the next
 //! install; a thread's entry for a store that is gone is dropped the next
 //! time that thread registers with another store.
+//!
+//! A pinned super version also carries the file readers (tables, blob
+//! files) its thread used with it: a point read borrows `&Table` from the
+//! pin instead of taking the open-file set's lock and a count on the
+//! reader's `Arc`, both written by every reading thread. The readers go
+//! back into the slot with the super version and are dropped with it, so
+//! an install (which comes before any file it made obsolete is deleted)
+//! releases them too; at most [`READERS_KEPT`] stay per thread between
+//! reads. Kept readers are outside the open-file set's bounds, so they are
+//! kept only while every file fits in them (as RocksDB pins table readers
+//! only with unlimited open files): once the set first closes a reader for
+//! room, [`SvCache::stop_keeping_readers`] turns this off for good.
 
 use std::any::Any;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+
+/// File readers a thread keeps with its cached super version between
+/// reads (a point read uses one table per level it probes and one blob
+/// file).
+pub const READERS_KEPT: usize = 32;
+
+/// A type-erased file reader, by file number.
+type Reader = (u64, Arc<dyn Any + Send + Sync>);
+
+/// What a slot holds between reads: the super version, the generation it
+/// was current at, and the readers used with it.
+struct Held {
+    generation: u64,
+    sv: Arc<dyn Any + Send + Sync>,
+    readers: Vec<Reader>,
+}
+
+/// What [`SvCache::scrape`] took out of the slots, to drop outside locks.
+#[must_use = "drop it outside the caller's locks"]
+pub struct Scraped {
+    /// Dropped with it.
+    _held: Vec<Held>,
+}
 
 /// One thread's cached super version for one store, on a cache line of its
 /// own.
 #[repr(align(128))]
 struct Slot {
-    held: Mutex<Option<(u64, Arc<dyn Any + Send + Sync>)>>,
+    held: Mutex<Option<Held>>,
 }
 
 /// This thread's slots, by store id.
@@ -58,6 +95,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// [`super::core::SuperVersion`]; generic for tests).
 pub struct SvCache<T> {
     id: u64,
+    /// Whether pins put their readers back into the slot.
+    keep_readers: AtomicBool,
     /// Bumped (under `Shared::current`) by every install.
     generation: AtomicU64,
     /// Every thread's slot, for installs to empty.
@@ -69,6 +108,7 @@ impl<T> Default for SvCache<T> {
     fn default() -> Self {
         SvCache {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            keep_readers: AtomicBool::new(true),
             generation: AtomicU64::new(0),
             slots: Mutex::new(Vec::new()),
             _holds: PhantomData,
@@ -91,6 +131,69 @@ pub struct Pinned<'a, T: Send + Sync + 'static> {
     sv: Option<Arc<T>>,
     generation: u64,
     cache: &'a SvCache<T>,
+    /// Readers used with `sv`. Entries are only added while pinned, never
+    /// removed or replaced, which is what lets [`Pinned::reader`] hand out
+    /// borrows of them.
+    readers: RefCell<Vec<Reader>>,
+}
+
+impl<T: Send + Sync + 'static> Pinned<'_, T> {
+    /// The reader of file `number`, kept with this pin: `open` supplies it
+    /// the first time this thread uses the file with this super version.
+    pub fn reader<R: Any + Send + Sync>(
+        &self,
+        number: u64,
+        open: impl FnOnce() -> Result<Arc<R>>,
+    ) -> Result<&R> {
+        if let Some(r) = self.kept(number) {
+            return r;
+        }
+        let reader = open()?;
+        Ok(self.keep(number, reader))
+    }
+
+    /// [`Pinned::reader`] for reads that must not wait on the device:
+    /// `open` returns `None` when the file is not open, and so does this.
+    pub fn open_reader<R: Any + Send + Sync>(
+        &self,
+        number: u64,
+        open: impl FnOnce() -> Option<Result<Arc<R>>>,
+    ) -> Option<Result<&R>> {
+        if let Some(r) = self.kept(number) {
+            return Some(r);
+        }
+        Some(open()?.map(|reader| self.keep(number, reader)))
+    }
+
+    /// The kept reader of file `number`, if any.
+    fn kept<R: Any + Send + Sync>(&self, number: u64) -> Option<Result<&R>> {
+        let readers = self.readers.borrow();
+        let (_, r) = readers.iter().rev().find(|(n, _)| *n == number)?;
+        let ptr = Arc::as_ptr(r);
+        drop(readers);
+        // SAFETY: `ptr` points into an `Arc` that `self.readers` holds until
+        // `self` is dropped: entries are never removed or replaced while
+        // pinned (only `drop` takes them), and growing the vector moves the
+        // `Arc` pointers, not what they point to.
+        let any: &(dyn Any + Send + Sync) = unsafe { &*ptr };
+        Some(any.downcast_ref::<R>().ok_or_else(|| other_kind(number)))
+    }
+
+    /// Keeps `reader` for the rest of the pin and returns it.
+    fn keep<R: Any + Send + Sync>(&self, number: u64, reader: Arc<R>) -> &R {
+        let ptr = Arc::as_ptr(&reader);
+        self.readers.borrow_mut().push((number, reader));
+        // SAFETY: as in `kept`: the `Arc` just pushed stays in
+        // `self.readers`, unmoved in the heap, until `self` is dropped.
+        unsafe { &*ptr }
+    }
+}
+
+/// A file number kept as one kind of reader and asked for as another.
+fn other_kind(number: u64) -> Error {
+    Error::InvalidArgument(format!(
+        "file number {number} is open as another kind of file"
+    ))
 }
 
 impl<T: Send + Sync + 'static> Deref for Pinned<'_, T> {
@@ -110,21 +213,34 @@ impl<T: Send + Sync + 'static> Drop for Pinned<'_, T> {
         let Some(sv) = self.sv.take() else {
             return;
         };
+        let mut readers = std::mem::take(self.readers.get_mut());
+        // Keep the most recently used, if any.
+        let keep = if self.cache.keep_readers.load(Ordering::Acquire) {
+            READERS_KEPT
+        } else {
+            0
+        };
+        let surplus = readers.len().saturating_sub(keep);
+        let evicted: Vec<Reader> = readers.drain(..surplus).collect();
         let back = self.cache.with_slot(|slot| {
             let mut held = slot.held.lock();
             // Checked under the slot's lock: an install bumps the generation
             // before it empties the slots, so either this sees the new
             // generation or the install empties the slot after this.
             if held.is_none() && self.cache.generation.load(Ordering::Acquire) == self.generation {
-                *held = Some((self.generation, sv as Arc<dyn Any + Send + Sync>));
+                *held = Some(Held {
+                    generation: self.generation,
+                    sv: sv as Arc<dyn Any + Send + Sync>,
+                    readers,
+                });
                 None
             } else {
-                Some(sv)
+                Some((sv, readers))
             }
         });
         // Dropped outside the slot: it may be the last reference to a
-        // memtable.
-        drop(back);
+        // memtable or a file.
+        drop((back, evicted));
     }
 }
 
@@ -135,17 +251,18 @@ impl<T: Send + Sync + 'static> SvCache<T> {
         let generation = self.generation.load(Ordering::Acquire);
         let cached = self.with_slot(|slot| slot.held.lock().take()).flatten();
         let stale = match cached {
-            Some((g, sv)) if g == generation => match sv.downcast::<T>() {
+            Some(held) if held.generation == generation => match held.sv.downcast::<T>() {
                 Ok(sv) => {
                     return Pinned {
                         sv: Some(sv),
                         generation,
                         cache: self,
+                        readers: RefCell::new(held.readers),
                     }
                 }
-                Err(other) => Some(other),
+                Err(other) => Some((other, held.readers)),
             },
-            other => other.map(|(_, sv)| sv),
+            other => other.map(|held| (held.sv, held.readers)),
         };
         let (sv, generation) = {
             let cur = current.lock();
@@ -157,6 +274,7 @@ impl<T: Send + Sync + 'static> SvCache<T> {
             sv: Some(sv),
             generation,
             cache: self,
+            readers: RefCell::new(Vec::new()),
         }
     }
 
@@ -192,17 +310,21 @@ impl<T> SvCache<T> {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// Stops pins keeping file readers between reads; `true` the first
+    /// time, when the caller must then bump and scrape to release the
+    /// readers already kept.
+    pub fn stop_keeping_readers(&self) -> bool {
+        self.keep_readers.swap(false, Ordering::AcqRel)
+    }
+
     /// Empties every thread's slot and forgets the slots of exited threads;
     /// returns what they held, for the caller to drop outside its locks.
-    #[must_use]
-    pub fn scrape(&self) -> Vec<Arc<dyn Any + Send + Sync>> {
+    pub fn scrape(&self) -> Scraped {
         let mut slots = self.slots.lock();
         // A slot only this list holds belongs to an exited thread.
         slots.retain(|s| Arc::strong_count(s) > 1);
-        slots
-            .iter()
-            .filter_map(|s| s.held.lock().take().map(|(_, sv)| sv))
-            .collect()
+        let taken = slots.iter().filter_map(|s| s.held.lock().take()).collect();
+        Scraped { _held: taken }
     }
 }
 
@@ -335,5 +457,67 @@ mod tests {
         assert_eq!(Arc::strong_count(&first), 3);
         drop(cache);
         assert_eq!(Arc::strong_count(&first), 2);
+    }
+
+    /// A file reader for the tests: its `Arc` count shows who holds it.
+    struct FileReader(u64);
+
+    #[test]
+    fn readers_are_opened_once_per_generation_and_released_by_an_install() {
+        let current = Mutex::new(Arc::new("v".to_string()));
+        let cache = SvCache::default();
+        let file = Arc::new(FileReader(7));
+        let opens = std::cell::Cell::new(0);
+        let open = || {
+            opens.set(opens.get() + 1);
+            Ok(file.clone())
+        };
+        {
+            let pin = cache.pin(&current);
+            let a: &FileReader = pin.reader(7, open).unwrap();
+            let b: &FileReader = pin.reader(7, open).unwrap();
+            assert_eq!((a.0, b.0), (7, 7));
+            assert!(std::ptr::eq(a, b));
+        }
+        // Kept with the cached version: no open for the next read.
+        assert_eq!(cache.pin(&current).reader(7, open).unwrap().0, 7);
+        assert_eq!(opens.get(), 1);
+        assert_eq!(Arc::strong_count(&file), 2, "the slot keeps one count");
+        install(&current, &cache, "w");
+        assert_eq!(Arc::strong_count(&file), 1, "the install released it");
+        assert_eq!(cache.pin(&current).reader(7, open).unwrap().0, 7);
+        assert_eq!(opens.get(), 2);
+    }
+
+    #[test]
+    fn a_file_asked_for_as_another_kind_is_an_error() {
+        let current = Mutex::new(Arc::new("v".to_string()));
+        let cache = SvCache::default();
+        let pin = cache.pin(&current);
+        pin.reader(3, || Ok(Arc::new(FileReader(3)))).unwrap();
+        let other = pin.reader::<String>(3, || Ok(Arc::new(String::new())));
+        assert!(matches!(other, Err(Error::InvalidArgument(_))));
+        // A reader that is not open is not opened for a cached read.
+        assert!(pin.open_reader::<FileReader>(4, || None).is_none());
+    }
+
+    #[test]
+    fn a_thread_keeps_at_most_readers_kept_between_reads() {
+        let current = Mutex::new(Arc::new("v".to_string()));
+        let cache = SvCache::default();
+        let files: Vec<Arc<FileReader>> = (0..READERS_KEPT as u64 + 8)
+            .map(|n| Arc::new(FileReader(n)))
+            .collect();
+        {
+            let pin = cache.pin(&current);
+            for f in &files {
+                pin.reader(f.0, || Ok(f.clone())).unwrap();
+            }
+        }
+        let kept = files.iter().filter(|f| Arc::strong_count(f) == 2).count();
+        assert_eq!(kept, READERS_KEPT);
+        // The most recently used ones.
+        assert_eq!(Arc::strong_count(&files[files.len() - 1]), 2);
+        assert_eq!(Arc::strong_count(&files[0]), 1);
     }
 }
