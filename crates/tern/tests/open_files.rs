@@ -143,3 +143,38 @@ fn index_and_filter_memory_is_held_to_open_files_memory() {
         "files were closed and reopened"
     );
 }
+
+/// Regression: point reads keep the readers they used per thread while
+/// every file fits in `max_open_files`. A scan that then made the set close
+/// readers for room did not stop that, so an idle point-reading thread
+/// held readers the set had closed, past the bound.
+#[test]
+fn readers_kept_by_an_idle_thread_go_when_a_scan_fills_the_set() {
+    const MAX: usize = 16;
+    let fs = MemFs::new();
+    let db = Arc::new(Db::open(DIR, many_files_opts(fs.clone(), MAX)).unwrap());
+    fill(&db);
+    // A few keys a table apart: fewer readers than the bound.
+    let (read_tx, read_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let reader = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            for i in (0..KEYS).step_by(500) {
+                assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 0)));
+            }
+            read_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+        })
+    };
+    read_rx.recv().unwrap();
+    assert!(fs.open_readers() as usize <= MAX);
+    assert_eq!(scan(&db).len(), KEYS as usize);
+    let open = fs.open_readers() as usize;
+    done_tx.send(()).unwrap();
+    reader.join().unwrap();
+    assert!(
+        open <= MAX,
+        "{open} readers open after a scan, max_open_files {MAX}"
+    );
+}

@@ -14,7 +14,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
 
@@ -81,8 +81,11 @@ pub struct OpenFiles {
     max_bytes: u64,
     /// Readers opened (misses), for spotting a bound set too low.
     opens: AtomicU64,
-    /// Readers closed to make room (not because their file went).
+    /// Readers closed to make room (not because their file went), or
+    /// served uncached for want of it.
     closed_for_room: AtomicU64,
+    /// Called the first time a reader is closed or refused for room.
+    on_first_room: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl OpenFiles {
@@ -95,6 +98,24 @@ impl OpenFiles {
             max_bytes,
             opens: AtomicU64::new(0),
             closed_for_room: AtomicU64::new(0),
+            on_first_room: OnceLock::new(),
+        }
+    }
+
+    /// Sets what runs (once, on the thread that hit it, outside every lock
+    /// of this set) the first time the set closes or refuses a reader for
+    /// room: readers kept outside the set must go then. Ignored if already
+    /// set.
+    pub fn on_first_room(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_first_room.set(Box::new(f));
+    }
+
+    /// Counts `n` readers closed or refused for room.
+    fn closed_for_room(&self, n: u64) {
+        if self.closed_for_room.fetch_add(n, Ordering::Relaxed) == 0 {
+            if let Some(f) = self.on_first_room.get() {
+                f();
+            }
         }
     }
 
@@ -120,6 +141,7 @@ impl OpenFiles {
         self.opens.fetch_add(1, Ordering::Relaxed);
         if bytes > self.max_bytes {
             // Keeping it would close every other reader: serve it uncached.
+            self.closed_for_room(1);
             return Ok(reader);
         }
         let mut ring = self.ring.write();
@@ -146,12 +168,12 @@ impl OpenFiles {
             }
         }
         drop(ring);
-        if !closed.is_empty() {
-            self.closed_for_room
-                .fetch_add(closed.len() as u64, Ordering::Relaxed);
-        }
+        let n = closed.len() as u64;
         // Readers close (descriptors, index memory) outside the lock.
         drop(closed);
+        if n > 0 {
+            self.closed_for_room(n);
+        }
         Ok(reader)
     }
 
@@ -190,9 +212,9 @@ impl OpenFiles {
         self.ring.read().bytes
     }
 
-    /// Readers closed so far to stay within the bounds: zero while every
-    /// file read so far fits.
-    pub fn closed_for_room(&self) -> u64 {
+    /// Readers closed (or served uncached) so far to stay within the
+    /// bounds: zero while every file read so far fits.
+    pub fn closed_for_room_count(&self) -> u64 {
         self.closed_for_room.load(Ordering::Relaxed)
     }
 
@@ -221,6 +243,19 @@ mod tests {
 
     fn cached(files: &OpenFiles, n: u64) -> bool {
         files.ring.read().index.contains_key(&n)
+    }
+
+    /// Regression: a reader too big for the byte budget was served
+    /// uncached without counting as closed for room, so readers kept per
+    /// thread (`db::sv_cache`) could each keep a private copy of it.
+    #[test]
+    fn a_reader_too_big_to_keep_counts_as_closed_for_room() {
+        let files = OpenFiles::new(4, 100);
+        open(&files, 1, 10);
+        assert_eq!(files.closed_for_room_count(), 0);
+        open(&files, 2, 1000);
+        assert!(!cached(&files, 2));
+        assert_eq!(files.closed_for_room_count(), 1);
     }
 
     #[test]

@@ -25,14 +25,13 @@ use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
 use super::wal_sync::{ActiveWal, WalSyncer};
-use crate::blob::{BlobCache, BlobReader};
+use crate::blob::BlobCache;
 use crate::cache::{BlockCache, OpenFiles};
 use crate::compaction::Executor;
 use crate::error::{Error, Result};
 use crate::io::{FileLock, FsRef};
 use crate::memtable::MemTable;
 use crate::options::Options;
-use crate::sst::Table;
 use crate::version::{Version, VersionSet};
 
 /// What a read needs: the memtables and the table version, all immutable.
@@ -172,10 +171,6 @@ impl Shared {
 
     /// Publishes a new super version from `state`.
     pub fn install_super_version(&self, state: &State) {
-        if self.open_files.closed_for_room() > 0 {
-            // Released by the scrape below.
-            let _ = self.sv_cache.stop_keeping_readers();
-        }
         let sv = SuperVersion {
             mem: state.mem.clone(),
             imms: state.imms.iter().rev().map(|i| i.mem.clone()).collect(),
@@ -200,9 +195,11 @@ impl Shared {
         drop((old, cached));
     }
 
-    /// Empties every thread's cached super version (a closed store must
-    /// not keep its memtables alive in idle threads).
+    /// Empties every thread's cached super version for good (a closed
+    /// store must not keep its memtables or files alive in idle threads,
+    /// nor may a read that raced the close cache them again).
     pub fn release_cached_super_versions(&self) {
+        self.sv_cache.close();
         {
             let _current = self.current.lock();
             self.sv_cache.bump();
@@ -210,28 +207,16 @@ impl Shared {
         drop(self.sv_cache.scrape());
     }
 
-    /// Table `number`'s reader for a point read, which keeps it with its
-    /// pinned super version (see [`super::sv_cache`]).
-    pub fn open_table(&self, number: u64) -> Result<Arc<Table>> {
-        let t = self.tables.get(number);
-        self.check_open_files_room();
-        t
-    }
-
-    /// Blob file `number`'s reader for a point read, as
-    /// [`Shared::open_table`].
-    pub fn open_blob_file(&self, number: u64) -> Result<Arc<BlobReader>> {
-        let b = self.blobs.get(number);
-        self.check_open_files_room();
-        b
-    }
-
     /// Once the open-file set has had to close a reader for room, readers
-    /// kept with cached super versions would exceed its bounds: stop
-    /// keeping them and release those kept.
-    fn check_open_files_room(&self) {
-        if self.open_files.closed_for_room() > 0 && self.sv_cache.stop_keeping_readers() {
-            self.release_cached_super_versions();
+    /// kept with cached super versions would exceed its bounds: stops
+    /// keeping them and releases those kept (the set calls this).
+    pub fn stop_keeping_readers(&self) {
+        if self.sv_cache.stop_keeping_readers() {
+            {
+                let _current = self.current.lock();
+                self.sv_cache.bump();
+            }
+            drop(self.sv_cache.scrape());
         }
     }
 

@@ -276,7 +276,7 @@ impl Db {
                 };
                 (table, found)
             } else {
-                let table: &Table = sv.reader(f.number, || self.shared.open_table(f.number))?;
+                let table: &Table = sv.reader(f.number, || tables.get(f.number))?;
                 let found = table.get(&lookup)?;
                 (table, found)
             };
@@ -297,7 +297,7 @@ impl Db {
                                 .map(|v| v.map(|v| Some(ValueHead::whole(v))))
                             }
                             GetMode::Full => resolve_in(v, at, key, parsed.seq, &value, |n| {
-                                sv.reader(n, || self.shared.open_blob_file(n))
+                                sv.reader::<BlobReader>(n, || blobs.get(n))
                             })
                             .and_then(whole),
                             GetMode::Head => {
@@ -329,6 +329,7 @@ impl Db {
         &self,
         snapshot: Option<&Snapshot>,
     ) -> (sv_cache::Pinned<'_, SuperVersion>, SeqNo) {
+        self.shared.sync_points.hit("read:before_pin");
         let sv = self.shared.pin_super_version();
         self.shared
             .sync_points
@@ -669,6 +670,23 @@ mod tests {
         overwrite_and_compact_at(&db, "read:between_version_and_sequence");
         let got = db.get(b"k").unwrap();
         assert!(got.is_some(), "a key that was never deleted read as absent");
+    }
+
+    /// Regression: a read that pinned its super version before `close`
+    /// released the cached ones put it, with the file readers it used, back
+    /// into its thread's slot afterwards: a closed store's memtables and
+    /// files stayed held by that thread.
+    #[test]
+    fn a_read_racing_close_leaves_nothing_cached() {
+        let db = store();
+        let weak: Weak<Db> = Arc::downgrade(&db);
+        db.shared.sync_points.set("read:before_pin", move || {
+            weak.upgrade().unwrap().close().unwrap();
+        });
+        // The read may see the store open or closed; either way nothing of
+        // it may stay cached.
+        let _ = db.get(b"k");
+        assert!(!db.shared.sv_cache.holds_on_this_thread());
     }
 
     /// Regression: the same race in `iter`.

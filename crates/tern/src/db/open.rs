@@ -149,6 +149,12 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         sync_points: Default::default(),
         opts,
     });
+    let weak = Arc::downgrade(&shared);
+    shared.open_files.on_first_room(move || {
+        if let Some(s) = weak.upgrade() {
+            s.stop_keeping_readers();
+        }
+    });
     Counters::add(&shared.counters.memtier_restored, restored);
     recover_wals(&shared)?;
     Ok(shared)

@@ -97,6 +97,8 @@ pub struct SvCache<T> {
     id: u64,
     /// Whether pins put their readers back into the slot.
     keep_readers: AtomicBool,
+    /// Set when the store closes: nothing goes back into a slot after.
+    closed: AtomicBool,
     /// Bumped (under `Shared::current`) by every install.
     generation: AtomicU64,
     /// Every thread's slot, for installs to empty.
@@ -109,6 +111,7 @@ impl<T> Default for SvCache<T> {
         SvCache {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             keep_readers: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             slots: Mutex::new(Vec::new()),
             _holds: PhantomData,
@@ -131,9 +134,9 @@ pub struct Pinned<'a, T: Send + Sync + 'static> {
     sv: Option<Arc<T>>,
     generation: u64,
     cache: &'a SvCache<T>,
-    /// Readers used with `sv`. Entries are only added while pinned, never
-    /// removed or replaced, which is what lets [`Pinned::reader`] hand out
-    /// borrows of them.
+    /// Readers used with `sv`, least recently used first. Entries are
+    /// only added or reordered while pinned, never dropped, which is what
+    /// lets [`Pinned::reader`] hand out borrows of them.
     readers: RefCell<Vec<Reader>>,
 }
 
@@ -167,14 +170,19 @@ impl<T: Send + Sync + 'static> Pinned<'_, T> {
 
     /// The kept reader of file `number`, if any.
     fn kept<R: Any + Send + Sync>(&self, number: u64) -> Option<Result<&R>> {
-        let readers = self.readers.borrow();
-        let (_, r) = readers.iter().rev().find(|(n, _)| *n == number)?;
-        let ptr = Arc::as_ptr(r);
+        let mut readers = self.readers.borrow_mut();
+        let i = readers.iter().rposition(|(n, _)| *n == number)?;
+        if i + 1 < readers.len() {
+            // Most recently used last: `drop` keeps the tail.
+            let hit = readers.remove(i);
+            readers.push(hit);
+        }
+        let ptr = Arc::as_ptr(&readers[readers.len() - 1].1);
         drop(readers);
         // SAFETY: `ptr` points into an `Arc` that `self.readers` holds until
-        // `self` is dropped: entries are never removed or replaced while
-        // pinned (only `drop` takes them), and growing the vector moves the
-        // `Arc` pointers, not what they point to.
+        // `self` is dropped: entries are never dropped while pinned (only
+        // `drop` takes them), and growing or reordering the vector moves
+        // the `Arc` pointers, not what they point to.
         let any: &(dyn Any + Send + Sync) = unsafe { &*ptr };
         Some(any.downcast_ref::<R>().ok_or_else(|| other_kind(number)))
     }
@@ -184,7 +192,8 @@ impl<T: Send + Sync + 'static> Pinned<'_, T> {
         let ptr = Arc::as_ptr(&reader);
         self.readers.borrow_mut().push((number, reader));
         // SAFETY: as in `kept`: the `Arc` just pushed stays in
-        // `self.readers`, unmoved in the heap, until `self` is dropped.
+        // `self.readers` until `self` is dropped, and what it points to
+        // never moves.
         unsafe { &*ptr }
     }
 }
@@ -227,7 +236,10 @@ impl<T: Send + Sync + 'static> Drop for Pinned<'_, T> {
             // Checked under the slot's lock: an install bumps the generation
             // before it empties the slots, so either this sees the new
             // generation or the install empties the slot after this.
-            if held.is_none() && self.cache.generation.load(Ordering::Acquire) == self.generation {
+            if held.is_none()
+                && !self.cache.closed.load(Ordering::Acquire)
+                && self.cache.generation.load(Ordering::Acquire) == self.generation
+            {
                 *held = Some(Held {
                     generation: self.generation,
                     sv: sv as Arc<dyn Any + Send + Sync>,
@@ -278,6 +290,13 @@ impl<T: Send + Sync + 'static> SvCache<T> {
         }
     }
 
+    /// Whether this thread's slot holds a super version (for tests).
+    #[cfg(test)]
+    pub fn holds_on_this_thread(&self) -> bool {
+        self.with_slot(|slot| slot.held.lock().is_some())
+            .unwrap_or(false)
+    }
+
     /// Runs `f` on this thread's slot for this store, registering one on
     /// first use; `None` while the thread is exiting.
     fn with_slot<R>(&self, f: impl FnOnce(&Slot) -> R) -> Option<R> {
@@ -308,6 +327,12 @@ impl<T> SvCache<T> {
     /// held, right after replacing it; then [`SvCache::scrape`].
     pub fn bump(&self) {
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Stops caching for good (the store is closing); then bump and
+    /// scrape. A pin taken after the bump sees this when it drops.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// Stops pins keeping file readers between reads; `true` the first
@@ -513,11 +538,14 @@ mod tests {
             for f in &files {
                 pin.reader(f.0, || Ok(f.clone())).unwrap();
             }
+            // Used again: most recent now.
+            pin.reader(0, || Ok(files[0].clone())).unwrap();
         }
         let kept = files.iter().filter(|f| Arc::strong_count(f) == 2).count();
         assert_eq!(kept, READERS_KEPT);
         // The most recently used ones.
         assert_eq!(Arc::strong_count(&files[files.len() - 1]), 2);
-        assert_eq!(Arc::strong_count(&files[0]), 1);
+        assert_eq!(Arc::strong_count(&files[0]), 2);
+        assert_eq!(Arc::strong_count(&files[1]), 1);
     }
 }

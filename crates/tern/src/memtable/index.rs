@@ -7,8 +7,8 @@
 //! 0, so an all-zero slot is empty). The index holds keys, not versions: a
 //! new version of an indexed key replaces the slot's node when its sequence
 //! number is higher, so overwrites never use a slot. A reader that finds a
-//! node newer than its snapshot walks level 0 from it; every older version
-//! of the key follows it there.
+//! node newer than its snapshot searches the list instead (the node may not
+//! be linked yet: `MemTable::add_all_deferred`).
 //!
 //! When a new key finds no free slot within [`MAX_PROBES`], it is left out
 //! and the index is marked incomplete. From then on an index miss proves
@@ -20,7 +20,8 @@
 //! on the fill, checked apart from the claim, would break that: one
 //! inserter could refuse a slot another then claims for an older version.)
 //!
-//! Ordering: a node is linked before its slot is written, and slots are
+//! Ordering: a node's bytes are written before its slot (it may be linked
+//! into the list before or after), and slots are
 //! written (and the incomplete mark stored) before the writer publishes the
 //! group's sequence number with `Release`. A reader loaded that number with
 //! `Acquire` first, so it sees every slot and mark it may need; a slot it
