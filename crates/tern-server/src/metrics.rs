@@ -407,6 +407,11 @@ pub fn engine_gauges(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> 
             "Memtables waiting to be flushed.",
             e.immutable_memtables as u64,
         ),
+        (
+            "spare_memtable_bytes",
+            "Bytes of a flushed memtable's arena kept for the next memtable.",
+            e.spare_memtable_bytes,
+        ),
         ("last_sequence", "Last sequence number.", e.last_sequence),
         ("snapshots", "Open snapshots.", e.snapshots as u64),
         (

@@ -1,4 +1,5 @@
-//! Memtable benchmarks: insert (sequential and random keys, one by one
+//! Memtable benchmarks: insert (sequential and random keys, one by one in
+//! a fresh arena or one reused from a dropped memtable,
 //! and in commit-sized groups, linked at once or deferred), point lookups
 //! (hit and miss) and a full scan, over 100k entries with 16-byte keys and
 //! 100-byte values.
@@ -16,7 +17,7 @@ use rand::SeedableRng;
 
 use tern::internals::format::internal_key::ValueKind;
 use tern::internals::iter::InternalIterator;
-use tern::internals::memtable::MemTable;
+use tern::internals::memtable::{ArenaPool, MemTable};
 
 const N: usize = 100_000;
 const VALUE_LEN: usize = 100;
@@ -39,7 +40,11 @@ fn keys_random() -> Vec<[u8; 16]> {
 }
 
 fn fill(keys: &[[u8; 16]]) -> MemTable {
-    let m = MemTable::new(ARENA);
+    fill_in(keys, MemTable::new(ARENA))
+}
+
+/// [`fill`] into `m`.
+fn fill_in(keys: &[[u8; 16]], m: MemTable) -> MemTable {
     let value = [0xabu8; VALUE_LEN];
     for (i, k) in keys.iter().enumerate() {
         if m.add(i as u64 + 1, ValueKind::Value, k, &value).is_err() {
@@ -99,6 +104,17 @@ fn insert(c: &mut Criterion) {
             b.iter_batched(|| (), |()| fill(black_box(&keys)), BatchSize::PerIteration)
         });
     }
+    // In the allocation of the memtable dropped before (a store's
+    // memtables after the first): no page faults, no zeroing.
+    let pool = Arc::new(ArenaPool::default());
+    let keys = keys_random();
+    g.bench_function("random_reused_arena", |b| {
+        b.iter_batched(
+            || (),
+            |()| fill_in(black_box(&keys), MemTable::pooled(ARENA, &pool)),
+            BatchSize::PerIteration,
+        )
+    });
     let keys = keys_random();
     let cases = [
         (16, Groups::Linked, ""),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{key, small_opts, DIR};
+use common::{key, small_opts, value, DIR};
 use tern::io::MemFs;
 use tern::{Db, ReadOptions};
 
@@ -82,4 +82,45 @@ fn flush_keeps_the_newest_version_each_snapshot_sees() {
     assert!(it.valid());
     assert_eq!(it.key(), &key(1)[..]);
     assert_eq!(it.value(), &big(1, 1)[..]);
+}
+
+/// Memtables follow one another in the allocation of the one flushed
+/// before (its pages stay mapped); every write still reads back, through
+/// memtables that reused old bytes and through the tables flushed from them.
+#[test]
+fn flushed_memtables_lend_their_arena_to_the_next_and_nothing_leaks_between_them() {
+    let db = Db::open(DIR, small_opts(MemFs::new())).unwrap();
+    let mut want = std::collections::BTreeMap::new();
+    let mut spare_seen = false;
+    for round in 0..20u32 {
+        // Each round overwrites half the keys of the round before.
+        for i in 0..400u32 {
+            let k = key((round * 200 + i) % 5000);
+            let v = value(i, round);
+            db.put(&k, &v).unwrap();
+            want.insert(k, v);
+        }
+        db.flush().unwrap();
+        spare_seen |= db.stats().spare_memtable_bytes > 0;
+        // Half a memtable left unflushed, read from a reused arena.
+        for i in 0..100u32 {
+            let k = key(round * 37 + i);
+            let v = value(i, round + 100);
+            db.put(&k, &v).unwrap();
+            want.insert(k, v);
+        }
+        for (k, v) in &want {
+            assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "round {round}");
+        }
+    }
+    assert!(spare_seen, "no memtable arena was kept for reuse");
+    let mut it = db.iter(ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let mut got = std::collections::BTreeMap::new();
+    while it.valid() {
+        got.insert(it.key().to_vec(), it.value().to_vec());
+        it.next();
+    }
+    it.status().unwrap();
+    assert_eq!(got, want);
 }

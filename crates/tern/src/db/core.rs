@@ -128,6 +128,8 @@ pub struct Shared {
     pub wal_syncer: WalSyncer,
     /// Links large commit groups into the memtable's list.
     pub linker: super::linker::Linker,
+    /// The arena of the last memtable dropped, for the next one.
+    pub arena_pool: Arc<crate::memtable::ArenaPool>,
     pub tables: Arc<TableCache>,
     pub blobs: Arc<BlobCache>,
     /// The table and blob readers open for reads (bounded).

@@ -508,6 +508,7 @@ impl Db {
             .map(|m| (m.approximate_memory_usage() + m.index_bytes()) as u64)
             .sum();
         st.immutable_memtables = sv.imms.len();
+        st.spare_memtable_bytes = s.arena_pool.spare_bytes() as u64;
         if let Some(tier) = &s.tier {
             st.memtier_bytes = tier.used();
             st.memtier_capacity = tier.capacity();

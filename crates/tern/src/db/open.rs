@@ -133,6 +133,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         bg_error_seen: Mutex::new(None),
         wal_syncer: Default::default(),
         linker: Default::default(),
+        arena_pool: Default::default(),
         tables,
         block_cache,
         counters: Counters::default(),

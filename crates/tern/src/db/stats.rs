@@ -163,6 +163,9 @@ pub struct Stats {
     pub memtable_bytes: u64,
     /// Immutable memtables waiting for flush.
     pub immutable_memtables: usize,
+    /// The arena of a dropped memtable, kept for the next memtable (its
+    /// pages stay mapped, counted here and not in `memtable_bytes`).
+    pub spare_memtable_bytes: u64,
     /// Bytes of the memory tier holding tables (`memtier_size`).
     pub memtier_bytes: u64,
     /// Bytes the memory tier can hold (0 without one).
@@ -332,12 +335,13 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "space: sst {} blob {} wal {} memtables {} ({} immutable)",
+            "space: sst {} blob {} wal {} memtables {} ({} immutable, {} spare)",
             self.sst_bytes,
             self.blob_bytes,
             self.wal_bytes,
             self.memtable_bytes,
-            self.immutable_memtables
+            self.immutable_memtables,
+            self.spare_memtable_bytes
         )?;
         if self.memtier_capacity > 0 {
             writeln!(

@@ -28,18 +28,26 @@ fn reserve_for(batch: &WriteBatch) -> usize {
     batch.approximate_size() + batch.len() * ENTRY_OVERHEAD
 }
 
-/// Arena capacity for a new memtable that must hold at least `need` bytes.
+/// Arena capacity for a new memtable that must hold at least `need` bytes
+/// (the group that found the last one full). Groups of up to 1/32 of the
+/// write buffer count as that big, and the result is rounded up to 1/16 of
+/// the power of two above it, so that the memtables of a store get one
+/// size and reuse each other's arena (`ArenaPool`) whatever group comes
+/// first: 80 MiB for the default 64 MiB write buffer.
 fn memtable_capacity(write_buffer_size: usize, need: usize) -> usize {
-    write_buffer_size.max(need) + need + (write_buffer_size / 8).max(64 << 10)
+    let need = need.max(write_buffer_size / 32);
+    let exact = write_buffer_size.max(need) + need + (write_buffer_size / 8).max(64 << 10);
+    let step = (exact.next_power_of_two() / 16).max(4096);
+    exact.next_multiple_of(step)
 }
 
 impl Shared {
     /// Creates the initial memtable for a store.
     pub fn new_memtable(&self, need: usize) -> Arc<MemTable> {
-        Arc::new(MemTable::new(memtable_capacity(
-            self.opts.write_buffer_size,
-            need,
-        )))
+        Arc::new(MemTable::pooled(
+            memtable_capacity(self.opts.write_buffer_size, need),
+            &self.arena_pool,
+        ))
     }
 
     /// Commits `batch` (None: only a forced memtable switch).
@@ -279,5 +287,23 @@ impl Shared {
         self.install_super_version(state);
         self.bg_work.notify_all();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memtable_capacity;
+
+    #[test]
+    fn memtables_for_groups_of_any_usual_size_get_one_capacity() {
+        let wbs = 64 << 20;
+        let usual = memtable_capacity(wbs, 0);
+        assert_eq!(usual, 80 << 20);
+        for need in [1, 4096, 1 << 20, 2 << 20, 3 << 20] {
+            assert_eq!(memtable_capacity(wbs, need), usual, "need {need}");
+        }
+        // A huge group gets the room it needs.
+        assert!(memtable_capacity(wbs, 100 << 20) >= 200 << 20);
+        assert!(memtable_capacity(64 << 10, 0) >= 128 << 10);
     }
 }

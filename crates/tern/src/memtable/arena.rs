@@ -8,14 +8,19 @@
 //! Invariants:
 //!
 //! 1. The arena is one heap allocation of `capacity` bytes, 8-byte aligned and
-//!    zero-filled when created (with `alloc_zeroed`, so pages never touched
-//!    cost nothing). It is never resized or moved while the arena lives, and
-//!    it is freed only in `Drop`, when no borrow of the arena remains.
+//!    zero-filled when first allocated (with `alloc_zeroed`, so pages never
+//!    touched cost nothing). It is never resized or moved while the arena
+//!    lives. In `Drop`, when no borrow of the arena remains, it is freed or
+//!    handed to the [`ArenaPool`] the arena came from, for the next arena:
+//!    a reused allocation still holds an earlier arena's bytes, so every
+//!    byte is initialised but its value is unspecified until written.
 //! 2. `capacity` is a multiple of 8 and at most [`MAX_CAPACITY`], so every
 //!    offset into the arena fits in a `u32`.
 //! 3. `used` only grows and never exceeds `capacity`. Bytes in `[0, used)`
 //!    belong to regions handed out by [`Arena::allocate`]; bytes in
-//!    `[used, capacity)` have never been handed out and are still zero.
+//!    `[used, capacity)` have not been handed out by this arena. An owner
+//!    writes every byte of its region (links included) before publishing
+//!    it, so no reader depends on what the allocation held before.
 //! 4. Every region returned by [`Arena::allocate`] starts at a multiple of
 //!    [`ALIGN`] and is disjoint from every other region. Until its owner
 //!    publishes it, no other thread knows its offset.
@@ -28,6 +33,7 @@
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Alignment of every region handed out by [`Arena::allocate`].
 pub(crate) const ALIGN: usize = 4;
@@ -63,7 +69,7 @@ pub(crate) fn align_up(n: usize) -> Option<usize> {
     Some(n.checked_add(ALIGN - 1)? & !(ALIGN - 1))
 }
 
-/// A fixed-capacity, zero-initialised bump allocator shared between threads.
+/// A fixed-capacity bump allocator shared between threads.
 pub(crate) struct Arena {
     /// Start of the allocation (invariant 1).
     ptr: NonNull<u8>,
@@ -71,6 +77,8 @@ pub(crate) struct Arena {
     capacity: usize,
     /// Bytes handed out so far (invariant 3).
     used: AtomicUsize,
+    /// Where the allocation goes when the arena is dropped (freed if none).
+    pool: Option<Arc<ArenaPool>>,
 }
 
 // SAFETY: the arena owns its allocation exclusively (like a `Box<[u8]>`), so
@@ -90,19 +98,42 @@ impl Arena {
         (requested.clamp(8, MAX_CAPACITY) + 7) & !7
     }
 
-    /// Reserves a zeroed arena of (about) `capacity` bytes; see
+    /// Reserves an arena of (about) `capacity` bytes; see
     /// [`Arena::effective_capacity`].
     pub(crate) fn new(capacity: usize) -> Arena {
         let capacity = Self::effective_capacity(capacity);
-        let layout = Self::layout(capacity);
-        // SAFETY: `layout` has a non-zero size (capacity >= 8).
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        Arena {
+            ptr: Self::allocate_zeroed(capacity),
+            capacity,
+            used: AtomicUsize::new(0),
+            pool: None,
+        }
+    }
+
+    /// Like [`Arena::new`], but reuses the spare allocation `pool` keeps
+    /// when it fits, and gives the allocation back to `pool` when dropped.
+    /// A reused allocation's pages are already mapped, so writing the new
+    /// arena costs no page faults and no zeroing by the kernel. The arena
+    /// may be somewhat larger than asked for (see [`ArenaPool`]).
+    pub(crate) fn pooled(capacity: usize, pool: &Arc<ArenaPool>) -> Arena {
+        let want = Self::effective_capacity(capacity);
+        let (ptr, capacity) = match pool.take(want) {
+            Some(spare) => (spare.ptr, spare.capacity),
+            None => (Self::allocate_zeroed(want), want),
+        };
         Arena {
             ptr,
             capacity,
             used: AtomicUsize::new(0),
+            pool: Some(pool.clone()),
         }
+    }
+
+    fn allocate_zeroed(capacity: usize) -> NonNull<u8> {
+        let layout = Self::layout(capacity);
+        // SAFETY: `layout` has a non-zero size (capacity >= 8).
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout))
     }
 
     fn layout(capacity: usize) -> Layout {
@@ -123,9 +154,11 @@ impl Arena {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// Hands out a fresh, zero-filled region of `size` bytes starting at a
-    /// multiple of [`ALIGN`], or `None` if it does not fit. A failed call
-    /// changes nothing, so a later smaller request may still succeed.
+    /// Hands out a fresh region of `size` bytes starting at a multiple of
+    /// [`ALIGN`], or `None` if it does not fit. Its bytes are unspecified
+    /// (invariant 1): the caller writes all of them before publishing it.
+    /// A failed call changes nothing, so a later smaller request may still
+    /// succeed.
     pub(crate) fn allocate(&self, size: usize) -> Option<usize> {
         let mut cur = self.used.load(Ordering::Relaxed);
         loop {
@@ -134,9 +167,9 @@ impl Arena {
             if end > self.capacity {
                 return None;
             }
-            // Relaxed is enough: the region is zero since creation (which
-            // happens-before any sharing), and its contents are published
-            // later through the skiplist's Release/Acquire links.
+            // Relaxed is enough: the region's contents are written by its
+            // owner and published later through the skiplist's
+            // Release/Acquire links.
             match self
                 .used
                 .compare_exchange_weak(cur, end, Ordering::Relaxed, Ordering::Relaxed)
@@ -181,8 +214,9 @@ impl Arena {
         // SAFETY: the range is inside allocated regions (caller contract), so
         // inside our live allocation (invariants 1 and 3), which outlives the
         // returned borrow of `self`; `u8` needs no alignment; the bytes are
-        // initialised (zeroed at creation, then written) and immutable from
-        // now on, and no atomic word overlaps them (invariant 5).
+        // initialised (zeroed when first allocated, then written) and
+        // immutable from now on, and no atomic word overlaps them
+        // (invariant 5).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) }
     }
 
@@ -207,7 +241,7 @@ impl Arena {
         // SAFETY: in bounds of our live allocation (caller contract and
         // invariant 1), which outlives the borrow of `self`; 4-byte aligned
         // because the allocation is 8-aligned and `off` is a multiple of 4;
-        // the bytes are initialised (zeroed at creation) and, by the caller
+        // the bytes are initialised (zeroed when first allocated) and, by the caller
         // contract, only ever accessed atomically, as `AtomicU32::from_ptr`
         // requires.
         unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(off).cast::<u32>()) }
@@ -216,10 +250,90 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        // SAFETY: `ptr` was returned by `alloc_zeroed` with this same layout
-        // (capacity never changes) and is freed only here; `&mut self` means
-        // no borrow into the arena is alive.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.capacity)) }
+        let spare = Spare {
+            ptr: self.ptr,
+            capacity: self.capacity,
+        };
+        match &self.pool {
+            // `&mut self`: no borrow into the arena is alive, so the
+            // allocation can serve another arena.
+            Some(pool) => pool.give(spare),
+            None => spare.free(),
+        }
+    }
+}
+
+/// An allocation no arena uses: from `alloc_zeroed` with
+/// [`Arena::layout`]`(capacity)`, all bytes initialised.
+struct Spare {
+    ptr: NonNull<u8>,
+    capacity: usize,
+}
+
+// SAFETY: a spare is owned by whoever holds it, like a `Box<[u8]>`.
+unsafe impl Send for Spare {}
+
+impl Spare {
+    fn free(self) {
+        // SAFETY: `ptr` was returned by `alloc_zeroed` with this layout and
+        // no arena or other spare owns it (the type's invariant).
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Arena::layout(self.capacity)) }
+    }
+}
+
+/// Keeps the allocation of one dropped arena for the next one.
+///
+/// A memtable's arena is tens of MiB written once front to back; freeing it
+/// and allocating the next one made every page fault in and be zeroed by
+/// the kernel again, on the committing thread (a sixth of its time under
+/// small writes). A store's memtables follow one another at one size, so
+/// one spare suffices: it is reused when it is at least the size asked for
+/// and at most a quarter larger (a memtable made big for one huge batch is
+/// not kept for every later one).
+#[derive(Default)]
+pub struct ArenaPool {
+    spare: parking_lot::Mutex<Option<Spare>>,
+}
+
+impl ArenaPool {
+    /// Bytes kept for the next arena (0 if none).
+    pub fn spare_bytes(&self) -> usize {
+        self.spare.lock().as_ref().map_or(0, |s| s.capacity)
+    }
+
+    fn take(&self, want: usize) -> Option<Spare> {
+        let spare = self.spare.lock().take()?;
+        if spare.capacity >= want && spare.capacity - want <= want / 4 {
+            Some(spare)
+        } else {
+            spare.free();
+            None
+        }
+    }
+
+    fn give(&self, spare: Spare) {
+        let mut slot = self.spare.lock();
+        match &*slot {
+            Some(kept) if kept.capacity >= spare.capacity => {
+                drop(slot);
+                spare.free();
+            }
+            _ => {
+                let old = slot.replace(spare);
+                drop(slot);
+                if let Some(old) = old {
+                    old.free();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ArenaPool {
+    fn drop(&mut self) {
+        if let Some(spare) = self.spare.get_mut().take() {
+            spare.free();
+        }
     }
 }
 
@@ -287,5 +401,34 @@ mod tests {
         assert_eq!(Arena::effective_capacity(9), 16);
         assert_eq!(Arena::effective_capacity(usize::MAX), MAX_CAPACITY);
         assert!(MAX_CAPACITY <= u32::MAX as usize);
+    }
+
+    #[test]
+    fn a_dropped_pooled_arena_serves_the_next_one() {
+        let pool = Arc::new(ArenaPool::default());
+        let a = Arena::pooled(4096, &pool);
+        let first = a.ptr;
+        assert_eq!(pool.spare_bytes(), 0);
+        drop(a);
+        assert_eq!(pool.spare_bytes(), 4096);
+        // A little smaller asked for: the spare serves, at its own size.
+        let b = Arena::pooled(4000, &pool);
+        assert_eq!((b.ptr, b.capacity()), (first, 4096));
+        assert_eq!(pool.spare_bytes(), 0);
+        // Two dropped at once: the larger one is kept.
+        let c = Arena::pooled(8192, &pool);
+        drop(b);
+        drop(c);
+        assert_eq!(pool.spare_bytes(), 8192);
+        // Far smaller asked for: the spare is freed rather than kept for a
+        // memtable a quarter its size, and a new allocation is made.
+        let d = Arena::pooled(1024, &pool);
+        assert_eq!(d.capacity(), 1024);
+        assert_eq!(pool.spare_bytes(), 0);
+        // Too small for what is asked: freed as well.
+        drop(d);
+        let e = Arena::pooled(2048, &pool);
+        assert_eq!(e.capacity(), 2048);
+        assert_eq!(pool.spare_bytes(), 0);
     }
 }

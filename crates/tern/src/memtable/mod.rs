@@ -29,6 +29,7 @@ use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ, TRAILER_LEN};
 use crate::iter::InternalIterator;
 
 use arena::Arena;
+pub use arena::ArenaPool;
 use filter::MemFilter;
 use index::{Lookup, MemIndex};
 use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
@@ -95,7 +96,18 @@ impl MemTable {
     /// and capped just below 4 GiB (offsets are 32-bit); see
     /// [`MemTable::arena_capacity`].
     pub fn new(arena_capacity: usize) -> MemTable {
-        let list = SkipList::new(arena_capacity);
+        Self::with_list(SkipList::new(arena_capacity))
+    }
+
+    /// Like [`MemTable::new`], but the arena reuses the allocation of an
+    /// earlier memtable that `pool` kept, and goes back to `pool` when this
+    /// memtable is dropped: a store's memtables follow one another, and
+    /// reusing one's memory spares the next one's page faults.
+    pub fn pooled(arena_capacity: usize, pool: &Arc<ArenaPool>) -> MemTable {
+        Self::with_list(SkipList::pooled(arena_capacity, pool))
+    }
+
+    fn with_list(list: SkipList) -> MemTable {
         // Sized from the arena as capped, not as asked for.
         let capacity = list.capacity();
         MemTable {

@@ -49,7 +49,9 @@ use std::cmp::Ordering as CmpOrdering;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use super::arena::{align_up, Arena};
+use std::sync::Arc;
+
+use super::arena::{align_up, Arena, ArenaPool, ALIGN};
 use crate::format::internal_key::{self, TRAILER_LEN};
 
 /// Tallest node.
@@ -498,17 +500,35 @@ impl SkipList {
     /// An empty list in an arena of `capacity` bytes (at least room for the
     /// head node).
     pub(crate) fn new(capacity: usize) -> SkipList {
-        let arena = Arena::new(capacity.max(HEAD_REGION));
+        Self::in_arena(Arena::new(capacity.max(HEAD_REGION)))
+    }
+
+    /// An empty list in an arena taken from `pool` (see [`ArenaPool`]).
+    pub(crate) fn pooled(capacity: usize, pool: &Arc<ArenaPool>) -> SkipList {
+        Self::in_arena(Arena::pooled(capacity.max(HEAD_REGION), pool))
+    }
+
+    fn in_arena(arena: Arena) -> SkipList {
         let start = arena.allocate(HEAD_REGION);
         // The arena is fresh and at least HEAD_REGION bytes long, so the
-        // region lands at offset 0 and the head at `HEAD` (invariant 4). Its
-        // header (zero lengths) and links (null) are already zero.
+        // region lands at offset 0 and the head at `HEAD` (invariant 4).
         assert_eq!(start, Some(0), "head node must be the first allocation");
-        SkipList {
+        // A reused allocation holds old bytes: write the null guard, the
+        // head's header (zero lengths) and its links (null). The list is not
+        // shared yet.
+        // SAFETY: `[0, HEAD + HEADER_LEN)` is the start of the region just
+        // allocated, unpublished, and holds no link word.
+        unsafe { arena.write(0, &[0; HEAD as usize + HEADER_LEN]) };
+        let list = SkipList {
             arena,
             max_height: AtomicUsize::new(1),
             len: AtomicUsize::new(0),
+        };
+        let nodes = Nodes::new(&list.arena, HEAD, MAX_HEIGHT);
+        for level in 0..MAX_HEIGHT {
+            nodes.link(HEAD, level).store(0, Ordering::Relaxed);
         }
+        list
     }
 
     /// The arena's capacity.
@@ -555,8 +575,9 @@ impl SkipList {
     /// plain bytes only races with writes, and none remain).
     pub(crate) unsafe fn raw_bytes(&self, len: usize) -> &[u8] {
         debug_assert!(len <= self.used());
-        // SAFETY: `[0, used)` is allocated and initialised (zeroed, then
-        // written); by the contract nothing writes it any more.
+        // SAFETY: `[0, used)` is allocated and initialised (every region is
+        // written whole before it is published); by the contract nothing
+        // writes it any more.
         unsafe { self.arena.bytes(0, len) }
     }
 
@@ -681,6 +702,16 @@ impl SkipList {
             self.arena.write(k, user_key);
             self.arena.write(k + user_key.len(), &trailer.to_le_bytes());
             self.arena.write(k + ikey_len, value);
+            // The padding too: a copy of the arena's bytes (the memory
+            // tier's) must not carry what a reused allocation held.
+            let end = k + ikey_len + value.len();
+            self.arena.write(end, &[0; ALIGN][..start + size - end]);
+        }
+        // Links are null until the node is linked (a reused allocation
+        // holds old bytes there). Unpublished, so Relaxed suffices.
+        let nodes = self.nodes();
+        for level in 0..height {
+            nodes.link(node, level).store(0, Ordering::Relaxed);
         }
 
         let mut max = self.max_height.load(Ordering::Relaxed);
