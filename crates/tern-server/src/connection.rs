@@ -24,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::commands::{execute, execute_from_memory, Access, Session};
+use crate::exec::committer::JobDone;
 use crate::exec::{run_bounded, Class, Exec, Request};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
 use crate::resp::{Limits, Parser, Reply};
@@ -298,13 +299,16 @@ async fn run_requests(
             Class::Write => {
                 let n = requests.iter().take_while(|r| r.class == class).count();
                 let run: VecDeque<Request> = requests.drain(..n).collect();
-                let (s, rest, mut replies) = exec
+                let done = exec
                     .committer
                     .run(state.clone(), session, run)
                     .await
                     .ok_or(Close::Gone)?;
-                session = s;
-                put_back(requests, rest);
+                session = done.session;
+                put_back(requests, done.rest);
+                let mut replies = done.replies;
+                // Freed here, where they were allocated.
+                drop(done.ran);
                 // A node frozen or cut off between its commit and here may
                 // have lost its slots meanwhile: the write is not
                 // acknowledged, and not retryable either (it did apply
@@ -492,7 +496,9 @@ async fn pull(
         .pulled_keys
         .fetch_add(records.len() as u64, std::sync::atomic::Ordering::Relaxed);
     let import = VecDeque::from([Request::new(crate::cluster::migrate::import_args(records))]);
-    let (session, _, replies) = exec
+    let JobDone {
+        session, replies, ..
+    } = exec
         .committer
         .run(state.clone(), session, import)
         .await

@@ -128,12 +128,12 @@ fn internal_session(state: &State) -> Session {
 /// Runs `args` on the committer; its reply.
 async fn write(state: &Arc<State>, exec: &Exec, args: Vec<Vec<u8>>) -> Result<Reply, String> {
     let req = VecDeque::from([Request::new(args)]);
-    let (_, _, replies) = exec
+    let done = exec
         .committer
         .run(state.clone(), internal_session(state), req)
         .await
         .ok_or("the server is stopping")?;
-    match replies.into_iter().next() {
+    match done.replies.into_iter().next() {
         Some(Reply::Error(e)) => Err(e),
         Some(r) => Ok(r),
         None => Err("no reply".into()),
