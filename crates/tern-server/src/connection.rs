@@ -114,6 +114,8 @@ async fn run(
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut requests: VecDeque<Request> = VecDeque::new();
+    // Requests that have run, their buffers going back to the parser.
+    let mut ran: Vec<Request> = Vec::new();
     let mut shutdown = state.shutdown_signal();
     let stall = secs(cfg.stall_timeout);
     let idle = secs(cfg.timeout);
@@ -144,8 +146,20 @@ async fn run(
                 break;
             }
             let was_authed = session.authed;
-            session =
-                run_requests(state, exec, session, &mut requests, &mut out, sock, stall).await?;
+            session = run_requests(
+                state,
+                exec,
+                session,
+                &mut requests,
+                &mut ran,
+                &mut out,
+                sock,
+                stall,
+            )
+            .await?;
+            for r in ran.drain(..) {
+                parser.recycle(r.args);
+            }
             if session.authed && !was_authed {
                 parser.set_limits(full_limits);
             }
@@ -224,11 +238,13 @@ async fn run(
 /// consecutive writes to the committer as one job. A job whose replies grow
 /// past [`crate::exec::JOB_REPLY_BYTES`] hands back the rest, which runs after its
 /// replies are written.
+#[allow(clippy::too_many_arguments)]
 async fn run_requests(
     state: &Arc<State>,
     exec: &Exec,
     mut session: Session,
     requests: &mut VecDeque<Request>,
+    ran: &mut Vec<Request>,
     out: &mut Vec<u8>,
     sock: &mut TcpStream,
     stall: Option<Duration>,
@@ -275,13 +291,17 @@ async fn run_requests(
                 // From memory here, sparing two thread hand-offs; the first
                 // read that would wait on the device goes, with the reads
                 // after it, to the read pool.
-                let replies = run_bounded(requests, |req| {
-                    (req.class == Class::PointRead)
-                        .then(|| execute_from_memory(state, &mut session, &req.args))
-                        .flatten()
-                });
+                let replies = run_bounded(
+                    requests,
+                    |req| {
+                        (req.class == Class::PointRead)
+                            .then(|| execute_from_memory(state, &mut session, &req.args))
+                            .flatten()
+                    },
+                    ran,
+                );
                 let mut replies = if replies.is_empty() {
-                    let (s, replies) = read_on_pool(state, exec, session, requests).await?;
+                    let (s, replies) = read_on_pool(state, exec, session, requests, ran).await?;
                     session = s;
                     replies
                 } else {
@@ -306,9 +326,8 @@ async fn run_requests(
                     .ok_or(Close::Gone)?;
                 session = done.session;
                 put_back(requests, done.rest);
+                ran.extend(done.ran);
                 let mut replies = done.replies;
-                // Freed here, where they were allocated.
-                drop(done.ran);
                 // A node frozen or cut off between its commit and here may
                 // have lost its slots meanwhile: the write is not
                 // acknowledged, and not retryable either (it did apply
@@ -541,21 +560,26 @@ async fn read_on_pool(
     exec: &Exec,
     session: Session,
     requests: &mut VecDeque<Request>,
+    ran: &mut Vec<Request>,
 ) -> Result<(Session, Vec<Reply>), Close> {
     let n = requests.iter().take_while(|r| r.class.reads()).count();
     let mut run: VecDeque<Request> = requests.drain(..n).collect();
+    let mut done = std::mem::take(ran);
     let st = state.clone();
-    let (session, rest, replies) = exec
+    let (session, rest, replies, done) = exec
         .readers
         .run(move || {
             let mut session = session;
-            let replies = run_bounded(&mut run, |req| {
-                Some(execute(&st, &mut session, &req.args, Access::Read))
-            });
-            (session, run, replies)
+            let replies = run_bounded(
+                &mut run,
+                |req| Some(execute(&st, &mut session, &req.args, Access::Read)),
+                &mut done,
+            );
+            (session, run, replies, done)
         })
         .await
         .ok_or(Close::Gone)?;
+    *ran = done;
     put_back(requests, rest);
     Ok((session, replies))
 }

@@ -116,10 +116,12 @@ fn classify(cmd: Option<usize>, args: &[Vec<u8>]) -> Class {
 
 /// Runs requests from the front of `run` while `one` answers them, until
 /// their replies reach [`JOB_REPLY_BYTES`]; the request `one` declines
-/// (`None`) stays at the front, as do those not reached.
+/// (`None`) stays at the front, as do those not reached. The requests run
+/// go to `ran`.
 pub fn run_bounded(
     run: &mut VecDeque<Request>,
     mut one: impl FnMut(&Request) -> Option<Reply>,
+    ran: &mut Vec<Request>,
 ) -> Vec<Reply> {
     let mut replies = Vec::new();
     let mut bytes = 0;
@@ -127,7 +129,7 @@ pub fn run_bounded(
         let Some(reply) = run.front().and_then(&mut one) else {
             break;
         };
-        run.pop_front();
+        ran.extend(run.pop_front());
         bytes += reply.size_hint();
         replies.push(reply);
     }

@@ -208,3 +208,53 @@ fn random_bytes_never_panic() {
         let _ = parse_all(&input, (x % 7) as usize + 1);
     }
 }
+
+/// Requests parsed into the buffers of earlier ones read exactly as if
+/// parsed fresh (no byte of an earlier, longer argument shows), in any
+/// chunking, and the parser keeps no more than its bound of buffers.
+#[test]
+fn recycled_buffers_carry_nothing_over() {
+    let mut input = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..200usize {
+        let key = format!("key-{}", "k".repeat(i % 37));
+        let value = vec![b'a' + (i % 26) as u8; (i * 97) % 5000];
+        input.extend_from_slice(
+            format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n", key.len()).as_bytes(),
+        );
+        input.extend_from_slice(format!("${}\r\n", value.len()).as_bytes());
+        input.extend_from_slice(&value);
+        input.extend_from_slice(b"\r\n");
+        want.push(vec![b"SET".to_vec(), key.into_bytes(), value]);
+        // A GET with a short key after a long value.
+        input.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+        want.push(vec![b"GET".to_vec(), b"k".to_vec()]);
+    }
+    for chunk in [1, 7, 64, 4096, input.len()] {
+        let mut p = Parser::new(Limits::default());
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        for piece in input.chunks(chunk) {
+            buf.extend_from_slice(piece);
+            loop {
+                let step = p.parse(&buf).unwrap();
+                buf.drain(..step.consumed);
+                let Some(r) = step.request else {
+                    if step.consumed == 0 {
+                        break;
+                    }
+                    continue;
+                };
+                got.push(r.clone());
+                p.recycle(r);
+                assert!(p.spare_bytes <= SPARE_BYTES);
+                assert_eq!(
+                    p.spare_bytes,
+                    p.spare_args.iter().map(Vec::capacity).sum::<usize>()
+                );
+                assert!(p.spare_lists.len() <= SPARE_LISTS);
+            }
+        }
+        assert_eq!(got, want, "chunk {chunk}");
+    }
+}
