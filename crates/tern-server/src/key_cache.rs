@@ -16,12 +16,15 @@
 //! the engine again when next written.
 //!
 //! Entries are found by a 128-bit keyed fingerprint of the key (SipHash-1-3
-//! twice, under two random keys) instead of the key itself: a lookup then
+//! under one random key, of the key followed by 0 and by 1) instead of the
+//! key itself: a lookup then
 //! touches the map's slot and nothing else, where a stored key was one more
 //! cache miss (a profile of pipelined random `SET`s had a quarter of the
 //! committer in this lookup). Clients choose the keys but never see the
-//! hash keys, so they cannot aim at a collision; by chance, two keys among
-//! a million share a fingerprint with probability about 2^-89.
+//! hash key, so they cannot aim at a collision. Taking SipHash as the
+//! pseudorandom function it is designed to be, the two halves of distinct
+//! keys' fingerprints agree by chance with probability 2^-128 per pair,
+//! about 2^-89 among a million keys.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -29,13 +32,15 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use crate::store::KeyState;
 
-/// Memory the cache may use by default: about 1.4 million keys (each
-/// costs [`ENTRY_BYTES`]).
+/// Memory the cache may use by default: about a million keys (each
+/// counted as [`ENTRY_BYTES`]).
 pub const DEFAULT_CAPACITY: usize = 64 << 20;
 
-/// Bytes one entry costs: its fingerprint, the state, and the map's
-/// control byte and spare room, rounded up.
-const ENTRY_BYTES: usize = 48;
+/// Bytes one entry is counted as: its 48-byte slot (the fingerprint and
+/// the state) and control byte, and the room a hash map keeps free after
+/// it grows (up to half its slots). Approximate: just after growing, the
+/// map holds up to twice its entries' slots.
+const ENTRY_BYTES: usize = 64;
 
 /// A key's 128-bit keyed fingerprint.
 type Fingerprint = u128;
@@ -65,8 +70,8 @@ impl Hasher for FingerprintHasher {
 #[derive(Debug)]
 pub struct KeyCache {
     map: HashMap<Fingerprint, KeyState, BuildHasherDefault<FingerprintHasher>>,
-    /// The two halves of the fingerprint, keyed independently.
-    keys: (RandomState, RandomState),
+    /// The fingerprint's random key.
+    key: RandomState,
     generation: u32,
     bytes: usize,
     capacity: usize,
@@ -83,7 +88,7 @@ impl KeyCache {
     pub fn new(capacity: usize) -> Self {
         KeyCache {
             map: HashMap::default(),
-            keys: (RandomState::new(), RandomState::new()),
+            key: RandomState::new(),
             generation: 0,
             bytes: 0,
             capacity,
@@ -109,8 +114,8 @@ impl KeyCache {
     }
 
     fn fingerprint(&self, key: &[u8]) -> Fingerprint {
-        let hi = self.keys.0.hash_one(key);
-        let lo = self.keys.1.hash_one(key);
+        let hi = self.key.hash_one((key, 0u8));
+        let lo = self.key.hash_one((key, 1u8));
         (u128::from(hi) << 64) | u128::from(lo)
     }
 

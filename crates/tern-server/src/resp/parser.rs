@@ -84,7 +84,8 @@ pub struct Parser {
     /// Argument buffers of finished requests, for the next ones (see
     /// [`Parser::recycle`]).
     spare_args: Vec<Vec<u8>>,
-    /// Their capacities, summed (at most [`SPARE_BYTES`]).
+    /// What the spare buffers and lists hold, counted by [`spare_cost`]
+    /// (at most [`SPARE_BYTES`]).
     spare_bytes: usize,
     /// Argument lists of finished requests.
     spare_lists: Vec<Args>,
@@ -93,10 +94,20 @@ pub struct Parser {
 /// Bytes of argument buffers a parser keeps for reuse: enough for a
 /// pipeline of small commands, little beside thousands of connections.
 const SPARE_BYTES: usize = 16 << 10;
-/// Argument lists a parser keeps for reuse.
-const SPARE_LISTS: usize = 32;
 /// Longest argument list kept for reuse.
 const SPARE_LIST_LEN: usize = 64;
+
+/// Memory a spare buffer of `capacity` bytes (or a spare list of
+/// `capacity` arguments, at [`ARG_HEADER`] bytes each) costs: its bytes,
+/// at least the allocator's smallest block, plus its own header in the
+/// list that keeps it. A request of thousands of one-byte arguments must
+/// not leave thousands of spare buffers behind.
+fn spare_cost(capacity: usize) -> usize {
+    capacity.max(16) + ARG_HEADER
+}
+
+/// Bytes of one argument's `Vec` header.
+const ARG_HEADER: usize = std::mem::size_of::<Vec<u8>>();
 
 impl Parser {
     /// A parser with `limits`.
@@ -116,18 +127,21 @@ impl Parser {
     /// Takes back the arguments of a request that has run, so the next
     /// requests parse into their buffers: a pipelined `SET` otherwise costs
     /// four allocations and four frees on the connection's thread. Keeps at
-    /// most [`SPARE_BYTES`] of buffers and drops the rest.
+    /// most [`SPARE_BYTES`] of buffers and lists, all costs counted
+    /// ([`spare_cost`]), and drops the rest.
     pub fn recycle(&mut self, mut args: Args) {
         for mut a in args.drain(..) {
-            let cap = a.capacity();
-            if cap == 0 || self.spare_bytes + cap > SPARE_BYTES {
+            let cost = spare_cost(a.capacity());
+            if a.capacity() == 0 || self.spare_bytes + cost > SPARE_BYTES {
                 continue;
             }
             a.clear();
-            self.spare_bytes += cap;
+            self.spare_bytes += cost;
             self.spare_args.push(a);
         }
-        if self.spare_lists.len() < SPARE_LISTS && args.capacity() <= SPARE_LIST_LEN {
+        let cost = spare_cost(args.capacity() * ARG_HEADER);
+        if args.capacity() <= SPARE_LIST_LEN && self.spare_bytes + cost <= SPARE_BYTES {
+            self.spare_bytes += cost;
             self.spare_lists.push(args);
         }
     }
@@ -136,7 +150,7 @@ impl Parser {
     fn arg(&mut self, bytes: &[u8]) -> Vec<u8> {
         match self.spare_args.pop() {
             Some(mut a) => {
-                self.spare_bytes -= a.capacity();
+                self.spare_bytes -= spare_cost(a.capacity());
                 a.extend_from_slice(bytes);
                 a
             }
@@ -202,6 +216,7 @@ impl Parser {
             let want = (n as usize).min(1024);
             self.args = match self.spare_lists.pop() {
                 Some(mut list) => {
+                    self.spare_bytes -= spare_cost(list.capacity() * ARG_HEADER);
                     list.reserve(want);
                     list
                 }

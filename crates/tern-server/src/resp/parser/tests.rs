@@ -247,14 +247,50 @@ fn recycled_buffers_carry_nothing_over() {
                 };
                 got.push(r.clone());
                 p.recycle(r);
-                assert!(p.spare_bytes <= SPARE_BYTES);
-                assert_eq!(
-                    p.spare_bytes,
-                    p.spare_args.iter().map(Vec::capacity).sum::<usize>()
-                );
-                assert!(p.spare_lists.len() <= SPARE_LISTS);
+                assert_spare_within_bounds(&p);
             }
         }
         assert_eq!(got, want, "chunk {chunk}");
     }
+}
+
+/// What the parser keeps spare, counted in full, against its bound.
+fn assert_spare_within_bounds(p: &Parser) {
+    let header = std::mem::size_of::<Vec<u8>>();
+    let held: usize = p
+        .spare_args
+        .iter()
+        .map(|a| a.capacity().max(16) + header)
+        .chain(
+            p.spare_lists
+                .iter()
+                .map(|l| (l.capacity() * header).max(16) + header),
+        )
+        .sum();
+    assert_eq!(p.spare_bytes, held);
+    assert!(held <= SPARE_BYTES, "{held} bytes kept spare");
+}
+
+/// Regression: only the buffers' capacities were counted, so one request
+/// of thousands of one-byte arguments left thousands of spare buffers
+/// (their headers and smallest blocks uncounted), about 40 times the
+/// bound, held for as long as the connection lived.
+#[test]
+fn many_tiny_arguments_leave_no_more_than_the_bound_spare() {
+    let n = 16_384;
+    let mut input = format!("*{}\r\n$4\r\nSADD\r\n", n + 1).into_bytes();
+    for _ in 0..n {
+        input.extend_from_slice(b"$1\r\nx\r\n");
+    }
+    let mut p = Parser::new(Limits::default());
+    let step = p.parse(&input).unwrap();
+    assert_eq!(step.consumed, input.len());
+    let args = step.request.unwrap();
+    assert_eq!(args.len(), n + 1);
+    p.recycle(args);
+    assert_spare_within_bounds(&p);
+    // Reused, they come back out of the count.
+    let step = p.parse(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").unwrap();
+    assert_eq!(step.request.unwrap(), vec![b"GET".to_vec(), b"k".to_vec()]);
+    assert_spare_within_bounds(&p);
 }
