@@ -555,13 +555,23 @@ fn add_all_matches_model() {
         let n = 3000;
         let model = fill_random_groups(&m, &mut rng, n);
         assert_eq!(m.len(), n, "seed {seed}");
-        let want = rows(&model);
-        assert_eq!(collect_forward(&m), want, "seed {seed}");
-        assert_eq!(collect_backward(&m), want, "seed {seed}");
-        for (k, v) in &model {
-            let p = parse(&k.0).unwrap();
-            assert_eq!(m.get(p.user_key, p.seq), Some((p.seq, p.kind, &v[..])));
-        }
+        assert_matches_model(&m, &model, &format!("seed {seed}"));
+    }
+}
+
+/// Both iterators give the model's rows, and `get` finds every version
+/// the model holds at its own sequence number.
+fn assert_matches_model(m: &Arc<MemTable>, model: &BTreeMap<IKey, Vec<u8>>, what: &str) {
+    let want = rows(model);
+    assert_eq!(collect_forward(m), want, "{what}");
+    assert_eq!(collect_backward(m), want, "{what}");
+    for (k, v) in model {
+        let p = parse(&k.0).unwrap();
+        assert_eq!(
+            m.get(p.user_key, p.seq),
+            Some((p.seq, p.kind, &v[..])),
+            "{what}"
+        );
     }
 }
 
@@ -891,13 +901,7 @@ fn a_memtable_in_a_reused_arena_holds_only_its_own_entries() {
                 model
             }
         };
-        let want = rows(&model);
-        assert_eq!(collect_forward(&m), want, "round {round}");
-        assert_eq!(collect_backward(&m), want, "round {round}");
-        for (k, v) in &model {
-            let p = parse(&k.0).unwrap();
-            assert_eq!(m.get(p.user_key, p.seq), Some((p.seq, p.kind, &v[..])));
-        }
+        assert_matches_model(&m, &model, &format!("round {round}"));
         // SAFETY: no insert runs any more.
         let bytes = unsafe { m.list.raw_bytes(m.list.used()) };
         let mut at = HEAD_REGION;
