@@ -202,11 +202,7 @@ impl Shared {
     /// nor may a read that raced the close cache them again).
     pub fn release_cached_super_versions(&self) {
         self.sv_cache.close();
-        {
-            let _current = self.current.lock();
-            self.sv_cache.bump();
-        }
-        drop(self.sv_cache.scrape());
+        self.empty_sv_cache();
     }
 
     /// Once the open-file set has had to close a reader for room, readers
@@ -214,12 +210,19 @@ impl Shared {
     /// keeping them and releases those kept (the set calls this).
     pub fn stop_keeping_readers(&self) {
         if self.sv_cache.stop_keeping_readers() {
-            {
-                let _current = self.current.lock();
-                self.sv_cache.bump();
-            }
-            drop(self.sv_cache.scrape());
+            self.empty_sv_cache();
         }
+    }
+
+    /// Drops what every thread's slot holds: the generation moves on under
+    /// `current` (as an install does), so a pin taken before puts nothing
+    /// back, then the slots are scraped.
+    fn empty_sv_cache(&self) {
+        {
+            let _current = self.current.lock();
+            self.sv_cache.bump();
+        }
+        drop(self.sv_cache.scrape());
     }
 
     /// The current super version for one read, from this thread's cache
