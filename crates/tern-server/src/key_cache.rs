@@ -73,8 +73,8 @@ pub struct KeyCache {
     /// The fingerprint's random key.
     key: RandomState,
     generation: u32,
-    bytes: usize,
-    capacity: usize,
+    /// Entries it may hold: its capacity over [`ENTRY_BYTES`].
+    max_entries: usize,
 }
 
 impl Default for KeyCache {
@@ -90,8 +90,7 @@ impl KeyCache {
             map: HashMap::default(),
             key: RandomState::new(),
             generation: 0,
-            bytes: 0,
-            capacity,
+            max_entries: capacity / ENTRY_BYTES,
         }
     }
 
@@ -122,7 +121,6 @@ impl KeyCache {
     /// Forgets everything (a commit failed).
     pub fn clear(&mut self) {
         self.map.clear();
-        self.bytes = 0;
     }
 
     /// Records states that committed in `generation`; a new generation
@@ -142,31 +140,25 @@ impl KeyCache {
                 *s = state;
                 continue;
             }
-            if ENTRY_BYTES > self.capacity {
+            if self.max_entries == 0 {
                 continue;
             }
-            if self.bytes + ENTRY_BYTES > self.capacity {
+            if self.map.len() >= self.max_entries {
                 self.evict_half();
             }
             self.map.insert(fp, state);
-            self.bytes += ENTRY_BYTES;
         }
     }
 
     /// Drops every other entry in iteration order (arbitrary, since the
-    /// hasher is randomly keyed). Refilling takes as many inserts as were
-    /// dropped, so eviction costs O(1) per insert over time.
+    /// fingerprints are randomly keyed). Refilling takes as many inserts as
+    /// were dropped, so eviction costs O(1) per insert over time.
     fn evict_half(&mut self) {
         let mut keep = false;
-        let mut freed = 0;
         self.map.retain(|_, _| {
             keep = !keep;
-            if !keep {
-                freed += ENTRY_BYTES;
-            }
             keep
         });
-        self.bytes -= freed;
     }
 }
 
@@ -219,7 +211,11 @@ mod tests {
         let mut c = KeyCache::new(cap);
         for i in 0..10_000u64 {
             c.extend(1, [(i.to_be_bytes().to_vec(), live(Some(i)))]);
-            assert!(c.bytes <= cap, "{} bytes after {i} inserts", c.bytes);
+            assert!(
+                c.len() * ENTRY_BYTES <= cap,
+                "{} entries after {i} inserts",
+                c.len()
+            );
             assert_eq!(c.get(1, &i.to_be_bytes()), Some(live(Some(i))));
         }
         assert!(
