@@ -412,6 +412,17 @@ pub fn engine_gauges(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)> 
             "Bytes of a flushed memtable's arena kept for the next memtable.",
             e.spare_memtable_bytes,
         ),
+        ("blob_bytes", "Bytes in blob files.", e.blob_bytes),
+        (
+            "blob_live_bytes",
+            "Bytes of blob records not known to be dead.",
+            e.blob_live_bytes,
+        ),
+        (
+            "blob_hidden_garbage_bytes",
+            "Estimated bytes of blob records shadowed from L0, not yet marked dead.",
+            e.blob_hidden_garbage_bytes,
+        ),
         ("last_sequence", "Last sequence number.", e.last_sequence),
         ("snapshots", "Open snapshots.", e.snapshots as u64),
         (

@@ -899,3 +899,81 @@ fn gc_output_the_version_refuses_is_not_installed_and_writes_go_on() {
     let db = Db::open(DIR, manual_opts(fs.clone())).unwrap();
     assert_half_dead_keys_intact(&db);
 }
+
+/// Blob records (not bytes: file framing aside) over the keys' count.
+fn record_amp(db: &Db, keys: u64) -> f64 {
+    let records: u64 = db.stats().blob_files.iter().map(|b| b.records).sum();
+    records as f64 / keys as f64
+}
+
+/// Regression: records shadowed by newer versions still in L0 passed for
+/// live until L0 reached its file-count trigger, so under updates the
+/// store sat well over `gc_space_amp_limit` with GC unable to see why.
+#[test]
+fn garbage_hidden_in_l0_is_revealed_by_an_early_compaction() {
+    let fs = MemFs::new();
+    // Background compaction on, L0's trigger out of reach (100 files); GC
+    // only when asked, and only over the limit (the ratio is 0.9).
+    let opts = manual_opts(fs.clone()).tune(|s| {
+        s.gc_garbage_ratio = 0.9;
+        s.gc_space_amp_limit = Some(1.25);
+    });
+    let db = Db::open(DIR, opts.clone()).unwrap();
+    let mut latest = vec![0u32; 400];
+    let mut write = |db: &Db, keys: std::ops::Range<u32>, round: u32| {
+        for i in keys {
+            db.put(&key(i), &value(i, round)).unwrap();
+            latest[i as usize] = round;
+        }
+        db.flush().unwrap();
+        db.wait_for_background().unwrap();
+    };
+    let dead = |db: &Db| -> u64 { db.stats().blob_files.iter().map(|b| b.dead_records).sum() };
+    // Four blob files of 100 records, one per flush: new keys, nothing
+    // shadowed, so L0 keeps all four.
+    for f in 0..4 {
+        write(&db, f * 100..(f + 1) * 100, 0);
+    }
+    assert_eq!(db.stats().levels[0].files, 4);
+    db.compact_range(None, None).unwrap();
+    // The first file overwritten whole: compacting L0 teaches the store
+    // what an L0 entry shadows, and the dead file goes.
+    write(&db, 0..100, 1);
+    db.compact_range(None, None).unwrap();
+    db.collect_garbage().unwrap();
+    assert_eq!(record_amp(&db, 400), 1.0);
+    // 40% of the third file dead and marked: 440 records for 400 keys, 1.1.
+    write(&db, 200..240, 2);
+    db.compact_range(None, None).unwrap();
+    assert_eq!(db.collect_garbage().unwrap(), 0, "1.1 is under the limit");
+    assert_eq!(dead(&db), 40);
+    // 90 more overwrites flushed to L0: 530 records for 400 keys, 1.33,
+    // though the marked garbage alone says 530 / 490 = 1.08. Background
+    // compaction merges L0 long before its trigger and marks them.
+    write(&db, 100..190, 3);
+    let st = db.stats();
+    assert_eq!(st.levels[0].files, 0, "L0 should have been compacted");
+    assert_eq!(st.blob_hidden_garbage_bytes, 0);
+    assert_eq!(dead(&db), 130);
+    // Now GC can free them: the second file is 90% dead.
+    assert!(db.collect_garbage().unwrap() >= 1);
+    let amp = record_amp(&db, 400);
+    assert!(amp <= 1.25, "{amp:.3} records per key after GC");
+    check_all(&db, &latest, "after the early compaction and GC");
+    // New keys shadow nothing: once an L0 compaction has seen that, L0
+    // fills to its trigger again.
+    let mut latest_new = latest.clone();
+    latest_new.resize(800, 0);
+    for f in 4..8 {
+        for i in f * 100..(f + 1) * 100 {
+            db.put(&key(i), &value(i, 0)).unwrap();
+        }
+        db.flush().unwrap();
+        if f == 4 {
+            db.compact_range(None, None).unwrap();
+        }
+    }
+    db.wait_for_background().unwrap();
+    assert_eq!(db.stats().levels[0].files, 3);
+    reopen_compact_and_check(db, opts, &latest_new);
+}

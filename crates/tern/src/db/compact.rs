@@ -12,6 +12,27 @@ use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::options::NUM_LEVELS;
 
 impl Shared {
+    /// Estimated bytes of blob records that versions in L0 shadow and no
+    /// compaction has marked dead yet: L0's entries times what the last L0
+    /// compaction found dead per entry. Zero until one has run since open,
+    /// and near zero while new keys are inserted.
+    pub fn hidden_garbage(&self, v: &crate::version::Version) -> u64 {
+        let per_entry = f64::from_bits(self.l0_shadow.load(Ordering::Relaxed));
+        let entries: u64 = v.levels[0].iter().map(|f| f.num_entries).sum();
+        (entries as f64 * per_entry) as u64
+    }
+
+    /// Learns from a compaction of L0 that merged `entries` L0 entries and
+    /// found `dead_bytes` of blob records dead. The last one alone counts:
+    /// it averages over all of L0 already, and a change of workload (a load
+    /// after updates) shows at once.
+    pub(super) fn observe_l0_compaction(&self, entries: u64, dead_bytes: u64) {
+        if entries > 0 {
+            let per_entry = dead_bytes as f64 / entries as f64;
+            self.l0_shadow.store(per_entry.to_bits(), Ordering::Relaxed);
+        }
+    }
+
     /// Picks and runs one background compaction. Returns whether one ran.
     pub fn compact_one(&self) -> Result<bool> {
         if self.opts.disable_auto_compactions {
@@ -28,6 +49,7 @@ impl Shared {
                 version: &version,
                 opts: &self.opts,
                 compact_pointers: &state.versions.compact_pointers,
+                hidden_garbage: self.hidden_garbage(&version),
             })
         };
         match plan {
@@ -87,6 +109,11 @@ impl Shared {
                     .push((plan.output_level as u32, (**f).clone()));
             }
             self.install(edit, false, &[])?;
+            if plan.level == 0 {
+                // Nothing below overlaps it: its entries shadow nothing.
+                let entries = plan.inputs.iter().map(|f| f.num_entries).sum();
+                self.observe_l0_compaction(entries, 0);
+            }
             Counters::add(&self.counters.trivial_moves, 1);
             Counters::add(&self.counters.compactions, 1);
             return Ok(());
@@ -111,7 +138,11 @@ impl Shared {
         }
         // On failure the outputs stay: the manifest record naming them may
         // be durable. The next open removes them if it is not.
-        self.install(edit, true, &output.dead_refs)?;
+        let dead_bytes = self.install(edit, true, &output.dead_refs)?;
+        if plan.level == 0 {
+            let entries = plan.inputs.iter().map(|f| f.num_entries).sum();
+            self.observe_l0_compaction(entries, dead_bytes);
+        }
         Counters::add(&self.counters.compaction_bytes_read, output.bytes_read);
         Counters::add(
             &self.counters.compaction_bytes_written,
@@ -223,13 +254,13 @@ impl Shared {
     /// blob refs a rewriting compaction dropped: they are resolved through
     /// the lineage current at install time (GC may have moved them while the
     /// job ran) and marked dead in the same edit, under the same lock, so no
-    /// GC install can slip in between.
+    /// GC install can slip in between. Returns the bytes newly marked dead.
     pub(super) fn install(
         &self,
         mut edit: VersionEdit,
         rewrite: bool,
         dead_refs: &[(u64, u32, u64)],
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let mut state = self.state.lock();
         edit.dead_ordinals =
             dead_ordinals(&state.versions.current(), &edit.blob_files_added, dead_refs);
@@ -238,13 +269,14 @@ impl Shared {
                 .load(Ordering::Acquire)
                 .max(state.versions.last_sequence),
         );
+        let dead_bytes = edit.dead_ordinals.iter().map(|d| d.bytes).sum();
         self.log_and_apply(&mut state, &mut edit)?;
         if rewrite {
             let obsolete: Vec<u64> = edit.deleted_files.iter().map(|&(_, n)| n).collect();
             state.obsolete_tables.extend(obsolete);
         }
         self.finish_install(state);
-        Ok(())
+        Ok(dead_bytes)
     }
 }
 

@@ -141,6 +141,9 @@ pub struct Shared {
     pub compaction_lock: Mutex<()>,
     /// Held while a GC job picks, runs and installs.
     pub gc_lock: Mutex<()>,
+    /// Blob bytes the last L0 compaction found dead per L0 entry it merged
+    /// (an `f64`'s bits), for the garbage L0 still hides.
+    pub l0_shadow: AtomicU64,
     /// The memory tier's memory, when it is on.
     pub tier: Option<Arc<crate::memtier::memory::TierMemory>>,
     /// Every tier view made, for the merge horizon.

@@ -490,6 +490,7 @@ impl Db {
         st.sst_bytes = sv.version.total_bytes();
         st.blob_bytes = sv.version.blob_bytes();
         st.blob_live_bytes = sv.version.blob_live_bytes();
+        st.blob_hidden_garbage_bytes = s.hidden_garbage(&sv.version);
         st.blob_files = sv
             .version
             .blob_files

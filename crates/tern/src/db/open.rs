@@ -140,6 +140,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         snapshots: Arc::new(SnapshotList::default()),
         compaction_lock: Mutex::new(()),
         gc_lock: Mutex::new(()),
+        l0_shadow: AtomicU64::new(0),
         tier,
         tier_views: Mutex::new(Vec::new()),
         tier_lock: Mutex::new(()),

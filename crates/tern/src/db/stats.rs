@@ -138,6 +138,10 @@ pub struct Stats {
     pub blob_bytes: u64,
     /// Bytes of blob records not known to be dead.
     pub blob_live_bytes: u64,
+    /// Estimated bytes of blob records that newer versions in L0 shadow,
+    /// not yet marked dead (only compaction marks them, and only then can
+    /// GC free them).
+    pub blob_hidden_garbage_bytes: u64,
     /// Per live blob file: size and garbage.
     pub blob_files: Vec<BlobFileStats>,
     /// Blob files retired by GC whose lineage is still needed.
@@ -360,10 +364,11 @@ impl std::fmt::Display for Stats {
         }
         writeln!(
             f,
-            "space amplification     {:.2} ({} blob files, {} lineage entries)",
+            "space amplification     {:.2} ({} blob files, {} lineage entries, ~{} garbage hidden in L0)",
             self.space_amplification(),
             self.blob_files.len(),
-            self.blob_lineage_entries
+            self.blob_lineage_entries,
+            self.blob_hidden_garbage_bytes
         )?;
         for (i, l) in self.levels.iter().enumerate() {
             if l.files > 0 {

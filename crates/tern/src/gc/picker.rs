@@ -8,21 +8,14 @@ use crate::version::{BlobFileState, Version};
 /// and, while the blob files are over `gc_space_amp_limit`, files under the
 /// ratio too until what they free brings the store back under the limit.
 pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
-    let (total, dead) = v.blob_files.values().fold((0u64, 0u64), |(t, d), b| {
-        (
-            t + b.meta.data_bytes,
-            d + b.dead_bytes.min(b.meta.data_bytes),
-        )
-    });
     // Bytes GC must free to bring total/live under the limit. Some file
     // then holds more than the floor's share of garbage: if every file held
-    // less, so would the whole.
+    // less, so would the whole. Garbage compaction has not marked yet does
+    // not count: GC cannot free it, and copying files with less garbage in
+    // its place costs more than the compaction that reveals it
+    // (`compaction::picker`).
     let (mut excess, floor) = match opts.gc_space_amp_limit {
-        Some(limit) => {
-            let live = (total - dead) as f64;
-            let excess = (total as f64 - live * limit).max(0.0) as u64;
-            (excess, 1.0 - 1.0 / limit)
-        }
+        Some(limit) => (v.blob_space_excess(limit, 0), 1.0 - 1.0 / limit),
         None => (0, f64::INFINITY),
     };
     let floor = if excess > 0 { floor } else { f64::INFINITY };

@@ -73,6 +73,21 @@ impl Version {
         out
     }
 
+    /// Blob record bytes over `limit` times the live ones, where `hidden`
+    /// bytes of the records not marked dead are dead all the same (shadowed
+    /// from L0): what GC must free to bring the blob files back under the
+    /// limit. Counts record bytes (`data_bytes`), not file framing.
+    pub fn blob_space_excess(&self, limit: f64, hidden: u64) -> u64 {
+        let (total, dead) = self.blob_files.values().fold((0u64, 0u64), |(t, d), b| {
+            (
+                t + b.meta.data_bytes,
+                d + b.dead_bytes.min(b.meta.data_bytes),
+            )
+        });
+        let live = total.saturating_sub(dead).saturating_sub(hidden) as f64;
+        (total as f64 - live * limit).max(0.0) as u64
+    }
+
     /// Bytes of all live blob files.
     pub fn blob_bytes(&self) -> u64 {
         self.blob_files.values().map(|b| b.meta.file_size).sum()
