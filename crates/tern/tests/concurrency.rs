@@ -377,21 +377,21 @@ fn readers_see_concurrent_batches_whole() {
     assert!(db.stats().flushes > 0, "no flush ran during the test");
 }
 
+/// A store with default options on a `FaultFs` over memory.
+fn fault_db() -> (Arc<Db>, Arc<tern::io::FaultFs>) {
+    let (_mem, fault) = common::fault_fs();
+    let opts = Options {
+        fs: fault.clone(),
+        ..Options::default()
+    };
+    (Arc::new(Db::open(DIR, opts).unwrap()), fault)
+}
+
 #[test]
 fn stats_and_reads_answer_while_a_synced_write_waits_on_fsync() {
     // A disk whose fsync takes 3 s. A server polls stats and serves reads
     // while writes are stuck; neither may wait for the WAL's fsync.
-    let (_mem, fault) = common::fault_fs();
-    let db = Arc::new(
-        Db::open(
-            DIR,
-            Options {
-                fs: fault.clone(),
-                ..Options::default()
-            },
-        )
-        .unwrap(),
-    );
+    let (db, fault) = fault_db();
     db.put(b"k", b"v").unwrap();
     fault.set_sync_delay(std::time::Duration::from_secs(3));
     let writer = {
@@ -425,6 +425,57 @@ fn stats_and_reads_answer_while_a_synced_write_waits_on_fsync() {
     writer.join().unwrap();
     fault.set_sync_delay(std::time::Duration::ZERO);
     assert_eq!(db.get(b"k2").unwrap().as_deref(), Some(&b"v2"[..]));
+}
+
+/// Regression: every write group took the state mutex, which an install
+/// holds while it syncs the manifest, so each flush, compaction and GC
+/// install held up all writes for a sync (the tail of an update-heavy
+/// workload).
+#[test]
+fn writes_that_fit_the_memtable_do_not_wait_for_an_install_to_sync_the_manifest() {
+    let (db, fault) = fault_db();
+    for i in 0..100u32 {
+        db.put(format!("a{i:03}").as_bytes(), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    // A disk whose syncs take 3 s: the compaction syncs its table, then
+    // its install syncs the manifest under the state mutex.
+    fault.set_sync_delay(std::time::Duration::from_secs(3));
+    let compaction = {
+        let db = db.clone();
+        std::thread::spawn(move || db.compact_range(None, None).unwrap())
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            // Writes all through the compaction: a fresh memtable has
+            // room for every one, so none needs the state mutex.
+            let mut i = 0u32;
+            while !compaction.is_finished() {
+                db.put(format!("b{i:05}").as_bytes(), b"v").unwrap();
+                let _ = tx.send(i);
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            compaction.join().unwrap();
+        });
+    }
+    // The compaction takes at least 6 s; no write may stall for a sync.
+    let mut writes = 0;
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(2000)) {
+            Ok(_) => writes += 1,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("a write waited over 2 s while a compaction synced, after {writes} writes")
+            }
+        }
+    }
+    assert!(writes >= 40, "only {writes} writes in a compaction of 6 s");
+    fault.set_sync_delay(std::time::Duration::ZERO);
+    assert_eq!(db.get(b"a000").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(db.get(b"b00000").unwrap().as_deref(), Some(&b"v"[..]));
 }
 
 /// Reader threads cache the super version they last read with. One that

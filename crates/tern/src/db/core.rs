@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -118,6 +118,13 @@ pub struct Shared {
     pub queue: CommitQueue,
     /// The active WAL; used by the group leader, switches and `sync_wal`.
     pub wal: Mutex<Option<ActiveWal>>,
+    /// The active memtable, the same one as `State::mem` (replaced with it
+    /// at every switch, under `state`): a group leader whose group fits
+    /// takes it from here without locking `state`, which installs hold
+    /// across manifest syncs.
+    pub leader_mem: Mutex<Arc<MemTable>>,
+    /// Files in L0 of the current version, for the same leaders.
+    pub l0_files: AtomicUsize,
     /// Bytes in the active WAL, for stats: the WAL mutex is held across a
     /// synced write's fsync, which stats must not wait for.
     pub wal_len: AtomicU64,
@@ -176,6 +183,8 @@ impl Shared {
 
     /// Publishes a new super version from `state`.
     pub fn install_super_version(&self, state: &State) {
+        self.l0_files
+            .store(state.versions.current().levels[0].len(), Ordering::Relaxed);
         let sv = SuperVersion {
             mem: state.mem.clone(),
             imms: state.imms.iter().rev().map(|i| i.mem.clone()).collect(),

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -105,7 +105,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         tier_retired: Vec::new(),
     };
     let sv = SuperVersion {
-        mem,
+        mem: mem.clone(),
         imms: Vec::new(),
         version: state.versions.current(),
         tier: Default::default(),
@@ -129,6 +129,8 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         visible_seq: AtomicU64::new(0),
         queue: Mutex::new(VecDeque::new()),
         wal: Mutex::new(None),
+        leader_mem: Mutex::new(mem),
+        l0_files: AtomicUsize::new(0),
         wal_len: AtomicU64::new(0),
         bg_error_seen: Mutex::new(None),
         wal_syncer: Default::default(),
@@ -266,6 +268,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     s.wal_len.store(active.writer.len(), Ordering::Relaxed);
     *s.wal.lock() = Some(active);
     state.mem = s.new_memtable(0);
+    *s.leader_mem.lock() = state.mem.clone();
     state.mem_wal_number = wal_number;
     s.visible_seq.store(max_seq, Ordering::Release);
     // Reads see the restored tier through its view.

@@ -121,10 +121,13 @@ impl Shared {
             }
         }
         let need = reserve_for(&merged);
-        let mem = {
-            let mut state = self.state.lock();
-            self.make_room(&mut state, need, leader.force_switch)?;
-            state.mem.clone()
+        let mem = match self.room_without_state(need, leader.force_switch) {
+            Some(mem) => mem,
+            None => {
+                let mut state = self.state.lock();
+                self.make_room(&mut state, need, leader.force_switch)?;
+                state.mem.clone()
+            }
         };
         if merged.is_empty() {
             return Ok(());
@@ -187,6 +190,31 @@ impl Shared {
             self.linker.wake();
         }
         Ok(())
+    }
+
+    /// The active memtable when a group of `need` bytes fits in it and
+    /// nothing else [`Shared::make_room`] checks applies: no switch forced,
+    /// L0 under its slowdown trigger, the store neither poisoned nor
+    /// closed. Then the leader writes without locking `state`, so an
+    /// install syncing the manifest under it does not hold up every write.
+    /// Only group leaders switch memtables, one at a time, so the memtable
+    /// cannot change between this check and the insert.
+    fn room_without_state(&self, need: usize, force: bool) -> Option<Arc<MemTable>> {
+        if force || self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        if !self.opts.disable_auto_compactions
+            && self.l0_files.load(Ordering::Relaxed) >= self.opts.level0_slowdown_writes_trigger
+        {
+            return None;
+        }
+        if self.bg_error_seen.lock().is_some() {
+            return None;
+        }
+        let mem = self.leader_mem.lock().clone();
+        let used = mem.approximate_memory_usage();
+        let fits = used + need <= mem.arena_capacity() && used < self.opts.write_buffer_size;
+        fits.then_some(mem)
     }
 
     /// Makes sure the active memtable has room for `need` bytes, switching
@@ -278,6 +306,7 @@ impl Shared {
             return Err(e);
         }
         let mem = self.new_memtable(need);
+        *self.leader_mem.lock() = mem.clone();
         let old = std::mem::replace(&mut state.mem, mem);
         let old_wal = std::mem::replace(&mut state.mem_wal_number, number);
         state.imms.push_back(Immutable {
