@@ -140,6 +140,12 @@ fn worth_revealing(v: &Version, opts: &Options, hidden: u64, base_level: usize) 
     if hidden == 0 || v.levels[0].is_empty() || v.blob_space_excess(limit, hidden) == 0 {
         return false;
     }
+    // Only when the hidden garbage is what holds the store over the limit:
+    // garbage already marked is GC's to free, and with GC off or failing
+    // every flush would otherwise compact L0 for nothing.
+    if v.blob_space_excess(limit, 0) > 0 {
+        return false;
+    }
     let output = l0_output_level(v, base_level);
     let (lo, hi) = user_range(&v.levels[0]);
     let cost: u64 = v.levels[0]
@@ -347,5 +353,23 @@ mod tests {
             ..Options::default()
         };
         assert!(pick_with(&v, &unlimited, 20_000).is_none());
+    }
+
+    /// Regression: with garbage already marked over the limit (GC off,
+    /// failing, or behind), every flush that hid more compacted L0 early,
+    /// though only GC could free what that revealed.
+    #[test]
+    fn l0_is_not_compacted_early_while_marked_garbage_alone_is_over_the_limit() {
+        let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
+        let opts = Options::default();
+        // 100 / 70 = 1.43 from marked garbage alone, and 20 KB more hidden.
+        let v = separated_version(30_000);
+        let plan = pick(&PickerInput {
+            version: &v,
+            opts: &opts,
+            compact_pointers: &ptrs,
+            hidden_garbage: 20_000,
+        });
+        assert!(plan.is_none(), "{plan:?}");
     }
 }
