@@ -445,6 +445,12 @@ fn writes_that_fit_the_memtable_do_not_wait_for_an_install_to_sync_the_manifest(
         let db = db.clone();
         std::thread::spawn(move || db.compact_range(None, None).unwrap())
     };
+    // Writes start once the compaction syncs its table: a write before
+    // that would leave compact_range a memtable to flush, and the switch
+    // syncs the old WAL while the writer waits, as it must.
+    while fault.delayed_syncs() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let db = db.clone();

@@ -106,6 +106,8 @@ struct Faults {
     uncached: bool,
     /// Read hints ([`RandomAccessFile::prefetch`]) passed on so far.
     prefetches: u64,
+    /// Syncs that have begun a [`FaultFs::set_sync_delay`] wait so far.
+    delayed_syncs: u64,
 }
 
 impl Faults {
@@ -255,6 +257,13 @@ impl FaultFs {
         self.faults.lock().uncached = uncached;
     }
 
+    /// How many syncs have begun waiting out the delay of
+    /// [`FaultFs::set_sync_delay`]: lets a test act once a slow sync is
+    /// under way.
+    pub fn delayed_syncs(&self) -> u64 {
+        self.faults.lock().delayed_syncs
+    }
+
     /// How many read hints were passed on to the inner file system.
     pub fn prefetches(&self) -> u64 {
         self.faults.lock().prefetches
@@ -360,7 +369,13 @@ fn faulty_sync(
         }
         return Err(e);
     }
-    let delay = faults.lock().sync_delay;
+    let delay = {
+        let mut f = faults.lock();
+        if !f.sync_delay.is_zero() {
+            f.delayed_syncs += 1;
+        }
+        f.sync_delay
+    };
     if !delay.is_zero() {
         std::thread::sleep(delay);
     }
