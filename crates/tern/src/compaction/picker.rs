@@ -134,16 +134,12 @@ pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
 /// about every flush of an update-heavy workload; for a large LSM it is
 /// rarely before the trigger.
 fn worth_revealing(v: &Version, opts: &Options, hidden: u64, base_level: usize) -> bool {
-    let Some(limit) = opts.gc_space_amp_limit else {
+    // With GC off nothing frees what the compaction reveals: every flush
+    // that hid more would compact L0 for nothing.
+    let Some(limit) = opts.gc_space_amp_limit.filter(|_| opts.enable_gc) else {
         return false;
     };
     if hidden == 0 || v.levels[0].is_empty() || v.blob_space_excess(limit, hidden) == 0 {
-        return false;
-    }
-    // Only when the hidden garbage is what holds the store over the limit:
-    // garbage already marked is GC's to free, and with GC off or failing
-    // every flush would otherwise compact L0 for nothing.
-    if v.blob_space_excess(limit, 0) > 0 {
         return false;
     }
     let output = l0_output_level(v, base_level);
@@ -355,13 +351,19 @@ mod tests {
         assert!(pick_with(&v, &unlimited, 20_000).is_none());
     }
 
-    /// Regression: with garbage already marked over the limit (GC off,
-    /// failing, or behind), every flush that hid more compacted L0 early,
-    /// though only GC could free what that revealed.
+    /// Regression: with GC off, the marked garbage never goes, so the store
+    /// stays over the limit and every flush that hid more compacted L0
+    /// early, though nothing would free what that revealed.
     #[test]
-    fn l0_is_not_compacted_early_while_marked_garbage_alone_is_over_the_limit() {
+    fn l0_is_not_compacted_early_with_gc_off() {
         let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
-        let opts = Options::default();
+        let opts = Options {
+            settings: crate::Settings {
+                enable_gc: false,
+                ..crate::Settings::default()
+            },
+            ..Options::default()
+        };
         // 100 / 70 = 1.43 from marked garbage alone, and 20 KB more hidden.
         let v = separated_version(30_000);
         let plan = pick(&PickerInput {
