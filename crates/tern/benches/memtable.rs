@@ -2,7 +2,8 @@
 //! a fresh arena or one reused from a dropped memtable,
 //! and in commit-sized groups, linked at once or deferred), point lookups
 //! (hit and miss) and a full scan, over 100k entries with 16-byte keys and
-//! 100-byte values.
+//! 100-byte values; and the linker's cost per node by how many deferred
+//! groups it links at once, into a memtable of a million entries.
 
 #![allow(missing_docs)]
 
@@ -134,6 +135,78 @@ fn insert(c: &mut Criterion) {
     g.finish();
 }
 
+/// Entries already in the memtable before [`link`] measures.
+const BIG: usize = 1_000_000;
+/// Entries [`link`] adds (in commit groups of [`LINK_GROUP`]).
+const ADDED: usize = 100_000;
+const LINK_GROUP: usize = 1000;
+
+/// A memtable holding [`BIG`] random keys, and [`ADDED`] more random keys
+/// not in it.
+fn big_memtable() -> (MemTable, Vec<Vec<u8>>) {
+    let mut keys: Vec<Vec<u8>> = (0..BIG + ADDED)
+        .map(|i| format!("key{i:013}").into_bytes())
+        .collect();
+    keys.shuffle(&mut SmallRng::seed_from_u64(7));
+    let added = keys.split_off(BIG);
+    let m = MemTable::new(256 << 20);
+    let value = [0xabu8; 16];
+    let mut entries = Vec::with_capacity(LINK_GROUP);
+    for (g, chunk) in keys.chunks(LINK_GROUP).enumerate() {
+        entries.clear();
+        let first = (g * LINK_GROUP) as u64 + 1;
+        entries.extend(
+            chunk
+                .iter()
+                .zip(first..)
+                .map(|(k, seq)| (&k[..], seq, ValueKind::Value, &value[..])),
+        );
+        if m.add_all(&mut entries).is_err() {
+            panic!("arena too small for the benchmark");
+        }
+    }
+    (m, added)
+}
+
+/// The linker's cost per node as a function of how many commit groups it
+/// links at once: groups of 1000 deferred into a memtable of a million
+/// entries, linked after every `every` groups.
+fn link(c: &mut Criterion) {
+    let mut g = c.benchmark_group("memtable_link_100k_into_1m");
+    g.throughput(Throughput::Elements(ADDED as u64));
+    let value = [0xabu8; 16];
+    for every in [1usize, 8, 64] {
+        g.bench_function(format!("every_{every}_groups"), |b| {
+            b.iter_batched(
+                big_memtable,
+                |(m, added)| {
+                    let mut entries = Vec::with_capacity(LINK_GROUP);
+                    for (g, chunk) in added.chunks(LINK_GROUP).enumerate() {
+                        entries.clear();
+                        let first = (BIG + g * LINK_GROUP) as u64 + 1;
+                        entries.extend(
+                            chunk
+                                .iter()
+                                .zip(first..)
+                                .map(|(k, seq)| (&k[..], seq, ValueKind::Value, &value[..])),
+                        );
+                        if m.add_all_deferred(&entries).is_err() {
+                            panic!("arena too small for the benchmark");
+                        }
+                        if (g + 1) % every == 0 {
+                            m.link_deferred();
+                        }
+                    }
+                    m.link_deferred();
+                    m
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
 fn get(c: &mut Criterion) {
     let keys = keys_random();
     let m = fill(&keys);
@@ -195,6 +268,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = insert, get, scan
+    targets = insert, link, get, scan
 }
 criterion_main!(benches);
