@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::commands::{execute, execute_from_memory, Access, Session};
+use crate::commands::{execute, execute_from_memory, execute_in_run, Access, RunClock, Session};
 use crate::exec::committer::JobDone;
 use crate::exec::{run_bounded, Class, Exec, Request};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
@@ -291,11 +291,14 @@ async fn run_requests(
                 // From memory here, sparing two thread hand-offs; the first
                 // read that would wait on the device goes, with the reads
                 // after it, to the read pool.
+                let mut clock = RunClock::start();
                 let replies = run_bounded(
                     requests,
                     |req| {
                         (req.class == Class::PointRead)
-                            .then(|| execute_from_memory(state, &mut session, &req.args))
+                            .then(|| {
+                                execute_from_memory(state, &mut session, &req.args, &mut clock)
+                            })
                             .flatten()
                     },
                     ran,
@@ -570,9 +573,18 @@ async fn read_on_pool(
         .readers
         .run(move || {
             let mut session = session;
+            let mut clock = RunClock::start();
             let replies = run_bounded(
                 &mut run,
-                |req| Some(execute(&st, &mut session, &req.args, Access::Read)),
+                |req| {
+                    Some(execute_in_run(
+                        &st,
+                        &mut session,
+                        &req.args,
+                        Access::Read,
+                        &mut clock,
+                    ))
+                },
                 &mut done,
             );
             (session, run, replies, done)

@@ -136,6 +136,8 @@ pub struct Ctx<'a> {
     /// This connection.
     pub session: &'a mut Session,
     access: Access<'a>,
+    /// Unix milliseconds when the command started: expiry is judged by it.
+    now_ms: u64,
     /// Set when a [`Access::MemoryOnly`] read would have waited.
     needs_io: bool,
     /// On the read pool, the state of the store every read of a composite
@@ -159,7 +161,13 @@ impl Ctx<'_> {
 
     /// The live entry of `key`, pending writes included.
     pub fn get(&mut self, key: &[u8]) -> StoreResult<Option<Entry>> {
-        self.get_at(key, now_ms())
+        self.get_at(key, self.now_ms)
+    }
+
+    /// Unix milliseconds when the command started, which expiry is judged
+    /// by (as Redis judges a command by the time it started).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
     }
 
     /// The entry of `key` as of `now` (unix ms), pending writes included.
@@ -207,7 +215,7 @@ impl Ctx<'_> {
         payload: &[u8],
         expire_at: Option<u64>,
     ) -> Result<(), Reply> {
-        if expire_at.is_some_and(|t| t <= now_ms()) {
+        if expire_at.is_some_and(|t| t <= self.now_ms) {
             return self.delete(key);
         }
         let store = &self.state.store;
@@ -325,6 +333,45 @@ pub(crate) fn key_positions(
 /// [`Ctx::reads_still_hold`]).
 const READ_TRIES: usize = 4;
 
+/// The clock of a run of commands that execute back to back (a pipeline):
+/// each command starts where the one before it ended, so timing a command
+/// costs one clock read instead of two, and its wall-clock time (which
+/// expiry is judged by) is the run's start plus the monotonic time since,
+/// instead of a third read. Under pipelined point reads the clock reads
+/// were a twentieth of the server's time.
+#[derive(Debug, Clone, Copy)]
+pub struct RunClock {
+    base: Instant,
+    base_wall_ms: u64,
+    last: Instant,
+}
+
+impl RunClock {
+    /// A clock whose first command starts now.
+    pub fn start() -> RunClock {
+        let base = Instant::now();
+        RunClock {
+            base,
+            base_wall_ms: now_ms(),
+            last: base,
+        }
+    }
+
+    /// The next command starts now rather than where the last one ended
+    /// (after work between commands that no command should be charged for,
+    /// such as a commit).
+    pub fn restart(&mut self) {
+        self.last = Instant::now();
+    }
+
+    /// Unix milliseconds at `t`, as the run's start plus the time since.
+    fn wall_ms_at(&self, t: Instant) -> u64 {
+        let since = t.saturating_duration_since(self.base).as_millis();
+        self.base_wall_ms
+            .saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
+    }
+}
+
 /// Runs one request with `access` (the committer passes its pending
 /// writes, the read pool [`Access::Read`]) and returns its reply.
 pub fn execute(
@@ -333,17 +380,30 @@ pub fn execute(
     args: &[Vec<u8>],
     access: Access<'_>,
 ) -> Reply {
-    run(state, session, args, access).0
+    run(state, session, args, access, &mut RunClock::start()).0
 }
 
-/// Runs one read request from memory only; `None` if it would have waited
-/// on the device (it has then changed nothing and recorded nothing).
+/// [`execute`] as the next command of a run timed by `clock`.
+pub fn execute_in_run(
+    state: &State,
+    session: &mut Session,
+    args: &[Vec<u8>],
+    access: Access<'_>,
+    clock: &mut RunClock,
+) -> Reply {
+    run(state, session, args, access, clock).0
+}
+
+/// Runs one read request from memory only, as the next command of a run
+/// timed by `clock`; `None` if it would have waited on the device (it has
+/// then changed nothing and recorded nothing).
 pub fn execute_from_memory(
     state: &State,
     session: &mut Session,
     args: &[Vec<u8>],
+    clock: &mut RunClock,
 ) -> Option<Reply> {
-    let (reply, needs_io) = run(state, session, args, Access::MemoryOnly);
+    let (reply, needs_io) = run(state, session, args, Access::MemoryOnly, clock);
     (!needs_io).then_some(reply)
 }
 
@@ -352,6 +412,7 @@ fn run(
     session: &mut Session,
     args: &[Vec<u8>],
     access: Access<'_>,
+    clock: &mut RunClock,
 ) -> (Reply, bool) {
     let Some(name) = args.first() else {
         return (Reply::err("empty command"), false);
@@ -417,7 +478,7 @@ fn run(
             return (Reply::Simple("QUEUED".into()), false);
         }
     }
-    let start = Instant::now();
+    let start = clock.last;
     {
         let mut d = session.info.detail.lock();
         d.last_cmd = spec.name;
@@ -427,6 +488,7 @@ fn run(
         state,
         session,
         access,
+        now_ms: clock.wall_ms_at(start),
         needs_io: false,
         snapshot: None,
         read_versions: Vec::new(),
@@ -452,6 +514,29 @@ fn run(
         return (reply, true);
     }
     state.metrics.keyspace(ctx.hits, ctx.misses);
-    state.metrics.record(idx, start.elapsed(), reply.is_error());
+    let end = Instant::now();
+    clock.last = end;
+    state
+        .metrics
+        .record(idx, end.saturating_duration_since(start), reply.is_error());
     (reply, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_clock_follows_the_wall_clock_from_the_runs_start() {
+        let mut clock = RunClock::start();
+        let first = clock.wall_ms_at(clock.last);
+        assert!(first.abs_diff(now_ms()) <= 1_000, "{first} vs {}", now_ms());
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        clock.restart();
+        // A command that starts later in the run is judged by a later time,
+        // and not by a clock read of its own.
+        let later = clock.wall_ms_at(clock.last);
+        assert!(later >= first + 30, "{later} should be 30 ms past {first}");
+        assert!(later <= now_ms() + 1, "{later} is ahead of the wall clock");
+    }
 }

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 
 use super::status::ExecStatus;
 use super::{Request, JOB_REPLY_BYTES};
-use crate::commands::{execute, store_error, Access, Session};
+use crate::commands::{execute_in_run, store_error, Access, RunClock, Session};
 use crate::expiry::now_ms;
 use crate::key_cache::KeyCache;
 use crate::pending::Pending;
@@ -313,6 +313,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
     // Per job, how many of its replies a commit has settled; the rest wait
     // on the next commit.
     let mut settled = vec![0; jobs.len()];
+    let mut clock = RunClock::start();
     for (ji, job) in jobs.iter_mut().enumerate() {
         // At least as new as the view the job was routed with: writes to a
         // slot being imported leave import markers.
@@ -330,13 +331,15 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
             let alone = commits_first(&req.args);
             if alone {
                 commit(&state, &mut pending, &mut replies, &mut settled, status);
+                clock.restart();
             }
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                execute(
+                execute_in_run(
                     &state,
                     &mut job.session,
                     &req.args,
                     Access::Write(&mut pending),
+                    &mut clock,
                 )
             }));
             let Ok(reply) = ran else {
@@ -354,6 +357,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
             replies[ji].push(reply);
             if alone || pending.bytes() >= GROUP_MAX_BYTES {
                 commit(&state, &mut pending, &mut replies, &mut settled, status);
+                clock.restart();
             }
         }
     }
