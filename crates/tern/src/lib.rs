@@ -100,7 +100,7 @@ pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
 pub use memtier::DEFAULT_MEMTIER_FILE;
 pub use options::NUM_LEVELS;
-pub use options::{Compression, Options, SettingValue, Settings, WriteOptions};
+pub use options::{Compression, CpuPriority, Options, SettingValue, Settings, WriteOptions};
 pub use sst::TableOptions;
 pub use version::{BlobMeta, FileMeta, Relocation, Relocations};
 /// The names of a store's table (`NNNNNN.sst`) and blob (`NNNNNN.blob`)

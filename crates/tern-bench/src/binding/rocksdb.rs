@@ -13,7 +13,12 @@
 //! `max_write_buffer_number`, `max_background_jobs`,
 //! `max_bytes_for_level_base`, `target_file_size_base`, `cache_size`,
 //! `min_blob_size`, `blob_file_size`, `blob_gc_age_cutoff`,
-//! `blob_gc_force_threshold`, `sync`, `statistics`.
+//! `blob_gc_force_threshold`, `sync`, `statistics`, and
+//! `background_cpu_priority=low` (RocksDB's `LowerThreadPoolCPUPriority`
+//! on the compaction pool: nice 19 for compaction and BlobDB's GC inside
+//! it, flush untouched; Tern's `tern.background_cpu_priority=low`). The
+//! default environment is one per process, so once lowered it stays
+//! lowered for every RocksDB store the process opens after.
 //!
 //! Statistics (`enable_statistics`) stay off unless
 //! `-p rocksdb.statistics=true`: they cost RocksDB time on every operation,
@@ -22,7 +27,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions, DB};
+use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Env, Options, WriteOptions, DB};
 
 use super::{flag, parse_size, wait_idle, Binding, EngineStats, ReadResult};
 use crate::props::Properties;
@@ -102,6 +107,19 @@ impl RocksBinding {
             o.set_enable_blob_gc(true);
             o.set_blob_gc_age_cutoff(getf("blob_gc_age_cutoff", 0.5)?);
             o.set_blob_gc_force_threshold(getf("blob_gc_force_threshold", 0.5)?);
+        }
+        match props.get("rocksdb.background_cpu_priority") {
+            None | Some("normal") => {}
+            Some("low") => {
+                let mut env = Env::new().map_err(err)?;
+                env.lower_thread_pool_cpu_priority();
+                o.set_env(&env);
+            }
+            Some(other) => {
+                return Err(Error(format!(
+                    "rocksdb.background_cpu_priority: bad value {other:?} (normal or low)"
+                )))
+            }
         }
         let db = DB::open(&o, dir).map_err(err)?;
         Ok(RocksBinding {

@@ -109,7 +109,20 @@ pub fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
     }
 }
 
+/// Lowers the calling background thread to `background_cpu_priority`;
+/// a failure only costs foreground latency, so it is logged, not raised.
+fn lower_priority(s: &Shared, thread: &str) {
+    let p = s.opts.background_cpu_priority;
+    if let Err(e) = super::cpu_priority::lower_current_thread(p) {
+        tracing::warn!(
+            "tern: cannot set the {thread} thread's CPU priority to {}: {e}; it runs at normal priority",
+            p.name()
+        );
+    }
+}
+
 fn gc_loop(s: &Shared) {
+    lower_priority(s, "GC");
     let mut failures = 0u32;
     loop {
         {
@@ -196,6 +209,7 @@ fn memtier_loop(s: &Shared) {
 }
 
 fn compaction_loop(s: &Shared) {
+    lower_priority(s, "compaction");
     // Consecutive failures, for back-off and giving up.
     let mut failures = 0u32;
     loop {
@@ -299,5 +313,87 @@ mod tests {
         );
         drop(shared);
         Db::open("/db", opts).unwrap().close().unwrap();
+    }
+
+    /// Starts a store's background threads with `priority`, and returns
+    /// the name, scheduling policy and nice value of each one still
+    /// running once the compaction and GC threads have lowered themselves.
+    #[cfg(target_os = "linux")]
+    fn thread_priorities(priority: crate::CpuPriority) -> Vec<(String, (u32, i32))> {
+        use super::super::cpu_priority::thread_policy_and_nice;
+        let mut opts = Options {
+            fs: MemFs::new(),
+            ..Options::default()
+        };
+        opts.background_cpu_priority = priority;
+        let shared = super::super::open::open(Path::new("/db"), opts, None).unwrap();
+        let tids = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let threads = start_with(&shared, &|name, body| {
+            let tids = tids.clone();
+            let name = name.to_string();
+            std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tids.lock()
+                        .push((name, unsafe { libc::gettid() }.to_string()));
+                    body();
+                })
+        })
+        .unwrap();
+        let read = || -> Vec<(String, (u32, i32))> {
+            let tids = tids.lock();
+            tids.iter()
+                .filter_map(|(name, tid)| Some((name.clone(), thread_policy_and_nice(tid)?)))
+                .collect()
+        };
+        let lowered = |seen: &[(String, (u32, i32))]| {
+            seen.iter()
+                .filter(|(n, _)| n == "tern-compact" || n == "tern-gc")
+                .count()
+                == 2
+                && seen
+                    .iter()
+                    .filter(|(n, _)| n == "tern-compact" || n == "tern-gc")
+                    .all(|(_, p)| *p != (libc::SCHED_OTHER as u32, 0))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = read();
+        while priority != crate::CpuPriority::Normal
+            && !lowered(&seen)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            seen = read();
+        }
+        stop(&shared, threads);
+        seen
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn compaction_and_gc_threads_run_at_the_background_cpu_priority_and_flush_does_not() {
+        let normal = (libc::SCHED_OTHER as u32, 0);
+        for (priority, lowered) in [
+            (crate::CpuPriority::Idle, (libc::SCHED_IDLE as u32, 0)),
+            (crate::CpuPriority::Low, (libc::SCHED_OTHER as u32, 19)),
+        ] {
+            let seen = thread_priorities(priority);
+            let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
+            for name in ["tern-compact", "tern-gc", "tern-flush", "tern-wal-sync"] {
+                assert!(names.contains(&name), "{name} is running: {seen:?}");
+            }
+            for (name, p) in &seen {
+                let want = if name == "tern-compact" || name == "tern-gc" {
+                    lowered
+                } else {
+                    normal
+                };
+                assert_eq!(*p, want, "{name} at {priority:?}: {seen:?}");
+            }
+        }
+        for (name, p) in thread_priorities(crate::CpuPriority::Normal) {
+            assert_eq!(p, normal, "{name} at normal");
+        }
     }
 }

@@ -7,6 +7,7 @@ mod background;
 mod commit_queue;
 mod compact;
 mod core;
+mod cpu_priority;
 mod flush;
 mod gc;
 mod ingest;

@@ -36,6 +36,34 @@ impl Compression {
     }
 }
 
+/// How much CPU a background thread may take from the threads serving
+/// reads and writes when both want the processor (RocksDB's
+/// `Env::LowerThreadPoolCPUPriority` levels). On Linux only; elsewhere
+/// every level runs as `Normal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuPriority {
+    /// The scheduler's default share, the same as the foreground's.
+    Normal,
+    /// The lowest nice level (19): about 1/70 of a foreground thread's
+    /// share while both are runnable, all of an idle processor.
+    Low,
+    /// `SCHED_IDLE`: runs only on a processor nothing else wants, and a
+    /// waking foreground thread preempts it at once.
+    Idle,
+}
+
+impl CpuPriority {
+    /// The name settings use: `normal`, `low` or `idle`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuPriority::Normal => "normal",
+            CpuPriority::Low => "low",
+            CpuPriority::Idle => "idle",
+        }
+    }
+}
+
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 

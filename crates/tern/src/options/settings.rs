@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{default_max_open_files, Compression};
+use super::{default_max_open_files, Compression, CpuPriority};
 use crate::error::{Error, Result};
 
 /// A value a setting can hold, parsed from text: sizes take `K`, `M`, `G`
@@ -111,6 +111,20 @@ impl SettingValue for Compression {
             "lz4" => Ok(Compression::Lz4),
             "zstd" => Ok(Compression::Zstd),
             _ => Err("is not a compression (none, lz4, zstd)".to_string()),
+        }
+    }
+    fn show_setting(&self) -> String {
+        self.name().to_string()
+    }
+}
+
+impl SettingValue for CpuPriority {
+    fn parse_setting(text: &str) -> std::result::Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "normal" => Ok(CpuPriority::Normal),
+            "low" => Ok(CpuPriority::Low),
+            "idle" => Ok(CpuPriority::Idle),
+            _ => Err("is not a CPU priority (normal, low, idle)".to_string()),
         }
     }
     fn show_setting(&self) -> String {
@@ -386,6 +400,16 @@ settings! {
     /// `off` for unlimited. Default: off.
     #[serde(serialize_with = "off_when_none")]
     background_rate_limit: Option<u64> = None,
+    /// CPU priority of the compaction and GC threads (and of the
+    /// subcompaction threads they start) against the threads that read and
+    /// write: `normal`, `low` (nice 19) or `idle` (`SCHED_IDLE`). Flush
+    /// and the WAL syncer always run at normal priority, since writers
+    /// wait for them. Lowering it keeps background work from holding a
+    /// writer off the processor when there are fewer cores than runnable
+    /// threads; if the foreground keeps every core busy, compaction falls
+    /// behind until L0's slowdown and stop triggers give it time.
+    /// Default: normal.
+    background_cpu_priority: CpuPriority = CpuPriority::Normal,
 }
 
 impl Settings {
@@ -499,6 +523,7 @@ mod tests {
             background_rate_limit: Some(1 << 20),
             memtier_size: Some(1 << 30),
             memtier_path: Some("tier".into()),
+            background_cpu_priority: CpuPriority::Idle,
             ..Settings::default()
         };
         for name in Settings::NAMES {
