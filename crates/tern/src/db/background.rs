@@ -357,7 +357,12 @@ mod tests {
                     .filter(|(n, _)| n == "tern-compact" || n == "tern-gc")
                     .all(|(_, p)| *p != (libc::SCHED_OTHER as u32, 0))
         };
+        // Every thread has started (and named its id) before any is read.
+        let started = || tids.lock().len() == 6;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !started() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let mut seen = read();
         while priority != crate::CpuPriority::Normal
             && !lowered(&seen)
