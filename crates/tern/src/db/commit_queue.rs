@@ -22,8 +22,22 @@ pub struct Writer {
     pub(super) opts: WriteOptions,
     /// Switch the memtable even if it is not full (used by `flush`).
     pub(super) force_switch: bool,
-    pub(super) result: Mutex<Option<Result<()>>>,
-    pub(super) cv: Condvar,
+    /// What the leader ahead tells this writer. A waiting writer holds no
+    /// lock but its own: with the queue's mutex behind the wait, every
+    /// follower woke into a fight for that mutex with the writers joining,
+    /// and on a busy machine a woken thread that lost it waited whole
+    /// scheduler ticks.
+    signal: Mutex<Signal>,
+    cv: Condvar,
+}
+
+/// What a waiting writer is told.
+enum Signal {
+    Waiting,
+    /// It is at the front of the queue: lead the next group.
+    Lead,
+    /// A leader committed its batch in a group, with this outcome.
+    Done(Result<()>),
 }
 
 impl Writer {
@@ -37,8 +51,59 @@ impl Writer {
             batch: Mutex::new(batch),
             opts,
             force_switch,
-            result: Mutex::new(None),
+            signal: Mutex::new(Signal::Waiting),
             cv: Condvar::new(),
         })
+    }
+
+    /// Waits until the writer ahead says to lead (`None`) or hands over
+    /// the outcome of the group this write was committed in.
+    pub(super) fn wait(&self) -> Option<Result<()>> {
+        let mut signal = self.signal.lock();
+        loop {
+            match std::mem::replace(&mut *signal, Signal::Waiting) {
+                Signal::Waiting => self.cv.wait(&mut signal),
+                Signal::Lead => return None,
+                Signal::Done(result) => return Some(result),
+            }
+        }
+    }
+
+    /// Tells the writer now at the front of the queue to lead.
+    pub(super) fn lead(&self) {
+        self.tell(Signal::Lead);
+    }
+
+    /// Hands a follower the outcome of the group it was committed in.
+    pub(super) fn finish(&self, result: Result<()>) {
+        self.tell(Signal::Done(result));
+    }
+
+    fn tell(&self, s: Signal) {
+        *self.signal.lock() = s;
+        self.cv.notify_one();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_gets_what_it_was_told_before_or_while_it_waits() {
+        let w = Writer::new(None, WriteOptions::default(), false);
+        w.lead();
+        assert!(w.wait().is_none(), "told to lead before waiting");
+        let waiter = {
+            let w = w.clone();
+            std::thread::spawn(move || w.wait())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        w.finish(Err(crate::Error::Closed));
+        assert!(matches!(
+            waiter.join().unwrap(),
+            Some(Err(crate::Error::Closed))
+        ));
     }
 }

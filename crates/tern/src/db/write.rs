@@ -58,18 +58,17 @@ impl Shared {
         force_switch: bool,
     ) -> Result<()> {
         let me = Writer::new(batch, opts, force_switch);
-        let mut queue = self.queue.lock();
-        queue.push_back(me.clone());
-        loop {
-            if let Some(r) = me.result.lock().take() {
-                return r;
+        let leads_now = {
+            let mut queue = self.queue.lock();
+            queue.push_back(me.clone());
+            queue.len() == 1
+        };
+        if !leads_now {
+            if let Some(result) = me.wait() {
+                return result;
             }
-            if queue.front().is_some_and(|f| Arc::ptr_eq(f, &me)) {
-                break;
-            }
-            me.cv.wait(&mut queue);
         }
-        // Leader: take a group from the front of the queue.
+        // Leader, at the front of the queue: take a group from there.
         let mut group: Vec<Arc<Writer>> = vec![me.clone()];
         let mut bytes = me.size;
         let max = self
@@ -77,6 +76,8 @@ impl Shared {
             .max_write_group_bytes
             .min(bytes.max(128 << 10) + (1 << 20));
         if !force_switch {
+            let queue = self.queue.lock();
+            debug_assert!(queue.front().is_some_and(|f| Arc::ptr_eq(f, &me)));
             for w in queue.iter().skip(1) {
                 if w.force_switch || w.opts.disable_wal != opts.disable_wal || bytes + w.size > max
                 {
@@ -86,25 +87,28 @@ impl Shared {
                 group.push(w.clone());
             }
         }
-        drop(queue);
 
         let result = self.commit_group(&group);
 
-        let mut queue = self.queue.lock();
-        for w in &group {
-            if let Some(front) = queue.pop_front() {
-                debug_assert!(Arc::ptr_eq(&front, w));
+        let next = {
+            let mut queue = self.queue.lock();
+            for w in &group {
+                let front = queue.pop_front();
+                debug_assert!(front.is_some_and(|f| Arc::ptr_eq(&f, w)));
             }
-            if !Arc::ptr_eq(w, &me) {
-                *w.result.lock() = Some(match &result {
-                    Ok(()) => Ok(()),
-                    Err(e) => Err(e.duplicate()),
-                });
-                w.cv.notify_one();
-            }
+            queue.front().cloned()
+        };
+        // Told outside the queue's mutex, so joining writers never wait
+        // behind the wake-ups. The next leader's group is disjoint from
+        // this one, so it may start before the followers here have heard.
+        for w in &group[1..] {
+            w.finish(match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(e.duplicate()),
+            });
         }
-        if let Some(front) = queue.front() {
-            front.cv.notify_one();
+        if let Some(next) = next {
+            next.lead();
         }
         result
     }

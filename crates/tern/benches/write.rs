@@ -1,0 +1,57 @@
+//! Small writes from several threads at once through the commit queue:
+//! what joining a group, waiting for its leader and being told the outcome
+//! cost, with more writers than cores, the way a loaded client or server
+//! calls the engine. Values are 100 bytes, kept inline; no write syncs.
+
+#![allow(missing_docs)]
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+use tern::{Db, Options};
+
+const WRITES: u32 = 100_000;
+
+fn key(i: u32) -> Vec<u8> {
+    // Spread over the key space, as hashed keys are.
+    format!("key{:08}", i.wrapping_mul(2_654_435_761) % 100_000_000).into_bytes()
+}
+
+/// Writes `WRITES` keys, split over `threads` threads.
+fn write_all(db: &Db, threads: u32) {
+    let value = [7u8; 100];
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut i = t;
+                while i < WRITES {
+                    db.put(&key(i), &value)
+                        .unwrap_or_else(|e| panic!("put: {e}"));
+                    i += threads;
+                }
+            });
+        }
+    });
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("concurrent_puts_100k");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(u64::from(WRITES)));
+    for threads in [1, 4, 16] {
+        let dir = std::env::temp_dir().join(format!("tern-bench-write-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // A memtable that holds every round: the commit queue is measured,
+        // not flushes.
+        let opts = Options::default().tune(|s| s.write_buffer_size = 256 << 20);
+        let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
+        g.bench_function(format!("{threads}_threads"), |b| {
+            b.iter(|| write_all(&db, threads))
+        });
+        db.close().unwrap_or_else(|e| panic!("close: {e}"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
