@@ -5,7 +5,7 @@
 
 #![allow(missing_docs)]
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 use tern::{Db, Options};
 
@@ -37,19 +37,26 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("concurrent_puts_100k");
     g.sample_size(10);
     g.throughput(Throughput::Elements(u64::from(WRITES)));
+    let dir = std::env::temp_dir().join(format!("tern-bench-write-{}", std::process::id()));
     for threads in [1, 4, 16] {
-        let dir = std::env::temp_dir().join(format!("tern-bench-write-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        // A memtable that holds every round: the commit queue is measured,
-        // not flushes.
-        let opts = Options::default().tune(|s| s.write_buffer_size = 256 << 20);
-        let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
         g.bench_function(format!("{threads}_threads"), |b| {
-            b.iter(|| write_all(&db, threads))
+            b.iter_batched(
+                // A fresh store per round, with a memtable that holds all
+                // of it: the commit queue is measured, not flushes.
+                || {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let opts = Options::default().tune(|s| s.write_buffer_size = 64 << 20);
+                    Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
+                },
+                |db| {
+                    write_all(&db, threads);
+                    db
+                },
+                BatchSize::PerIteration,
+            );
         });
-        db.close().unwrap_or_else(|e| panic!("close: {e}"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
+    let _ = std::fs::remove_dir_all(&dir);
     g.finish();
 }
 

@@ -8,10 +8,14 @@
 //! of what the background WAL sync has not yet synced of the old WAL), and
 //! recovery at open. Obsolete files are unlinked after it is released.
 //! Readers touch only their own slot in `sv_cache` (`current` when an
-//! install came since their last read), writers only the commit queue and,
-//! as group leader, `wal`.
-//! Lock order: `queue` → `state` → `wal` → `current`; `sv_cache`'s locks come
-//! after all of them and are never taken with `current` held.
+//! install came since their last read). Writers take the commit queue
+//! briefly, to join it and to take or remove a group, and wait on their
+//! own signal (`commit_queue::Writer`) with no other lock held; a group
+//! leader takes `leader_mem` and `bg_error_seen` for its room check,
+//! `state` when it must make room, and `wal`.
+//! Lock order: `state` → `wal` → `current`; `sv_cache`'s locks come after
+//! all of them and are never taken with `current` held. The queue and each
+//! writer's signal are taken with no other lock held.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

@@ -99,16 +99,17 @@ impl Shared {
             queue.front().cloned()
         };
         // Told outside the queue's mutex, so joining writers never wait
-        // behind the wake-ups. The next leader's group is disjoint from
-        // this one, so it may start before the followers here have heard.
+        // behind the wake-ups. The next leader first: its group is
+        // disjoint from this one, so it may commit while the followers
+        // here are still being told.
+        if let Some(next) = next {
+            next.lead();
+        }
         for w in &group[1..] {
             w.finish(match &result {
                 Ok(()) => Ok(()),
                 Err(e) => Err(e.duplicate()),
             });
-        }
-        if let Some(next) = next {
-            next.lead();
         }
         result
     }
