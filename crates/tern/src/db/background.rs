@@ -321,6 +321,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn thread_priorities(priority: crate::CpuPriority) -> Vec<(String, (u32, i32))> {
         use super::super::cpu_priority::thread_policy_and_nice;
+        // SAFETY: gettid has no preconditions.
+        let normal = thread_policy_and_nice(&unsafe { libc::gettid() }.to_string()).unwrap();
         let mut opts = Options {
             fs: MemFs::new(),
             ..Options::default()
@@ -355,7 +357,7 @@ mod tests {
                 && seen
                     .iter()
                     .filter(|(n, _)| n == "tern-compact" || n == "tern-gc")
-                    .all(|(_, p)| *p != (libc::SCHED_OTHER as u32, 0))
+                    .all(|(_, p)| *p != normal)
         };
         // Every thread has started (and named its id) before any is read.
         let started = || tids.lock().len() == 6;
@@ -378,9 +380,12 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn compaction_and_gc_threads_run_at_the_background_cpu_priority_and_flush_does_not() {
-        let normal = (libc::SCHED_OTHER as u32, 0);
+        // Normal is what this thread has (under `nice cargo test`, not 0).
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() }.to_string();
+        let normal = super::super::cpu_priority::thread_policy_and_nice(&me).unwrap();
         for (priority, lowered) in [
-            (crate::CpuPriority::Idle, (libc::SCHED_IDLE as u32, 0)),
+            (crate::CpuPriority::Idle, (libc::SCHED_IDLE as u32, normal.1)),
             (crate::CpuPriority::Low, (libc::SCHED_OTHER as u32, 19)),
         ] {
             let seen = thread_priorities(priority);

@@ -48,8 +48,9 @@ pub enum CpuPriority {
     /// The lowest nice level (19): about 1/70 of a foreground thread's
     /// share while both are runnable, all of an idle processor.
     Low,
-    /// `SCHED_IDLE`: runs only on a processor nothing else wants, and a
-    /// waking foreground thread preempts it at once.
+    /// `SCHED_IDLE`: the scheduler's smallest weight (3, against 1024 for
+    /// a normal thread), so it runs on a processor the others leave, and a
+    /// waking normal thread preempts it at once.
     Idle,
 }
 

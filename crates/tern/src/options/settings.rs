@@ -407,8 +407,10 @@ settings! {
     /// wait for them. Lowering it keeps background work from holding a
     /// writer off the processor when there are fewer cores than runnable
     /// threads; if the foreground keeps every core busy, compaction falls
-    /// behind until L0's slowdown and stop triggers give it time.
-    /// Default: normal.
+    /// behind until L0's slowdown and stop triggers give it time, GC falls
+    /// behind with nothing to stop it, and a lowered thread holding the
+    /// state lock through an install's fsync holds up flush and memtable
+    /// switches with it (docs/engine.md). Default: normal.
     background_cpu_priority: CpuPriority = CpuPriority::Normal,
 }
 
