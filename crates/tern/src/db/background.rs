@@ -385,7 +385,10 @@ mod tests {
         let me = unsafe { libc::gettid() }.to_string();
         let normal = super::super::cpu_priority::thread_policy_and_nice(&me).unwrap();
         for (priority, lowered) in [
-            (crate::CpuPriority::Idle, (libc::SCHED_IDLE as u32, normal.1)),
+            (
+                crate::CpuPriority::Idle,
+                (libc::SCHED_IDLE as u32, normal.1),
+            ),
             (crate::CpuPriority::Low, (libc::SCHED_OTHER as u32, 19)),
         ] {
             let seen = thread_priorities(priority);

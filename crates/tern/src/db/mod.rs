@@ -653,6 +653,38 @@ mod tests {
         db
     }
 
+    /// Regression: a group leader whose commit panicked stayed at the front
+    /// of the commit queue, so every later writer, `flush` and `close`
+    /// waited for good. Now the store is poisoned and they are refused.
+    #[test]
+    fn a_write_leader_that_panics_poisons_the_store_instead_of_hanging_writers() {
+        let db = store();
+        let queued = Arc::new(parking_lot::Mutex::new(None));
+        let (weak, q) = (Arc::downgrade(&db), queued.clone());
+        db.shared.sync_points.set("commit:after_wal", move || {
+            // A writer joins behind the leader before it panics.
+            let db = weak.upgrade().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(db.put(b"behind", b"x")).unwrap());
+            *q.lock() = Some(rx);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            panic!("injected panic in a write group's commit");
+        });
+        let leader = {
+            let db = db.clone();
+            std::thread::spawn(move || db.put(b"a", b"1"))
+        };
+        assert!(leader.join().is_err(), "the leader's thread panicked");
+        let behind = queued.lock().take().unwrap();
+        let got = behind
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the writer queued behind the panicked leader hung");
+        assert!(matches!(got, Err(Error::Poisoned(_))), "{got:?}");
+        assert!(matches!(db.put(b"c", b"3"), Err(Error::Poisoned(_))));
+        assert_eq!(db.get(b"k").unwrap(), Some(b"v1".to_vec()), "reads go on");
+        let _ = db.close();
+    }
+
     /// At `point`, overwrites `k` and compacts the old version away, with no
     /// snapshot protecting it.
     fn overwrite_and_compact_at(db: &Arc<Db>, point: &'static str) {

@@ -41,6 +41,28 @@ fn memtable_capacity(write_buffer_size: usize, need: usize) -> usize {
     exact.next_multiple_of(step)
 }
 
+/// Armed while a leader commits its group. If the commit panics (a bug),
+/// the group may be half applied: the store is poisoned, the followers are
+/// told so, and the next writer leads (and is refused) instead of every
+/// writer, `flush` and `close` waiting for good behind a leader that is
+/// gone.
+struct LeaderGuard<'a> {
+    shared: &'a Shared,
+    group: &'a [Arc<Writer>],
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        let cause =
+            "a write group's leader panicked while committing; reopen the store".to_string();
+        self.shared
+            .set_bg_error_message(&mut self.shared.state.lock(), cause.clone());
+        let _ = self
+            .shared
+            .finish_group(self.group, Err(Error::Poisoned(cause)));
+    }
+}
+
 impl Shared {
     /// Creates the initial memtable for a store.
     pub fn new_memtable(&self, need: usize) -> Arc<MemTable> {
@@ -88,11 +110,21 @@ impl Shared {
             }
         }
 
+        let unwinding = LeaderGuard {
+            shared: self,
+            group: &group,
+        };
         let result = self.commit_group(&group);
+        std::mem::forget(unwinding);
+        self.finish_group(&group, result)
+    }
 
+    /// Takes a committed (or failed) group off the queue, tells the next
+    /// writer to lead and every follower the outcome; returns the leader's.
+    fn finish_group(&self, group: &[Arc<Writer>], result: Result<()>) -> Result<()> {
         let next = {
             let mut queue = self.queue.lock();
-            for w in &group {
+            for w in group {
                 let front = queue.pop_front();
                 debug_assert!(front.is_some_and(|f| Arc::ptr_eq(&f, w)));
             }
@@ -158,6 +190,7 @@ impl Shared {
                 None => Err(Error::Closed),
             };
             drop(wal);
+            self.sync_points.hit("commit:after_wal");
             if let Err(e) = res {
                 let mut state = self.state.lock();
                 self.set_bg_error(&mut state, &e);
