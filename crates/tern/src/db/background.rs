@@ -315,14 +315,20 @@ mod tests {
         Db::open("/db", opts).unwrap().close().unwrap();
     }
 
+    /// The threads `background_cpu_priority` lowers.
+    #[cfg(target_os = "linux")]
+    const LOWERED: [&str; 2] = ["tern-compact", "tern-gc"];
+
     /// Starts a store's background threads with `priority`, and returns
     /// the name, scheduling policy and nice value of each one still
-    /// running once the compaction and GC threads have lowered themselves.
+    /// running once the compaction and GC threads are no longer at
+    /// `normal` (the test thread's own).
     #[cfg(target_os = "linux")]
-    fn thread_priorities(priority: crate::CpuPriority) -> Vec<(String, (u32, i32))> {
-        use super::super::cpu_priority::thread_policy_and_nice;
-        // SAFETY: gettid has no preconditions.
-        let normal = thread_policy_and_nice(&unsafe { libc::gettid() }.to_string()).unwrap();
+    fn thread_priorities(
+        priority: crate::CpuPriority,
+        normal: (u32, i32),
+    ) -> Vec<(String, (u32, i32))> {
+        use super::super::cpu_priority::{this_thread_id, thread_policy_and_nice};
         let mut opts = Options {
             fs: MemFs::new(),
             ..Options::default()
@@ -336,9 +342,7 @@ mod tests {
             std::thread::Builder::new()
                 .name(name.clone())
                 .spawn(move || {
-                    // SAFETY: gettid has no preconditions.
-                    tids.lock()
-                        .push((name, unsafe { libc::gettid() }.to_string()));
+                    tids.lock().push((name, this_thread_id()));
                     body();
                 })
         })
@@ -350,14 +354,11 @@ mod tests {
                 .collect()
         };
         let lowered = |seen: &[(String, (u32, i32))]| {
-            seen.iter()
-                .filter(|(n, _)| n == "tern-compact" || n == "tern-gc")
-                .count()
-                == 2
-                && seen
-                    .iter()
-                    .filter(|(n, _)| n == "tern-compact" || n == "tern-gc")
-                    .all(|(_, p)| *p != normal)
+            let lowered: Vec<_> = seen
+                .iter()
+                .filter(|(n, _)| LOWERED.contains(&n.as_str()))
+                .collect();
+            lowered.len() == 2 && lowered.iter().all(|(_, p)| *p != normal)
         };
         // Every thread has started (and named its id) before any is read.
         let started = || tids.lock().len() == 6;
@@ -380,10 +381,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn compaction_and_gc_threads_run_at_the_background_cpu_priority_and_flush_does_not() {
+        use super::super::cpu_priority::{this_thread_id, thread_policy_and_nice};
         // Normal is what this thread has (under `nice cargo test`, not 0).
-        // SAFETY: gettid has no preconditions.
-        let me = unsafe { libc::gettid() }.to_string();
-        let normal = super::super::cpu_priority::thread_policy_and_nice(&me).unwrap();
+        let normal = thread_policy_and_nice(&this_thread_id()).unwrap();
         for (priority, lowered) in [
             (
                 crate::CpuPriority::Idle,
@@ -391,13 +391,13 @@ mod tests {
             ),
             (crate::CpuPriority::Low, (libc::SCHED_OTHER as u32, 19)),
         ] {
-            let seen = thread_priorities(priority);
+            let seen = thread_priorities(priority, normal);
             let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
             for name in ["tern-compact", "tern-gc", "tern-flush", "tern-wal-sync"] {
                 assert!(names.contains(&name), "{name} is running: {seen:?}");
             }
             for (name, p) in &seen {
-                let want = if name == "tern-compact" || name == "tern-gc" {
+                let want = if LOWERED.contains(&name.as_str()) {
                     lowered
                 } else {
                     normal
@@ -405,7 +405,7 @@ mod tests {
                 assert_eq!(*p, want, "{name} at {priority:?}: {seen:?}");
             }
         }
-        for (name, p) in thread_priorities(crate::CpuPriority::Normal) {
+        for (name, p) in thread_priorities(crate::CpuPriority::Normal, normal) {
             assert_eq!(p, normal, "{name} at normal");
         }
     }

@@ -40,6 +40,13 @@ pub fn lower_current_thread(priority: CpuPriority) -> std::io::Result<()> {
     }
 }
 
+/// The calling thread's id, as `/proc/self/task` names it.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn this_thread_id() -> String {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }.to_string()
+}
+
 /// The scheduling policy and nice value of thread `tid` of this process,
 /// from `/proc` (fields 41 and 19 of its `stat`); `None` once it has ended.
 #[cfg(all(test, target_os = "linux"))]
@@ -62,17 +69,11 @@ mod tests {
     fn lowered_in_a_new_thread(priority: CpuPriority) -> ((u32, i32), (u32, i32)) {
         std::thread::spawn(move || {
             lower_current_thread(priority).unwrap();
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() }.to_string();
-            let own = thread_policy_and_nice(&tid).unwrap();
+            let own = thread_policy_and_nice(&this_thread_id()).unwrap();
             // A thread started now inherits the lowered priority.
-            let child = std::thread::spawn(|| {
-                // SAFETY: gettid has no preconditions.
-                let tid = unsafe { libc::gettid() }.to_string();
-                thread_policy_and_nice(&tid).unwrap()
-            })
-            .join()
-            .unwrap();
+            let child = std::thread::spawn(|| thread_policy_and_nice(&this_thread_id()).unwrap())
+                .join()
+                .unwrap();
             (own, child)
         })
         .join()
@@ -93,8 +94,7 @@ mod tests {
 
     #[test]
     fn lowering_one_thread_leaves_the_caller_alone() {
-        // SAFETY: gettid has no preconditions.
-        let me = unsafe { libc::gettid() }.to_string();
+        let me = this_thread_id();
         let before = thread_policy_and_nice(&me).unwrap();
         lowered_in_a_new_thread(CpuPriority::Idle);
         lowered_in_a_new_thread(CpuPriority::Low);
