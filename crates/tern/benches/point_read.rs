@@ -6,18 +6,16 @@
 
 #![allow(missing_docs)]
 
+mod common;
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
+use common::spread_key as key;
 use tern::{Db, Options};
 
 const KEYS: u32 = 100_000;
-
-fn key(i: u32) -> Vec<u8> {
-    // Spread over the key space, as hashed keys are.
-    format!("key{:08}", i.wrapping_mul(2_654_435_761) % 100_000_000).into_bytes()
-}
 
 fn open_store(name: &str, flushed: bool) -> (Db, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("tern-bench-{name}-{}", std::process::id()));

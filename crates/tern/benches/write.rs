@@ -5,16 +5,14 @@
 
 #![allow(missing_docs)]
 
+mod common;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
+use common::spread_key as key;
 use tern::{Db, Options};
 
 const WRITES: u32 = 100_000;
-
-fn key(i: u32) -> Vec<u8> {
-    // Spread over the key space, as hashed keys are.
-    format!("key{:08}", i.wrapping_mul(2_654_435_761) % 100_000_000).into_bytes()
-}
 
 /// Writes `WRITES` keys, split over `threads` threads.
 fn write_all(db: &Db, threads: u32) {
