@@ -80,17 +80,17 @@ impl Shared {
         force_switch: bool,
     ) -> Result<()> {
         let me = Writer::new(batch, opts, force_switch);
-        let leads_now = {
-            let mut queue = self.queue.lock();
-            queue.push_back(me.clone());
-            queue.len() == 1
-        };
-        if !leads_now {
+        let mut queue = self.queue.lock();
+        queue.push_back(me.clone());
+        if queue.len() > 1 {
+            drop(queue);
             if let Some(result) = me.wait() {
                 return result;
             }
+            queue = self.queue.lock();
         }
         // Leader, at the front of the queue: take a group from there.
+        debug_assert!(queue.front().is_some_and(|f| Arc::ptr_eq(f, &me)));
         let mut group: Vec<Arc<Writer>> = vec![me.clone()];
         let mut bytes = me.size;
         let max = self
@@ -98,8 +98,6 @@ impl Shared {
             .max_write_group_bytes
             .min(bytes.max(128 << 10) + (1 << 20));
         if !force_switch {
-            let queue = self.queue.lock();
-            debug_assert!(queue.front().is_some_and(|f| Arc::ptr_eq(f, &me)));
             for w in queue.iter().skip(1) {
                 if w.force_switch || w.opts.disable_wal != opts.disable_wal || bytes + w.size > max
                 {
@@ -109,6 +107,7 @@ impl Shared {
                 group.push(w.clone());
             }
         }
+        drop(queue);
 
         let unwinding = LeaderGuard {
             shared: self,
