@@ -685,6 +685,51 @@ mod tests {
         let _ = db.close();
     }
 
+    /// Regression: a group whose memtable insert failed after its WAL
+    /// record was appended returned the error and left the store open, so
+    /// the next group took the same sequence numbers (the failed group's
+    /// were never published) and the WAL held two batches under one
+    /// sequence. Now the store is poisoned once the WAL and the memtable
+    /// disagree.
+    #[test]
+    fn a_memtable_insert_that_fails_after_the_wal_append_poisons_the_store() {
+        let db = store();
+        let weak = Arc::downgrade(&db);
+        db.shared.sync_points.set("commit:after_wal", move || {
+            // Fill the leader's memtable so the group's insert cannot fit.
+            let db = weak.upgrade().unwrap();
+            let mem = db.shared.leader_mem.lock().clone();
+            // Halving filler values down to empty ones under a one-byte
+            // key, each a new version, until even those stop fitting
+            // whatever tower height they draw.
+            let (mut size, mut refused) = (64 << 10, 0);
+            for seq in 0u64.. {
+                if mem
+                    .add(seq, ValueKind::Value, b"\xff", &vec![0; size])
+                    .is_ok()
+                {
+                    refused = 0;
+                } else if size > 0 {
+                    size /= 2;
+                } else if refused == 1000 {
+                    break;
+                } else {
+                    refused += 1;
+                }
+            }
+        });
+        let failed = db.put(b"a", b"1");
+        assert!(failed.is_err(), "the insert had no room: {failed:?}");
+        let next = db.put(b"b", b"2");
+        assert!(
+            matches!(next, Err(Error::Poisoned(_))),
+            "a write after a group the WAL holds but the memtable lost \
+             must be refused, not given the same sequence: {next:?}"
+        );
+        assert_eq!(db.get(b"k").unwrap(), Some(b"v1".to_vec()), "reads go on");
+        let _ = db.close();
+    }
+
     /// At `point`, overwrites `k` and compacts the old version away, with no
     /// snapshot protecting it.
     fn overwrite_and_compact_at(db: &Arc<Db>, point: &'static str) {

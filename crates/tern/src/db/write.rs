@@ -170,6 +170,13 @@ impl Shared {
         }
         let first_seq = self.visible_seq.load(Ordering::Acquire) + 1;
         merged.set_seq(first_seq);
+        // Decoded before the WAL append, so a batch that cannot go into the
+        // memtable is never logged either.
+        let mut entries = Vec::with_capacity(merged.len());
+        for (seq, e) in (first_seq..).zip(merged.iter()) {
+            let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
+            entries.push((e.key, seq, e.kind, e.value));
+        }
         if !disable_wal {
             let mut wal = self.wal.lock();
             let res = match wal.as_mut() {
@@ -203,19 +210,27 @@ impl Shared {
                 Counters::add(&self.counters.wal_syncs, 1);
             }
         }
-        let mut entries = Vec::with_capacity(merged.len());
-        for (seq, e) in (first_seq..).zip(merged.iter()) {
-            let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
-            entries.push((e.key, seq, e.kind, e.value));
-        }
         let seq = first_seq + entries.len() as u64;
         let deferred = entries.len() >= super::linker::DEFER_MIN;
-        if deferred {
+        let added = if deferred {
             mem.add_all_deferred(&entries)
         } else {
             mem.add_all(&mut entries)
+        };
+        if added.is_err() {
+            // The WAL holds the group (replay brings it back) and part of
+            // it may be in the memtable under unpublished sequence numbers
+            // the next group would take again: only a reopen, which
+            // replays the WAL, puts the two back in agreement.
+            let e = Error::Internal(format!(
+                "a write group of {} entries did not fit in the memtable that was \
+                 checked to have room for it",
+                entries.len()
+            ));
+            let mut state = self.state.lock();
+            self.set_bg_error(&mut state, &e);
+            return Err(e);
         }
-        .map_err(|_| Error::InvalidArgument("write does not fit in a memtable".to_string()))?;
         Counters::add(
             &self.counters.user_bytes_written,
             merged.approximate_size() as u64,
