@@ -106,6 +106,35 @@ fn dbsize_and_info_with_a_million_keys_do_no_engine_reads() {
     assert_eq!(store.recount(meta.generation).unwrap(), meta);
 }
 
+/// Active expiry walked the expiry index ten times a second even when no
+/// key had an expiry; each walk opened an engine iterator, which orders
+/// every write since the last one into the memtable's list on the
+/// committer's thread, the thread every write waits for.
+#[test]
+fn active_expiry_opens_no_iterator_while_no_key_has_an_expiry() {
+    let t = start();
+    let mut c = t.client();
+    for i in 0..1000 {
+        run(&mut c, &["SET", &format!("key:{i}"), "v"]).unwrap();
+    }
+    let db = &t.server.state().store.db;
+    let before = db.stats().iterators;
+    // Several 100 ms cycles.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        db.stats().iterators,
+        before,
+        "an expiry cycle with no key to expire opened an iterator"
+    );
+    // With a key that expires, cycles walk the index again and delete it.
+    run(&mut c, &["SET", "short", "v", "PX", "50"]).unwrap();
+    eventually("the key with an expiry to be deleted", || {
+        let text = info(&mut c, "keyspace");
+        info_line(&text, "db0").is_some_and(|l| l.starts_with("keys=1000,expires=0,"))
+    });
+    assert!(db.stats().iterators > before);
+}
+
 /// Redis key → expiry (unix ms), of every key stored, expired or not.
 type Model = BTreeMap<String, Option<u64>>;
 
