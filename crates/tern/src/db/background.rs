@@ -253,7 +253,10 @@ fn compaction_loop(s: &Shared) {
 fn link_loop(s: &Shared) {
     while s.linker.next() {
         let sv = s.pin_super_version();
-        for m in std::iter::once(&sv.mem).chain(sv.imms.iter()) {
+        // The active memtable gathers larger runs; an immutable one is
+        // linked at once, for the flush that will read it in order.
+        sv.mem.link_deferred_lazily();
+        for m in sv.imms.iter() {
             m.link_deferred();
         }
     }

@@ -20,7 +20,7 @@ pub(crate) mod skiplist;
 pub(crate) use cursor::{ListCursor, NodeList};
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -49,6 +49,18 @@ fn entry_trailer((_, seq, kind, _): (&[u8], SeqNo, ValueKind, &[u8])) -> u64 {
 /// How many entries ahead of the one being inserted a deferred group
 /// prefetches index slots (and half as far, the nodes they name).
 const PREFETCH_AHEAD: usize = 8;
+
+/// Deferred nodes the background linker leaves for later while no reader
+/// has needed the list lately: linked in one sorted run, neighbours are a
+/// few nodes apart and each link is a short walk, where a run the size of
+/// one commit group costs a search of several levels per node (about half
+/// the linker's time in a pipelined overwrite load, measured).
+pub const LAZY_LINK_BATCH: usize = 65536;
+
+/// How long after a reader needed the list (an iterator, a read at an older
+/// snapshot) the background linker links every group at once again, so
+/// that readers who keep coming find little to link themselves.
+const ORDER_WANTED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
 /// The table is unchanged.
@@ -81,6 +93,11 @@ pub struct MemTable {
     /// Held while deferred nodes are linked, so that a reader that finds
     /// `unlinked` above zero waits for a linker already at work.
     linking: parking_lot::Mutex<()>,
+    /// When this table was made: the origin of `order_wanted_at`.
+    created: std::time::Instant,
+    /// Milliseconds after `created`, plus one, at which a reader last found
+    /// deferred nodes it needed linked; 0: never.
+    order_wanted_at: AtomicU64,
 }
 
 impl fmt::Debug for MemTable {
@@ -121,6 +138,8 @@ impl MemTable {
             deferred: parking_lot::Mutex::new(Vec::new()),
             unlinked: AtomicUsize::new(0),
             linking: parking_lot::Mutex::new(()),
+            created: std::time::Instant::now(),
+            order_wanted_at: AtomicU64::new(0),
         }
     }
 
@@ -242,6 +261,39 @@ impl MemTable {
         self.unlinked.load(Ordering::Relaxed)
     }
 
+    /// What the background linker calls for the active memtable: links the
+    /// deferred nodes if there are [`LAZY_LINK_BATCH`] of them, or if a
+    /// reader needed the list within the last second; otherwise leaves
+    /// them to gather into a larger, cheaper run (the point reads most
+    /// loads make find the newest versions through the index, unlinked).
+    pub fn link_deferred_lazily(&self) {
+        let n = self.unlinked.load(Ordering::Acquire);
+        if n == 0 || (n < LAZY_LINK_BATCH && !self.order_wanted_lately()) {
+            return;
+        }
+        self.link_deferred();
+    }
+
+    /// Links what a reader needs in the list, noting that one did.
+    fn link_for_reader(&self) {
+        if self.unlinked.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let now = self.created.elapsed().as_millis() as u64 + 1;
+        self.order_wanted_at.store(now, Ordering::Relaxed);
+        self.link_deferred();
+    }
+
+    fn order_wanted_lately(&self) -> bool {
+        match self.order_wanted_at.load(Ordering::Relaxed) {
+            0 => false,
+            at => {
+                let now = self.created.elapsed().as_millis() as u64 + 1;
+                now.saturating_sub(at) < ORDER_WANTED_FOR.as_millis() as u64
+            }
+        }
+    }
+
     /// Links every deferred node (see [`MemTable::add_all_deferred`]) into
     /// the list; returns once every node deferred before the call is in
     /// it, whether this call or another linker linked it.
@@ -279,13 +331,13 @@ impl MemTable {
                 // An older snapshot, or a version a writer has not
                 // published yet: the node may not be linked, so search the
                 // list, with every version published so far linked.
-                self.link_deferred();
+                self.link_for_reader();
                 self.list.nodes().newest(user_key, seq)
             }
             Lookup::Absent => None,
             Lookup::Unknown if !self.filter.may_contain(hash) => None,
             Lookup::Unknown => {
-                self.link_deferred();
+                self.link_for_reader();
                 self.list.nodes().newest(user_key, seq)
             }
         }
@@ -313,7 +365,7 @@ impl MemTable {
     /// of the `Arc`, so it may outlive the caller's handle, and it sees
     /// entries inserted concurrently if it reaches them.
     pub fn iter(self: &Arc<Self>) -> MemTableIter {
-        self.link_deferred();
+        self.link_for_reader();
         MemTableIter(ListCursor::new(Arc::clone(self)))
     }
 
@@ -337,7 +389,7 @@ impl MemTable {
     /// The skiplist with every entry linked, for the memory tier's
     /// one-piece copy.
     pub(crate) fn list(&self) -> &SkipList {
-        self.link_deferred();
+        self.link_for_reader();
         &self.list
     }
 

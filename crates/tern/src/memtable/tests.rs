@@ -813,6 +813,48 @@ fn an_unpublished_deferred_version_does_not_hide_the_published_one() {
     );
 }
 
+/// The background linker leaves a backlog under [`LAZY_LINK_BATCH`] to
+/// grow while no reader has needed the list, links it once it is that
+/// large, and links every group at once after a reader needed the list.
+#[test]
+fn the_background_linker_gathers_runs_until_a_reader_wants_the_order() {
+    let m = Arc::new(MemTable::new(64 << 20));
+    let mut seq = 0u64;
+    let mut add = |n: usize| {
+        let owned: Vec<_> = (0..n)
+            .map(|_| {
+                seq += 1;
+                (
+                    format!("key{:08}", (seq * 7919) % 1_000_003).into_bytes(),
+                    seq,
+                )
+            })
+            .collect();
+        let entries: Vec<_> = owned
+            .iter()
+            .map(|(k, s)| (&k[..], *s, ValueKind::Value, &b"v"[..]))
+            .collect();
+        m.add_all_deferred(&entries).unwrap();
+    };
+    add(1000);
+    m.link_deferred_lazily();
+    assert_eq!(m.deferred_len(), 1000, "a small backlog waits");
+    add(LAZY_LINK_BATCH - 1000);
+    m.link_deferred_lazily();
+    assert_eq!(m.deferred_len(), 0, "a full run is linked");
+
+    add(1000);
+    m.link_deferred_lazily();
+    assert_eq!(m.deferred_len(), 1000);
+    // An iterator needs the order: it links the backlog itself...
+    assert_eq!(collect_forward(&m).len(), LAZY_LINK_BATCH + 1000);
+    assert_eq!(m.deferred_len(), 0);
+    // ...and from then on the linker does not let one gather.
+    add(10);
+    m.link_deferred_lazily();
+    assert_eq!(m.deferred_len(), 0, "linked at once after a reader");
+}
+
 /// A linker thread racing with a writer of deferred groups and with readers
 /// at published sequences: every read sees exactly the published state.
 #[test]
