@@ -195,7 +195,7 @@ impl Shared {
         // Read after the memtable turned immutable: a snapshot registered
         // later sees every version in it, so only the newest of each key.
         let retention = Retention::new(self.snapshots.all());
-        let res = self.write_level0_table(&mut mem.iter(), number, &counter, &retention);
+        let res = self.write_level0_table(&mut mem.iter_linked(), number, &counter, &retention);
         let mut state = self.state.lock();
         state.flush_running = false;
         let output = match res {

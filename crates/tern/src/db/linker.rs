@@ -7,14 +7,16 @@
 //! them into the skiplist (a sorted run, each search starting where the last
 //! ended). Under a pipelined load the list's searches, most of a commit's
 //! CPU time, so run beside the next commit instead of inside it. Readers
-//! that need the list link whatever is still deferred themselves, so
-//! nothing depends on this thread keeping up.
+//! that need the list link a small backlog themselves or merge its sorted
+//! runs with the list, so nothing depends on this thread keeping up.
 //!
 //! For the active memtable the thread waits until a run of
 //! [`crate::memtable::LAZY_LINK_BATCH`] nodes has gathered, unless a reader
 //! needed the list in the last second: a long sorted run links for about
 //! half the CPU of runs the size of one group, and point reads, which find
-//! the newest versions through the index, never wait for it.
+//! the newest versions through the index, never wait for it. An iterator
+//! that found nodes waiting wakes the thread, so a backlog that writes
+//! left behind is linked once readers want it.
 
 use parking_lot::{Condvar, Mutex};
 

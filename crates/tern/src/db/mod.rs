@@ -360,6 +360,10 @@ impl Db {
         let (sv, seq) = self.read_view(opts.snapshot);
         let mut children: Vec<BoxedIter> = Vec::new();
         children.push(Box::new(sv.mem.iter()));
+        if sv.mem.order_wanted_with_backlog() {
+            // It merges runs now; the linker links them for later readers.
+            self.shared.linker.wake();
+        }
         for m in &sv.imms {
             children.push(Box::new(m.iter()));
         }

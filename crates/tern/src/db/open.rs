@@ -340,7 +340,12 @@ fn spill_replayed(
     }
     let number = state.versions.new_file_number();
     let counter = state.versions.file_number_counter();
-    let out = s.write_level0_table(&mut mem.iter(), number, &counter, &Retention::default())?;
+    let out = s.write_level0_table(
+        &mut mem.iter_linked(),
+        number,
+        &counter,
+        &Retention::default(),
+    )?;
     edit.new_files.extend(out.table.map(|t| (0, t)));
     edit.blob_files_added.extend(out.blobs);
     Ok(())

@@ -70,6 +70,11 @@ impl MemIndex {
         }
     }
 
+    /// Whether every key inserted has a slot (a miss proves absence).
+    pub(crate) fn is_complete(&self) -> bool {
+        self.complete.load(Ordering::Acquire)
+    }
+
     /// Bytes the index takes.
     pub(crate) fn size(&self) -> usize {
         self.slots.len() * 8

@@ -12,9 +12,11 @@
 //! the caller then switches to a fresh memtable.
 
 mod arena;
+mod backlog;
 mod cursor;
 mod filter;
 mod index;
+mod iter;
 pub(crate) mod skiplist;
 
 pub(crate) use cursor::{ListCursor, NodeList};
@@ -23,15 +25,15 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::error::Result;
 use crate::format::bloom::bloom_hash;
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ, TRAILER_LEN};
-use crate::iter::InternalIterator;
 
 use arena::Arena;
 pub use arena::ArenaPool;
+use backlog::Run;
 use filter::MemFilter;
 use index::{Lookup, MemIndex};
+pub use iter::MemTableIter;
 use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 
 /// Whether node `n` holds `user_key`: the check behind every index slot
@@ -54,12 +56,23 @@ const PREFETCH_AHEAD: usize = 8;
 /// has needed the list lately: linked in one sorted run, neighbours are a
 /// few nodes apart and each link is a short walk, where a run the size of
 /// one commit group costs a search of several levels per node (about half
-/// the linker's time in a pipelined overwrite load, measured).
+/// the linker's time in a pipelined overwrite load, measured). Readers
+/// meanwhile merge the waiting nodes' sorted runs with the list
+/// (`backlog.rs`) rather than link them.
 pub const LAZY_LINK_BATCH: usize = 65536;
+
+/// A reader that needs the list links a backlog of up to this many nodes
+/// itself (about a millisecond), unless a linker is at work; a larger one
+/// it merges as runs.
+const READER_LINKS: usize = 4096;
+
+/// Runs the linker lets the backlog hold before it merges them; below
+/// that it only sorts each new group.
+const MERGE_RUNS_OVER: usize = 16;
 
 /// How long after a reader needed the list (an iterator, a read at an older
 /// snapshot) the background linker links every group at once again, so
-/// that readers who keep coming find little to link themselves.
+/// that readers who keep coming find little to link or merge.
 const ORDER_WANTED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Returned by [`MemTable::add`] when the arena has no room for the entry.
@@ -84,19 +97,19 @@ pub struct MemTable {
     index: MemIndex,
     /// The keys the index had no room for.
     filter: MemFilter,
-    /// Nodes written and indexed but not linked into the list yet (see
-    /// [`MemTable::add_all_deferred`]), in no order.
-    deferred: parking_lot::Mutex<Vec<u32>>,
-    /// How many nodes `deferred` holds or a linker is linking: zero once
-    /// every node is in the list.
+    /// Runs of nodes written and indexed but not linked into the list yet
+    /// (see [`MemTable::add_all_deferred`] and `backlog.rs`), oldest first.
+    /// A run leaves only once its nodes are linked.
+    backlog: parking_lot::Mutex<Vec<Arc<Run>>>,
+    /// How many nodes `backlog` holds: zero once every node is in the list.
     unlinked: AtomicUsize,
-    /// Held while deferred nodes are linked, so that a reader that finds
-    /// `unlinked` above zero waits for a linker already at work.
+    /// Held by whoever links or rearranges the backlog (one at a time);
+    /// only its holder removes or replaces runs, writers append.
     linking: parking_lot::Mutex<()>,
     /// When this table was made: the origin of `order_wanted_at`.
     created: std::time::Instant,
-    /// Milliseconds after `created`, plus one, at which a reader last found
-    /// deferred nodes it needed linked; 0: never.
+    /// Milliseconds after `created`, plus one, at which a reader last
+    /// needed the list's order while nodes were deferred; 0: never.
     order_wanted_at: AtomicU64,
 }
 
@@ -135,7 +148,7 @@ impl MemTable {
             list,
             index: MemIndex::for_arena(capacity),
             filter: MemFilter::for_arena(capacity),
-            deferred: parking_lot::Mutex::new(Vec::new()),
+            backlog: parking_lot::Mutex::new(Vec::new()),
             unlinked: AtomicUsize::new(0),
             linking: parking_lot::Mutex::new(()),
             created: std::time::Instant::now(),
@@ -211,12 +224,13 @@ impl MemTable {
     /// Inserts a group as [`MemTable::add_all`] does, but leaves ordering
     /// it into the list for later: each entry is written and put in the
     /// hash index now (point reads of the newest versions find it at once)
-    /// and linked into the list by [`MemTable::link_deferred`], which a
-    /// background thread calls, and which every reader that needs the list
-    /// (an iterator, a read at an older snapshot, a key the index left out)
-    /// calls first. The writer's cost is a copy and an index insert per
-    /// entry; the list's searches run on another core. On
-    /// [`MemTableFull`] some entries may have gone in.
+    /// and linked into the list later by a background thread
+    /// ([`MemTable::link_deferred_lazily`]). Until then a reader that needs
+    /// the list (an iterator, a read at an older snapshot, a key the index
+    /// left out) links a small backlog itself or merges the backlog's runs
+    /// with the list (`backlog.rs`). The writer's cost is a copy and an
+    /// index insert per entry; the list's searches run on another core.
+    /// On [`MemTableFull`] some entries may have gone in.
     pub fn add_all_deferred(
         &self,
         entries: &[(&[u8], SeqNo, ValueKind, &[u8])],
@@ -247,12 +261,15 @@ impl MemTable {
                 }
             }
         }
-        // Counted before the group's sequence number is published (the
-        // caller publishes it after this returns), so a reader at that
-        // sequence sees them as unlinked and links them first.
-        let mut d = self.deferred.lock();
-        d.extend_from_slice(&written);
-        self.unlinked.fetch_add(written.len(), Ordering::Release);
+        // In the backlog before the group's sequence number is published
+        // (the caller publishes it after this returns), so a reader at
+        // that sequence finds them there or, later, in the list.
+        if !written.is_empty() {
+            let n = written.len();
+            let mut backlog = self.backlog.lock();
+            backlog.push(Run::unsorted(written));
+            self.unlinked.fetch_add(n, Ordering::Release);
+        }
         full
     }
 
@@ -262,26 +279,72 @@ impl MemTable {
     }
 
     /// What the background linker calls for the active memtable: links the
-    /// deferred nodes if there are [`LAZY_LINK_BATCH`] of them, or if a
-    /// reader needed the list within the last second; otherwise leaves
-    /// them to gather into a larger, cheaper run (the point reads most
-    /// loads make find the newest versions through the index, unlinked).
+    /// backlog if it holds [`LAZY_LINK_BATCH`] nodes, if a reader needed
+    /// the list within the last second, or if the index has left keys out
+    /// (their point reads search the list); otherwise sorts and merges its
+    /// new runs and leaves them to gather into a larger, cheaper pass.
     pub fn link_deferred_lazily(&self) {
         let n = self.unlinked.load(Ordering::Acquire);
-        if n == 0 || (n < LAZY_LINK_BATCH && !self.order_wanted_lately()) {
+        if n == 0 {
             return;
         }
-        self.link_deferred();
+        if n >= LAZY_LINK_BATCH || self.order_wanted_lately() || !self.index.is_complete() {
+            self.link_deferred();
+            return;
+        }
+        let _linking = self.linking.lock();
+        let runs = self.backlog.lock().clone();
+        let merge = runs.len() > MERGE_RUNS_OVER;
+        if !merge && runs.iter().all(|r| r.sorted) {
+            return;
+        }
+        let tidy = backlog::compact_runs(&runs, &self.list.nodes(), merge);
+        // Only a holder of `linking` replaces runs, so the ones taken are
+        // still the backlog's first; writers appended after them.
+        let mut backlog = self.backlog.lock();
+        debug_assert!(runs
+            .iter()
+            .zip(backlog.iter())
+            .all(|(a, b)| Arc::ptr_eq(a, b)));
+        backlog.splice(..runs.len(), tidy);
     }
 
-    /// Links what a reader needs in the list, noting that one did.
-    fn link_for_reader(&self) {
-        if self.unlinked.load(Ordering::Acquire) == 0 {
-            return;
+    /// The backlog as a reader that needs the list's order finds it: empty
+    /// if it was small enough to link here and now, else its runs (sorted
+    /// if `sorted`) to merge with or search beside the list. Every node
+    /// deferred before the call is in the list or in the runs returned (or
+    /// both).
+    fn reader_runs(&self, sorted: bool) -> Vec<Arc<Run>> {
+        let n = self.unlinked.load(Ordering::Acquire);
+        if n == 0 {
+            return Vec::new();
         }
         let now = self.created.elapsed().as_millis() as u64 + 1;
         self.order_wanted_at.store(now, Ordering::Relaxed);
-        self.link_deferred();
+        // Not behind a linker at work, which may be linking a long run,
+        // and not more than a small backlog (it may have grown since).
+        if n <= READER_LINKS {
+            if let Some(linking) = self.linking.try_lock() {
+                if self.unlinked.load(Ordering::Acquire) <= READER_LINKS {
+                    self.link_locked(&linking);
+                    return Vec::new();
+                }
+            }
+        }
+        let runs = self.backlog.lock().clone();
+        if sorted {
+            backlog::for_reader(&runs, &self.list.nodes())
+        } else {
+            runs
+        }
+    }
+
+    /// Whether readers found nodes waiting that they needed in order
+    /// within the last second; the engine then wakes the linker, which
+    /// links them (a backlog left by writes that stopped would otherwise
+    /// wait for the next deferred group).
+    pub fn order_wanted_with_backlog(&self) -> bool {
+        self.unlinked.load(Ordering::Relaxed) > 0 && self.order_wanted_lately()
     }
 
     fn order_wanted_lately(&self) -> bool {
@@ -301,14 +364,28 @@ impl MemTable {
         if self.unlinked.load(Ordering::Acquire) == 0 {
             return;
         }
-        let _linking = self.linking.lock();
-        let mut batch = std::mem::take(&mut *self.deferred.lock());
-        if batch.is_empty() {
+        let linking = self.linking.lock();
+        self.link_locked(&linking);
+    }
+
+    /// [`MemTable::link_deferred`] with `linking` held.
+    fn link_locked(&self, _linking: &parking_lot::MutexGuard<'_, ()>) {
+        let runs = self.backlog.lock().clone();
+        if runs.is_empty() {
             return;
         }
         let nodes = self.list.nodes();
-        batch.sort_unstable_by(|&a, &b| internal_key::compare(nodes.key_at(a), nodes.key_at(b)));
+        let mut batch: Vec<u32> = runs.iter().flat_map(|r| r.nodes.iter().copied()).collect();
+        backlog::sort_nodes(&mut batch, &nodes);
         self.list.link_sorted(&batch);
+        // Removed once linked: a reader that took the runs meanwhile
+        // finds their nodes in them, or in the list, or both.
+        let mut backlog = self.backlog.lock();
+        debug_assert!(runs
+            .iter()
+            .zip(backlog.iter())
+            .all(|(a, b)| Arc::ptr_eq(a, b)));
+        backlog.drain(..runs.len());
         self.unlinked.fetch_sub(batch.len(), Ordering::Release);
     }
 
@@ -330,17 +407,28 @@ impl MemTable {
                 }
                 // An older snapshot, or a version a writer has not
                 // published yet: the node may not be linked, so search the
-                // list, with every version published so far linked.
-                self.link_for_reader();
-                self.list.nodes().newest(user_key, seq)
+                // list and the backlog.
+                self.newest_ordered(user_key, seq)
             }
             Lookup::Absent => None,
             Lookup::Unknown if !self.filter.may_contain(hash) => None,
-            Lookup::Unknown => {
-                self.link_for_reader();
-                self.list.nodes().newest(user_key, seq)
+            Lookup::Unknown => self.newest_ordered(user_key, seq),
+        }
+    }
+
+    /// [`MemTable::get`] by search: the list and the backlog's runs.
+    fn newest_ordered(&self, user_key: &[u8], seq: SeqNo) -> Option<(SeqNo, ValueKind, &[u8])> {
+        let runs = self.reader_runs(false);
+        let nodes = self.list.nodes();
+        let mut best = nodes.newest(user_key, seq);
+        for run in &runs {
+            if let Some((s, kind, node)) = run.newest(&nodes, user_key, seq) {
+                if best.is_none_or(|(b, _, _)| s > b) {
+                    best = Some((s, kind, nodes.value_at(node)));
+                }
             }
         }
+        best
     }
 
     /// Read-ahead for [`MemTable::get`] of several keys, in two passes:
@@ -365,8 +453,15 @@ impl MemTable {
     /// of the `Arc`, so it may outlive the caller's handle, and it sees
     /// entries inserted concurrently if it reaches them.
     pub fn iter(self: &Arc<Self>) -> MemTableIter {
-        self.link_for_reader();
-        MemTableIter(ListCursor::new(Arc::clone(self)))
+        MemTableIter::new(Arc::clone(self), self.reader_runs(true))
+    }
+
+    /// An iterator over the list alone, once every deferred node is linked
+    /// (waiting for a linker at work): for a flush, which reads the whole
+    /// table, and walks the list faster than a merge of the list and runs.
+    pub fn iter_linked(self: &Arc<Self>) -> MemTableIter {
+        self.link_deferred();
+        MemTableIter::new(Arc::clone(self), Vec::new())
     }
 
     /// Arena bytes used so far (including per-entry overhead and the head
@@ -389,7 +484,7 @@ impl MemTable {
     /// The skiplist with every entry linked, for the memory tier's
     /// one-piece copy.
     pub(crate) fn list(&self) -> &SkipList {
-        self.link_for_reader();
+        self.link_deferred();
         &self.list
     }
 
@@ -422,60 +517,6 @@ impl MemTable {
             .and_then(|k| node_size(MAX_HEIGHT, k, value_len))
             .and_then(|n| n.checked_add(HEAD_REGION))
             .unwrap_or(usize::MAX)
-    }
-}
-
-/// An iterator over a [`MemTable`]'s entries, holding the table alive.
-///
-/// `key()` is the internal key (`user_key ‖ trailer`), `value()` the value.
-/// Moving backwards searches for the predecessor (O(log n)), as in LevelDB.
-pub struct MemTableIter(ListCursor<MemTable>);
-
-impl fmt::Debug for MemTableIter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemTableIter")
-            .field("valid", &self.valid())
-            .finish()
-    }
-}
-
-impl NodeList for MemTable {
-    type Mem = Arena;
-    fn nodes(&self) -> Nodes<'_, Arena> {
-        self.list.nodes()
-    }
-}
-
-impl InternalIterator for MemTableIter {
-    fn valid(&self) -> bool {
-        self.0.valid()
-    }
-    fn seek_to_first(&mut self) {
-        self.0.seek_to_first()
-    }
-    fn seek_to_last(&mut self) {
-        self.0.seek_to_last()
-    }
-    fn seek(&mut self, target: &[u8]) {
-        self.0.seek(target)
-    }
-    fn seek_for_prev(&mut self, target: &[u8]) {
-        self.0.seek_for_prev(target)
-    }
-    fn next(&mut self) {
-        self.0.next()
-    }
-    fn prev(&mut self) {
-        self.0.prev()
-    }
-    fn key(&self) -> &[u8] {
-        self.0.key()
-    }
-    fn value(&self) -> &[u8] {
-        self.0.value()
-    }
-    fn status(&self) -> Result<()> {
-        self.0.status()
     }
 }
 

@@ -131,6 +131,14 @@ pub(crate) fn parse_node(bytes: &[u8], at: usize) -> Result<RawNode, &'static st
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NodeRef(NonZeroU32);
 
+impl NodeRef {
+    /// The node's arena offset.
+    #[inline]
+    pub(crate) fn offset(self) -> u32 {
+        self.0.get()
+    }
+}
+
 /// What a search looks for: an internal key split into its two parts, so
 /// lookups need not build one.
 #[derive(Clone, Copy, Debug)]

@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 use crate::format::internal_key::{make_internal_key, parse, seek_key};
+use crate::iter::InternalIterator;
 
 /// A `BTreeMap` key ordered like internal keys.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,57 +220,83 @@ fn iterator_matches_model() {
         assert_eq!(collect_backward(&m), want);
 
         let mut it = m.iter();
-        for _ in 0..2000 {
-            let target = random_target(&mut rng, n as u64);
-            let t = IKey(target.clone());
+        check_seeks_and_gets(&m, &mut it, &model, &mut rng, n as u64, 2000);
+    }
+}
 
-            it.seek(&target);
-            let expect = model.range(t.clone()..).next();
-            match expect {
-                None => assert!(!it.valid()),
-                Some((k, v)) => {
-                    assert!(it.valid());
-                    assert_eq!(it.key(), &k.0[..]);
-                    assert_eq!(it.value(), &v[..]);
-                    // Step both ways from here.
-                    let mut after = model.range(t.clone()..).skip(1);
-                    it.next();
-                    match after.next() {
-                        None => assert!(!it.valid()),
-                        Some((k2, _)) => assert_eq!(it.key(), &k2.0[..]),
-                    }
-                    it.seek(&target);
-                    it.prev();
-                    match model.range(..t.clone()).next_back() {
-                        None => assert!(!it.valid()),
-                        Some((k0, _)) => assert_eq!(it.key(), &k0.0[..]),
-                    }
+/// `rounds` random targets: `seek`, then a step each way, `seek_for_prev`
+/// and `get` at the target, all as the model says. `it` is an iterator of
+/// `m`.
+fn check_seeks_and_gets(
+    m: &MemTable,
+    it: &mut MemTableIter,
+    model: &BTreeMap<IKey, Vec<u8>>,
+    rng: &mut StdRng,
+    max_seq: u64,
+    rounds: usize,
+) {
+    for _ in 0..rounds {
+        let target = random_target(rng, max_seq);
+        let t = IKey(target.clone());
+
+        it.seek(&target);
+        let expect = model.range(t.clone()..).next();
+        match expect {
+            None => assert!(!it.valid()),
+            Some((k, v)) => {
+                assert!(it.valid());
+                assert_eq!(it.key(), &k.0[..]);
+                assert_eq!(it.value(), &v[..]);
+                // Step both ways from here.
+                let mut after = model.range(t.clone()..).skip(1);
+                it.next();
+                match after.next() {
+                    None => assert!(!it.valid()),
+                    Some((k2, _)) => assert_eq!(it.key(), &k2.0[..]),
+                }
+                it.seek(&target);
+                it.prev();
+                match model.range(..t.clone()).next_back() {
+                    None => assert!(!it.valid()),
+                    Some((k0, _)) => assert_eq!(it.key(), &k0.0[..]),
                 }
             }
-
-            it.seek_for_prev(&target);
-            match model.range(..=t.clone()).next_back() {
-                None => assert!(!it.valid()),
-                Some((k, v)) => {
-                    assert!(it.valid());
-                    assert_eq!(it.key(), &k.0[..]);
-                    assert_eq!(it.value(), &v[..]);
-                }
-            }
-
-            // get() agrees with the model too.
-            let uk = internal_key::user_key(&target);
-            let seq = internal_key::trailer(&target) >> 8;
-            let expect = model
-                .range(IKey(seek_key(uk, seq.min(MAX_SEQ)))..)
-                .next()
-                .filter(|(k, _)| internal_key::user_key(&k.0) == uk)
-                .map(|(k, v)| {
-                    let p = parse(&k.0).unwrap();
-                    (p.seq, p.kind, v.as_slice())
-                });
-            assert_eq!(m.get(uk, seq), expect);
         }
+
+        it.seek_for_prev(&target);
+        match model.range(..=t.clone()).next_back() {
+            None => assert!(!it.valid()),
+            Some((k, v)) => {
+                assert!(it.valid());
+                assert_eq!(it.key(), &k.0[..]);
+                assert_eq!(it.value(), &v[..]);
+                // And back the other way: the first entry after it.
+                it.next();
+                match model
+                    .range((
+                        std::ops::Bound::Excluded(k.clone()),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .next()
+                {
+                    None => assert!(!it.valid()),
+                    Some((k2, _)) => assert_eq!(it.key(), &k2.0[..]),
+                }
+            }
+        }
+
+        // get() agrees with the model too.
+        let uk = internal_key::user_key(&target);
+        let seq = internal_key::trailer(&target) >> 8;
+        let expect = model
+            .range(IKey(seek_key(uk, seq.min(MAX_SEQ)))..)
+            .next()
+            .filter(|(k, _)| internal_key::user_key(&k.0) == uk)
+            .map(|(k, v)| {
+                let p = parse(&k.0).unwrap();
+                (p.seq, p.kind, v.as_slice())
+            });
+        assert_eq!(m.get(uk, seq), expect);
     }
 }
 
@@ -519,30 +546,7 @@ fn fill_random_groups_with(
     let mut seq = 1u64;
     while (seq as usize) <= n {
         let size = rng.gen_range(1..=300).min(n + 1 - seq as usize);
-        let mut owned = vec![];
-        for _ in 0..size {
-            let klen = rng.gen_range(0..6);
-            let key: Vec<u8> = (0..klen).map(|_| rng.gen_range(b'a'..b'e')).collect();
-            let vlen = rng.gen_range(0..20);
-            let value: Vec<u8> = (0..vlen).map(|_| rng.gen()).collect();
-            let kind = if rng.gen_bool(0.1) {
-                ValueKind::Delete
-            } else {
-                ValueKind::Value
-            };
-            model.insert(IKey(make_internal_key(&key, seq, kind)), value.clone());
-            owned.push((key, seq, kind, value));
-            seq += 1;
-        }
-        let mut entries: Vec<_> = owned
-            .iter()
-            .map(|(k, s, kind, v)| (&k[..], *s, *kind, &v[..]))
-            .collect();
-        if deferred {
-            m.add_all_deferred(&entries).unwrap();
-        } else {
-            m.add_all(&mut entries).unwrap();
-        }
+        add_group(m, rng, &mut model, &mut seq, size, deferred);
     }
     model
 }
@@ -855,6 +859,152 @@ fn the_background_linker_gathers_runs_until_a_reader_wants_the_order() {
     assert_eq!(m.deferred_len(), 0, "linked at once after a reader");
 }
 
+/// Adds a group of `size` random entries (short keys, so many versions
+/// of each) numbered from `seq` on, deferred or linked, and to the model.
+fn add_group(
+    m: &MemTable,
+    rng: &mut StdRng,
+    model: &mut BTreeMap<IKey, Vec<u8>>,
+    seq: &mut u64,
+    size: usize,
+    deferred: bool,
+) {
+    let mut owned = vec![];
+    for _ in 0..size {
+        let klen = rng.gen_range(0..6);
+        let key: Vec<u8> = (0..klen).map(|_| rng.gen_range(b'a'..b'e')).collect();
+        let vlen = rng.gen_range(0..20);
+        let value: Vec<u8> = (0..vlen).map(|_| rng.gen()).collect();
+        let kind = if rng.gen_bool(0.1) {
+            ValueKind::Delete
+        } else {
+            ValueKind::Value
+        };
+        model.insert(IKey(make_internal_key(&key, *seq, kind)), value.clone());
+        owned.push((key, *seq, kind, value));
+        *seq += 1;
+    }
+    let mut entries: Vec<_> = owned
+        .iter()
+        .map(|(k, s, kind, v)| (&k[..], *s, *kind, &v[..]))
+        .collect();
+    if deferred {
+        m.add_all_deferred(&entries).unwrap();
+    } else {
+        m.add_all(&mut entries).unwrap();
+    }
+}
+
+/// A backlog too large for a reader to link is merged with the list as
+/// sorted runs: iterators in both directions, seeks and reads at every
+/// snapshot see what the model holds, whether the runs were tidied by the
+/// linker or not, and an iterator whose runs were linked after it took
+/// them sees each entry once.
+#[test]
+fn readers_merge_a_large_backlog_with_the_list_as_the_model_says() {
+    for seed in [21u64, 22, 23] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let m = Arc::new(MemTable::new(16 << 20));
+        let mut model = BTreeMap::new();
+        let mut seq = 1u64;
+        for _ in 0..10 {
+            let size = rng.gen_range(64..=400);
+            add_group(&m, &mut rng, &mut model, &mut seq, size, false);
+        }
+        for i in 0..60 {
+            let size = rng.gen_range(64..=400);
+            add_group(&m, &mut rng, &mut model, &mut seq, size, true);
+            // Now and then the linker tidies: sorts and merges runs.
+            if seed != 21 && i % 7 == 0 {
+                m.link_deferred_lazily();
+            }
+        }
+        let backlog = m.deferred_len();
+        assert!(
+            backlog > READER_LINKS && backlog < LAZY_LINK_BATCH,
+            "{backlog}"
+        );
+        let ctx = format!("seed {seed}");
+        let want = rows(&model);
+        assert_eq!(collect_forward(&m), want, "{ctx}");
+        assert_eq!(collect_backward(&m), want, "{ctx}");
+        let mut it = m.iter();
+        assert!(it.runs() > 0, "{ctx}: the reader merged runs");
+        check_seeks_and_gets(&m, &mut it, &model, &mut rng, seq, 1500);
+        assert_eq!(m.deferred_len(), backlog, "{ctx}: no reader linked");
+
+        // Linked after the iterator took the runs: each node is in both.
+        let mut stale = m.iter();
+        m.link_deferred();
+        assert_eq!(m.deferred_len(), 0);
+        stale.seek_to_first();
+        let mut got = vec![];
+        while stale.valid() {
+            got.push((stale.key().to_vec(), stale.value().to_vec()));
+            stale.next();
+        }
+        assert_eq!(got.len(), want.len(), "{ctx}: linked under a reader");
+        assert_eq!(got, want, "{ctx}: linked under a reader");
+        check_seeks_and_gets(&m, &mut stale, &model, &mut rng, seq, 500);
+
+        // Linked while an iterator is part way: it goes on, both ways,
+        // through nodes it now finds in the list and in its runs.
+        for round in 0..3 {
+            for _ in 0..30 {
+                let size = rng.gen_range(64..=400);
+                add_group(&m, &mut rng, &mut model, &mut seq, size, true);
+            }
+            assert!(m.deferred_len() > READER_LINKS);
+            let want = rows(&model);
+            let mut it = m.iter();
+            assert!(it.runs() > 0);
+            // Where the iterator stands in the model's rows.
+            let mut pos: isize = match round {
+                0 => {
+                    let target = random_target(&mut rng, seq);
+                    it.seek(&target);
+                    want.partition_point(|(k, _)| {
+                        internal_key::compare(k, &target) == Ordering::Less
+                    }) as isize
+                }
+                1 => {
+                    let target = random_target(&mut rng, seq);
+                    it.seek_for_prev(&target);
+                    want.partition_point(|(k, _)| {
+                        internal_key::compare(k, &target) != Ordering::Greater
+                    }) as isize
+                        - 1
+                }
+                _ => {
+                    it.seek_to_last();
+                    want.len() as isize - 1
+                }
+            };
+            m.link_deferred();
+            let steps: Vec<isize> = [vec![1; 40], vec![-1; 80], vec![1; 60]].concat();
+            for (i, step) in steps.into_iter().enumerate() {
+                let expect = usize::try_from(pos).ok().and_then(|p| want.get(p));
+                match expect {
+                    Some((k, v)) => {
+                        assert!(it.valid(), "{ctx}: round {round} step {i}");
+                        assert_eq!((it.key(), it.value()), (&k[..], &v[..]), "{ctx}: step {i}");
+                    }
+                    None => {
+                        assert!(!it.valid(), "{ctx}: round {round} step {i}");
+                        break;
+                    }
+                }
+                if step > 0 {
+                    it.next();
+                } else {
+                    it.prev();
+                }
+                pos += step;
+            }
+        }
+    }
+}
+
 /// A linker thread racing with a writer of deferred groups and with readers
 /// at published sequences: every read sees exactly the published state.
 #[test]
@@ -872,8 +1022,15 @@ fn deferred_groups_with_a_concurrent_linker_and_readers() {
     let linker = {
         let (m, done) = (m.clone(), done.clone());
         std::thread::spawn(move || {
+            let mut round = 0u64;
             while !done.load(std::sync::atomic::Ordering::Acquire) {
-                m.link_deferred();
+                // Mostly as the linker thread does; now and then in full.
+                if round % 4 == 0 {
+                    m.link_deferred();
+                } else {
+                    m.link_deferred_lazily();
+                }
+                round += 1;
                 std::thread::yield_now();
             }
         })
@@ -891,6 +1048,28 @@ fn deferred_groups_with_a_concurrent_linker_and_readers() {
                     at
                 };
                 let k = rng.gen_range(0..KEYS);
+                if rng.gen_bool(0.05) {
+                    // A scan at `at`: every sequence up to it exactly once
+                    // (none missed, none seen both in the list and in a
+                    // run the linker was linking), in order.
+                    let mut it = m.iter();
+                    it.seek_to_first();
+                    let mut seen = vec![false; at as usize + 1];
+                    let mut last: Option<Vec<u8>> = None;
+                    while it.valid() {
+                        let s = internal_key::trailer(it.key()) >> 8;
+                        if s <= at {
+                            assert!(!seen[s as usize], "sequence {s} seen twice");
+                            seen[s as usize] = true;
+                        }
+                        if let Some(l) = &last {
+                            assert_eq!(internal_key::compare(l, it.key()), Ordering::Less);
+                        }
+                        last = Some(it.key().to_vec());
+                        it.next();
+                    }
+                    assert!(seen[1..].iter().all(|&b| b), "a published entry was missed");
+                }
                 // The newest s <= seq with (s * 7) % KEYS == k.
                 let want = (1..=seq).rev().find(|s| (s * 7) % KEYS == k);
                 let got = m.get(&format!("key{k:04}").into_bytes(), seq);

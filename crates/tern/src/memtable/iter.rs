@@ -1,0 +1,247 @@
+//! [`MemTableIter`]: the list merged with a snapshot of the backlog's runs.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::sync::Arc;
+
+use super::backlog::Run;
+use super::skiplist::{NodeRef, Target};
+use super::MemTable;
+use crate::error::Result;
+use crate::format::internal_key;
+use crate::iter::InternalIterator;
+
+/// An iterator over a [`MemTable`]'s entries, holding the table alive.
+///
+/// `key()` is the internal key (`user_key ‖ trailer`), `value()` the value.
+/// It walks the list and, when the table had nodes waiting to be linked,
+/// the sorted runs it took of them (`backlog.rs`), yielding the smallest
+/// (or, backwards, largest) entry of all. A node both linked and in a run
+/// is yielded once. Moving backwards in the list searches for the
+/// predecessor (O(log n)), as in LevelDB.
+pub struct MemTableIter {
+    mem: Arc<MemTable>,
+    /// The list's position.
+    node: Option<NodeRef>,
+    /// Each run and its position in it.
+    runs: Vec<(Arc<Run>, Option<usize>)>,
+    /// The entry the iterator is at: the node offset of the smallest (or
+    /// largest) source.
+    cur: Option<u32>,
+    /// Whether every source is positioned at or after `cur` (forward) or at
+    /// or before it (backward).
+    forward: bool,
+}
+
+impl fmt::Debug for MemTableIter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemTableIter")
+            .field("valid", &self.valid())
+            .field("runs", &self.runs.len())
+            .finish()
+    }
+}
+
+impl MemTableIter {
+    /// An unpositioned iterator over `mem`'s list and `runs` (sorted).
+    pub(crate) fn new(mem: Arc<MemTable>, runs: Vec<Arc<Run>>) -> Self {
+        debug_assert!(runs.iter().all(|r| r.sorted));
+        MemTableIter {
+            mem,
+            node: None,
+            runs: runs.into_iter().map(|r| (r, None)).collect(),
+            cur: None,
+            forward: true,
+        }
+    }
+
+    /// How many backlog runs it merges with the list.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    fn list_node(&self) -> Option<u32> {
+        self.node.map(NodeRef::offset)
+    }
+
+    fn run_node(run: &Run, pos: Option<usize>) -> Option<u32> {
+        pos.and_then(|p| run.nodes.get(p).copied())
+    }
+
+    /// Sets `cur` to the smallest (`forward`) or largest source.
+    fn pick(&mut self) {
+        let mut best = self.list_node();
+        if self.runs.is_empty() {
+            self.cur = best;
+            return;
+        }
+        let nodes = self.mem.list.nodes();
+        let want = if self.forward {
+            Ordering::Less
+        } else {
+            Ordering::Greater
+        };
+        for (run, pos) in &self.runs {
+            if let Some(n) = Self::run_node(run, *pos) {
+                best = match best {
+                    Some(b) if internal_key::compare(nodes.key_at(n), nodes.key_at(b)) != want => {
+                        Some(b)
+                    }
+                    _ => Some(n),
+                };
+            }
+        }
+        self.cur = best;
+    }
+
+    /// Positions every source at its first entry `> key` (`after`) or
+    /// `>= key`, going forward.
+    fn position_forward(&mut self, key: &[u8], after: bool) {
+        let nodes = self.mem.list.nodes();
+        let target = Target::from_ikey(key);
+        self.node = nodes.seek_ge(&target);
+        if after {
+            if let Some(n) = self.node.filter(|n| nodes.key(*n) == key) {
+                self.node = nodes.next_node(n);
+            }
+        }
+        for (run, pos) in &mut self.runs {
+            let p = if after {
+                run.upper_bound(&nodes, key)
+            } else {
+                run.lower_bound(&nodes, key)
+            };
+            *pos = (p < run.nodes.len()).then_some(p);
+        }
+        self.forward = true;
+        self.pick();
+    }
+
+    /// Positions every source at its last entry `< key` (`before`) or
+    /// `<= key`, going backward.
+    fn position_backward(&mut self, key: &[u8], before: bool) {
+        let nodes = self.mem.list.nodes();
+        let target = Target::from_ikey(key);
+        self.node = if before {
+            nodes.seek_lt(&target)
+        } else {
+            nodes.seek_le(&target)
+        };
+        for (run, pos) in &mut self.runs {
+            let end = if before {
+                run.lower_bound(&nodes, key)
+            } else {
+                run.upper_bound(&nodes, key)
+            };
+            *pos = end.checked_sub(1);
+        }
+        self.forward = false;
+        self.pick();
+    }
+}
+
+impl InternalIterator for MemTableIter {
+    fn valid(&self) -> bool {
+        self.cur.is_some()
+    }
+
+    fn seek_to_first(&mut self) {
+        self.node = self.mem.list.nodes().first();
+        for (run, pos) in &mut self.runs {
+            *pos = (!run.nodes.is_empty()).then_some(0);
+        }
+        self.forward = true;
+        self.pick();
+    }
+
+    fn seek_to_last(&mut self) {
+        self.node = self.mem.list.nodes().last();
+        for (run, pos) in &mut self.runs {
+            *pos = run.nodes.len().checked_sub(1);
+        }
+        self.forward = false;
+        self.pick();
+    }
+
+    fn seek(&mut self, target: &[u8]) {
+        self.position_forward(target, false);
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) {
+        self.position_backward(target, false);
+    }
+
+    fn next(&mut self) {
+        debug_assert!(self.valid());
+        let Some(cur) = self.cur else { return };
+        if self.runs.is_empty() {
+            // The list alone, as a plain cursor.
+            self.node = self.node.and_then(|n| self.mem.list.nodes().next_node(n));
+            self.cur = self.list_node();
+            return;
+        }
+        if !self.forward {
+            // The key lives in the arena, which `mem` keeps alive.
+            let mem = self.mem.clone();
+            self.position_forward(mem.list.nodes().key_at(cur), true);
+            return;
+        }
+        // Every source at `cur` moves on: the same node may be both linked
+        // and in a run.
+        if self.list_node() == Some(cur) {
+            self.node = self.node.and_then(|n| self.mem.list.nodes().next_node(n));
+        }
+        for (run, pos) in &mut self.runs {
+            if Self::run_node(run, *pos) == Some(cur) {
+                *pos = pos.map(|p| p + 1).filter(|&p| p < run.nodes.len());
+            }
+        }
+        self.pick();
+    }
+
+    fn prev(&mut self) {
+        debug_assert!(self.valid());
+        let Some(cur) = self.cur else { return };
+        if self.runs.is_empty() {
+            let nodes = self.mem.list.nodes();
+            self.node = nodes.seek_lt(&Target::from_ikey(nodes.key_at(cur)));
+            self.cur = self.list_node();
+            return;
+        }
+        let mem = self.mem.clone();
+        let key = mem.list.nodes().key_at(cur);
+        if self.forward {
+            self.position_backward(key, true);
+            return;
+        }
+        if self.list_node() == Some(cur) {
+            self.node = mem.list.nodes().seek_lt(&Target::from_ikey(key));
+        }
+        for (run, pos) in &mut self.runs {
+            if Self::run_node(run, *pos) == Some(cur) {
+                *pos = pos.and_then(|p| p.checked_sub(1));
+            }
+        }
+        self.pick();
+    }
+
+    fn key(&self) -> &[u8] {
+        debug_assert!(self.valid());
+        match self.cur {
+            Some(n) => self.mem.list.nodes().key_at(n),
+            None => &[],
+        }
+    }
+
+    fn value(&self) -> &[u8] {
+        debug_assert!(self.valid());
+        match self.cur {
+            Some(n) => self.mem.list.nodes().value_at(n),
+            None => &[],
+        }
+    }
+
+    fn status(&self) -> Result<()> {
+        Ok(())
+    }
+}
