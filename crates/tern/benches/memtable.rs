@@ -66,6 +66,11 @@ enum Groups {
     /// `add_all_deferred`, then `link_deferred` once at the end: the
     /// leader's and the linker's work together on one thread.
     DeferredThenLinked,
+    /// The first half linked, the second deferred and left waiting as the
+    /// linker leaves them when no reader needs the order (sorted and
+    /// merged runs), as a scan finds the active memtable under pipelined
+    /// writes.
+    HalfDeferred,
 }
 
 /// The same keys as [`fill`], inserted in groups of `group`, the way a
@@ -85,10 +90,16 @@ fn fill_groups(keys: &[[u8; 16]], group: usize, how: Groups) -> MemTable {
         );
         let added = match how {
             Groups::Linked => m.add_all(&mut entries),
-            Groups::Deferred | Groups::DeferredThenLinked => m.add_all_deferred(&entries),
+            Groups::HalfDeferred if g * group < keys.len() / 2 => m.add_all(&mut entries),
+            Groups::Deferred | Groups::DeferredThenLinked | Groups::HalfDeferred => {
+                m.add_all_deferred(&entries)
+            }
         };
         if added.is_err() {
             panic!("arena too small for the benchmark");
+        }
+        if let Groups::HalfDeferred = how {
+            m.link_deferred_lazily();
         }
     }
     if let Groups::DeferredThenLinked = how {
@@ -238,23 +249,77 @@ fn get(c: &mut Criterion) {
     g.finish();
 }
 
+/// Walks every entry of `m` (`_starts` unused).
+fn full_scan(m: &Arc<MemTable>, _starts: &[Vec<u8>]) {
+    let mut it = m.iter();
+    it.seek_to_first();
+    let mut n = 0usize;
+    while it.valid() {
+        black_box((it.key(), it.value()));
+        n += 1;
+        it.next();
+    }
+    assert_eq!(n, N);
+}
+
+/// A short scan (a seek and ten entries) from each of `starts`, as a SCAN
+/// command or a range read makes.
+fn short_scans(m: &Arc<MemTable>, starts: &[Vec<u8>]) {
+    let mut it = m.iter();
+    for start in starts {
+        it.seek(start);
+        for _ in 0..10 {
+            if !it.valid() {
+                break;
+            }
+            black_box((it.key(), it.value()));
+            it.next();
+        }
+    }
+}
+
 fn scan(c: &mut Criterion) {
     let m = Arc::new(fill(&keys_random()));
     let mut g = c.benchmark_group("memtable_scan_100k");
     g.throughput(Throughput::Elements(N as u64));
-    g.bench_function("forward", |b| {
-        b.iter(|| {
-            let mut it = m.iter();
-            it.seek_to_first();
-            let mut n = 0usize;
-            while it.valid() {
-                black_box((it.key(), it.value()));
-                n += 1;
-                it.next();
-            }
-            assert_eq!(n, N);
-        })
-    });
+    g.bench_function("forward", |b| b.iter(|| full_scan(&m, &[])));
+    g.finish();
+}
+
+/// A full scan of a memtable whose last 50k entries wait unlinked: merged
+/// with the list as runs, against linked first (what a reader did before
+/// readers merged runs).
+fn scan_backlog(c: &mut Criterion) {
+    let keys = keys_random();
+    let mut g = c.benchmark_group("memtable_scan_100k_half_deferred");
+    g.throughput(Throughput::Elements(N as u64));
+    // A hundred short scans, from keys spread over the table.
+    let starts: Vec<Vec<u8>> = keys
+        .iter()
+        .step_by(N / 100)
+        .map(|k| tern::internals::format::internal_key::seek_key(k, u64::MAX >> 8))
+        .collect();
+    type Scan = fn(&Arc<MemTable>, &[Vec<u8>]);
+    let cases: [(&str, bool, Scan); 4] = [
+        ("short_scans_merge_runs", false, short_scans),
+        ("short_scans_link_first", true, short_scans),
+        ("merge_runs", false, full_scan),
+        ("link_then_scan", true, full_scan),
+    ];
+    for (name, link_first, scan) in cases {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || Arc::new(fill_groups(&keys, LINK_GROUP, Groups::HalfDeferred)),
+                |m| {
+                    if link_first {
+                        m.link_deferred();
+                    }
+                    scan(&m, &starts)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
     g.finish();
 }
 
@@ -268,6 +333,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = insert, link, get, scan
+    targets = insert, link, get, scan, scan_backlog
 }
 criterion_main!(benches);
