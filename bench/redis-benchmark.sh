@@ -51,6 +51,16 @@ for fsync in $FSYNCS; do
     RPID=$!
     wait_port $TPORT
     wait_port $RPORT
+    # A server that could not bind (another one holds the port) exits, and
+    # the ping above would have been answered by the other one.
+    sleep 0.5
+    for pid in $TPID $RPID; do
+        kill -0 "$pid" 2>/dev/null || {
+            echo "a server exited at start (is port $TPORT or $RPORT taken?); see $WORK/*.log" >&2
+            cat "$WORK/tern.log" "$WORK/redis.log" >&2
+            exit 1
+        }
+    done
     for c in $CLIENTS; do
         for p in $PIPES; do
             for d in $SIZES; do
