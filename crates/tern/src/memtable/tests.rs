@@ -1009,13 +1009,26 @@ fn readers_merge_a_large_backlog_with_the_list_as_the_model_says() {
 /// at published sequences: every read sees exactly the published state.
 #[test]
 fn deferred_groups_with_a_concurrent_linker_and_readers() {
+    concurrent_linker_and_readers(100, 200);
+}
+
+/// The same with groups too large for a reader to link: readers merge the
+/// runs they find while the linker tidies and links them.
+#[test]
+fn large_deferred_groups_are_merged_by_readers_while_the_linker_links_them() {
+    concurrent_linker_and_readers(5000, 32);
+}
+
+/// A writer of `GROUPS` deferred groups of `GROUP` entries, a linker thread
+/// (mostly lazy passes, now and then a full one) and a reader at published
+/// sequences (point reads, some at older snapshots, and scans).
+#[allow(non_snake_case)]
+fn concurrent_linker_and_readers(GROUP: u64, GROUPS: u64) {
     use std::sync::atomic::{AtomicBool, AtomicU64};
     let m = Arc::new(MemTable::new(64 << 20));
     let published = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     const KEYS: u64 = 500;
-    const GROUP: u64 = 100;
-    const GROUPS: u64 = 200;
     // Key `i`'s value at sequence `s` is `s`; group g writes sequences
     // g*GROUP+1..=(g+1)*GROUP over keys (s * 7) % KEYS.
     let key = |s: u64| format!("key{:04}", (s * 7) % KEYS).into_bytes();
@@ -1035,11 +1048,17 @@ fn deferred_groups_with_a_concurrent_linker_and_readers() {
             }
         })
     };
+    // Reads done, so the writer can let each group meet some.
+    let checks = Arc::new(AtomicU64::new(0));
     let reader = {
         let (m, published, done) = (m.clone(), published.clone(), done.clone());
+        let checks = checks.clone();
         std::thread::spawn(move || {
             let mut rng = StdRng::seed_from_u64(11);
+            // Scans that merged runs with the list.
+            let mut merged = 0usize;
             while !done.load(std::sync::atomic::Ordering::Acquire) {
+                checks.fetch_add(1, std::sync::atomic::Ordering::Release);
                 let at = published.load(std::sync::atomic::Ordering::Acquire);
                 // An older snapshot now and then, as a reader holding one.
                 let seq = if rng.gen_bool(0.2) {
@@ -1049,11 +1068,23 @@ fn deferred_groups_with_a_concurrent_linker_and_readers() {
                 };
                 let k = rng.gen_range(0..KEYS);
                 if rng.gen_bool(0.05) {
-                    // A scan at `at`: every sequence up to it exactly once
-                    // (none missed, none seen both in the list and in a
-                    // run the linker was linking), in order.
+                    // A scan at `at`, forward or backward: every sequence
+                    // up to it exactly once (none missed, none seen both in
+                    // the list and in a run the linker was linking), in
+                    // order.
+                    let forward = rng.gen_bool(0.5);
                     let mut it = m.iter();
-                    it.seek_to_first();
+                    if forward {
+                        it.seek_to_first();
+                    } else {
+                        it.seek_to_last();
+                    }
+                    merged += usize::from(it.runs() > 0);
+                    let want_order = if forward {
+                        Ordering::Less
+                    } else {
+                        Ordering::Greater
+                    };
                     let mut seen = vec![false; at as usize + 1];
                     let mut last: Option<Vec<u8>> = None;
                     while it.valid() {
@@ -1063,10 +1094,14 @@ fn deferred_groups_with_a_concurrent_linker_and_readers() {
                             seen[s as usize] = true;
                         }
                         if let Some(l) = &last {
-                            assert_eq!(internal_key::compare(l, it.key()), Ordering::Less);
+                            assert_eq!(internal_key::compare(l, it.key()), want_order);
                         }
                         last = Some(it.key().to_vec());
-                        it.next();
+                        if forward {
+                            it.next();
+                        } else {
+                            it.prev();
+                        }
                     }
                     assert!(seen[1..].iter().all(|&b| b), "a published entry was missed");
                 }
@@ -1079,6 +1114,7 @@ fn deferred_groups_with_a_concurrent_linker_and_readers() {
                     "key {k} at {seq}"
                 );
             }
+            merged
         })
     };
     for g in 0..GROUPS {
@@ -1091,10 +1127,19 @@ fn deferred_groups_with_a_concurrent_linker_and_readers() {
             .collect();
         m.add_all_deferred(&entries).unwrap();
         published.store((g + 1) * GROUP, std::sync::atomic::Ordering::Release);
+        // Some reads meet each group (unless the reader failed).
+        let want = checks.load(std::sync::atomic::Ordering::Acquire) + 30;
+        while checks.load(std::sync::atomic::Ordering::Acquire) < want && !reader.is_finished() {
+            std::thread::yield_now();
+        }
     }
     done.store(true, std::sync::atomic::Ordering::Release);
     linker.join().unwrap();
-    reader.join().unwrap();
+    let merged = reader.join().unwrap();
+    if GROUP as usize > READER_LINKS {
+        // About ten per run here; none would mean the merge went untested.
+        assert!(merged > 0, "no scan merged runs with the list");
+    }
     m.link_deferred();
     assert_eq!(m.deferred_len(), 0);
     let got = collect_forward(&m);
