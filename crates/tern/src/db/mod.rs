@@ -152,6 +152,12 @@ impl Db {
         if batch.is_empty() {
             return Ok(());
         }
+        // Refused here, not in its group, so that no other writer's batch
+        // fails with it.
+        let need = write::reserve_for(&batch);
+        if need > write::max_group_need() {
+            return Err(write::too_large(need));
+        }
         self.shared.write(Some(batch), opts, false)
     }
 
@@ -731,6 +737,26 @@ mod tests {
              must be refused, not given the same sequence: {next:?}"
         );
         assert_eq!(db.get(b"k").unwrap(), Some(b"v1".to_vec()), "reads go on");
+        let _ = db.close();
+    }
+
+    /// Regression: a group too large for the largest memtable arena (about
+    /// 4 GiB) made the leader switch to a fresh memtable, find it too small
+    /// too, and switch again, forever. Now it is refused.
+    #[test]
+    fn a_group_larger_than_any_memtable_is_refused_instead_of_switching_forever() {
+        let db = store();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = db.clone();
+        std::thread::spawn(move || {
+            let mut state = d.shared.state.lock();
+            let _ = tx.send(d.shared.make_room(&mut state, 5 << 30, false));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("make_room kept switching memtables for a group that can never fit");
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+        db.put(b"after", b"x").unwrap();
         let _ = db.close();
     }
 

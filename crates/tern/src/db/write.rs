@@ -24,8 +24,23 @@ use crate::wal::{wal_file_name, LogKind, LogWriter};
 const ENTRY_OVERHEAD: usize = 96;
 
 /// Memtable bytes needed for `batch`.
-fn reserve_for(batch: &WriteBatch) -> usize {
+pub(crate) fn reserve_for(batch: &WriteBatch) -> usize {
     batch.approximate_size() + batch.len() * ENTRY_OVERHEAD
+}
+
+/// The largest group, as [`reserve_for`] counts it, that an empty memtable
+/// of the largest arena holds (about 4 GiB: arena offsets are 32-bit).
+/// A larger one could never go in: each fresh memtable would be too small.
+pub(crate) fn max_group_need() -> usize {
+    MemTable::max_entry_size(usize::MAX)
+}
+
+/// The error for a group of `need` bytes over [`max_group_need`].
+pub(crate) fn too_large(need: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "a write batch needing {need} bytes of memtable is larger than any memtable holds ({} bytes); split it into smaller batches",
+        max_group_need()
+    ))
 }
 
 /// Arena capacity for a new memtable that must hold at least `need` bytes
@@ -277,6 +292,9 @@ impl Shared {
         need: usize,
         mut force: bool,
     ) -> Result<()> {
+        if need > max_group_need() {
+            return Err(too_large(need));
+        }
         let mut allow_delay = !force;
         loop {
             if let Some(e) = &state.bg_error {
