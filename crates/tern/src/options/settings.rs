@@ -265,7 +265,9 @@ settings! {
     error_if_exists: bool = false,
     /// Largest accepted key, bytes. Default: 64 KiB.
     max_key_size: usize = 64 << 10,
-    /// Largest accepted value, bytes. Default: 256 MiB.
+    /// Largest accepted value, bytes. Default: 256 MiB. A whole write
+    /// batch must also fit in one memtable of the largest arena (about
+    /// 4 GiB with its per-entry overhead); a larger one is refused.
     max_value_size: usize = 256 << 20,
     /// Memtable size that triggers a switch and flush, bytes. Default: 64 MiB.
     write_buffer_size: usize = 64 << 20,
