@@ -1,8 +1,10 @@
 //! Point reads of small values from one and from several threads at once:
 //! what each read pays besides finding its key (taking the current super
 //! version, the read counters), measured on values in the memtable (where
-//! little else costs) and in tables (block cache hits); and batches of 16
-//! reads with and without naming their keys for read-ahead first.
+//! little else costs) and in tables (block cache hits); batches of 16
+//! reads with and without naming their keys for read-ahead first; and
+//! reads from one table of a million keys, whose index (about 9,000
+//! entries) costs more to search than a small table's.
 
 #![allow(missing_docs)]
 
@@ -17,12 +19,19 @@ use tern::{Db, Options};
 
 const KEYS: u32 = 100_000;
 
+/// Keys in the table of the `get_1m_one_table` group.
+const BIG_KEYS: u32 = 1_000_000;
+
 fn open_store(name: &str, flushed: bool) -> (Db, std::path::PathBuf) {
+    open_store_of(name, KEYS, flushed)
+}
+
+fn open_store_of(name: &str, keys: u32, flushed: bool) -> (Db, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("tern-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let opts = Options::default().tune(|s| s.write_buffer_size = 64 << 20);
+    let opts = Options::default().tune(|s| s.write_buffer_size = 256 << 20);
     let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
-    for i in 0..KEYS {
+    for i in 0..keys {
         db.put(&key(i), b"value-of-sixteen")
             .unwrap_or_else(|e| panic!("put: {e}"));
     }
@@ -82,6 +91,22 @@ fn point_reads(c: &mut Criterion) {
         drop(db);
         let _ = std::fs::remove_dir_all(dir);
     }
+    // One flush of a million keys: one table with a large index.
+    let (db, dir) = open_store_of("big", BIG_KEYS, true);
+    let sample: Vec<Vec<u8>> = (0..KEYS)
+        .map(|i| key(i.wrapping_mul(7919) % BIG_KEYS))
+        .collect();
+    read_all(&db, &sample, 1);
+    let mut g = c.benchmark_group("get_1m_one_table");
+    g.throughput(Throughput::Elements(u64::from(KEYS)));
+    for threads in [1, 4] {
+        g.bench_function(format!("{threads}_threads"), |b| {
+            b.iter(|| read_all(&db, &sample, threads))
+        });
+    }
+    g.finish();
+    drop(db);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 criterion_group! {

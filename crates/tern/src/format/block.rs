@@ -231,7 +231,7 @@ impl Block {
     }
 
     /// The key stored at restart point `i` (whose `shared` must be 0).
-    fn restart_key(&self, i: usize) -> Result<&[u8], DecodeError> {
+    pub(crate) fn restart_key(&self, i: usize) -> Result<&[u8], DecodeError> {
         let pos = self.restart_point(i);
         let (s, n, _, p) = self.decode_entry(pos)?;
         if s != 0 {
@@ -387,11 +387,21 @@ impl BlockIter {
 
     /// Positions at the first entry with key `>= target`.
     pub fn seek(&mut self, target: &[u8]) {
+        self.seek_between(target, 0, usize::MAX);
+    }
+
+    /// [`BlockIter::seek`] for a caller that knows where the last restart
+    /// point whose key is `< target` lies: at an index in `first..=last`,
+    /// or, when no restart key is below `target`, `first` is 0. Only the
+    /// restart keys in that range are compared; `last` is clamped to the
+    /// block's restart count.
+    pub fn seek_between(&mut self, target: &[u8], first: usize, last: usize) {
         if self.err.is_some() {
             return;
         }
         // Last restart point whose key is < target.
-        let (mut left, mut right) = (0usize, self.block.num_restarts - 1);
+        let right = last.min(self.block.num_restarts - 1);
+        let (mut left, mut right) = (first.min(right), right);
         while left < right {
             let mid = (left + right).div_ceil(2);
             let ord = match self.block.restart_key(mid) {

@@ -174,7 +174,7 @@ impl InternalIterator for TableIter {
         if self.err.is_some() {
             return;
         }
-        self.index.seek(target);
+        self.table.seek_index(&mut self.index, target);
         self.init_data_block();
         if let Some(d) = &mut self.data {
             d.seek(target);

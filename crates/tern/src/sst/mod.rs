@@ -11,6 +11,7 @@
 //! and [`crate::format::table`].
 
 mod builder;
+mod index_prefixes;
 mod iter;
 mod reader;
 #[cfg(test)]

@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::index_prefixes::IndexPrefixes;
 use super::TableIter;
 use crate::cache::BlockCache;
 use crate::error::{DecodeError, Error, IoContext, Result};
@@ -30,6 +31,8 @@ pub struct Table {
     data_end: u64,
     index: Arc<Block>,
     index_offset: u64,
+    /// Narrows searches of `index` (`None` when it is empty).
+    index_prefixes: Option<IndexPrefixes>,
     filter: Option<Vec<u8>>,
     /// Where the filter block starts, for errors about it.
     filter_offset: u64,
@@ -96,6 +99,8 @@ impl Table {
             .map_err(|e| block_err(path, footer.properties.offset, "properties block", e))?;
         let index = Block::new(read_meta(footer.index)?)
             .map_err(|e| block_err(path, footer.index.offset, "index block", e))?;
+        let index_prefixes = IndexPrefixes::build(&index)
+            .map_err(|e| block_err(path, footer.index.offset, "index block", e))?;
         let filter = match footer.filter {
             Some(h) => {
                 let data = read_meta(h)?;
@@ -114,6 +119,7 @@ impl Table {
             data_end,
             index: Arc::new(index),
             index_offset: footer.index.offset,
+            index_prefixes,
             filter_offset: footer.filter.map_or(0, |h| h.offset),
             filter,
             props,
@@ -121,10 +127,12 @@ impl Table {
         }))
     }
 
-    /// Bytes the open table keeps in memory: its index block and filter
-    /// (what the open-file cache charges to the block cache).
+    /// Bytes the open table keeps in memory: its index block (and the
+    /// prefixes that search it) and filter (what the open-file cache
+    /// charges to the block cache).
     pub fn resident_bytes(&self) -> u64 {
-        (self.index.size() + self.filter.as_ref().map_or(0, Vec::len)) as u64
+        let prefixes = self.index_prefixes.as_ref().map_or(0, IndexPrefixes::size);
+        (self.index.size() + prefixes + self.filter.as_ref().map_or(0, Vec::len)) as u64
     }
 
     /// Statistics and metadata stored in the table.
@@ -174,7 +182,7 @@ impl Table {
             return Ok(Some(None));
         }
         let mut index = self.index_iter();
-        index.seek(lookup);
+        self.seek_index(&mut index, lookup);
         loop {
             if !index.valid() {
                 index.status().map_err(|e| self.index_err(e))?;
@@ -272,6 +280,18 @@ impl Table {
 
     pub(crate) fn index_iter(&self) -> BlockIter {
         BlockIter::new(Arc::clone(&self.index), internal_key::compare)
+    }
+
+    /// Positions an [`Table::index_iter`] at the first index entry whose
+    /// key is `>= target`: the block that may hold `target`.
+    pub(crate) fn seek_index(&self, index: &mut BlockIter, target: &[u8]) {
+        match &self.index_prefixes {
+            Some(p) => {
+                let (first, last) = p.seek_range(target);
+                index.seek_between(target, first, last);
+            }
+            None => index.seek(target),
+        }
     }
 
     pub(crate) fn index_err(&self, e: DecodeError) -> Error {
