@@ -6,7 +6,8 @@
 # Usage: bench/compare.sh [records] [operations] [rounds]
 #        (default: 500000 500000 1; rounds rotate the binding order)
 # Environment: THREADS (client threads, default 4), STEPS (default
-# load,a,b,c,f,e), OUT (results folder under bench/results/), MEMORY_LIMIT
+# load,a,b,c,f,e), BINDINGS (default tern,rocksdb,rocksdb-blob,fjall),
+# OUT (results folder under bench/results/), MEMORY_LIMIT
 # (e.g. 2560M: run in a cgroup v1 memory group capped there, page cache
 # included, for stores larger than memory; needs root).
 set -euo pipefail
@@ -31,7 +32,7 @@ if [ -n "${MEMORY_LIMIT:-}" ]; then
 fi
 mkdir -p "$out"
 "${CARGO_TARGET_DIR:-target}/release/tern" bench compare \
-  --bindings tern,rocksdb,rocksdb-blob,fjall -w "${STEPS:-load,a,b,c,f,e}" \
+  --bindings "${BINDINGS:-tern,rocksdb,rocksdb-blob,fjall}" -w "${STEPS:-load,a,b,c,f,e}" \
   -p recordcount="$records" -p operationcount="$ops" -p threadcount="$threads" \
   --rounds "$rounds" \
   --dir "${BENCH_DIR:-/tmp/tern-bench-compare}" \
