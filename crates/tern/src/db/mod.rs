@@ -273,42 +273,38 @@ impl Db {
         let lookup = seek_key(key, seq);
         let tables = &self.shared.tables;
         for f in sv.version.files_for_key(key, &lookup) {
-            let (table, found) = if mode == GetMode::Cached {
+            let table: &Table = if mode == GetMode::Cached {
                 let Some(table) = sv.open_reader(f.number, || tables.get_open(f.number)) else {
                     return Ok(None);
                 };
-                let table: &Table = table?;
-                let Some(found) = table.get_cached(&lookup)? else {
-                    return Ok(None);
-                };
-                (table, found)
+                table?
             } else {
-                let table: &Table = sv.reader(f.number, || tables.get(f.number))?;
-                let found = table.get(&lookup)?;
-                (table, found)
+                sv.reader(f.number, || tables.get(f.number))?
             };
-            if let Some((ikey, value)) = found {
-                let parsed = internal_key::parse(&ikey).map_err(|e| e.in_file(table.path(), 0))?;
-                return match parsed.kind {
+            // The entry is read where it lies in its block: only the value
+            // returned is copied.
+            let found = table.find(&lookup, mode == GetMode::Cached, |ikey, value| {
+                let parsed = internal_key::parse(ikey).map_err(|e| e.in_file(table.path(), 0))?;
+                match parsed.kind {
                     ValueKind::Delete => Ok(Some(None)),
-                    ValueKind::Value => whole(value),
+                    ValueKind::Value => whole(value.to_vec()),
                     ValueKind::BlobRef => {
                         let blobs = &self.shared.blobs;
                         let at = (table.path(), 0);
                         let v = &sv.version;
                         match mode {
                             GetMode::Cached => {
-                                resolve_cached_in(v, at, key, parsed.seq, &value, |n| {
+                                resolve_cached_in(v, at, key, parsed.seq, value, |n| {
                                     sv.open_reader::<BlobReader>(n, || blobs.get_open(n))
                                 })
                                 .map(|v| v.map(|v| Some(ValueHead::whole(v))))
                             }
-                            GetMode::Full => resolve_in(v, at, key, parsed.seq, &value, |n| {
+                            GetMode::Full => resolve_in(v, at, key, parsed.seq, value, |n| {
                                 sv.reader::<BlobReader>(n, || blobs.get(n))
                             })
                             .and_then(whole),
                             GetMode::Head => {
-                                let (r, head) = BlobRef::decode_with_head(&value).map_err(|e| {
+                                let (r, head) = BlobRef::decode_with_head(value).map_err(|e| {
                                     Error::corruption(
                                         table.path(),
                                         0,
@@ -322,7 +318,13 @@ impl Db {
                             }
                         }
                     }
-                };
+                }
+            })?;
+            match found {
+                // Only a cached-only read: a block would come from the device.
+                None => return Ok(None),
+                Some(None) => {}
+                Some(Some(r)) => return Ok(r),
             }
         }
         Ok(Some(None))

@@ -241,13 +241,15 @@ impl Block {
     }
 }
 
-/// A cursor over a shared [`Block`]. Keys are rebuilt incrementally into one
-/// reused buffer; values are borrowed from the block.
+/// A cursor over a [`Block`], shared (`Arc<Block>`, the default) or
+/// borrowed (`&Block`: no count to update on a block every reader shares).
+/// Keys are rebuilt incrementally into one reused buffer; values are
+/// borrowed from the block.
 ///
 /// Errors make the iterator invalid and are kept in [`BlockIter::status`].
 #[derive(Debug, Clone)]
-pub struct BlockIter {
-    block: Arc<Block>,
+pub struct BlockIter<B = Arc<Block>> {
+    block: B,
     cmp: Comparator,
     /// Offset of the current entry; `restarts_offset` when invalid.
     current: usize,
@@ -260,9 +262,17 @@ pub struct BlockIter {
     err: Option<DecodeError>,
 }
 
-impl BlockIter {
+impl<B: std::ops::Deref<Target = Block>> BlockIter<B> {
     /// An unpositioned iterator over `block`, ordering keys with `cmp`.
-    pub fn new(block: Arc<Block>, cmp: Comparator) -> Self {
+    pub fn new(block: B, cmp: Comparator) -> Self {
+        Self::with_key_buffer(block, cmp, Vec::new())
+    }
+
+    /// [`BlockIter::new`] rebuilding keys in `key` (cleared), a buffer
+    /// kept from an earlier iterator by [`BlockIter::into_key_buffer`], so
+    /// that a lookup that makes many iterators allocates for none.
+    pub fn with_key_buffer(block: B, cmp: Comparator, mut key: Vec<u8>) -> Self {
+        key.clear();
         let end = block.restarts_offset;
         let n = block.num_restarts;
         BlockIter {
@@ -271,14 +281,19 @@ impl BlockIter {
             current: end,
             next: end,
             restart_index: n,
-            key: Vec::new(),
+            key,
             value: (0, 0),
             err: None,
         }
     }
 
+    /// The key buffer, for [`BlockIter::with_key_buffer`].
+    pub fn into_key_buffer(self) -> Vec<u8> {
+        self.key
+    }
+
     /// The block iterated.
-    pub fn block(&self) -> &Arc<Block> {
+    pub fn block(&self) -> &B {
         &self.block
     }
 

@@ -1,6 +1,8 @@
 //! Opening and reading a table.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,6 +19,12 @@ use crate::format::table::{
 };
 use crate::io::{FsRef, RandomAccessFile};
 use crate::options::Compression;
+
+thread_local! {
+    /// The key buffers of [`Table::find`]'s index and data block cursors,
+    /// kept between lookups so that a point read allocates none.
+    static LOOKUP_KEYS: Cell<(Vec<u8>, Vec<u8>)> = const { Cell::new((Vec::new(), Vec::new())) };
+}
 
 /// An entry found by a point lookup: internal key and value.
 pub type Entry = (Vec<u8>, Vec<u8>);
@@ -177,34 +185,75 @@ impl Table {
     }
 
     fn get_with(&self, lookup: &[u8], cached_only: bool) -> Result<Option<Option<Entry>>> {
+        self.find(lookup, cached_only, |key, value| {
+            Ok((key.to_vec(), value.to_vec()))
+        })
+    }
+
+    /// Finds the entry [`Table::get`] would and hands its internal key and
+    /// value to `found` where they lie (in the index's or a data block's
+    /// memory), returning what `found` makes of them: `Ok(Some(None))` when
+    /// the table has no entry for the key, `Ok(None)` only when
+    /// `cached_only` and a block would have to come from the device. It
+    /// copies nothing and allocates nothing of its own: point reads call
+    /// it for every table they probe.
+    pub(crate) fn find<R>(
+        &self,
+        lookup: &[u8],
+        cached_only: bool,
+        found: impl FnOnce(&[u8], &[u8]) -> Result<R>,
+    ) -> Result<Option<Option<R>>> {
         let user_key = internal_key::user_key(lookup);
         if !self.may_contain(user_key) {
             return Ok(Some(None));
         }
-        let mut index = self.index_iter();
+        let (index_key, mut data_key) = LOOKUP_KEYS.with(Cell::take);
+        // The index is borrowed: an `Arc` clone would write a count every
+        // thread reading this table shares.
+        let mut index = BlockIter::with_key_buffer(&*self.index, internal_key::compare, index_key);
         self.seek_index(&mut index, lookup);
-        loop {
+        let outcome = loop {
             if !index.valid() {
-                index.status().map_err(|e| self.index_err(e))?;
-                return Ok(Some(None));
+                break index
+                    .status()
+                    .map_err(|e| self.index_err(e))
+                    .map(|()| Some(None));
             }
-            let handle = self.decode_handle(index.value())?;
-            let Some(block) = self.read_block_with(handle, true, cached_only)? else {
-                return Ok(None);
+            let handle = match self.decode_handle(index.value()) {
+                Ok(h) => h,
+                Err(e) => break Err(e),
             };
-            let mut it = BlockIter::new(block, internal_key::compare);
+            let block = match self.read_block_with(handle, true, cached_only) {
+                Ok(Some(b)) => b,
+                Ok(None) => break Ok(None),
+                Err(e) => break Err(e),
+            };
+            let mut it = BlockIter::with_key_buffer(
+                block,
+                internal_key::compare,
+                std::mem::take(&mut data_key),
+            );
             it.seek(lookup);
             if it.valid() {
-                if internal_key::user_key(it.key()) == user_key {
-                    return Ok(Some(Some((it.key().to_vec(), it.value().to_vec()))));
-                }
-                return Ok(Some(None));
+                let r = (internal_key::user_key(it.key()) == user_key)
+                    .then(|| found(it.key(), it.value()));
+                data_key = it.into_key_buffer();
+                break Ok(Some(r));
             }
-            it.status()
-                .map_err(|e| block_err(&self.path, handle.offset, "data block", e))?;
+            let status = it.status();
+            data_key = it.into_key_buffer();
+            if let Err(e) = status {
+                break Err(block_err(&self.path, handle.offset, "data block", e));
+            }
             // The index key may be a separator above the block's last key:
             // the entry sought then starts the next block.
             index.next();
+        };
+        LOOKUP_KEYS.with(|c| c.set((index.into_key_buffer(), data_key)));
+        match outcome? {
+            None => Ok(None),
+            Some(None) => Ok(Some(None)),
+            Some(Some(r)) => r.map(|r| Some(Some(r))),
         }
     }
 
@@ -284,7 +333,11 @@ impl Table {
 
     /// Positions an [`Table::index_iter`] at the first index entry whose
     /// key is `>= target`: the block that may hold `target`.
-    pub(crate) fn seek_index(&self, index: &mut BlockIter, target: &[u8]) {
+    pub(crate) fn seek_index<B: Deref<Target = Block>>(
+        &self,
+        index: &mut BlockIter<B>,
+        target: &[u8],
+    ) {
         match &self.index_prefixes {
             Some(p) => {
                 let (first, last) = p.seek_range(target);

@@ -469,3 +469,46 @@ fn oversized_entry_refused() {
     b.add(&k, b"small").unwrap();
     assert_eq!(b.finish().unwrap().num_entries, 1);
 }
+
+#[test]
+fn a_lookup_made_while_handling_another_lookups_entry_finds_its_own_entry() {
+    // `find` lends its key buffers to the next lookup on the thread; a
+    // lookup started from inside another's `found` must not see or disturb
+    // the outer one's keys.
+    let (dir, fs) = setup();
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut tables = Vec::new();
+    let mut all = Vec::new();
+    for n in 0..2u64 {
+        let entries = random_entries(&mut rng, 2000, 50);
+        let path = dir.path().join(format!("{n:06}.sst"));
+        let opts = TableOptions {
+            block_size: 256,
+            ..TableOptions::default()
+        };
+        build(&fs, &path, opts, &entries);
+        tables.push(Table::open(&fs, &path, n, Some(BlockCache::new(1 << 20))).unwrap());
+        all.push(entries);
+    }
+    for i in (0..2000).step_by(7) {
+        let (outer_key, outer_value) = &all[0][i];
+        let (inner_key, inner_value) = &all[1][(i * 13) % 2000];
+        let (outer_seen, inner_seen) = tables[0]
+            .find(outer_key, false, |k, v| {
+                let inner = tables[1]
+                    .find(inner_key, false, |k, v| Ok((k.to_vec(), v.to_vec())))
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                Ok(((k.to_vec(), v.to_vec()), inner))
+            })
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(&outer_seen, &(outer_key.clone(), outer_value.clone()));
+        assert_eq!(&inner_seen, &(inner_key.clone(), inner_value.clone()));
+        // And a plain lookup after them still finds its entry.
+        let got = tables[1].get(inner_key).unwrap().unwrap();
+        assert_eq!(&got, &(inner_key.clone(), inner_value.clone()));
+    }
+}
