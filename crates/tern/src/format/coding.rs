@@ -40,6 +40,18 @@ pub fn put_length_prefixed(dst: &mut Vec<u8>, data: &[u8]) {
     dst.extend_from_slice(data);
 }
 
+/// The first 8 bytes of `bytes` as a big-endian number, zero-padded: a
+/// number that orders like the bytes it comes from (`a <= b` implies
+/// `prefix_u64(a) <= prefix_u64(b)`), for comparing keys without reading
+/// them again.
+#[inline]
+pub fn prefix_u64(bytes: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    let n = bytes.len().min(8);
+    w[..n].copy_from_slice(&bytes[..n]);
+    u64::from_be_bytes(w)
+}
+
 /// Reads a u32 at `pos` (little-endian). Caller guarantees bounds.
 #[inline]
 pub fn fixed32_at(buf: &[u8], pos: usize) -> u32 {

@@ -1187,3 +1187,49 @@ fn a_memtable_in_a_reused_arena_holds_only_its_own_entries() {
         }
     }
 }
+
+#[test]
+fn sorting_by_key_prefixes_orders_nodes_as_whole_keys_do() {
+    // Keys sharing long prefixes, equal in the 8 bytes after the shared
+    // prefix and differing later, keys that are prefixes of others, the
+    // empty key, several versions of one key, and a key of 0xff bytes.
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut users: Vec<Vec<u8>> = vec![Vec::new(), b"p".to_vec(), vec![0xff; 20]];
+    for i in 0..300u32 {
+        users.push(format!("prefix/{:04}", i % 40).into_bytes());
+        users.push(format!("prefix/{:04}-same8bytes-{}", i % 40, i).into_bytes());
+        users.push(format!("prefix/{:04}\0", i % 40).into_bytes());
+    }
+    for shared_only in [false, true] {
+        let m = MemTable::new(1 << 20);
+        let mut entries: Vec<(Vec<u8>, SeqNo)> = users
+            .iter()
+            .filter(|u| !shared_only || u.starts_with(b"prefix/"))
+            .cloned()
+            .enumerate()
+            .map(|(i, u)| (u, i as SeqNo + 1))
+            .collect();
+        // Shuffle so that the group lands in no order.
+        for i in (1..entries.len()).rev() {
+            entries.swap(i, rng.gen_range(0..=i));
+        }
+        let refs: Vec<(&[u8], SeqNo, ValueKind, &[u8])> = entries
+            .iter()
+            .map(|(u, s)| (u.as_slice(), *s, ValueKind::Value, &b"v"[..]))
+            .collect();
+        m.add_all_deferred(&refs).unwrap();
+        let nodes = m.list.nodes();
+        let mut got: Vec<u32> = m
+            .backlog
+            .lock()
+            .iter()
+            .flat_map(|r| r.nodes.iter().copied())
+            .collect();
+        let mut want = got.clone();
+        want.sort_by(|&a, &b| {
+            crate::format::internal_key::compare(nodes.key_at(a), nodes.key_at(b))
+        });
+        backlog::sort_nodes(&mut got, &nodes);
+        assert_eq!(got, want, "shared_only {shared_only}");
+    }
+}

@@ -20,6 +20,7 @@
 
 use crate::error::DecodeError;
 use crate::format::block::Block;
+use crate::format::coding::prefix_u64 as window;
 use crate::format::internal_key::user_key;
 
 /// The prefixes of one index block's restart keys.
@@ -90,15 +91,6 @@ impl IndexPrefixes {
         let hi = lo + self.prefixes[lo..].partition_point(|&x| x <= p);
         (lo.saturating_sub(1), hi.saturating_sub(1))
     }
-}
-
-/// The first 8 bytes of `rest` as a big-endian number, zero-padded.
-#[inline]
-fn window(rest: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    let n = rest.len().min(8);
-    w[..n].copy_from_slice(&rest[..n]);
-    u64::from_be_bytes(w)
 }
 
 #[cfg(test)]
