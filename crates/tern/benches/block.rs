@@ -1,5 +1,7 @@
 //! Data block benchmarks: building ~4 KiB blocks, seeking in them and
-//! iterating them forward and backward.
+//! iterating them forward and backward; and probing the bloom filter of a
+//! table of 2M keys (2.5 MB, larger than the cache) for keys it holds and
+//! keys it does not.
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -8,6 +10,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use tern::internals::format::block::{Block, BlockBuilder, BlockIter};
+use tern::internals::format::bloom::{BloomBuilder, BloomFilter};
 use tern::internals::format::internal_key::{
     compare, make_internal_key, seek_key, ValueKind, MAX_SEQ,
 };
@@ -108,5 +111,26 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(block_benches, benches);
+fn bloom_probes(c: &mut Criterion) {
+    let key = |i: u64| format!("user{:019}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut b = BloomBuilder::new(10);
+    for i in 0..2_000_000 {
+        b.add_key(key(i).as_bytes());
+    }
+    let data = b.finish();
+    let f = BloomFilter::new(&data).unwrap();
+    let probes: u64 = 100_000;
+    let present: Vec<String> = (0..probes).map(|i| key(i * 19)).collect();
+    let absent: Vec<String> = (0..probes).map(|i| key(3_000_000 + i)).collect();
+    let mut g = c.benchmark_group("bloom_2m_keys");
+    g.throughput(Throughput::Elements(probes));
+    for (name, keys) in [("present", &present), ("absent", &absent)] {
+        g.bench_function(name, |b| {
+            b.iter(|| keys.iter().filter(|k| f.may_contain(k.as_bytes())).count())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(block_benches, benches, bloom_probes);
 criterion_main!(block_benches);
