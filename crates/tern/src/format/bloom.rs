@@ -199,6 +199,11 @@ impl<'a> BloomFilter<'a> {
         Ok(BloomFilter { bits, k, blocked })
     }
 
+    /// True for the blocked layout, false for the classic one.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked
+    }
+
     /// False only if `key` was certainly not added.
     #[inline]
     pub fn may_contain(&self, key: &[u8]) -> bool {

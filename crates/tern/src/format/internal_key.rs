@@ -100,7 +100,8 @@ pub fn parse(ikey: &[u8]) -> Result<ParsedKey<'_>, DecodeError> {
     })
 }
 
-/// The user-key part of an internal key (the whole slice if it is too short).
+/// The user-key part of an internal key (empty if it is too short to hold
+/// a trailer).
 #[inline]
 pub fn user_key(ikey: &[u8]) -> &[u8] {
     &ikey[..ikey.len().saturating_sub(TRAILER_LEN)]

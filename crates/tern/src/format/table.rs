@@ -11,8 +11,13 @@ use crate::format::coding::{
 };
 use crate::options::Compression;
 
-/// The SST format version written by this code.
-pub const FORMAT_VERSION: u32 = 1;
+/// The SST format version written by this code: 2, whose filter block is
+/// a blocked bloom filter (`format::bloom`).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest SST format version this code reads: 1, whose filter block is
+/// a classic bloom filter.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// Magic number at the end of every table: `b"TERNSST1"` read as a u64 LE.
 /// Do not change.
@@ -306,7 +311,7 @@ impl Footer {
             return Err(DecodeError::new(52, "footer checksum mismatch"));
         }
         let format_version = fixed32_at(buf, 48);
-        if format_version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&format_version) {
             return Err(DecodeError::new(
                 48,
                 format!("unsupported table format version {format_version}"),

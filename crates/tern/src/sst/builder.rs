@@ -73,6 +73,9 @@ pub struct TableBuilder {
     props: TableProperties,
     blob_files: BTreeSet<u64>,
     failed: bool,
+    /// The format version written ([`FORMAT_VERSION`]; tests write older
+    /// ones to check they are still read).
+    format_version: u32,
 }
 
 impl std::fmt::Debug for TableBuilder {
@@ -113,7 +116,16 @@ impl TableBuilder {
             blob_files: BTreeSet::new(),
             failed: false,
             opts,
+            format_version: FORMAT_VERSION,
         }
+    }
+
+    /// Writes format version 1 (a classic bloom filter), as tables written
+    /// before version 2 are, to test that they are still read.
+    #[cfg(test)]
+    pub(crate) fn write_format_v1(mut self) -> Self {
+        self.format_version = 1;
+        self
     }
 
     /// Appends an entry. `ikey` is an internal key and must sort strictly
@@ -269,6 +281,13 @@ impl TableBuilder {
 
         let filter = match self.bloom.take() {
             Some(bloom) => {
+                #[cfg(test)]
+                let data = if self.format_version == 1 {
+                    bloom.finish_classic()
+                } else {
+                    bloom.finish()
+                };
+                #[cfg(not(test))]
                 let data = bloom.finish();
                 let h = self.write_raw_block(&data)?;
                 self.props.filter_size = block_disk_size(h);
@@ -281,7 +300,7 @@ impl TableBuilder {
         self.props.index_size = index.len() as u64 + crate::format::table::BLOCK_TRAILER_LEN as u64;
         self.props.largest_key = self.last_key.clone();
         self.props.blob_files = self.blob_files.iter().copied().collect();
-        self.props.format_version = FORMAT_VERSION;
+        self.props.format_version = self.format_version;
         let props = self.props.encode();
         let properties = self.write_raw_block(&props)?;
         let index = self.write_raw_block(&index)?;
@@ -290,7 +309,7 @@ impl TableBuilder {
             index,
             filter,
             properties,
-            format_version: FORMAT_VERSION,
+            format_version: self.format_version,
         };
         let r = self.file.append(&footer.encode()).ctx(&self.path);
         self.note_failure(r)?;

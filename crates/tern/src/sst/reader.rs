@@ -112,8 +112,19 @@ impl Table {
         let filter = match footer.filter {
             Some(h) => {
                 let data = read_meta(h)?;
-                BloomFilter::new(&data)
+                let f = BloomFilter::new(&data)
                     .map_err(|e| block_err(path, h.offset, "filter block", e))?;
+                // Version 1 wrote classic filters, version 2 blocked ones.
+                if f.is_blocked() != (footer.format_version >= 2) {
+                    return Err(corrupt(
+                        h.offset,
+                        &format!(
+                            "filter block: a {} filter in a table of format version {}",
+                            if f.is_blocked() { "blocked" } else { "classic" },
+                            footer.format_version
+                        ),
+                    ));
+                }
                 Some(data)
             }
             None => None,
@@ -161,6 +172,12 @@ impl Table {
     /// Size of the file in bytes.
     pub fn file_size(&self) -> u64 {
         self.file_size
+    }
+
+    /// The filter block's bytes, for tests of its layout.
+    #[cfg(test)]
+    pub(crate) fn filter_bytes(&self) -> Option<&[u8]> {
+        self.filter.as_deref()
     }
 
     /// False when the bloom filter rules out `user_key`.

@@ -197,7 +197,7 @@ fn build_open_get_iterate_vs_model() {
             let p = table.properties();
             assert_eq!(p.num_entries, entries.len() as u64);
             assert_eq!(p.compression, compression);
-            assert_eq!(p.format_version, 1);
+            assert_eq!(p.format_version, crate::format::table::FORMAT_VERSION);
             assert_eq!(
                 (p.smallest_seq, p.largest_seq),
                 (s.smallest_seq, s.largest_seq)
@@ -510,5 +510,67 @@ fn a_lookup_made_while_handling_another_lookups_entry_finds_its_own_entry() {
         // And a plain lookup after them still finds its entry.
         let got = tables[1].get(inner_key).unwrap().unwrap();
         assert_eq!(&got, &(inner_key.clone(), inner_value.clone()));
+    }
+}
+
+#[test]
+fn tables_of_format_version_1_with_classic_filters_still_open_and_read() {
+    let (dir, fs) = setup();
+    let mut rng = StdRng::seed_from_u64(3);
+    let entries = random_entries(&mut rng, 3000, 100);
+    for (n, v1) in [(1u64, true), (2, false)] {
+        let path = dir.path().join(format!("{n:06}.sst"));
+        let file = fs.create(&path).unwrap();
+        let mut b = TableBuilder::new(file, path.clone(), TableOptions::default());
+        if v1 {
+            b = b.write_format_v1();
+        }
+        for (k, v) in &entries {
+            b.add(k, v).unwrap();
+        }
+        b.finish().unwrap();
+        let table = Table::open(&fs, &path, n, None).unwrap();
+        let want_version = if v1 {
+            1
+        } else {
+            crate::format::table::FORMAT_VERSION
+        };
+        assert_eq!(table.properties().format_version, want_version);
+        let filter = table.filter_bytes().unwrap();
+        let blocked = crate::format::bloom::BloomFilter::new(filter)
+            .unwrap()
+            .is_blocked();
+        assert_eq!(blocked, !v1, "version {want_version} filter layout");
+        assert_eq!(table.verify().unwrap(), entries.len() as u64);
+        check_against_model(&table, &entries, &mut rng);
+    }
+}
+
+#[test]
+fn a_filter_of_the_other_layout_than_the_version_says_is_corruption() {
+    // A version 1 table whose footer is rewritten to say version 2 (with
+    // its checksum fixed): its classic filter does not belong there.
+    let (dir, fs) = setup();
+    let mut rng = StdRng::seed_from_u64(4);
+    let entries = random_entries(&mut rng, 500, 20);
+    let path = dir.path().join("000001.sst");
+    let file = fs.create(&path).unwrap();
+    let mut b = TableBuilder::new(file, path.clone(), TableOptions::default()).write_format_v1();
+    for (k, v) in &entries {
+        b.add(k, v).unwrap();
+    }
+    b.finish().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() - crate::format::table::FOOTER_LEN;
+    let footer = &mut bytes[at..];
+    footer[48..52].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crate::format::checksum::crc2(&footer[..52], &footer[56..]);
+    footer[52..56].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    match Table::open(&fs, &path, 1, None) {
+        Err(Error::Corruption { reason, .. }) => {
+            assert!(reason.contains("classic filter"), "{reason}")
+        }
+        other => panic!("expected a corruption, got {other:?}"),
     }
 }

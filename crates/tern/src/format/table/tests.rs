@@ -98,6 +98,21 @@ fn footer_roundtrip_and_checks() {
     bad[56] = b'X';
     assert!(Footer::decode(&bad).unwrap_err().reason.contains("magic"));
     assert!(Footer::decode(&buf[1..]).is_err());
+    // Versions 1 and 2 are read; others are refused by name.
+    for (version, ok) in [(0, false), (1, true), (2, true), (3, false)] {
+        let f = Footer {
+            format_version: version,
+            ..f
+        };
+        match Footer::decode(&f.encode()) {
+            Ok(d) => assert!(ok && d == f, "version {version}"),
+            Err(e) => assert!(
+                !ok && e.reason.contains("unsupported table format version"),
+                "version {version}: {}",
+                e.reason
+            ),
+        }
+    }
 }
 
 #[test]
