@@ -61,6 +61,30 @@ fn block_of(h: u64, blocks: usize) -> usize {
     (((h >> 32) * blocks as u64) >> 32) as usize
 }
 
+/// The `k` bits (0..512) hash `h` sets in its block of a blocked filter;
+/// the writer and the reader both take them from here.
+#[inline]
+fn blocked_probes(h: u64, k: u8) -> impl Iterator<Item = usize> {
+    let mut x = h as u32;
+    (0..k).map(move |_| {
+        let bit = (x >> 23) as usize;
+        x = x.wrapping_mul(PROBE_MIX);
+        bit
+    })
+}
+
+/// The `k` bits (0..m) hash `h` sets in a classic filter of `m` bits.
+#[inline]
+fn classic_probes(h: u64, k: u8, m: u64) -> impl Iterator<Item = usize> {
+    let delta = h.rotate_left(31) | 1;
+    let mut x = h;
+    (0..k).map(move |_| {
+        let bit = (x % m) as usize;
+        x = x.wrapping_add(delta);
+        bit
+    })
+}
+
 /// Collects key hashes and builds a filter.
 #[derive(Debug, Clone)]
 pub struct BloomBuilder {
@@ -115,11 +139,8 @@ impl BloomBuilder {
         let mut out = vec![0u8; m / 8 + 2];
         for &h in &self.hashes {
             let block = &mut out[block_of(h, blocks) * 64..][..64];
-            let mut x = h as u32;
-            for _ in 0..k {
-                let bit = (x >> 23) as usize;
+            for bit in blocked_probes(h, k) {
                 block[bit / 8] |= 1 << (bit % 8);
-                x = x.wrapping_mul(PROBE_MIX);
             }
         }
         out[m / 8] = k;
@@ -142,12 +163,8 @@ impl BloomBuilder {
         let k = num_probes(self.bits_per_key);
         let mut out = vec![0u8; m / 8 + 1];
         for &h in &self.hashes {
-            let delta = h.rotate_left(31) | 1;
-            let mut x = h;
-            for _ in 0..k {
-                let bit = (x % m as u64) as usize;
+            for bit in classic_probes(h, k, m as u64) {
                 out[bit / 8] |= 1 << (bit % 8);
-                x = x.wrapping_add(delta);
             }
         }
         out[m / 8] = k;
@@ -215,27 +232,10 @@ impl<'a> BloomFilter<'a> {
         if self.blocked {
             let blocks = self.bits.len() / 64;
             let block = &self.bits[block_of(h, blocks) * 64..][..64];
-            let mut x = h as u32;
-            for _ in 0..self.k {
-                let bit = (x >> 23) as usize;
-                if block[bit / 8] & (1 << (bit % 8)) == 0 {
-                    return false;
-                }
-                x = x.wrapping_mul(PROBE_MIX);
-            }
-            return true;
+            return blocked_probes(h, self.k).all(|bit| block[bit / 8] & (1 << (bit % 8)) != 0);
         }
         let m = (self.bits.len() * 8) as u64;
-        let delta = h.rotate_left(31) | 1;
-        let mut x = h;
-        for _ in 0..self.k {
-            let bit = (x % m) as usize;
-            if self.bits[bit / 8] & (1 << (bit % 8)) == 0 {
-                return false;
-            }
-            x = x.wrapping_add(delta);
-        }
-        true
+        classic_probes(h, self.k, m).all(|bit| self.bits[bit / 8] & (1 << (bit % 8)) != 0)
     }
 }
 

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::arena::Arena;
 use super::skiplist::Nodes;
+use crate::format::block::common_prefix_len;
 use crate::format::coding::prefix_u64;
 use crate::format::internal_key::{self, SeqNo, ValueKind, MAX_SEQ};
 
@@ -114,7 +115,7 @@ pub(crate) fn sort_nodes(nodes: &mut [u32], list: &Nodes<'_, Arena>) {
     let first = user_key(first);
     let shared = nodes.iter().fold(first.len(), |shared, &n| {
         let k = user_key(n);
-        shared.min(k.iter().zip(first).take_while(|(a, b)| a == b).count())
+        shared.min(common_prefix_len(k, first))
     });
     let mut keyed: Vec<(u64, u32)> = nodes
         .iter()

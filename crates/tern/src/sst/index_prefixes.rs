@@ -19,7 +19,7 @@
 //! above it. Nothing is stored on disk.
 
 use crate::error::DecodeError;
-use crate::format::block::Block;
+use crate::format::block::{common_prefix_len, Block};
 use crate::format::coding::prefix_u64 as window;
 use crate::format::internal_key::user_key;
 
@@ -46,11 +46,7 @@ impl IndexPrefixes {
         // `u64::MAX` like any key above the shared prefix.
         let first = user_key(index.restart_key(0)?);
         let near_last = user_key(index.restart_key(n.saturating_sub(2))?);
-        let shared = first
-            .iter()
-            .zip(near_last)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let shared = common_prefix_len(first, near_last);
         let mut p = IndexPrefixes {
             common: first[..shared].into(),
             prefixes: Box::default(),
