@@ -58,6 +58,9 @@ pub struct Args {
     /// Most simultaneous client connections [default: 10000].
     #[arg(long)]
     maxclients: Option<usize>,
+    /// Connections the kernel may queue before they are accepted; capped by net.core.somaxconn [default: 4096].
+    #[arg(long)]
+    tcp_backlog: Option<u32>,
     /// Close connections idle this many seconds; 0 never [default: 0].
     #[arg(long)]
     timeout: Option<u64>,
@@ -118,6 +121,9 @@ pub fn run(args: Args) -> Result<ExitCode, Failure> {
     }
     if let Some(v) = args.maxclients {
         config.maxclients = v;
+    }
+    if let Some(v) = args.tcp_backlog {
+        config.tcp_backlog = v;
     }
     if let Some(v) = args.timeout {
         config.timeout = v;

@@ -1,7 +1,7 @@
 //! Server configuration: a TOML file, overridden by command-line flags.
 //!
 //! Names follow `redis.conf` where a Redis setting exists (`port`,
-//! `requirepass`, `appendfsync`, `maxclients`, `timeout`,
+//! `requirepass`, `appendfsync`, `maxclients`, `tcp-backlog`, `timeout`,
 //! `proto-max-bulk-len`, `client-query-buffer-limit`). See `docs/server.md`.
 
 use std::path::{Path, PathBuf};
@@ -66,6 +66,9 @@ pub struct Config {
     pub appendfsync: AppendFsync,
     /// Most simultaneous client connections.
     pub maxclients: usize,
+    /// Connections the kernel may queue before the server accepts them
+    /// (capped by `net.core.somaxconn`).
+    pub tcp_backlog: u32,
     /// Close a connection idle this many seconds; 0: never.
     pub timeout: u64,
     /// Close a connection that stalls this many seconds in the middle of a
@@ -171,6 +174,7 @@ impl Default for Config {
             requirepass: String::new(),
             appendfsync: AppendFsync::Everysec,
             maxclients: 10_000,
+            tcp_backlog: 4096,
             timeout: 0,
             stall_timeout: 60,
             proto_max_bulk_len: 512 << 20,
@@ -341,6 +345,9 @@ impl Config {
     /// Checks values that would make the server unusable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError(m.to_string()));
+        if self.tcp_backlog == 0 {
+            return bad("tcp-backlog must be at least 1");
+        }
         if self.maxclients == 0 {
             return bad("maxclients must be at least 1");
         }
@@ -422,6 +429,13 @@ mod tests {
         let e = Config::from_toml("prot = 1\n").unwrap_err();
         assert!(e.0.contains("prot"), "{e}");
         assert!(Config::from_toml("maxclients = 0\n").is_err());
+        assert!(Config::from_toml("tcp-backlog = 0\n").is_err());
+        assert_eq!(
+            Config::from_toml("tcp-backlog = 511\n")
+                .unwrap()
+                .tcp_backlog,
+            511
+        );
     }
 
     /// The sample configuration in docs/server.md parses and validates.

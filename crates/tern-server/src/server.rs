@@ -100,10 +100,14 @@ impl Drop for ServerHandle {
     }
 }
 
+/// Listens on `host:port` with a connection backlog of `backlog` (the
+/// kernel caps it at `net.core.somaxconn`). `port` `None` tries `default`
+/// and falls back to a free port if it is taken.
 pub(crate) async fn bind(
     host: &str,
     port: Option<u16>,
     default: u16,
+    backlog: u32,
     what: &str,
 ) -> Result<TcpListener, ServerError> {
     let fail = |p: u16, e: std::io::Error| {
@@ -112,15 +116,43 @@ pub(crate) async fn bind(
         ))
     };
     match port {
-        Some(p) => TcpListener::bind((host, p)).await.map_err(|e| fail(p, e)),
-        None => match TcpListener::bind((host, default)).await {
+        Some(p) => listen(host, p, backlog).await.map_err(|e| fail(p, e)),
+        None => match listen(host, default, backlog).await {
             Ok(l) => Ok(l),
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                TcpListener::bind((host, 0)).await.map_err(|e| fail(0, e))
+                listen(host, 0, backlog).await.map_err(|e| fail(0, e))
             }
             Err(e) => Err(fail(default, e)),
         },
     }
+}
+
+/// Binds the first address `host` resolves to that accepts the bind, like
+/// `TcpListener::bind`, but with the given backlog: tokio's fixed 1,024 lets
+/// a burst of connects overflow the accept queue, and the kernel then drops
+/// handshakes and answers with SYN cookies.
+async fn listen(host: &str, port: u16, backlog: u32) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As TcpListener::bind does: a restarted server must not wait out
+        // the old one's TIME_WAIT connections.
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).and_then(|()| socket.listen(backlog)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolved to nothing",
+        )
+    }))
 }
 
 /// The executor that sends the store's compactions and GC to `tern
@@ -235,10 +267,17 @@ pub fn start(config: Config, opts: StartOptions) -> Result<ServerHandle, ServerE
         .map_err(|e| ServerError(format!("cannot start the runtime: {e}")))?;
 
     let (listener, metrics) = rt.block_on(async {
-        let l = bind(&config.bind, config.port, DEFAULT_PORT, "clients").await?;
+        let l = bind(
+            &config.bind,
+            config.port,
+            DEFAULT_PORT,
+            config.tcp_backlog,
+            "clients",
+        )
+        .await?;
         let m = match config.metrics_bind.as_str() {
             "off" => None,
-            "" => Some(bind("127.0.0.1", None, DEFAULT_METRICS_PORT, "metrics").await?),
+            "" => Some(bind("127.0.0.1", None, DEFAULT_METRICS_PORT, 128, "metrics").await?),
             addr => Some(TcpListener::bind(addr).await.map_err(|e| {
                 ServerError(format!(
                     "cannot listen for metrics on {addr}: {e}; set metrics-bind to another host:port, or \"off\""
@@ -479,5 +518,58 @@ async fn run(
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     while state.connected() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A burst of connects larger than tokio's default backlog (1,024) is
+    /// queued by the kernel rather than dropped while the server is busy:
+    /// dropped handshakes make clients retry for a second or more, and past
+    /// the SYN queue the kernel falls back to SYN cookies.
+    #[test]
+    fn a_burst_of_connects_beyond_tokios_default_backlog_is_queued_not_dropped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // The kernel caps every backlog at somaxconn (4,096 by default
+        // since Linux 5.4); below the burst size this test shows nothing.
+        let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if somaxconn < 1600 {
+            eprintln!("net.core.somaxconn is {somaxconn}: skipping the 1,500-connect burst");
+            return;
+        }
+        rt.block_on(async {
+            let backlog = Config::default().tcp_backlog;
+            let listener = bind("127.0.0.1", Some(0), DEFAULT_PORT, backlog, "clients")
+                .await
+                .unwrap();
+            let addr = listener.local_addr().unwrap();
+            // Nothing accepts: every connect must complete in the kernel's
+            // accept queue.
+            let mut pending = Vec::new();
+            for _ in 0..1500 {
+                pending.push(tokio::spawn(tokio::time::timeout(
+                    Duration::from_secs(3),
+                    tokio::net::TcpStream::connect(addr),
+                )));
+            }
+            let mut held = Vec::new();
+            for (i, p) in pending.into_iter().enumerate() {
+                match p.await.unwrap() {
+                    Ok(Ok(s)) => held.push(s),
+                    Ok(Err(e)) => panic!("connect {i} failed: {e}"),
+                    Err(_) => panic!("connect {i} was not queued within 3 s"),
+                }
+            }
+            assert_eq!(held.len(), 1500);
+            drop(listener);
+        });
     }
 }

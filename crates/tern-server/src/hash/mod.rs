@@ -174,7 +174,13 @@ pub fn start(config: Config, opts: StartOptions) -> Result<HashServerHandle, Ser
         .enable_all()
         .build()
         .map_err(|e| ServerError(format!("cannot start the runtime: {e}")))?;
-    let listener = rt.block_on(bind(&config.bind, config.port, DEFAULT_PORT, "clients"))?;
+    let listener = rt.block_on(bind(
+        &config.bind,
+        config.port,
+        DEFAULT_PORT,
+        config.tcp_backlog,
+        "clients",
+    ))?;
     let addr = listener
         .local_addr()
         .map_err(|e| ServerError(format!("cannot read the listening address: {e}")))?;
