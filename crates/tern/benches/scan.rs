@@ -4,7 +4,10 @@
 //! different files), then scans of 50 entries from random keys (with and
 //! without telling the iterator their length), point reads of the same
 //! values for comparison, and hinted scans after the store's pages were
-//! dropped from the page cache (what a store larger than memory sees).
+//! dropped from the page cache (what a store larger than memory sees). The
+//! in-memory ones run twice: reading values through the blob files'
+//! mappings (the default) and with `pread` (`mmap_blob_reads` off, the
+//! `_pread` names).
 
 #![allow(missing_docs)]
 
@@ -25,14 +28,19 @@ fn key(i: u32) -> Vec<u8> {
     format!("user{i:010}").into_bytes()
 }
 
+fn options(mapped: bool) -> Options {
+    Options::default().tune(|s| {
+        s.write_buffer_size = 64 << 20;
+        s.enable_gc = false;
+        s.mmap_blob_reads = mapped;
+    })
+}
+
 fn open_store() -> (Db, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("tern-bench-scan-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let opts = Options::default().tune(|s| {
-        s.write_buffer_size = 64 << 20;
-        s.enable_gc = false;
-    });
-    let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
+    let db =
+        Db::open(&dir, options(true)).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
     let value = vec![0x5au8; 1000];
     // Each flush holds every FLUSHES-th key, as hashed inserts spread keys
     // over flushes.
@@ -85,20 +93,22 @@ fn scan(db: &Db, start: &[u8], hint: Option<usize>, serial_reads: bool) -> usize
     bytes
 }
 
-fn scans(c: &mut Criterion) {
-    let (db, dir) = open_store();
-    let mut g = c.benchmark_group("separated_1k_values");
-    g.throughput(Throughput::Elements(SCAN as u64));
+/// Scans and point reads of values in memory; `suffix` ends the names.
+fn in_memory(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    db: &Db,
+    suffix: &str,
+) {
     let mut rng = SmallRng::seed_from_u64(7);
     for (name, hint) in [("scan_50", None), ("scan_50_hinted", Some(SCAN))] {
-        g.bench_function(name, |b| {
+        g.bench_function(format!("{name}{suffix}"), |b| {
             b.iter(|| {
                 let start = key(rng.gen_range(0..KEYS - SCAN as u32));
-                scan(&db, &start, hint, false)
+                scan(db, &start, hint, false)
             })
         });
     }
-    g.bench_function("get_50", |b| {
+    g.bench_function(format!("get_50{suffix}"), |b| {
         b.iter(|| {
             let start = rng.gen_range(0..KEYS - SCAN as u32);
             let mut bytes = 0;
@@ -109,6 +119,19 @@ fn scans(c: &mut Criterion) {
             bytes
         })
     });
+}
+
+fn scans(c: &mut Criterion) {
+    let (db, dir) = open_store();
+    let mut g = c.benchmark_group("separated_1k_values");
+    g.throughput(Throughput::Elements(SCAN as u64));
+    in_memory(&mut g, &db, "");
+    drop(db);
+    // The rest reads with `pread`: dropping cached pages leaves those a
+    // process has mapped, so the uncached runs would find them in memory.
+    let db = Db::open(&dir, options(false)).unwrap_or_else(|e| panic!("reopen: {e}"));
+    in_memory(&mut g, &db, "_pread");
+    let mut rng = SmallRng::seed_from_u64(8);
     // Out of memory, with the batch's reads announced first (the default)
     // and one after another, alternating so both see the same device.
     for (name, serial) in [

@@ -16,6 +16,7 @@ pub struct BlobCache {
     fs: FsRef,
     open: Arc<OpenFiles>,
     verified_index: bool,
+    mapped_reads: bool,
 }
 
 impl BlobCache {
@@ -27,7 +28,15 @@ impl BlobCache {
             fs,
             open,
             verified_index: false,
+            mapped_reads: false,
         }
+    }
+
+    /// Readers read values through the file's mapping while values are in
+    /// memory (`Settings::mmap_blob_reads`).
+    pub fn mapped_reads(mut self, on: bool) -> Self {
+        self.mapped_reads = on;
+        self
     }
 
     /// Like [`BlobCache::new`], but readers load and verify the whole index
@@ -49,6 +58,7 @@ impl BlobCache {
             } else {
                 BlobReader::open_lazy(&self.fs, &path, number)?
             };
+            let r = r.with_mapped_reads(self.mapped_reads);
             let bytes = r.resident_bytes();
             Ok((Arc::new(r), bytes))
         })

@@ -6,6 +6,7 @@
 
 mod cache;
 mod reader;
+pub mod residency;
 mod resolver;
 mod scan;
 mod writer;

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::residency;
+
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{
     self, BlobFooter, BlobRecord, LineageEntry, BLOB_FOOTER_LEN, BLOB_HEADER_LEN,
@@ -82,6 +84,8 @@ pub struct BlobReader {
     number: u64,
     footer: BlobFooter,
     offsets: Option<Vec<u64>>,
+    /// Read values through the file's mapping while they are in memory.
+    mapped_reads: bool,
 }
 
 impl BlobReader {
@@ -114,7 +118,25 @@ impl BlobReader {
             number,
             footer,
             offsets: None,
+            mapped_reads: false,
         })
+    }
+
+    /// With `on`, values are read through the file's mapping while
+    /// [`residency::warm`] says they are in memory.
+    pub fn with_mapped_reads(mut self, on: bool) -> Self {
+        self.mapped_reads = on;
+        self
+    }
+
+    /// The file's mapping, if reads should go through it now.
+    #[inline]
+    pub(crate) fn mapping(&self) -> Option<&[u8]> {
+        if self.mapped_reads && residency::warm() {
+            self.file.mapped()
+        } else {
+            None
+        }
     }
 
     /// The decoded footer (checked at open).
@@ -369,14 +391,26 @@ impl BlobReader {
         want: ExpectedRecord<'_>,
         cached_only: bool,
     ) -> Result<Option<Vec<u8>>> {
+        // A no-wait read cannot go through the mapping: a fault would wait.
+        if !cached_only {
+            if let Some(v) = self.read_value_mapped(offset, want) {
+                residency::mapped_read_done();
+                return v.map(Some);
+            }
+        }
         let len = want.record_len();
         self.check_inside(offset, len, "blob reference points outside the records")?;
         let mut rec = vec![0u8; len as usize];
-        if cached_only {
-            if !self.file.read_cached_at(offset, &mut rec).ctx(&self.path)? {
+        // Off the mapping, a no-wait read first (where reads could be
+        // mapped), so a miss is seen and a value back in memory is too.
+        let try_cached = cached_only || self.mapped_reads;
+        if !try_cached || !self.file.read_cached_at(offset, &mut rec).ctx(&self.path)? {
+            if try_cached {
+                residency::saw_miss();
+            }
+            if cached_only {
                 return Ok(None);
             }
-        } else {
             self.file.read_exact_at(offset, &mut rec).ctx(&self.path)?;
         }
         let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
@@ -385,6 +419,23 @@ impl BlobReader {
         let value_start = rec.len() - r.value.len();
         rec.drain(..value_start);
         Ok(Some(rec))
+    }
+
+    /// [`BlobReader::read_value`] through the file's mapping; `None` when
+    /// reads do not go through it now ([`BlobReader::mapping`]).
+    pub(crate) fn read_value_mapped(
+        &self,
+        offset: u64,
+        want: ExpectedRecord<'_>,
+    ) -> Option<Result<Vec<u8>>> {
+        let map = self.mapping()?;
+        let len = want.record_len();
+        if let Err(e) = self.check_inside(offset, len, "blob reference points outside the records")
+        {
+            return Some(Err(e));
+        }
+        // Inside the records, so inside the mapping (the file as opened).
+        self.value_from_buffer(map, 0, offset, want)
     }
 
     /// Reads exactly `len` raw bytes of records at `offset` into `buf`
@@ -590,5 +641,91 @@ mod tests {
         );
         // Skipping the damaged record walks past it.
         assert_eq!(walked(&r, |o| o == 20).len(), 49);
+    }
+
+    /// Waits until reads may go through mappings (another test may have
+    /// reported a miss, which holds them off for a second).
+    fn until_warm() {
+        let start = std::time::Instant::now();
+        while !residency::warm() {
+            assert!(start.elapsed() < std::time::Duration::from_secs(5));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_mapped_read_returns_what_a_pread_does_and_names_damage_by_file_and_offset() {
+        let _held = residency::TEST_LOCK.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let fs = crate::io::PosixFs::shared();
+        let path = dir.path().join("000001.blob");
+        let mut w = BlobWriter::new(fs.create(&path).unwrap(), path.clone(), 1).unwrap();
+        let refs: Vec<_> = (0..40usize)
+            .map(|i| {
+                w.add(
+                    format!("k{i:05}").as_bytes(),
+                    i as u64,
+                    &vec![i as u8; 50 + i * 97],
+                )
+                .unwrap()
+            })
+            .collect();
+        w.finish(&[]).unwrap();
+        let want = |i: usize| ExpectedRecord {
+            key: format!("k{i:05}").into_bytes().leak(),
+            seq: i as u64,
+            size: refs[i].size,
+        };
+        let mapped = BlobReader::open(&fs, &path, 1)
+            .unwrap()
+            .with_mapped_reads(true);
+        let plain = BlobReader::open(&fs, &path, 1).unwrap();
+        until_warm();
+        for (i, r) in refs.iter().enumerate() {
+            let m = mapped
+                .read_value_mapped(r.offset, want(i))
+                .unwrap()
+                .unwrap();
+            assert_eq!(m, vec![i as u8; 50 + i * 97]);
+            assert_eq!(m, plain.read_value(r.offset, want(i)).unwrap());
+            assert!(plain.read_value_mapped(r.offset, want(i)).is_none());
+        }
+        // Another version's record, an offset outside the records, and one
+        // past the end of the file: errors naming the file and offset,
+        // never a read outside the mapping.
+        let wrong = mapped
+            .read_value_mapped(refs[3].offset, want(4))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(wrong.contains("000001.blob"), "{wrong}");
+        let past = mapped.footer().index_offset;
+        for at in [past, past + 10_000, u64::MAX - 3] {
+            let e = mapped.read_value(at, want(0)).unwrap_err().to_string();
+            assert!(
+                e.contains("000001.blob") && e.contains(&at.to_string()),
+                "{e}"
+            );
+        }
+        // A flipped byte in a value is caught by the record's checksum.
+        let mut data = std::fs::read(&path).unwrap();
+        data[refs[7].offset as usize + 60] ^= 0xff;
+        let damaged = dir.path().join("000002.blob");
+        std::fs::write(&damaged, &data).unwrap();
+        let r = BlobReader::open(&fs, &damaged, 2)
+            .unwrap()
+            .with_mapped_reads(true);
+        until_warm();
+        let e = r.read_value(refs[7].offset, want(7)).unwrap_err();
+        assert!(matches!(e, crate::Error::Corruption { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("000002.blob") && e.contains(&refs[7].offset.to_string()),
+            "{e}"
+        );
+        assert_eq!(
+            r.read_value(refs[8].offset, want(8)).unwrap(),
+            vec![8u8; 50 + 8 * 97]
+        );
     }
 }

@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{BlobReader, BlobResolver, ExpectedRecord};
+use super::{residency, BlobReader, BlobResolver, ExpectedRecord};
 use crate::error::Result;
 use crate::format::blob::BLOB_HEADER_LEN;
 
@@ -138,7 +138,14 @@ impl ScanResolver {
     /// ([`BlobReader::prefetch`]) before the reads go on, so a scan out of
     /// memory waits about once per batch rather than once per value; a scan
     /// in memory pays no extra system call.
+    ///
+    /// While values are in memory ([`super::residency`]) and the files are
+    /// mapped, values are copied out of the mappings instead; a batch
+    /// during which the thread took a major fault says values are not.
     pub fn read_batch(&mut self, batch: &[(&[u8], &Located)]) -> Vec<Result<Vec<u8>>> {
+        if let Some(out) = Self::read_batch_mapped(batch) {
+            return out;
+        }
         // Every slot is written once below: `order` is a permutation.
         let mut out: Vec<Result<Vec<u8>>> = (0..batch.len()).map(|_| Ok(Vec::new())).collect();
         let mut order: Vec<usize> = (0..batch.len()).collect();
@@ -184,6 +191,7 @@ impl ScanResolver {
                 match reader.read_span_cached(run.start, run.len, &mut self.span) {
                     Ok(true) => spanned = true,
                     Ok(false) => {
+                        residency::saw_miss();
                         waiting = true;
                         for r in &runs[n..] {
                             reader_of(r).prefetch(r.start, r.len);
@@ -215,6 +223,27 @@ impl ScanResolver {
         out
     }
 
+    /// [`ScanResolver::read_batch`] through the files' mappings; `None` when
+    /// reads do not go through them now.
+    fn read_batch_mapped(batch: &[(&[u8], &Located)]) -> Option<Vec<Result<Vec<u8>>>> {
+        let (_, first) = batch.first()?;
+        first.reader.mapping()?;
+        let faults = residency::thread_major_faults();
+        let out = batch
+            .iter()
+            .map(|&(key, l)| {
+                let want = l.expect(key);
+                l.reader
+                    .read_value_mapped(l.offset, want)
+                    .unwrap_or_else(|| l.reader.read_value(l.offset, want))
+            })
+            .collect();
+        if residency::thread_major_faults() > faults {
+            residency::saw_miss();
+        }
+        Some(out)
+    }
+
     /// Like [`BlobResolver::resolve`], for a backward scan: served from a
     /// window of the file that ends at the record and grows while the scan
     /// walks the file backwards.
@@ -228,6 +257,9 @@ impl ScanResolver {
         let located = self.locate(source, seq, encoded_ref)?;
         let want = located.expect(user_key);
         let Located { reader, offset, .. } = located;
+        if let Some(v) = reader.read_value_mapped(offset, want) {
+            return v;
+        }
         let mut sequential = false;
         if let Some((file, start)) = self.window {
             if file == reader.number() {
@@ -275,6 +307,20 @@ mod tests {
     use crate::io::{FileSystem, FsRef, MemFs};
     use crate::version::{BlobFileState, Version};
 
+    /// A version holding one blob file, number 7, nothing of it dead.
+    fn version_with(meta: crate::version::BlobMeta) -> Version {
+        let mut v = Version::default();
+        v.blob_files.insert(
+            7,
+            Arc::new(BlobFileState {
+                meta,
+                dead: Default::default(),
+                dead_bytes: 0,
+            }),
+        );
+        v
+    }
+
     /// Regression: lone records went through the batch buffer, which then
     /// kept the size of the largest value an iterator ever read.
     #[test]
@@ -293,15 +339,7 @@ mod tests {
             .map(|(i, (k, v))| w.add(k, i as u64 + 1, v).unwrap().encode())
             .collect();
         let meta = w.finish(&[]).unwrap().meta;
-        let mut v = Version::default();
-        v.blob_files.insert(
-            7,
-            Arc::new(BlobFileState {
-                meta,
-                dead: Default::default(),
-                dead_bytes: 0,
-            }),
-        );
+        let v = version_with(meta);
         let fsr: FsRef = fs.clone();
         let cache = Arc::new(BlobCache::new(
             dir,
@@ -328,5 +366,60 @@ mod tests {
                 r.span.capacity()
             );
         }
+    }
+
+    /// Mapped batches and `pread` batches return the same values, a damaged
+    /// record fails only its own entry either way, and a reported miss
+    /// sends batches back to `pread` (which fills the span buffer).
+    #[test]
+    fn a_batch_reads_through_mappings_while_warm_and_with_pread_after_a_miss() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs: FsRef = crate::io::PosixFs::shared();
+        let dir = tmp.path().to_path_buf();
+        let path = dir.join(crate::wal::blob_file_name(7));
+        let mut w = BlobWriter::new(fs.create(&path).unwrap(), path.clone(), 7).unwrap();
+        let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("k{i:03}").into_bytes()).collect();
+        let refs: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| w.add(k, i as u64 + 1, &vec![i as u8; 700]).unwrap())
+            .collect();
+        let meta = w.finish(&[]).unwrap().meta;
+        let mut data = std::fs::read(&path).unwrap();
+        data[refs[5].offset as usize + 100] ^= 0xff;
+        std::fs::write(&path, &data).unwrap();
+        let v = version_with(meta);
+        let cache = Arc::new(
+            BlobCache::new(dir, fs, Arc::new(OpenFiles::new(16, 1 << 20))).mapped_reads(true),
+        );
+        let check = |got: Vec<Result<Vec<u8>>>| {
+            for (i, g) in got.into_iter().enumerate() {
+                match g {
+                    Err(e) => {
+                        assert!(i == 5 && e.to_string().contains(&refs[5].offset.to_string()))
+                    }
+                    Ok(g) => assert!(i != 5 && g == vec![i as u8; 700]),
+                }
+            }
+        };
+        let mut r = ScanResolver::new(BlobResolver::new(Arc::new(v), cache));
+        let located: Vec<Located> = refs
+            .iter()
+            .enumerate()
+            .map(|(i, e)| r.locate((&path, 0), i as u64 + 1, &e.encode()).unwrap())
+            .collect();
+        let batch: Vec<(&[u8], &Located)> =
+            keys.iter().map(|k| k.as_slice()).zip(&located).collect();
+        let _held = residency::TEST_LOCK.lock();
+        let start = std::time::Instant::now();
+        while !residency::warm() {
+            assert!(start.elapsed() < std::time::Duration::from_secs(5));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        check(r.read_batch(&batch));
+        assert_eq!(r.span.capacity(), 0, "a warm batch reads no span");
+        residency::saw_miss();
+        check(r.read_batch(&batch));
+        assert!(r.span.capacity() > 0, "after a miss, batches read spans");
     }
 }

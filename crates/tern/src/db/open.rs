@@ -111,11 +111,10 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         tier: Default::default(),
         imm_wals: Vec::new(),
     };
-    let blobs = Arc::new(BlobCache::new(
-        dir.to_path_buf(),
-        fs.clone(),
-        open_files.clone(),
-    ));
+    let blobs = Arc::new(
+        BlobCache::new(dir.to_path_buf(), fs.clone(), open_files.clone())
+            .mapped_reads(opts.mmap_blob_reads),
+    );
     let shared = Arc::new(Shared {
         blobs,
         open_files,

@@ -74,6 +74,13 @@ pub trait RandomAccessFile: Send + Sync {
     /// device can fetch them while the caller reads others. A hint only:
     /// it never fails and may do nothing (the default).
     fn prefetch(&self, _offset: u64, _len: u64) {}
+    /// The whole file mapped read-only into memory, for a file nobody
+    /// changes while it is open (a finished blob file); mapped on the first
+    /// call. `None` where the file system does not map files for reading
+    /// (the default) or the mapping failed.
+    fn mapped(&self) -> Option<&[u8]> {
+        None
+    }
     /// True for an empty file.
     fn is_empty(&self) -> bool {
         self.len() == 0

@@ -84,11 +84,32 @@ struct PosixRandom {
     len: u64,
     /// The file system refused a no-wait read once: never try again.
     no_nowait: AtomicBool,
+    /// The read-only mapping [`RandomAccessFile::mapped`] made, if asked.
+    map: std::sync::OnceLock<Option<memmap2::Mmap>>,
 }
 
 impl RandomAccessFile for PosixRandom {
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
+    }
+
+    fn mapped(&self) -> Option<&[u8]> {
+        self.map
+            .get_or_init(|| {
+                let len = usize::try_from(self.len).ok().filter(|&l| l > 0)?;
+                // SAFETY: a mapping is unsound only if the file is cut or
+                // rewritten while mapped. `mapped`'s contract limits it to
+                // files nobody changes while open: the engine never writes
+                // a blob file after it is finished (GC writes new ones), and
+                // a deleted file stays readable while mapped. Only `len`
+                // bytes, the size at open, are mapped.
+                let map = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file) }.ok()?;
+                // Values are read one by one at random offsets: a fault
+                // must bring in its own page, not the 128 KiB around it.
+                let _ = map.advise(memmap2::Advice::Random);
+                Some(map)
+            })
+            .as_deref()
     }
 
     #[cfg(target_os = "linux")]
@@ -193,6 +214,7 @@ impl FileSystem for PosixFs {
             file,
             len,
             no_nowait: AtomicBool::new(false),
+            map: std::sync::OnceLock::new(),
         }))
     }
 

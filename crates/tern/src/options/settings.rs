@@ -344,6 +344,15 @@ settings! {
     blob_head_size: usize = 0,
     /// Size at which blob files are cut, bytes. Default: 64 MiB.
     blob_file_size: u64 = 64 << 20,
+    /// Read separated values through a read-only mapping of their blob
+    /// file while they are in memory: a copy instead of a `pread` (a system
+    /// call and a page-cache lookup per value). For a second after any read
+    /// finds a value missing from memory, reads use `pread` again, whose
+    /// batches hand a scan's misses to the device together. A blob file
+    /// cut short by something outside the store while mapped ends the
+    /// process with SIGBUS instead of a read error (as RocksDB's
+    /// `allow_mmap_reads`). Default: true.
+    mmap_blob_reads: bool = true,
     /// Run blob garbage collection. Default: true.
     enable_gc: bool = true,
     /// Never pick compactions on size or file-count triggers; only

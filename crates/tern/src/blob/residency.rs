@@ -1,0 +1,121 @@
+//! Whether separated values are likely in memory, which decides how they
+//! are read.
+//!
+//! In memory, reading a value through the blob file's mapping is a copy
+//! out of the page cache the process already sees; a `pread` of the same
+//! bytes costs a system call, a page-cache lookup and a reference count on
+//! each page (half of a YCSB E profile at 2M records went there). Out of
+//! memory the mapping is worse for scans: a missing page stalls the thread
+//! on its own, while a batch read with `pread` learns which records would
+//! wait and hands them all to the device at once (`blob::scan`).
+//!
+//! So reads go through the mapping while no read has found a value
+//! missing from memory for [`COLD_FOR_MS`], and the `pread` way otherwise.
+//! Misses are seen where they are cheap to see: a no-wait read that would
+//! have waited (a point read off the mapping tries one first), a mapped
+//! scan batch during which its thread took a major page fault, or such a
+//! fault between two looks every [`READS_PER_LOOK`] mapped point reads. The state is one word for the process, like the page cache
+//! it describes; reading it costs a coarse clock read and a load of a line
+//! that is only written when a miss is seen (at most ten times a second).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// How long after a read found a value missing reads stay on `pread`.
+pub const COLD_FOR_MS: u64 = 1000;
+
+/// Coarse clock milliseconds until which values are taken to be out of
+/// memory.
+static COLD_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds of the coarse monotonic clock (a few ms of resolution,
+/// no system call).
+fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1000)
+        .saturating_add(ts.tv_nsec as u64 / 1_000_000)
+}
+
+/// Whether no read has found a separated value missing from memory lately:
+/// reads may then go through the mapping.
+#[inline]
+pub fn warm() -> bool {
+    now_ms() >= COLD_UNTIL_MS.load(Relaxed)
+}
+
+/// Records that a read found a value missing from memory.
+pub fn saw_miss() {
+    let until = now_ms() + COLD_FOR_MS;
+    // Skip the store while the deadline is recent: misses come in bursts
+    // from every reading thread, and each store takes the line from the
+    // others.
+    if COLD_UNTIL_MS.load(Relaxed) + 100 < until {
+        COLD_UNTIL_MS.store(until, Relaxed);
+    }
+}
+
+/// Mapped point reads between two looks at the thread's major faults: a
+/// look is a system call, which is what the mapping saves.
+const READS_PER_LOOK: u32 = 32;
+
+thread_local! {
+    /// Mapped point reads since the last look, and the thread's major
+    /// faults then (`None` before the first look).
+    static MAPPED_READS: std::cell::Cell<(u32, Option<u64>)> =
+        const { std::cell::Cell::new((0, None)) };
+}
+
+/// Counts a point read made through a mapping; every [`READS_PER_LOOK`]
+/// reads, a major fault the thread took since the last look counts as a
+/// miss (a point read out of memory costs more through a mapping than with
+/// `pread`).
+#[inline]
+pub fn mapped_read_done() {
+    MAPPED_READS.with(|c| {
+        let (n, last) = c.get();
+        if n + 1 < READS_PER_LOOK && last.is_some() {
+            c.set((n + 1, last));
+            return;
+        }
+        let now = thread_major_faults();
+        if last.is_some_and(|l| now > l) {
+            saw_miss();
+        }
+        c.set((0, Some(now)));
+    });
+}
+
+/// Held by tests that depend on the process's state, which any of them
+/// may change.
+#[cfg(test)]
+pub(crate) static TEST_LOCK: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// Major page faults the calling thread has taken (0 where unknown).
+pub fn thread_major_faults() -> u64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable for the call's duration.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_majflt as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miss_makes_reads_cold_for_a_while() {
+        let _held = TEST_LOCK.lock();
+        saw_miss();
+        assert!(!warm());
+        assert!(COLD_UNTIL_MS.load(Relaxed) > now_ms());
+        assert!(COLD_UNTIL_MS.load(Relaxed) <= now_ms() + COLD_FOR_MS);
+    }
+}
