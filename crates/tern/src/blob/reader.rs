@@ -100,7 +100,12 @@ impl BlobReader {
     /// Opens blob file `number` at `path`, checking header and footer; index
     /// entries are read when needed.
     pub fn open_lazy(fs: &FsRef, path: &Path, number: u64) -> Result<BlobReader> {
-        let file = fs.open(path).ctx(path)?;
+        Self::from_file(fs.open(path).ctx(path)?, path, number)
+    }
+
+    /// Blob file `number`, opened as `file` from `path`: checks header and
+    /// footer.
+    fn from_file(file: Arc<dyn RandomAccessFile>, path: &Path, number: u64) -> Result<BlobReader> {
         let size = file.len();
         if size < (BLOB_HEADER_LEN + BLOB_FOOTER_LEN) as u64 {
             return Err(Error::corruption(path, 0, "blob file too short"));
@@ -127,6 +132,11 @@ impl BlobReader {
     pub fn with_mapped_reads(mut self, on: bool) -> Self {
         self.mapped_reads = on;
         self
+    }
+
+    /// Whether values are read through the file's mapping while in memory.
+    pub(crate) fn mapped_reads(&self) -> bool {
+        self.mapped_reads
     }
 
     /// The file's mapping, if reads should go through it now.
@@ -405,7 +415,9 @@ impl BlobReader {
         // mapped), so a miss is seen and a value back in memory is too.
         let try_cached = cached_only || self.mapped_reads;
         if !try_cached || !self.file.read_cached_at(offset, &mut rec).ctx(&self.path)? {
-            if try_cached {
+            // Only a store reading through mappings says so: the state is
+            // the process's, and a store without them has no use for it.
+            if try_cached && self.mapped_reads {
                 residency::saw_miss();
             }
             if cached_only {
@@ -643,16 +655,6 @@ mod tests {
         assert_eq!(walked(&r, |o| o == 20).len(), 49);
     }
 
-    /// Waits until reads may go through mappings (another test may have
-    /// reported a miss, which holds them off for a second).
-    fn until_warm() {
-        let start = std::time::Instant::now();
-        while !residency::warm() {
-            assert!(start.elapsed() < std::time::Duration::from_secs(5));
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-
     #[test]
     fn a_mapped_read_returns_what_a_pread_does_and_names_damage_by_file_and_offset() {
         let _held = residency::TEST_LOCK.lock();
@@ -680,7 +682,7 @@ mod tests {
             .unwrap()
             .with_mapped_reads(true);
         let plain = BlobReader::open(&fs, &path, 1).unwrap();
-        until_warm();
+        residency::until_warm();
         for (i, r) in refs.iter().enumerate() {
             let m = mapped
                 .read_value_mapped(r.offset, want(i))
@@ -715,7 +717,7 @@ mod tests {
         let r = BlobReader::open(&fs, &damaged, 2)
             .unwrap()
             .with_mapped_reads(true);
-        until_warm();
+        residency::until_warm();
         let e = r.read_value(refs[7].offset, want(7)).unwrap_err();
         assert!(matches!(e, crate::Error::Corruption { .. }), "{e}");
         let e = e.to_string();
@@ -727,5 +729,115 @@ mod tests {
             r.read_value(refs[8].offset, want(8)).unwrap(),
             vec![8u8; 50 + 8 * 97]
         );
+    }
+
+    /// A file held in memory that maps itself and counts the reads that
+    /// do not go through its mapping.
+    struct CountingFile {
+        data: Vec<u8>,
+        mapped: bool,
+        resident: std::sync::atomic::AtomicBool,
+        preads: std::sync::atomic::AtomicU32,
+        nowait_reads: std::sync::atomic::AtomicU32,
+    }
+
+    impl RandomAccessFile for CountingFile {
+        fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.preads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let at = offset as usize;
+            buf.copy_from_slice(&self.data[at..at + buf.len()]);
+            Ok(())
+        }
+        fn read_cached_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<bool> {
+            self.nowait_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if !self.resident.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(false);
+            }
+            let at = offset as usize;
+            buf.copy_from_slice(&self.data[at..at + buf.len()]);
+            Ok(true)
+        }
+        fn len(&self) -> u64 {
+            self.data.len() as u64
+        }
+        fn mapped(&self) -> Option<&[u8]> {
+            self.mapped.then_some(&self.data[..])
+        }
+    }
+
+    /// A reader over a [`CountingFile`] holding `blob_file(&[300; 10])`'s
+    /// bytes, with the file.
+    fn counting_reader(mapped: bool, mapped_reads: bool) -> (BlobReader, Arc<CountingFile>) {
+        let (fs, path) = blob_file(&[300; 10]);
+        let file = Arc::new(CountingFile {
+            data: fs.read_all(&path).unwrap(),
+            mapped,
+            resident: true.into(),
+            preads: 0.into(),
+            nowait_reads: 0.into(),
+        });
+        let r = BlobReader::from_file(file.clone(), &path, 1)
+            .unwrap()
+            .with_mapped_reads(mapped_reads);
+        (r, file)
+    }
+
+    fn expect(i: u32) -> ExpectedRecord<'static> {
+        ExpectedRecord {
+            key: format!("k{i:05}").into_bytes().leak(),
+            seq: i as u64,
+            size: 300,
+        }
+    }
+
+    #[test]
+    fn point_reads_go_through_the_mapping_while_warm_and_no_wait_reads_never_do() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _held = residency::TEST_LOCK.lock();
+        let (r, file) = counting_reader(true, true);
+        let at: Vec<u64> = (0..10).map(|i| r.offset_of(i).unwrap()).collect();
+        let (preads, nowait) = (file.preads.load(Relaxed), file.nowait_reads.load(Relaxed));
+        residency::until_warm();
+        for i in 0..10u32 {
+            assert_eq!(
+                r.read_value(at[i as usize], expect(i)).unwrap(),
+                vec![i as u8; 300]
+            );
+        }
+        assert_eq!(file.preads.load(Relaxed), preads, "warm: no pread");
+        assert_eq!(file.nowait_reads.load(Relaxed), nowait, "warm: no probe");
+        // A no-wait read must not fault: it never uses the mapping.
+        let v = r.read_value_cached(at[2], expect(2)).unwrap().unwrap();
+        assert_eq!(v, vec![2u8; 300]);
+        assert_eq!(file.nowait_reads.load(Relaxed), nowait + 1);
+        // Cold: a no-wait probe, then (the value missing) a plain read, and
+        // the miss keeps reads cold.
+        residency::saw_miss();
+        file.resident.store(false, Relaxed);
+        assert_eq!(r.read_value(at[3], expect(3)).unwrap(), vec![3u8; 300]);
+        assert_eq!(file.nowait_reads.load(Relaxed), nowait + 2);
+        assert_eq!(file.preads.load(Relaxed), preads + 1);
+        assert!(!residency::warm());
+        residency::until_warm();
+    }
+
+    #[test]
+    fn a_store_without_mapped_reads_never_makes_others_cold() {
+        let _held = residency::TEST_LOCK.lock();
+        residency::until_warm();
+        for (mapped, mapped_reads) in [(true, false), (false, false)] {
+            let (r, file) = counting_reader(mapped, mapped_reads);
+            file.resident
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            let at = r.offset_of(4).unwrap();
+            assert!(r.read_value_cached(at, expect(4)).unwrap().is_none());
+            assert_eq!(r.read_value(at, expect(4)).unwrap(), vec![4u8; 300]);
+            assert!(
+                residency::warm(),
+                "mapped {mapped}, mapped reads {mapped_reads}"
+            );
+        }
     }
 }

@@ -30,12 +30,16 @@ static COLD_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
 /// Milliseconds of the coarse monotonic clock (a few ms of resolution,
 /// no system call).
 fn now_ms() -> u64 {
+    #[cfg(target_os = "linux")]
+    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC_COARSE;
+    #[cfg(not(target_os = "linux"))]
+    const CLOCK: libc::clockid_t = libc::CLOCK_MONOTONIC;
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    unsafe { libc::clock_gettime(CLOCK, &mut ts) };
     (ts.tv_sec as u64)
         .saturating_mul(1000)
         .saturating_add(ts.tv_nsec as u64 / 1_000_000)
@@ -97,6 +101,15 @@ pub(crate) static TEST_LOCK: parking_lot::Mutex<()> = parking_lot::Mutex::new(()
 
 /// Major page faults the calling thread has taken (0 where unknown).
 pub fn thread_major_faults() -> u64 {
+    #[cfg(test)]
+    let injected = INJECTED_FAULTS.with(|f| f.get());
+    #[cfg(not(test))]
+    let injected = 0;
+    injected + os_thread_major_faults()
+}
+
+#[cfg(target_os = "linux")]
+fn os_thread_major_faults() -> u64 {
     // SAFETY: an all-zero rusage is a valid value of the plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is valid and writable for the call's duration.
@@ -104,6 +117,37 @@ pub fn thread_major_faults() -> u64 {
         return 0;
     }
     usage.ru_majflt as u64
+}
+
+/// Without per-thread counts, no fault is seen: misses then show through
+/// no-wait reads only.
+#[cfg(not(target_os = "linux"))]
+fn os_thread_major_faults() -> u64 {
+    0
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Faults tests pretend the thread took.
+    static INJECTED_FAULTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Waits until reads may go through mappings again (a test that saw or
+/// reported a miss holds them off for a second).
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn until_warm() {
+    let start = std::time::Instant::now();
+    while !warm() {
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Makes the calling thread look as if it took `n` more major faults.
+#[cfg(test)]
+pub(crate) fn inject_faults(n: u64) {
+    INJECTED_FAULTS.with(|f| f.set(f.get() + n));
 }
 
 #[cfg(test)]
@@ -117,5 +161,21 @@ mod tests {
         assert!(!warm());
         assert!(COLD_UNTIL_MS.load(Relaxed) > now_ms());
         assert!(COLD_UNTIL_MS.load(Relaxed) <= now_ms() + COLD_FOR_MS);
+    }
+
+    #[test]
+    fn a_fault_between_two_looks_at_mapped_point_reads_is_a_miss() {
+        let _held = TEST_LOCK.lock();
+        until_warm();
+        mapped_read_done(); // the first look
+        for _ in 0..READS_PER_LOOK * 2 {
+            mapped_read_done();
+            assert!(warm(), "no fault, no miss");
+        }
+        inject_faults(1);
+        for _ in 0..READS_PER_LOOK {
+            mapped_read_done();
+        }
+        assert!(!warm(), "a fault within the next look is a miss");
     }
 }

@@ -191,7 +191,9 @@ impl ScanResolver {
                 match reader.read_span_cached(run.start, run.len, &mut self.span) {
                     Ok(true) => spanned = true,
                     Ok(false) => {
-                        residency::saw_miss();
+                        if reader.mapped_reads() {
+                            residency::saw_miss();
+                        }
                         waiting = true;
                         for r in &runs[n..] {
                             reader_of(r).prefetch(r.start, r.len);
@@ -258,6 +260,7 @@ impl ScanResolver {
         let want = located.expect(user_key);
         let Located { reader, offset, .. } = located;
         if let Some(v) = reader.read_value_mapped(offset, want) {
+            residency::mapped_read_done();
             return v;
         }
         let mut sequential = false;
@@ -411,15 +414,21 @@ mod tests {
         let batch: Vec<(&[u8], &Located)> =
             keys.iter().map(|k| k.as_slice()).zip(&located).collect();
         let _held = residency::TEST_LOCK.lock();
-        let start = std::time::Instant::now();
-        while !residency::warm() {
-            assert!(start.elapsed() < std::time::Duration::from_secs(5));
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        residency::until_warm();
         check(r.read_batch(&batch));
         assert_eq!(r.span.capacity(), 0, "a warm batch reads no span");
         residency::saw_miss();
         check(r.read_batch(&batch));
         assert!(r.span.capacity() > 0, "after a miss, batches read spans");
+        // Backward reads go through the mapping too, and notice faults.
+        residency::until_warm();
+        let enc = refs[3].encode();
+        let back = |r: &mut ScanResolver| r.resolve_backward((&path, 0), &keys[3], 4, &enc);
+        assert_eq!(back(&mut r).unwrap(), vec![3u8; 700]);
+        residency::inject_faults(1);
+        for _ in 0..40 {
+            assert_eq!(back(&mut r).unwrap(), vec![3u8; 700]);
+        }
+        assert!(!residency::warm(), "a fault under backward reads is a miss");
     }
 }

@@ -85,7 +85,57 @@ struct PosixRandom {
     /// The file system refused a no-wait read once: never try again.
     no_nowait: AtomicBool,
     /// The read-only mapping [`RandomAccessFile::mapped`] made, if asked.
-    map: std::sync::OnceLock<Option<memmap2::Mmap>>,
+    map: std::sync::OnceLock<Option<ReadMap>>,
+}
+
+/// Read-only mappings alive in the process. Each is one of the process's
+/// memory areas, of which Linux allows 65,530 by default
+/// (`vm.max_map_count`), shared with the allocator, thread stacks and
+/// the memory tier; files past [`READ_MAPS_MAX`] are read without one.
+static READ_MAPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Most read-only mappings at once.
+const READ_MAPS_MAX: usize = 16 << 10;
+
+/// A read-only mapping, counted in [`READ_MAPS`].
+struct ReadMap(memmap2::Mmap);
+
+impl ReadMap {
+    /// Maps `len` bytes of `file`, if the process has mappings to spare.
+    fn new(file: &File, len: usize) -> Option<ReadMap> {
+        Self::new_within(file, len, READ_MAPS_MAX)
+    }
+
+    /// [`ReadMap::new`] with at most `max` mappings alive.
+    fn new_within(file: &File, len: usize, max: usize) -> Option<ReadMap> {
+        if READ_MAPS.fetch_add(1, Ordering::Relaxed) >= max {
+            READ_MAPS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: a mapping is unsound only if the file is cut or rewritten
+        // while mapped. `mapped`'s contract limits it to files nobody
+        // changes while open: the engine never writes a blob file after it
+        // is finished (GC writes new ones), and a deleted file stays
+        // readable while mapped. Only `len` bytes, the size at open, are
+        // mapped.
+        match unsafe { memmap2::MmapOptions::new().len(len).map(file) } {
+            Ok(map) => {
+                // Values are read one by one at random offsets: a fault
+                // must bring in its own page, not the 128 KiB around it.
+                let _ = map.advise(memmap2::Advice::Random);
+                Some(ReadMap(map))
+            }
+            Err(_) => {
+                READ_MAPS.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for ReadMap {
+    fn drop(&mut self) {
+        READ_MAPS.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl RandomAccessFile for PosixRandom {
@@ -97,19 +147,10 @@ impl RandomAccessFile for PosixRandom {
         self.map
             .get_or_init(|| {
                 let len = usize::try_from(self.len).ok().filter(|&l| l > 0)?;
-                // SAFETY: a mapping is unsound only if the file is cut or
-                // rewritten while mapped. `mapped`'s contract limits it to
-                // files nobody changes while open: the engine never writes
-                // a blob file after it is finished (GC writes new ones), and
-                // a deleted file stays readable while mapped. Only `len`
-                // bytes, the size at open, are mapped.
-                let map = unsafe { memmap2::MmapOptions::new().len(len).map(&self.file) }.ok()?;
-                // Values are read one by one at random offsets: a fault
-                // must bring in its own page, not the 128 KiB around it.
-                let _ = map.advise(memmap2::Advice::Random);
-                Some(map)
+                ReadMap::new(&self.file, len)
             })
-            .as_deref()
+            .as_ref()
+            .map(|m| &m.0[..])
     }
 
     #[cfg(target_os = "linux")]
@@ -419,5 +460,23 @@ mod tests {
         drop(f);
         handle.start_writeback().unwrap();
         handle.sync_data().unwrap();
+    }
+
+    #[test]
+    fn files_past_the_mapping_cap_are_read_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let file = File::open(&path).unwrap();
+        assert!(ReadMap::new_within(&file, 10, 0).is_none());
+        let map = ReadMap::new_within(&file, 10, usize::MAX).unwrap();
+        assert_eq!(&map.0[..], b"0123456789");
+        // Through the trait, a file maps once and reads its bytes.
+        let f = PosixFs.open(&path).unwrap();
+        assert_eq!(f.mapped(), Some(&b"0123456789"[..]));
+        assert_eq!(
+            f.mapped().map(|m| m.as_ptr()),
+            f.mapped().map(|m| m.as_ptr())
+        );
     }
 }

@@ -348,10 +348,11 @@ settings! {
     /// file while they are in memory: a copy instead of a `pread` (a system
     /// call and a page-cache lookup per value). For a second after any read
     /// finds a value missing from memory, reads use `pread` again, whose
-    /// batches hand a scan's misses to the device together. A blob file
-    /// cut short by something outside the store while mapped ends the
-    /// process with SIGBUS instead of a read error (as RocksDB's
-    /// `allow_mmap_reads`). Default: true.
+    /// batches hand a scan's misses to the device together. The price, as
+    /// with RocksDB's `allow_mmap_reads`: a device or file-system read
+    /// error on a mapped page, or a blob file cut short by something
+    /// outside the store, ends the process with SIGBUS instead of failing
+    /// one read with an error. Default: true.
     mmap_blob_reads: bool = true,
     /// Run blob garbage collection. Default: true.
     enable_gc: bool = true,
