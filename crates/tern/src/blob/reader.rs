@@ -134,9 +134,13 @@ impl BlobReader {
         self
     }
 
-    /// Whether values are read through the file's mapping while in memory.
-    pub(crate) fn mapped_reads(&self) -> bool {
-        self.mapped_reads
+    /// A read of this file found a value missing from memory. Only a reader
+    /// that reads through mappings says so: the state is the process's,
+    /// and a store without mappings must not send others back to `pread`.
+    pub(crate) fn saw_miss(&self) {
+        if self.mapped_reads {
+            residency::saw_miss();
+        }
     }
 
     /// The file's mapping, if reads should go through it now.
@@ -411,15 +415,12 @@ impl BlobReader {
         let len = want.record_len();
         self.check_inside(offset, len, "blob reference points outside the records")?;
         let mut rec = vec![0u8; len as usize];
-        // Off the mapping, a no-wait read first (where reads could be
-        // mapped), so a miss is seen and a value back in memory is too.
+        // Off the mapping, a reader that maps tries a no-wait read first, so
+        // a miss is seen (and, once there are none, reads go mapped again).
         let try_cached = cached_only || self.mapped_reads;
-        if !try_cached || !self.file.read_cached_at(offset, &mut rec).ctx(&self.path)? {
-            // Only a store reading through mappings says so: the state is
-            // the process's, and a store without them has no use for it.
-            if try_cached && self.mapped_reads {
-                residency::saw_miss();
-            }
+        let cached = try_cached && self.file.read_cached_at(offset, &mut rec).ctx(&self.path)?;
+        if !cached {
+            self.saw_miss();
             if cached_only {
                 return Ok(None);
             }

@@ -14,8 +14,9 @@
 //! Misses are seen where they are cheap to see: a no-wait read that would
 //! have waited (a point read off the mapping tries one first), a mapped
 //! scan batch during which its thread took a major page fault, or such a
-//! fault between two looks every [`READS_PER_LOOK`] mapped point reads. The state is one word for the process, like the page cache
-//! it describes; reading it costs a coarse clock read and a load of a line
+//! fault between two looks every [`READS_PER_LOOK`] mapped reads of single
+//! values. The state is one word for the process, like the page cache it
+//! describes; reading it costs a coarse clock read and a load of a line
 //! that is only written when a miss is seen (at most ten times a second).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -63,21 +64,21 @@ pub fn saw_miss() {
     }
 }
 
-/// Mapped point reads between two looks at the thread's major faults: a
-/// look is a system call, which is what the mapping saves.
+/// Mapped reads of single values between two looks at the thread's major
+/// faults: a look is a system call, which is what the mapping saves.
 const READS_PER_LOOK: u32 = 32;
 
 thread_local! {
-    /// Mapped point reads since the last look, and the thread's major
-    /// faults then (`None` before the first look).
+    /// Mapped reads since the last look, and the thread's major faults
+    /// then (`None` before the first look).
     static MAPPED_READS: std::cell::Cell<(u32, Option<u64>)> =
         const { std::cell::Cell::new((0, None)) };
 }
 
-/// Counts a point read made through a mapping; every [`READS_PER_LOOK`]
-/// reads, a major fault the thread took since the last look counts as a
-/// miss (a point read out of memory costs more through a mapping than with
-/// `pread`).
+/// Counts a single value read through a mapping (a point read, a step of
+/// a backward scan); every [`READS_PER_LOOK`] reads, a major fault the
+/// thread took since the last look counts as a miss (such a read out of
+/// memory costs more through a mapping than with `pread`).
 #[inline]
 pub fn mapped_read_done() {
     MAPPED_READS.with(|c| {
@@ -135,7 +136,6 @@ thread_local! {
 /// Waits until reads may go through mappings again (a test that saw or
 /// reported a miss holds them off for a second).
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 pub(crate) fn until_warm() {
     let start = std::time::Instant::now();
     while !warm() {

@@ -191,9 +191,7 @@ impl ScanResolver {
                 match reader.read_span_cached(run.start, run.len, &mut self.span) {
                     Ok(true) => spanned = true,
                     Ok(false) => {
-                        if reader.mapped_reads() {
-                            residency::saw_miss();
-                        }
+                        reader.saw_miss();
                         waiting = true;
                         for r in &runs[n..] {
                             reader_of(r).prefetch(r.start, r.len);
