@@ -53,8 +53,22 @@ fn random_entries(rng: &mut StdRng, n: usize, max_value: usize) -> Entries {
 }
 
 fn build(fs: &FsRef, path: &Path, opts: TableOptions, entries: &Entries) -> TableSummary {
+    build_version(fs, path, opts, entries, false)
+}
+
+/// [`build`], writing format version 1 (a classic filter) with `v1`.
+fn build_version(
+    fs: &FsRef,
+    path: &Path,
+    opts: TableOptions,
+    entries: &Entries,
+    v1: bool,
+) -> TableSummary {
     let file = fs.create(path).unwrap();
     let mut b = TableBuilder::new(file, path.to_path_buf(), opts);
+    if v1 {
+        b = b.write_format_v1();
+    }
     for (k, v) in entries {
         b.add(k, v).unwrap();
     }
@@ -520,15 +534,7 @@ fn tables_of_format_version_1_with_classic_filters_still_open_and_read() {
     let entries = random_entries(&mut rng, 3000, 100);
     for (n, v1) in [(1u64, true), (2, false)] {
         let path = dir.path().join(format!("{n:06}.sst"));
-        let file = fs.create(&path).unwrap();
-        let mut b = TableBuilder::new(file, path.clone(), TableOptions::default());
-        if v1 {
-            b = b.write_format_v1();
-        }
-        for (k, v) in &entries {
-            b.add(k, v).unwrap();
-        }
-        b.finish().unwrap();
+        build_version(&fs, &path, TableOptions::default(), &entries, v1);
         let table = Table::open(&fs, &path, n, None).unwrap();
         let want_version = if v1 {
             1
@@ -554,12 +560,7 @@ fn a_filter_of_the_other_layout_than_the_version_says_is_corruption() {
     let mut rng = StdRng::seed_from_u64(4);
     let entries = random_entries(&mut rng, 500, 20);
     let path = dir.path().join("000001.sst");
-    let file = fs.create(&path).unwrap();
-    let mut b = TableBuilder::new(file, path.clone(), TableOptions::default()).write_format_v1();
-    for (k, v) in &entries {
-        b.add(k, v).unwrap();
-    }
-    b.finish().unwrap();
+    build_version(&fs, &path, TableOptions::default(), &entries, true);
     let mut bytes = std::fs::read(&path).unwrap();
     let at = bytes.len() - crate::format::table::FOOTER_LEN;
     let footer = &mut bytes[at..];
