@@ -129,6 +129,47 @@ pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Bindin
         }
         return open(base, dir, &p);
     }
+    if let Some(p) = with_direct_io(name, props)? {
+        return open_plain(name, dir, &p);
+    }
+    open_plain(name, dir, props)
+}
+
+/// `-p direct_io=true`: the engine reads and writes its files with direct
+/// I/O (`O_DIRECT`), bypassing the page cache, so results do not depend on
+/// how much of the data the kernel happens to cache. Returns `props` with
+/// the binding's own options for it set (where not set already); a
+/// binding without direct I/O refuses it rather than run with the page
+/// cache.
+fn with_direct_io(name: &str, props: &Properties) -> Result<Option<Properties>> {
+    let Some(v) = props.get("direct_io") else {
+        return Ok(None);
+    };
+    if !flag("direct_io", v)? {
+        return Ok(None);
+    }
+    let prefix = match name {
+        "tern" => "tern",
+        "rocksdb" | "rocksdb-blob" => "rocksdb",
+        other => {
+            return Err(Error(format!(
+                "{other} has no direct I/O setting here: leave it out of --bindings or drop \
+                 -p direct_io (bindings with one: tern, rocksdb, rocksdb-blob)"
+            )))
+        }
+    };
+    let mut p = props.clone();
+    for option in ["use_direct_reads", "use_direct_io_for_flush_and_compaction"] {
+        let key = format!("{prefix}.{option}");
+        if p.get(&key).is_none() {
+            p.set(&key, "true");
+        }
+    }
+    Ok(Some(p))
+}
+
+/// [`open`] for a binding name without options after `@`.
+fn open_plain(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Binding>> {
     if let Some(seeds) = name.strip_prefix("resp-cluster://") {
         return Ok(Arc::new(resp_cluster::RespClusterBinding::connect(
             seeds, props,
@@ -244,6 +285,34 @@ mod tests {
         assert!(!flag("x.sync", "0").unwrap());
         let e = flag("x.sync", "maybe").unwrap_err().to_string();
         assert!(e.contains("x.sync"), "{e}");
+    }
+
+    #[test]
+    fn direct_io_turns_on_each_engines_own_options_or_is_refused() {
+        let mut props = Properties::new();
+        assert!(
+            with_direct_io("fjall", &props).unwrap().is_none(),
+            "off unless asked"
+        );
+        props.set("direct_io", "true");
+        let p = with_direct_io("tern", &props).unwrap().unwrap();
+        assert_eq!(p.get("tern.use_direct_reads"), Some("true"));
+        assert_eq!(
+            p.get("tern.use_direct_io_for_flush_and_compaction"),
+            Some("true")
+        );
+        let p = with_direct_io("rocksdb-blob", &props).unwrap().unwrap();
+        assert_eq!(p.get("rocksdb.use_direct_reads"), Some("true"));
+        // An engine option set by hand wins.
+        props.set("tern.use_direct_reads", "false");
+        let p = with_direct_io("tern", &props).unwrap().unwrap();
+        assert_eq!(p.get("tern.use_direct_reads"), Some("false"));
+        for other in ["fjall", "tern-hash", "resp://127.0.0.1:1"] {
+            let e = with_direct_io(other, &props).unwrap_err().to_string();
+            assert!(e.contains("direct_io"), "{e}");
+        }
+        props.set("direct_io", "false");
+        assert!(with_direct_io("fjall", &props).unwrap().is_none());
     }
 
     #[test]

@@ -76,6 +76,10 @@ impl RocksBinding {
             let prop = format!("rocksdb.{name}");
             props.get(&prop).map_or(Ok(false), |v| flag(&prop, v))
         };
+        o.set_use_direct_reads(get_flag("use_direct_reads")?);
+        o.set_use_direct_io_for_flush_and_compaction(get_flag(
+            "use_direct_io_for_flush_and_compaction",
+        )?);
         let statistics = get_flag("statistics")?;
         if statistics {
             o.enable_statistics();

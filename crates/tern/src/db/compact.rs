@@ -207,7 +207,7 @@ impl Shared {
         let state = self.state.lock();
         let version = state.versions.current();
         let ctx = JobContext {
-            fs: self.fs.clone(),
+            fs: self.background_fs.clone(),
             next_file_number: state.versions.file_number_counter(),
             rate_limiter: self.rate_limiter.clone(),
         };

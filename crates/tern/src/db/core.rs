@@ -109,6 +109,9 @@ pub struct Shared {
     pub dir: PathBuf,
     pub opts: Options,
     pub fs: FsRef,
+    /// `fs` as flush, compaction and GC use it: bypassing the page cache
+    /// if `use_direct_io_for_flush_and_compaction`.
+    pub background_fs: FsRef,
     pub state: Mutex<State>,
     /// Signalled when background work finishes (flush, compaction, error).
     pub bg_done: Condvar,

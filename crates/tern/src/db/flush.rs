@@ -57,7 +57,7 @@ impl Shared {
         let path = self.dir.join(table_file_name(number));
         let mut created = vec![path.clone()];
         let res = (|| {
-            let file = self.fs.create(&path).ctx(&path)?;
+            let file = self.background_fs.create(&path).ctx(&path)?;
             let mut builder = TableBuilder::new(file, path.clone(), self.table_options(0));
             let mut blob: Option<BlobWriter> = None;
             let mut blob_files = Vec::new();
@@ -95,7 +95,7 @@ impl Shared {
                     let n = counter.fetch_add(1, Ordering::SeqCst);
                     let p = self.dir.join(blob_file_name(n));
                     created.push(p.clone());
-                    let f = self.fs.create(&p).ctx(&p)?;
+                    let f = self.background_fs.create(&p).ctx(&p)?;
                     blob = Some(BlobWriter::new(f, p, n)?);
                     blob_files.push(n);
                     builder.add_blob_file(n);

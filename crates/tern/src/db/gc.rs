@@ -50,7 +50,7 @@ impl Shared {
             (job, v)
         };
         let ctx = GcContext {
-            fs: self.fs.clone(),
+            fs: self.background_fs.clone(),
             rate_limiter: self.rate_limiter.clone(),
         };
         let output = self.executor.execute_gc(&job, &ctx)?;

@@ -20,6 +20,7 @@ use crate::compaction::{Executor, LocalExecutor, Retention};
 use crate::error::{Error, IoContext, Result};
 use crate::format::version_edit::VersionEdit;
 use crate::format::write_batch::WriteBatch;
+use crate::io::DirectIo;
 use crate::memtable::MemTable;
 use crate::memtier::memory::TierMemory;
 use crate::memtier::table::TierTable;
@@ -75,9 +76,11 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         opts.max_open_files,
         opts.open_files_memory as u64,
     ));
+    // The caches open every table and blob file that reads use.
+    let read_fs = DirectIo::wrap(&fs, opts.use_direct_reads, false);
     let tables = Arc::new(TableCache::new(
         dir.to_path_buf(),
-        fs.clone(),
+        read_fs.clone(),
         block_cache.clone(),
         open_files.clone(),
     ));
@@ -112,13 +115,18 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         imm_wals: Vec::new(),
     };
     let blobs = Arc::new(
-        BlobCache::new(dir.to_path_buf(), fs.clone(), open_files.clone())
-            .mapped_reads(opts.mmap_blob_reads),
+        BlobCache::new(dir.to_path_buf(), read_fs, open_files.clone())
+            .mapped_reads(opts.mmap_blob_reads && !opts.use_direct_reads),
     );
     let shared = Arc::new(Shared {
         blobs,
         open_files,
         dir: dir.to_path_buf(),
+        background_fs: DirectIo::wrap(
+            &fs,
+            opts.use_direct_io_for_flush_and_compaction,
+            opts.use_direct_io_for_flush_and_compaction,
+        ),
         fs,
         state: Mutex::new(state),
         bg_done: Condvar::new(),

@@ -14,11 +14,13 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+mod direct;
 mod fault;
 mod mem;
 mod posix;
 mod rate_limit;
 
+pub use direct::DirectIo;
 pub use fault::{FaultFs, FaultKind};
 pub use mem::{CrashMode, MemFs};
 pub use posix::{descriptor_limit, PosixFs};
@@ -117,6 +119,18 @@ pub trait FileSystem: Send + Sync + 'static {
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
     /// Opens a file for positional reads.
     fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>>;
+    /// Opens a file for positional reads that bypass the operating
+    /// system's page cache (direct I/O), or fails saying why. The default,
+    /// for file systems without a page cache of their own to bypass, is
+    /// [`FileSystem::open`].
+    fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
+        self.open(path)
+    }
+    /// Creates (or truncates) a file for appends that bypass the page
+    /// cache, or fails saying why; the default is [`FileSystem::create`].
+    fn create_direct(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.create(path)
+    }
     /// Reads a whole file.
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Atomically renames `from` to `to`, replacing `to`.

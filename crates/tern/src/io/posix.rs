@@ -57,7 +57,7 @@ impl WritableFile for PosixWritable {
 
 /// A second open file description of a file being written: `fdatasync` on
 /// it covers everything the writer flushed.
-struct PosixSync(File);
+pub(super) struct PosixSync(pub(super) File);
 
 impl FileSync for PosixSync {
     fn sync_data(&self) -> io::Result<()> {
@@ -257,6 +257,14 @@ impl FileSystem for PosixFs {
             no_nowait: AtomicBool::new(false),
             map: std::sync::OnceLock::new(),
         }))
+    }
+
+    fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
+        super::direct::open(path)
+    }
+
+    fn create_direct(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        super::direct::create(path)
     }
 
     fn map_file(&self, path: &Path, len: u64) -> io::Result<Arc<dyn super::MappedFile>> {

@@ -354,6 +354,21 @@ settings! {
     /// outside the store, ends the process with SIGBUS instead of failing
     /// one read with an error. Default: true.
     mmap_blob_reads: bool = true,
+    /// Read table and blob files with direct I/O (`O_DIRECT`), bypassing
+    /// the operating system's page cache: the block cache (and the blob
+    /// cache, where given) are then the only caches, so memory use is
+    /// what they are given and every miss is a device read. Needs a file
+    /// system that supports it (ext4, xfs; not tmpfs: the store then fails
+    /// to open its files, saying so). Separated values are not mapped
+    /// while it is on (`mmap_blob_reads` reads through the page cache).
+    /// RocksDB's option of the same name. Default: false.
+    use_direct_reads: bool = false,
+    /// Write the files of flush, compaction and GC with direct I/O, and
+    /// read the inputs of compaction and GC the same way, so background
+    /// work neither fills the page cache nor pushes the foreground's data
+    /// out of it. The WAL and the manifest stay buffered. RocksDB's option
+    /// of the same name. Default: false.
+    use_direct_io_for_flush_and_compaction: bool = false,
     /// Run blob garbage collection. Default: true.
     enable_gc: bool = true,
     /// Never pick compactions on size or file-count triggers; only
