@@ -9,7 +9,8 @@
 # load,a,b,c,f,e), BINDINGS (default tern,rocksdb,rocksdb-blob,fjall),
 # OUT (results folder under bench/results/), MEMORY_LIMIT
 # (e.g. 2560M: run in a cgroup v1 memory group capped there, page cache
-# included, for stores larger than memory; needs root).
+# included, for stores larger than memory; needs root), PROPS (more
+# -p NAME=VALUE for every binding, space-separated, e.g. "direct_io=true").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records="${1:-500000}"
@@ -34,6 +35,7 @@ mkdir -p "$out"
 "${CARGO_TARGET_DIR:-target}/release/tern" bench compare \
   --bindings "${BINDINGS:-tern,rocksdb,rocksdb-blob,fjall}" -w "${STEPS:-load,a,b,c,f,e}" \
   -p recordcount="$records" -p operationcount="$ops" -p threadcount="$threads" \
+  $(for p in ${PROPS:-}; do printf -- '-p %s ' "$p"; done) \
   --rounds "$rounds" \
   --dir "${BENCH_DIR:-/tmp/tern-bench-compare}" \
   --json "$out/compare.json" --report "$out/compare.html" | tee "$out/table.md"
