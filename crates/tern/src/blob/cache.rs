@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::BlobReader;
-use crate::cache::OpenFiles;
+use crate::cache::{BlockCache, OpenFiles};
 use crate::error::Result;
 use crate::io::FsRef;
 use crate::wal::blob_file_name;
@@ -17,6 +17,7 @@ pub struct BlobCache {
     open: Arc<OpenFiles>,
     verified_index: bool,
     mapped_reads: bool,
+    records: Option<Arc<BlockCache>>,
 }
 
 impl BlobCache {
@@ -29,6 +30,7 @@ impl BlobCache {
             open,
             verified_index: false,
             mapped_reads: false,
+            records: None,
         }
     }
 
@@ -36,6 +38,13 @@ impl BlobCache {
     /// memory (`Settings::mmap_blob_reads`).
     pub fn mapped_reads(mut self, on: bool) -> Self {
         self.mapped_reads = on;
+        self
+    }
+
+    /// Readers' point reads keep the records they read in `cache` and look
+    /// there first (for direct reads, where no page cache keeps them).
+    pub fn record_cache(mut self, cache: Option<Arc<BlockCache>>) -> Self {
+        self.records = cache;
         self
     }
 
@@ -58,7 +67,9 @@ impl BlobCache {
             } else {
                 BlobReader::open_lazy(&self.fs, &path, number)?
             };
-            let r = r.with_mapped_reads(self.mapped_reads);
+            let r = r
+                .with_mapped_reads(self.mapped_reads)
+                .with_record_cache(self.records.clone());
             let bytes = r.resident_bytes();
             Ok((Arc::new(r), bytes))
         })

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::residency;
 
+use crate::cache::BlockCache;
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{
     self, BlobFooter, BlobRecord, LineageEntry, BLOB_FOOTER_LEN, BLOB_HEADER_LEN,
@@ -86,6 +87,9 @@ pub struct BlobReader {
     offsets: Option<Vec<u64>>,
     /// Read values through the file's mapping while they are in memory.
     mapped_reads: bool,
+    /// Where point reads keep the records they read (direct reads: no page
+    /// cache keeps them).
+    records: Option<Arc<BlockCache>>,
 }
 
 impl BlobReader {
@@ -124,7 +128,15 @@ impl BlobReader {
             footer,
             offsets: None,
             mapped_reads: false,
+            records: None,
         })
+    }
+
+    /// Point reads look for records in `cache` first and keep the ones
+    /// they read there.
+    pub fn with_record_cache(mut self, cache: Option<Arc<BlockCache>>) -> Self {
+        self.records = cache;
+        self
     }
 
     /// With `on`, values are read through the file's mapping while
@@ -414,6 +426,19 @@ impl BlobReader {
         }
         let len = want.record_len();
         self.check_inside(offset, len, "blob reference points outside the records")?;
+        if let Some(rec) = self
+            .records
+            .as_ref()
+            .and_then(|c| c.get_record(self.number, offset))
+        {
+            // A record of another length is not the one wanted: the read
+            // below reports it.
+            if rec.len() as u64 == len {
+                let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
+                want.check(&r, &self.path, offset)?;
+                return Ok(Some(r.value.to_vec()));
+            }
+        }
         let mut rec = vec![0u8; len as usize];
         // Off the mapping, a reader that maps tries a no-wait read first, so
         // a miss is seen (and, once there are none, reads go mapped again).
@@ -428,6 +453,9 @@ impl BlobReader {
         }
         let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
         want.check(&r, &self.path, offset)?;
+        if let Some(cache) = &self.records {
+            cache.insert_record(self.number, offset, Arc::from(&rec[..]));
+        }
         // The value is the record's tail: keep the buffer, drop the rest.
         let value_start = rec.len() - r.value.len();
         rec.drain(..value_start);
@@ -840,5 +868,48 @@ mod tests {
                 "mapped {mapped}, mapped reads {mapped_reads}"
             );
         }
+    }
+
+    #[test]
+    fn a_record_cache_serves_repeat_point_reads_and_still_checks_what_it_serves() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (r, file) = counting_reader(false, false);
+        let cache = BlockCache::new(1 << 20);
+        let r = r.with_record_cache(Some(cache.clone()));
+        let at: Vec<u64> = (0..10).map(|i| r.offset_of(i).unwrap()).collect();
+        let before = file.preads.load(Relaxed);
+        for _ in 0..3 {
+            for i in 0..10u32 {
+                assert_eq!(
+                    r.read_value(at[i as usize], expect(i)).unwrap(),
+                    vec![i as u8; 300]
+                );
+            }
+        }
+        assert_eq!(
+            file.preads.load(Relaxed) - before,
+            10,
+            "one read per record"
+        );
+        assert_eq!((cache.record_hits(), cache.record_misses()), (20, 10));
+        // A no-wait read finds a cached record in memory.
+        assert_eq!(
+            r.read_value_cached(at[3], expect(3)).unwrap(),
+            Some(vec![3u8; 300])
+        );
+        // A ref naming another version of the key at a cached offset is
+        // still caught.
+        let wrong = ExpectedRecord {
+            seq: 99,
+            ..expect(4)
+        };
+        let e = r.read_value(at[4], wrong).unwrap_err();
+        assert!(matches!(e, crate::Error::Corruption { .. }), "{e}");
+        // A cached record damaged in memory is caught by its checksum.
+        let mut bad = cache.get_record(1, at[5]).unwrap().to_vec();
+        bad[40] ^= 1;
+        cache.insert_record(1, at[5], Arc::from(bad));
+        let e = r.read_value(at[5], expect(5)).unwrap_err();
+        assert!(matches!(e, crate::Error::Corruption { .. }), "{e}");
     }
 }

@@ -532,6 +532,8 @@ impl Db {
             st.block_cache_hits = c.hits();
             st.block_cache_misses = c.misses();
             st.block_cache_usage = c.usage();
+            st.blob_record_cache_hits = c.record_hits();
+            st.blob_record_cache_misses = c.record_misses();
         }
         st.open_files = s.open_files.len();
         st.open_file_bytes = s.open_files.bytes();

@@ -116,7 +116,9 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
     };
     let blobs = Arc::new(
         BlobCache::new(dir.to_path_buf(), read_fs, open_files.clone())
-            .mapped_reads(opts.mmap_blob_reads && !opts.use_direct_reads),
+            .mapped_reads(opts.mmap_blob_reads && !opts.use_direct_reads)
+            // Nothing below the engine keeps what direct reads read.
+            .record_cache(block_cache.clone().filter(|_| opts.use_direct_reads)),
     );
     let shared = Arc::new(Shared {
         blobs,

@@ -194,8 +194,14 @@ pub struct Stats {
     pub block_cache_hits: u64,
     /// Block cache misses.
     pub block_cache_misses: u64,
-    /// Bytes of data blocks in the block cache.
+    /// Bytes the block cache holds (blocks, and with direct reads blob
+    /// records).
     pub block_cache_usage: u64,
+    /// Point reads of separated values that found their record in the
+    /// block cache (direct reads only).
+    pub blob_record_cache_hits: u64,
+    /// Point reads of separated values that did not (direct reads only).
+    pub blob_record_cache_misses: u64,
     /// Table and blob files open for reads (see `Options::max_open_files`).
     pub open_files: usize,
     /// Memory of the open tables' indexes and filters, bytes (bounded by
@@ -318,9 +324,16 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "block cache hit/miss    {} / {} ({} bytes of blocks)",
+            "block cache hit/miss    {} / {} ({} bytes held)",
             self.block_cache_hits, self.block_cache_misses, self.block_cache_usage
         )?;
+        if self.blob_record_cache_hits + self.blob_record_cache_misses > 0 {
+            writeln!(
+                f,
+                "blob record hit/miss    {} / {} (block cache, direct reads)",
+                self.blob_record_cache_hits, self.blob_record_cache_misses
+            )?;
+        }
         writeln!(
             f,
             "open files              {} ({} bytes of indexes and filters, {} opens)",
