@@ -397,7 +397,15 @@ impl BlobReader {
     /// Reads the value of the record at `offset`, which must hold the
     /// version `want` names.
     pub fn read_value(&self, offset: u64, want: ExpectedRecord<'_>) -> Result<Vec<u8>> {
-        self.read_value_with(offset, want, false)?
+        self.read_value_with(offset, want, false, true)?
+            .ok_or_else(|| Error::Internal("a waiting blob read returned nothing".into()))
+    }
+
+    /// [`BlobReader::read_value`] for a scan: a record it reads stays out
+    /// of the record cache, since a scan's values are seldom read again
+    /// and would push out the blocks and records point reads come back to.
+    pub fn read_scanned_value(&self, offset: u64, want: ExpectedRecord<'_>) -> Result<Vec<u8>> {
+        self.read_value_with(offset, want, false, false)?
             .ok_or_else(|| Error::Internal("a waiting blob read returned nothing".into()))
     }
 
@@ -408,7 +416,7 @@ impl BlobReader {
         offset: u64,
         want: ExpectedRecord<'_>,
     ) -> Result<Option<Vec<u8>>> {
-        self.read_value_with(offset, want, true)
+        self.read_value_with(offset, want, true, true)
     }
 
     fn read_value_with(
@@ -416,6 +424,7 @@ impl BlobReader {
         offset: u64,
         want: ExpectedRecord<'_>,
         cached_only: bool,
+        keep: bool,
     ) -> Result<Option<Vec<u8>>> {
         // A no-wait read cannot go through the mapping: a fault would wait.
         if !cached_only {
@@ -453,7 +462,7 @@ impl BlobReader {
         }
         let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
         want.check(&r, &self.path, offset)?;
-        if let Some(cache) = &self.records {
+        if let Some(cache) = self.records.as_ref().filter(|_| keep) {
             cache.insert_record(self.number, offset, Arc::from(&rec[..]));
         }
         // The value is the record's tail: keep the buffer, drop the rest.
@@ -527,7 +536,8 @@ impl BlobReader {
     }
 
     /// [`BlobReader::value_from_buffer`], or the record read on its own when
-    /// it is not wholly inside `buf`.
+    /// it is not wholly inside `buf` (a scan's read: see
+    /// [`BlobReader::read_scanned_value`]).
     pub fn value_from_buffer_or_read(
         &self,
         buf: &[u8],
@@ -536,7 +546,7 @@ impl BlobReader {
         want: ExpectedRecord<'_>,
     ) -> Result<Vec<u8>> {
         self.value_from_buffer(buf, buf_offset, offset, want)
-            .unwrap_or_else(|| self.read_value(offset, want))
+            .unwrap_or_else(|| self.read_scanned_value(offset, want))
     }
 
     /// The lineage block (for GC outputs; empty otherwise).
@@ -892,6 +902,30 @@ mod tests {
             "one read per record"
         );
         assert_eq!((cache.record_hits(), cache.record_misses()), (20, 10));
+        // A scan's reads find what point reads kept but keep nothing.
+        let (r2, file2) = counting_reader(false, false);
+        let r2 = r2.with_record_cache(Some(BlockCache::new(1 << 20)));
+        let before2 = file2.preads.load(Relaxed);
+        for _ in 0..2 {
+            assert_eq!(
+                r2.read_scanned_value(at[6], expect(6)).unwrap(),
+                vec![6u8; 300]
+            );
+        }
+        assert_eq!(
+            file2.preads.load(Relaxed) - before2,
+            2,
+            "scan reads are not kept"
+        );
+        assert_eq!(
+            r.read_scanned_value(at[6], expect(6)).unwrap(),
+            vec![6u8; 300]
+        );
+        assert_eq!(
+            file.preads.load(Relaxed) - before,
+            10,
+            "but find kept records"
+        );
         // A no-wait read finds a cached record in memory.
         assert_eq!(
             r.read_value_cached(at[3], expect(3)).unwrap(),

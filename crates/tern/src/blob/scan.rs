@@ -215,7 +215,7 @@ impl ScanResolver {
                     l.reader
                         .value_from_buffer_or_read(&self.span, run.start, l.offset, want(k))
                 } else {
-                    l.reader.read_value(l.offset, want(k))
+                    l.reader.read_scanned_value(l.offset, want(k))
                 };
             }
         }
@@ -235,7 +235,7 @@ impl ScanResolver {
                 let want = l.expect(key);
                 l.reader
                     .read_value_mapped(l.offset, want)
-                    .unwrap_or_else(|| l.reader.read_value(l.offset, want))
+                    .unwrap_or_else(|| l.reader.read_scanned_value(l.offset, want))
             })
             .collect();
         if residency::thread_major_faults() > faults {
@@ -290,7 +290,7 @@ impl ScanResolver {
                 .is_err()
         {
             self.window = None;
-            return reader.read_value(offset, want);
+            return reader.read_scanned_value(offset, want);
         }
         self.window = Some((reader.number(), start));
         reader.value_from_buffer_or_read(&self.window_buf, start, offset, want)

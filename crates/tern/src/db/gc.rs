@@ -65,7 +65,7 @@ impl Shared {
         // The outputs may come from another process or machine: they must
         // check before the inputs are retired for them. Read them before
         // taking the state lock.
-        let readers = match job.open_outputs(&self.fs, &output) {
+        let readers = match job.open_outputs(&self.background_fs, &output) {
             Ok(r) => r,
             Err(e) => {
                 remove_outputs();

@@ -201,7 +201,7 @@ impl Shared {
                 return Err(Error::Poisoned(e));
             }
             let ctx = JobContext {
-                fs: self.fs.clone(),
+                fs: self.background_fs.clone(),
                 next_file_number: state.versions.file_number_counter(),
                 rate_limiter: self.rate_limiter.clone(),
             };

@@ -34,7 +34,8 @@ const WRITE_BUFFER: usize = 1 << 20;
 
 /// Largest read a thread's scratch buffer grows to; a larger read gets a
 /// buffer of its own, so one big read does not pin memory on the thread.
-const SCRATCH_MAX: usize = 1 << 20;
+/// GC's 1 MiB reads, aligned, fit.
+const SCRATCH_MAX: usize = (1 << 20) + 2 * ALIGN;
 
 /// A zeroed buffer whose start is [`ALIGN`]-aligned.
 struct AlignedBuf {
@@ -104,6 +105,21 @@ fn open_direct_file(opts: &mut OpenOptions, path: &Path) -> io::Result<File> {
     }
 }
 
+/// `e` from a direct transfer, explained if the kernel refused the
+/// transfer itself (EINVAL: an alignment the device does not take).
+fn explain(e: io::Error) -> io::Error {
+    if e.raw_os_error() != Some(libc::EINVAL) {
+        return e;
+    }
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "direct I/O refused a transfer ({e}); the device may need an alignment above \
+             {ALIGN} bytes: turn off use_direct_reads and use_direct_io_for_flush_and_compaction"
+        ),
+    )
+}
+
 /// Opens `path` for direct positional reads.
 pub(super) fn open(path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
     let file = open_direct_file(OpenOptions::new().read(true), path)?;
@@ -142,7 +158,7 @@ fn read_aligned(file: &File, buf: &mut [u8], at: u64, need: usize) -> io::Result
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(explain(e)),
         }
     }
     Ok(())
@@ -184,13 +200,18 @@ impl RandomAccessFile for DirectRandom {
         if span > SCRATCH_MAX {
             return read(&mut AlignedBuf::new(span));
         }
-        SCRATCH.with(|s| {
+        let cached = SCRATCH.try_with(|s| {
             let mut s = s.borrow_mut();
             if s.as_ref().is_some_and(|b| b.len < span) {
                 *s = None;
             }
             read(s.get_or_insert_with(|| AlignedBuf::new(span.max(64 << 10))))
-        })
+        });
+        match cached {
+            Ok(r) => r,
+            // A thread being torn down has no scratch buffer left.
+            Err(_) => read(&mut AlignedBuf::new(span)),
+        }
     }
 
     fn len(&self) -> u64 {
@@ -224,7 +245,8 @@ impl DirectWritable {
     /// Writes `buf[..span]` (`span` a multiple of [`ALIGN`]) at `base`.
     fn write_out(&mut self, span: usize) -> io::Result<()> {
         self.file
-            .write_all_at(&self.buf.bytes()[..span], self.base)?;
+            .write_all_at(&self.buf.bytes()[..span], self.base)
+            .map_err(explain)?;
         self.disk_len = self.disk_len.max(self.base + span as u64);
         Ok(())
     }
@@ -251,7 +273,7 @@ impl WritableFile for DirectWritable {
 
     fn flush(&mut self) -> io::Result<()> {
         if self.unwritten {
-            // Fits: `filled` < WRITE_BUFFER, a multiple of ALIGN.
+            // Fits: `filled` <= WRITE_BUFFER, a multiple of ALIGN.
             let span = round_up(self.filled as u64) as usize;
             self.buf.bytes_mut()[self.filled..span].fill(0);
             // The partial block stays in `buf`: the next write of it
