@@ -24,6 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::readahead::Readahead;
 use super::{FileLock, FileSync, FileSystem, FsRef, MappedFile, RandomAccessFile, WritableFile};
 
 /// Alignment of every direct transfer's offset, length and buffer.
@@ -316,17 +317,30 @@ impl Drop for DirectWritable {
 /// asked, through [`FileSystem::open_direct`] and
 /// [`FileSystem::create_direct`] of the one it wraps; everything else
 /// passes through. The table and blob caches get one for direct reads;
-/// flush, compaction and GC one for direct reads and writes.
+/// flush, compaction and GC one for direct reads and writes, whose reads
+/// go through a [`Readahead`] window (they read their inputs front to
+/// back, and direct reads get no readahead from the kernel).
 pub struct DirectIo {
     inner: FsRef,
     reads: bool,
     writes: bool,
+    readahead: bool,
 }
 
 impl DirectIo {
     /// `inner`, opening files for direct reads if `reads` and creating them
     /// for direct writes if `writes` (`inner` itself if neither).
     pub fn wrap(inner: &FsRef, reads: bool, writes: bool) -> FsRef {
+        Self::shared(inner, reads, writes, false)
+    }
+
+    /// [`DirectIo::wrap`] for background work: direct reads (if any) go
+    /// through a readahead window.
+    pub fn wrap_background(inner: &FsRef, direct: bool) -> FsRef {
+        Self::shared(inner, direct, direct, true)
+    }
+
+    fn shared(inner: &FsRef, reads: bool, writes: bool, readahead: bool) -> FsRef {
         if !reads && !writes {
             return inner.clone();
         }
@@ -334,6 +348,7 @@ impl DirectIo {
             inner: inner.clone(),
             reads,
             writes,
+            readahead,
         })
     }
 }
@@ -352,11 +367,14 @@ impl FileSystem for DirectIo {
     }
 
     fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
-        if self.reads {
-            self.inner.open_direct(path)
-        } else {
-            self.inner.open(path)
+        if !self.reads {
+            return self.inner.open(path);
         }
+        let file = self.inner.open_direct(path)?;
+        if self.readahead {
+            return Ok(Arc::new(Readahead::new(file)));
+        }
+        Ok(file)
     }
 
     fn open_direct(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {

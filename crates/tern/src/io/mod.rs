@@ -19,6 +19,7 @@ mod fault;
 mod mem;
 mod posix;
 mod rate_limit;
+mod readahead;
 
 pub use direct::DirectIo;
 pub use fault::{FaultFs, FaultKind};
