@@ -511,6 +511,12 @@ impl BlobReader {
         self.file.prefetch(offset, len);
     }
 
+    /// Reads bypass every cache below the engine (direct I/O), so hints do
+    /// nothing: see [`RandomAccessFile::uncached`].
+    pub fn uncached(&self) -> bool {
+        self.file.uncached()
+    }
+
     /// Extracts the value of the record at `offset` from `buf` (which holds
     /// the file's bytes from `buf_offset`), checking it as `read_value` does.
     /// `None` if the record is not wholly inside `buf`.

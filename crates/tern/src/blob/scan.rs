@@ -28,6 +28,9 @@ const COALESCE_GAP: u64 = 8 << 10;
 const SPAN_MAX: u64 = 1 << 20;
 /// Blob files an iterator keeps at hand without asking the shared cache.
 const READERS_KEPT: usize = 64;
+/// Reads one batch keeps in flight at once when its files are read with
+/// direct I/O.
+const PARALLEL_READS: usize = 8;
 
 /// A value a scan will need: where its record is now and what it must hold.
 pub struct Located {
@@ -54,6 +57,49 @@ struct Run {
     entries: std::ops::Range<usize>,
     start: u64,
     len: u64,
+}
+
+/// Reads the span of each of `runs` (`None` where a read failed or the
+/// run is longer than [`SPAN_MAX`]), up to [`PARALLEL_READS`] at once on
+/// scoped threads, the calling thread among them.
+fn read_spans_together<'a>(
+    runs: &[Run],
+    reader_of: impl Fn(&Run) -> &'a Arc<BlobReader> + Sync,
+) -> Vec<Option<Vec<u8>>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut got = Vec::new();
+        loop {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            let Some(run) = runs.get(n) else {
+                return got;
+            };
+            let mut buf = Vec::new();
+            let read = run.len <= SPAN_MAX
+                && reader_of(run)
+                    .read_span(run.start, run.len, &mut buf)
+                    .is_ok();
+            got.push((n, read.then_some(buf)));
+        }
+    };
+    let mut spans: Vec<Option<Vec<u8>>> = (0..runs.len()).map(|_| None).collect();
+    std::thread::scope(|s| {
+        // A thread that cannot be started leaves its share to the others.
+        let helpers: Vec<_> = (1..PARALLEL_READS.min(runs.len()))
+            .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
+            .collect();
+        let mut got = work();
+        // A helper that panicked leaves its runs `None`: they are read
+        // record by record.
+        for h in helpers {
+            got.extend(h.join().unwrap_or_default());
+        }
+        for (n, span) in got {
+            spans[n] = span;
+        }
+    });
+    spans
 }
 
 /// Resolves separated values for one iterator.
@@ -179,8 +225,29 @@ impl ScanResolver {
             });
             i = j;
         }
-        let mut waiting = self.serial || runs.len() < 2;
         let reader_of = |r: &Run| &batch[order[r.entries.start]].1.reader;
+        // Direct I/O: nothing reads ahead and announcing does nothing, so a
+        // batch read run after run would wait for the device once per run.
+        if !self.serial && runs.len() > 1 && reader_of(&runs[0]).uncached() {
+            let spans = read_spans_together(&runs, reader_of);
+            for (run, span) in runs.iter().zip(&spans) {
+                for &k in &order[run.entries.clone()] {
+                    let l = batch[k].1;
+                    out[k] = match span {
+                        Some(span) => {
+                            l.reader
+                                .value_from_buffer_or_read(span, run.start, l.offset, want(k))
+                        }
+                        // Refused or failed: read on its own, it reports
+                        // what is wrong.
+                        None => l.reader.read_scanned_value(l.offset, want(k)),
+                    };
+                }
+            }
+            self.runs = runs;
+            return out;
+        }
+        let mut waiting = self.serial || runs.len() < 2;
         for (n, run) in runs.iter().enumerate() {
             let reader = reader_of(run);
             // A run past `SPAN_MAX` is one large record: it is read on its
@@ -309,6 +376,15 @@ mod tests {
     use crate::version::{BlobFileState, Version};
 
     /// A version holding one blob file, number 7, nothing of it dead.
+    /// Blob files in `dir` through `fs`, 16 kept open.
+    fn blob_cache(dir: PathBuf, fs: FsRef) -> Arc<BlobCache> {
+        Arc::new(BlobCache::new(
+            dir,
+            fs,
+            Arc::new(OpenFiles::new(16, 1 << 20)),
+        ))
+    }
+
     fn version_with(meta: crate::version::BlobMeta) -> Version {
         let mut v = Version::default();
         v.blob_files.insert(
@@ -341,12 +417,7 @@ mod tests {
             .collect();
         let meta = w.finish(&[]).unwrap().meta;
         let v = version_with(meta);
-        let fsr: FsRef = fs.clone();
-        let cache = Arc::new(BlobCache::new(
-            dir,
-            fsr,
-            Arc::new(OpenFiles::new(16, 1 << 20)),
-        ));
+        let cache = blob_cache(dir, fs.clone());
         for serial in [false, true] {
             let mut r = ScanResolver::new(BlobResolver::new(Arc::new(v.clone()), cache.clone()))
                 .serial_reads(serial);
@@ -428,5 +499,73 @@ mod tests {
             assert_eq!(back(&mut r).unwrap(), vec![3u8; 700]);
         }
         assert!(!residency::warm(), "a fault under backward reads is a miss");
+    }
+
+    /// With direct I/O a batch reads its runs together, and returns what
+    /// run-by-run reads return: every value, and a damaged record failing
+    /// only its own entry.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_of_direct_reads_reads_its_runs_together_with_the_same_results() {
+        let Some(tmp) = crate::io::direct_test_dir("scan-direct") else {
+            return;
+        };
+        let plain: FsRef = crate::io::PosixFs::shared();
+        let dir = tmp.path().to_path_buf();
+        let mut paths = Vec::new();
+        let mut refs = Vec::new();
+        let mut keys = Vec::new();
+        // Two files, records 10 KiB apart in the batch: many runs.
+        for file in 0..2u64 {
+            let path = dir.join(crate::wal::blob_file_name(7 + file));
+            let mut w =
+                BlobWriter::new(plain.create(&path).unwrap(), path.clone(), 7 + file).unwrap();
+            for i in 0..300u64 {
+                let k = format!("k{file}{i:04}").into_bytes();
+                let r = w.add(&k, i + 1, &vec![(i % 251) as u8; 700]).unwrap();
+                if i % 15 == 0 {
+                    keys.push(k);
+                    refs.push((file, i, r));
+                }
+            }
+            let meta = w.finish(&[]).unwrap().meta;
+            paths.push((path, meta));
+        }
+        let bad = 7;
+        let (bad_file, _, bad_ref) = &refs[bad];
+        let mut data = std::fs::read(&paths[*bad_file as usize].0).unwrap();
+        data[bad_ref.offset as usize + 100] ^= 0xff;
+        std::fs::write(&paths[*bad_file as usize].0, &data).unwrap();
+        let mut v = version_with(paths[0].1.clone());
+        v.blob_files.insert(
+            8,
+            Arc::new(BlobFileState {
+                meta: paths[1].1.clone(),
+                dead: Default::default(),
+                dead_bytes: 0,
+            }),
+        );
+        let cache = blob_cache(dir, crate::io::DirectIo::wrap(&plain, true, false));
+        for serial in [false, true] {
+            let mut r = ScanResolver::new(BlobResolver::new(Arc::new(v.clone()), cache.clone()))
+                .serial_reads(serial);
+            let located: Vec<Located> = refs
+                .iter()
+                .map(|(f, i, e)| {
+                    r.locate((&paths[*f as usize].0, 0), i + 1, &e.encode())
+                        .unwrap()
+                })
+                .collect();
+            assert!(located[0].reader.uncached());
+            let batch: Vec<(&[u8], &Located)> =
+                keys.iter().map(|k| k.as_slice()).zip(&located).collect();
+            for (n, g) in r.read_batch(&batch).into_iter().enumerate() {
+                let i = refs[n].1;
+                match g {
+                    Err(e) => assert!(n == bad, "serial {serial}, entry {n}: {e}"),
+                    Ok(g) => assert!(n != bad && g == vec![(i % 251) as u8; 700]),
+                }
+            }
+        }
     }
 }

@@ -223,6 +223,10 @@ impl RandomAccessFile for DirectRandom {
     fn read_cached_at(&self, _offset: u64, _buf: &mut [u8]) -> io::Result<bool> {
         Ok(false)
     }
+
+    fn uncached(&self) -> bool {
+        true
+    }
 }
 
 /// A file written with `O_DIRECT`.
@@ -427,34 +431,37 @@ impl FileSystem for DirectIo {
 }
 
 #[cfg(all(test, target_os = "linux"))]
+/// A directory on a file system that takes `O_DIRECT` (the build
+/// directory; `/tmp` may be tmpfs), or `None` with a note.
+pub(crate) fn test_dir(name: &str) -> Option<tempfile::TempDir> {
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    std::fs::create_dir_all(&base).ok()?;
+    let dir = tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(base)
+        .ok()?;
+    match open_direct_file(
+        OpenOptions::new().write(true).create(true),
+        &dir.path().join("probe"),
+    ) {
+        Ok(_) => Some(dir),
+        Err(e) => {
+            eprintln!("skipped: no direct I/O under {}: {e}", dir.path().display());
+            None
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
     use crate::io::PosixFs;
 
-    /// A directory on a file system that takes `O_DIRECT` (the build
-    /// directory; `/tmp` may be tmpfs), or `None` with a note.
-    fn direct_dir(name: &str) -> Option<tempfile::TempDir> {
-        let base = std::env::var_os("CARGO_TARGET_TMPDIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-        std::fs::create_dir_all(&base).ok()?;
-        let dir = tempfile::Builder::new()
-            .prefix(name)
-            .tempdir_in(base)
-            .ok()?;
-        match open_direct_file(
-            OpenOptions::new().write(true).create(true),
-            &dir.path().join("probe"),
-        ) {
-            Ok(_) => Some(dir),
-            Err(e) => {
-                eprintln!("skipped: no direct I/O under {}: {e}", dir.path().display());
-                None
-            }
-        }
-    }
+    use super::test_dir as direct_dir;
 
     fn pattern(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()

@@ -21,6 +21,8 @@ mod posix;
 mod rate_limit;
 mod readahead;
 
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) use direct::test_dir as direct_test_dir;
 pub use direct::DirectIo;
 pub use fault::{FaultFs, FaultKind};
 pub use mem::{CrashMode, MemFs};
@@ -83,6 +85,13 @@ pub trait RandomAccessFile: Send + Sync {
     /// (the default) or the mapping failed.
     fn mapped(&self) -> Option<&[u8]> {
         None
+    }
+    /// True when reads bypass every cache below the engine (direct I/O):
+    /// [`RandomAccessFile::prefetch`] then has nothing to fetch into, and
+    /// a caller that wants its reads to overlap must issue them together.
+    /// Default: false.
+    fn uncached(&self) -> bool {
+        false
     }
     /// True for an empty file.
     fn is_empty(&self) -> bool {

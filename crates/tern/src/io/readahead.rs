@@ -105,6 +105,10 @@ impl RandomAccessFile for Readahead {
     fn prefetch(&self, offset: u64, len: u64) {
         self.file.prefetch(offset, len);
     }
+
+    fn uncached(&self) -> bool {
+        self.file.uncached()
+    }
 }
 
 #[cfg(test)]
