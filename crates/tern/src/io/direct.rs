@@ -306,7 +306,7 @@ impl WritableFile for DirectWritable {
         // A descriptor of its own (see `PosixWritable::sync_handle`); a
         // buffered one serves, as fdatasync covers direct writes too.
         let file = OpenOptions::new().write(true).open(&self.path)?;
-        Ok(Arc::new(super::posix::PosixSync(file)))
+        Ok(Arc::new(super::file_sync::PosixSync(file)))
     }
 }
 

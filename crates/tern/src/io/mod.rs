@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 mod direct;
 mod fault;
+mod file_sync;
 mod mem;
 mod posix;
 mod rate_limit;

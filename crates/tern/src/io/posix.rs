@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::file_sync::PosixSync;
 use super::{FileLock, FileSync, FileSystem, RandomAccessFile, WritableFile};
 
 /// Files on the local disk.
@@ -52,30 +53,6 @@ impl WritableFile for PosixWritable {
         // one syncer consume the error the other must also see.
         let file = OpenOptions::new().write(true).open(&self.path)?;
         Ok(Arc::new(PosixSync(file)))
-    }
-}
-
-/// A second open file description of a file being written: `fdatasync` on
-/// it covers everything the writer flushed.
-pub(super) struct PosixSync(pub(super) File);
-
-impl FileSync for PosixSync {
-    fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
-    }
-
-    #[cfg(target_os = "linux")]
-    fn start_writeback(&self) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: the descriptor is open for as long as `self.0` lives, and
-        // sync_file_range only reads its integer arguments.
-        let rc =
-            unsafe { libc::sync_file_range(self.0.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
     }
 }
 
