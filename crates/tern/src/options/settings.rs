@@ -355,11 +355,12 @@ settings! {
     /// one read with an error. Default: true.
     mmap_blob_reads: bool = true,
     /// Read table and blob files with direct I/O (`O_DIRECT`), bypassing
-    /// the operating system's page cache: the block cache (and the blob
-    /// cache, where given) are then the only caches, so memory use is
-    /// what they are given and every miss is a device read. Needs a file
-    /// system that supports it (ext4, xfs; not tmpfs: the store then fails
-    /// to open its files, saying so). Separated values are not mapped
+    /// the operating system's page cache: the block cache, which then also
+    /// keeps the blob records point reads read, is the only cache, so
+    /// memory use is what it is given and every miss is a device read.
+    /// Needs a file system that supports it (ext4, xfs; not procfs, nor
+    /// tmpfs before Linux 6.6: the store then fails to open its files,
+    /// saying so). Separated values are not mapped
     /// while it is on (`mmap_blob_reads` reads through the page cache).
     /// RocksDB's option of the same name. Default: false.
     use_direct_reads: bool = false,
