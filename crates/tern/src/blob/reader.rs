@@ -435,18 +435,14 @@ impl BlobReader {
         }
         let len = want.record_len();
         self.check_inside(offset, len, "blob reference points outside the records")?;
-        if let Some(rec) = self
+        // A kept record is checked as a read one is; one shorter than the
+        // ref says is left to the read below, which reports it.
+        let kept = self
             .records
             .as_ref()
-            .and_then(|c| c.get_record(self.number, offset))
-        {
-            // A record of another length is not the one wanted: the read
-            // below reports it.
-            if rec.len() as u64 == len {
-                let r = blob::decode_record(&rec).map_err(|e| e.in_file(&self.path, offset))?;
-                want.check(&r, &self.path, offset)?;
-                return Ok(Some(r.value.to_vec()));
-            }
+            .and_then(|c| c.get_record(self.number, offset));
+        if let Some(v) = kept.and_then(|rec| self.value_from_buffer(&rec, offset, offset, want)) {
+            return v.map(Some);
         }
         let mut rec = vec![0u8; len as usize];
         // Off the mapping, a reader that maps tries a no-wait read first, so

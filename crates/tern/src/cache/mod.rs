@@ -7,8 +7,8 @@
 //! With direct reads it also holds blob records, keyed the same way by
 //! their blob file and offset (file numbers are one sequence, so a table's
 //! keys and a blob file's never meet): nothing below the engine caches
-//! them then, and RocksDB's BlobDB shares its block cache with its blob
-//! cache the same way.
+//! them then, as RocksDB's BlobDB can keep blobs in its block cache when
+//! its blob cache is set to it.
 
 mod open_files;
 pub use open_files::OpenFiles;
@@ -131,13 +131,7 @@ impl BlockCache {
             Some(Entry::Block(b)) => Some(b),
             _ => None,
         };
-        let counter = if r.is_some() {
-            &self.hits
-        } else {
-            &self.misses
-        };
-        counter.add(1);
-        r
+        counted(r, &self.hits, &self.misses)
     }
 
     /// Caches a decoded block.
@@ -153,13 +147,7 @@ impl BlockCache {
             Some(Entry::Record(r)) => Some(r),
             _ => None,
         };
-        let counter = if r.is_some() {
-            &self.record_hits
-        } else {
-            &self.record_misses
-        };
-        counter.add(1);
-        r
+        counted(r, &self.record_hits, &self.record_misses)
     }
 
     /// Caches the bytes of the record at `offset` of blob file
@@ -168,6 +156,12 @@ impl BlockCache {
         self.inner
             .insert((file_number, offset), Entry::Record(record));
     }
+}
+
+/// `found`, counted as a hit or a miss.
+fn counted<T>(found: Option<T>, hits: &StripedCounter, misses: &StripedCounter) -> Option<T> {
+    if found.is_some() { hits } else { misses }.add(1);
+    found
 }
 
 #[cfg(test)]
