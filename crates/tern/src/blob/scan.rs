@@ -59,10 +59,10 @@ struct Run {
     len: u64,
 }
 
-/// Batches of direct reads being read in the process now: a batch reads
-/// its runs together only while at most [`FEW_BATCHES`] are.
+/// Batches in the process reading their runs together now; at most
+/// [`FEW_BATCHES`] do, the others read run after run.
 static BATCHES_IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-/// Most batches in flight at which a batch still reads its runs together.
+/// Most batches reading their runs together at once.
 const FEW_BATCHES: usize = 2;
 
 /// A batch counted in [`BATCHES_IN_FLIGHT`] while it lives.
@@ -74,7 +74,7 @@ impl BatchesInFlight {
         BatchesInFlight(BATCHES_IN_FLIGHT.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    /// Whether few batches were in flight when this one entered.
+    /// Whether this batch is among the first [`FEW_BATCHES`] in flight.
     fn few(&self) -> bool {
         self.0 <= FEW_BATCHES
     }
@@ -255,15 +255,14 @@ impl ScanResolver {
         let reader_of = |r: &Run| &batch[order[r.entries.start]].1.reader;
         // Direct I/O: nothing reads ahead and announcing does nothing, so a
         // batch read run after run would wait for the device once per run.
-        // Only while few batches are being read, though: with many scanners
-        // the device has work queued anyway, and helper threads on top
-        // halved 16 scanners' throughput.
+        // Only while at most one other batch does, though: with many
+        // scanners the device has work queued anyway, and helper threads
+        // for every batch halved 16 scanners' throughput.
         let together = (!self.serial && runs.len() > 1 && reader_of(&runs[0]).uncached())
             .then(BatchesInFlight::enter)
             .filter(|b| b.few());
-        if together.is_some() {
+        if let Some(_in_flight) = together {
             let spans = read_spans_together(&runs, reader_of);
-            drop(together);
             for (run, span) in runs.iter().zip(&spans) {
                 for &k in &order[run.entries.clone()] {
                     let l = batch[k].1;
@@ -579,7 +578,7 @@ mod tests {
                 dead_bytes: 0,
             }),
         );
-        let cache = blob_cache(dir, crate::io::DirectIo::wrap(&plain, true, false));
+        let cache = blob_cache(dir, crate::io::DirectIo::for_reads(&plain, true));
         for serial in [false, true] {
             let mut r = ScanResolver::new(BlobResolver::new(Arc::new(v.clone()), cache.clone()))
                 .serial_reads(serial);

@@ -77,7 +77,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         opts.open_files_memory as u64,
     ));
     // The caches open every table and blob file that reads use.
-    let read_fs = DirectIo::wrap(&fs, opts.use_direct_reads, false);
+    let read_fs = DirectIo::for_reads(&fs, opts.use_direct_reads);
     let tables = Arc::new(TableCache::new(
         dir.to_path_buf(),
         read_fs.clone(),
@@ -124,7 +124,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         blobs,
         open_files,
         dir: dir.to_path_buf(),
-        background_fs: DirectIo::wrap_background(&fs, opts.use_direct_io_for_flush_and_compaction),
+        background_fs: DirectIo::for_background(&fs, opts.use_direct_io_for_flush_and_compaction),
         fs,
         state: Mutex::new(state),
         bg_done: Condvar::new(),

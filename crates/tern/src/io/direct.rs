@@ -140,7 +140,6 @@ pub(super) fn create(path: &Path) -> io::Result<Box<dyn WritableFile>> {
         buf: AlignedBuf::new(WRITE_BUFFER),
         filled: 0,
         base: 0,
-        len: 0,
         unwritten: false,
         disk_len: 0,
     }))
@@ -180,6 +179,8 @@ impl RandomAccessFile for DirectRandom {
             .checked_add(buf.len() as u64)
             .filter(|&end| end <= self.len)
             .ok_or(io::ErrorKind::UnexpectedEof)?;
+        // An aligned range into an aligned buffer (the allocator hands out
+        // page-aligned buffers of page-multiple sizes) needs no scratch.
         let aligned = offset % ALIGN as u64 == 0
             && buf.len() % ALIGN == 0
             && buf.as_ptr() as usize % ALIGN == 0;
@@ -236,10 +237,9 @@ struct DirectWritable {
     buf: AlignedBuf,
     /// Bytes of `buf` that hold appended data.
     filled: usize,
-    /// File offset of `buf`'s first byte, a multiple of [`ALIGN`].
+    /// File offset of `buf`'s first byte, a multiple of [`ALIGN`]; the
+    /// bytes appended are `base + filled`.
     base: u64,
-    /// Bytes appended.
-    len: u64,
     /// Appended bytes in `buf` not written to the file yet.
     unwritten: bool,
     /// The file's length on disk, padding included.
@@ -263,7 +263,6 @@ impl WritableFile for DirectWritable {
             let n = (WRITE_BUFFER - self.filled).min(data.len());
             self.buf.bytes_mut()[self.filled..self.filled + n].copy_from_slice(&data[..n]);
             self.filled += n;
-            self.len += n as u64;
             self.unwritten = true;
             data = &data[n..];
             if self.filled == WRITE_BUFFER {
@@ -286,9 +285,10 @@ impl WritableFile for DirectWritable {
             self.write_out(span)?;
             self.unwritten = false;
         }
-        if self.disk_len != self.len {
-            self.file.set_len(self.len)?;
-            self.disk_len = self.len;
+        let len = self.len();
+        if self.disk_len != len {
+            self.file.set_len(len)?;
+            self.disk_len = len;
         }
         Ok(())
     }
@@ -299,7 +299,7 @@ impl WritableFile for DirectWritable {
     }
 
     fn len(&self) -> u64 {
-        self.len
+        self.base + self.filled as u64
     }
 
     fn sync_handle(&self) -> io::Result<Arc<dyn FileSync>> {
@@ -326,33 +326,31 @@ impl Drop for DirectWritable {
 /// back, and direct reads get no readahead from the kernel).
 pub struct DirectIo {
     inner: FsRef,
-    reads: bool,
-    writes: bool,
-    readahead: bool,
+    /// Flush, compaction and GC: files are created direct too, and read
+    /// through a [`Readahead`] window.
+    background: bool,
 }
 
 impl DirectIo {
-    /// `inner`, opening files for direct reads if `reads` and creating them
-    /// for direct writes if `writes` (`inner` itself if neither).
-    pub fn wrap(inner: &FsRef, reads: bool, writes: bool) -> FsRef {
-        Self::shared(inner, reads, writes, false)
+    /// `inner` opening files for direct reads if `on` (`inner` itself if
+    /// not); files are created as `inner` creates them.
+    pub fn for_reads(inner: &FsRef, on: bool) -> FsRef {
+        Self::wrap(inner, on, false)
     }
 
-    /// [`DirectIo::wrap`] for background work: direct reads (if any) go
-    /// through a readahead window.
-    pub fn wrap_background(inner: &FsRef, direct: bool) -> FsRef {
-        Self::shared(inner, direct, direct, true)
+    /// `inner` opening files for direct reads through a readahead window
+    /// and creating them for direct writes if `on` (`inner` itself if not).
+    pub fn for_background(inner: &FsRef, on: bool) -> FsRef {
+        Self::wrap(inner, on, true)
     }
 
-    fn shared(inner: &FsRef, reads: bool, writes: bool, readahead: bool) -> FsRef {
-        if !reads && !writes {
+    fn wrap(inner: &FsRef, on: bool, background: bool) -> FsRef {
+        if !on {
             return inner.clone();
         }
         Arc::new(DirectIo {
             inner: inner.clone(),
-            reads,
-            writes,
-            readahead,
+            background,
         })
     }
 }
@@ -363,7 +361,7 @@ impl FileSystem for DirectIo {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        if self.writes {
+        if self.background {
             self.inner.create_direct(path)
         } else {
             self.inner.create(path)
@@ -371,11 +369,8 @@ impl FileSystem for DirectIo {
     }
 
     fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
-        if !self.reads {
-            return self.inner.open(path);
-        }
         let file = self.inner.open_direct(path)?;
-        if self.readahead {
+        if self.background {
             return Ok(Arc::new(Readahead::new(file)));
         }
         Ok(file)
@@ -461,15 +456,13 @@ mod tests {
     use super::*;
     use crate::io::PosixFs;
 
-    use super::test_dir as direct_dir;
-
     fn pattern(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()
     }
 
     #[test]
     fn direct_writes_read_back_exactly_at_any_offset_and_length() {
-        let Some(dir) = direct_dir("direct-rw") else {
+        let Some(dir) = test_dir("direct-rw") else {
             return;
         };
         let fs = PosixFs::shared();
@@ -525,7 +518,7 @@ mod tests {
                 "offset {offset} len {len}"
             );
         }
-        // An aligned read into an aligned buffer goes straight in.
+        // An aligned range into an aligned buffer goes straight in.
         let mut b = AlignedBuf::new(8192);
         r.read_exact_at(4096, b.bytes_mut()).unwrap();
         assert!(b.bytes() == &data[4096..12_288]);
@@ -533,7 +526,7 @@ mod tests {
 
     #[test]
     fn direct_reads_past_the_end_fail_and_never_claim_the_page_cache() {
-        let Some(dir) = direct_dir("direct-eof") else {
+        let Some(dir) = test_dir("direct-eof") else {
             return;
         };
         let fs = PosixFs::shared();
@@ -553,7 +546,7 @@ mod tests {
 
     #[test]
     fn a_dropped_direct_writer_leaves_what_it_was_given() {
-        let Some(dir) = direct_dir("direct-drop") else {
+        let Some(dir) = test_dir("direct-drop") else {
             return;
         };
         let path = dir.path().join("f");
@@ -569,29 +562,38 @@ mod tests {
 
     #[test]
     fn the_wrapper_sends_only_what_it_was_asked_to_direct_io() {
-        let Some(dir) = direct_dir("direct-wrap") else {
+        let Some(dir) = test_dir("direct-wrap") else {
             return;
         };
         let fs = PosixFs::shared();
-        let path = dir.path().join("f");
-        std::fs::write(&path, pattern(100)).unwrap();
-        let reads = DirectIo::wrap(&fs, true, false);
-        assert!(!reads
-            .open(&path)
+        // Whether a file just written is in the page cache.
+        let cached = |name: &str| {
+            let f = fs.open(&dir.path().join(name)).unwrap();
+            f.read_cached_at(0, &mut [0; 3]).unwrap()
+        };
+        let write = |through: &FsRef, name: &str| {
+            let mut w = through.create(&dir.path().join(name)).unwrap();
+            w.append(b"abc").unwrap();
+            w.sync().unwrap();
+        };
+        let reads = DirectIo::for_reads(&fs, true);
+        let background = DirectIo::for_background(&fs, true);
+        write(&reads, "r");
+        write(&background, "b");
+        assert!(cached("r"), "reads alone create buffered files");
+        assert!(!cached("b"), "background work creates direct ones");
+        for name in ["r", "b"] {
+            assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"abc");
+        }
+        let direct = |through: &FsRef, name: &str| {
+            let f = through.open(&dir.path().join(name)).unwrap();
+            !f.read_cached_at(0, &mut [0; 3]).unwrap() && f.uncached()
+        };
+        assert!(direct(&reads, "r") && direct(&background, "b"));
+        assert!(!DirectIo::for_reads(&fs, false)
+            .open(&dir.path().join("r"))
             .unwrap()
-            .read_cached_at(0, &mut [0; 4])
-            .unwrap());
-        let plain = DirectIo::wrap(&fs, false, true);
-        // A buffered file just written is in the page cache.
-        assert!(plain
-            .open(&path)
-            .unwrap()
-            .read_cached_at(0, &mut [0; 4])
-            .unwrap());
-        let mut w = plain.create(&dir.path().join("g")).unwrap();
-        w.append(b"abc").unwrap();
-        w.sync().unwrap();
-        assert_eq!(std::fs::read(dir.path().join("g")).unwrap(), b"abc");
+            .uncached());
     }
 
     #[test]

@@ -18,9 +18,9 @@ use parking_lot::Mutex;
 use super::RandomAccessFile;
 
 /// First window after a jump.
-pub(crate) const WINDOW_MIN: usize = 64 << 10;
+const WINDOW_MIN: usize = 64 << 10;
 /// Largest window.
-pub(crate) const WINDOW_MAX: usize = 1 << 20;
+const WINDOW_MAX: usize = 1 << 20;
 
 /// A file read mostly front to back by one reader at a time.
 pub(crate) struct Readahead {
@@ -78,18 +78,14 @@ impl RandomAccessFile for Readahead {
             w.next = end;
             return Ok(());
         }
-        let mut bytes = std::mem::take(&mut w.bytes);
         // Fits: at most WINDOW_MAX.
-        bytes.resize(ahead as usize, 0);
-        let read = self.file.read_exact_at(offset, &mut bytes);
-        if let Err(e) = read {
-            bytes.clear();
-            w.bytes = bytes;
+        w.bytes.resize(ahead as usize, 0);
+        if let Err(e) = self.file.read_exact_at(offset, &mut w.bytes) {
+            w.bytes.clear();
             return Err(e);
         }
-        buf.copy_from_slice(&bytes[..buf.len()]);
+        buf.copy_from_slice(&w.bytes[..buf.len()]);
         w.start = offset;
-        w.bytes = bytes;
         w.next = end;
         Ok(())
     }
