@@ -129,10 +129,8 @@ pub fn open(name: &str, dir: &Path, props: &Properties) -> Result<Arc<dyn Bindin
         }
         return open(base, dir, &p);
     }
-    if let Some(p) = with_direct_io(name, props)? {
-        return open_plain(name, dir, &p);
-    }
-    open_plain(name, dir, props)
+    let direct = with_direct_io(name, props)?;
+    open_plain(name, dir, direct.as_ref().unwrap_or(props))
 }
 
 /// `-p direct_io=true`: the engine reads and writes its files with direct
