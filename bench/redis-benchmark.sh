@@ -7,7 +7,12 @@
 #
 #   bench/redis-benchmark.sh [requests]        (default 100000)
 #   env: OUT (results dir), FSYNCS, CLIENTS, PIPES, SIZES, TESTS to narrow,
-#        ENGINE (tern serve --engine: lsm, the default, or hash)
+#        ENGINE (tern serve --engine: lsm, the default, or hash),
+#        TERN (a built tern binary to run instead of building one here),
+#        N_LARGE (requests for 16384-byte cells; default: requests),
+#        BENCH_THREADS (redis-benchmark --threads, for machines with cores
+#        to spare, where one client thread would be the bottleneck),
+#        CELL_TIMEOUT (seconds a cell may take before it counts as failed)
 #
 # Writes $OUT/results.csv (one row per server and cell) and $OUT/table.md
 # (tern / redis-server per cell).
@@ -22,13 +27,22 @@ PIPES=${PIPES:-"1 16"}
 SIZES=${SIZES:-"3 1024 16384"}
 TESTS=${TESTS:-set,get,incr,mset}
 ENGINE=${ENGINE:-lsm}
+N_LARGE=${N_LARGE:-$N}
+CELL_TIMEOUT=${CELL_TIMEOUT:-600}
+THREADS_ARG=()
+[ -n "${BENCH_THREADS:-}" ] && THREADS_ARG=(--threads "$BENCH_THREADS")
 TPORT=16379
 RPORT=16380
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || {
     echo "needs redis-server and redis-benchmark: apt-get install redis-server redis-tools" >&2
     exit 1
 }
-cargo build --release -q -p tern-cli || exit 1
+if [ -n "${TERN:-}" ]; then
+    TERN_BIN=$TERN
+else
+    cargo build --release -q -p tern-cli || exit 1
+    TERN_BIN=./target/release/tern
+fi
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -43,7 +57,7 @@ wait_port() {
 for fsync in $FSYNCS; do
     rm -rf "$WORK/tern" "$WORK/redis"
     mkdir -p "$WORK/redis"
-    ./target/release/tern serve --engine "$ENGINE" --port $TPORT --dir "$WORK/tern" --appendfsync "$fsync" \
+    "$TERN_BIN" serve --engine "$ENGINE" --port $TPORT --dir "$WORK/tern" --appendfsync "$fsync" \
         --metrics-bind off --maxclients 20000 >"$WORK/tern.log" 2>&1 &
     TPID=$!
     redis-server --port $RPORT --dir "$WORK/redis" --appendonly yes --appendfsync "$fsync" \
@@ -67,8 +81,9 @@ for fsync in $FSYNCS; do
                 for port in $TPORT $RPORT; do
                     name=$([ $port = $TPORT ] && echo tern || echo redis)
                     redis-cli -p $port flushall >/dev/null
-                    redis-benchmark -p $port -q --csv -n "$N" -c "$c" -P "$p" -d "$d" \
-                        -r 100000 -t "$TESTS" 2>/dev/null |
+                    n=$([ "$d" -ge 16384 ] && echo "$N_LARGE" || echo "$N")
+                    timeout "$CELL_TIMEOUT" redis-benchmark -p $port -q --csv -n "$n" -c "$c" -P "$p" -d "$d" \
+                        -r 100000 -t "$TESTS" "${THREADS_ARG[@]}" 2>/dev/null |
                         awk -F'","' -v s="$name" -v f="$fsync" -v c="$c" -v p="$p" -v d="$d" '
                             NR > 1 { gsub(/"/, ""); split($0, a, ",");
                                      t = a[1]; sub(/ .*/, "", t);
