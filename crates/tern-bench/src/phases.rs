@@ -19,6 +19,7 @@ pub fn phase(name: &str, threads: usize, ops: u64, status_interval: u64, quiet: 
         max_duration: None,
         status_interval,
         quiet,
+        target_ops_per_sec: None,
     }
 }
 
@@ -52,15 +53,18 @@ pub fn ycsb_phases(
 ) -> Result<()> {
     let cfg = YcsbConfig::from_props(props)?;
     let threads = cfg.thread_count;
+    let target = cfg.target;
     if load {
         let y = Arc::new(Ycsb::new(cfg.clone(), false)?);
-        let spec = phase("Load", threads, y.phase_ops(), status_interval, !print);
+        let mut spec = phase("Load", threads, y.phase_ops(), status_interval, !print);
+        spec.target_ops_per_sec = target;
         run_and_print(db, Arc::new(y), &spec, report, print)?;
     }
     if run {
         let y = Arc::new(Ycsb::new(cfg, true)?);
         y.assume_loaded();
-        let spec = phase("Run", threads, y.phase_ops(), status_interval, !print);
+        let mut spec = phase("Run", threads, y.phase_ops(), status_interval, !print);
+        spec.target_ops_per_sec = target;
         run_and_print(db, Arc::new(y), &spec, report, print)?;
     }
     Ok(())

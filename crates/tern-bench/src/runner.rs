@@ -42,6 +42,50 @@ pub struct Ctx {
     done: Arc<AtomicU64>,
     /// Set when the phase must stop (duration reached).
     pub stop: Arc<AtomicBool>,
+    /// The thread's schedule when the phase has a target throughput.
+    pacer: Option<Pacer>,
+}
+
+/// One client thread's share of a target throughput (YCSB's `target`):
+/// operation `k` is due at `start + k * interval`. A thread ahead of its
+/// schedule sleeps; one behind it runs the operations due back to back.
+///
+/// Latency counts from when an operation was due, not from when it
+/// started (YCSB's `measurement.interval=intended`): a stall that holds a
+/// thread for 10 ms delays every operation due in those 10 ms, and each is
+/// charged its wait. Timing from the start instead would record one slow
+/// operation and leave out the ones the stall kept from being sent
+/// (coordinated omission), which makes tails look better than a client
+/// with a fixed arrival rate sees them.
+#[derive(Debug, Clone)]
+struct Pacer {
+    next: Instant,
+    interval: Duration,
+}
+
+impl Pacer {
+    /// Thread `index` of `threads` sharing `ops_per_sec`, starting at
+    /// `start`; threads are staggered across one interval so that they do
+    /// not all fire at once.
+    fn new(ops_per_sec: f64, index: usize, threads: usize, start: Instant) -> Pacer {
+        let interval = Duration::from_secs_f64(threads as f64 / ops_per_sec);
+        let offset = interval.mul_f64(index as f64 / threads as f64);
+        Pacer {
+            next: start + offset,
+            interval,
+        }
+    }
+
+    /// Waits until the next operation is due and returns when it was due.
+    fn due(&mut self) -> Instant {
+        let due = self.next;
+        self.next += self.interval;
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        due
+    }
 }
 
 impl Ctx {
@@ -51,7 +95,10 @@ impl Ctx {
     where
         T: Outcome,
     {
-        let t = Instant::now();
+        let t = match &mut self.pacer {
+            Some(p) => p.due(),
+            None => Instant::now(),
+        };
         let r = f();
         let ns = t.elapsed().as_nanos() as u64;
         let ok = matches!(&r, Ok(v) if v.succeeded());
@@ -114,6 +161,10 @@ pub struct PhaseSpec {
     pub status_interval: u64,
     /// Print nothing while running.
     pub quiet: bool,
+    /// Operations per second over all threads (YCSB's `target`); `None`:
+    /// as fast as the threads go. With a target, latencies count from when
+    /// each operation was due (see `Pacer`).
+    pub target_ops_per_sec: Option<f64>,
 }
 
 /// A client thread's view of the binding: counts the bytes it writes.
@@ -211,6 +262,9 @@ pub fn run_phase(
                 hist: h.clone(),
                 done: done.clone(),
                 stop: stop.clone(),
+                pacer: spec
+                    .target_ops_per_sec
+                    .map(|t| Pacer::new(t, i, threads, start)),
             };
             let db = db.clone();
             let user_written = &user_written;
@@ -343,4 +397,139 @@ pub fn run_phase(
         series,
         extra: workload.extra(),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::binding::EngineStats;
+    use std::path::Path;
+
+    /// A binding whose puts stall once, for `stall`, on the `stall_at`-th call.
+    struct Stalling {
+        puts: AtomicU64,
+        stall_at: u64,
+        stall: Duration,
+    }
+
+    impl Binding for Stalling {
+        fn name(&self) -> &str {
+            "stalling"
+        }
+        fn read(&self, _: &[u8]) -> ReadResult {
+            Ok(None)
+        }
+        fn put(&self, _: &[u8], _: &[u8]) -> Result<()> {
+            if self.puts.fetch_add(1, Ordering::Relaxed) == self.stall_at {
+                std::thread::sleep(self.stall);
+            }
+            Ok(())
+        }
+        fn delete(&self, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn scan(&self, _: &[u8], _: usize, _: &mut dyn FnMut(&[u8], &[u8])) -> Result<usize> {
+            Ok(0)
+        }
+        fn stats(&self) -> EngineStats {
+            EngineStats::default()
+        }
+        fn data_dir(&self) -> Option<&Path> {
+            None
+        }
+    }
+
+    /// `ops` puts per thread.
+    struct Puts(u64);
+
+    struct PutWorker(u64);
+
+    impl Worker for PutWorker {
+        fn step(&mut self, db: &dyn Binding, ctx: &mut Ctx) -> bool {
+            if self.0 == 0 {
+                return false;
+            }
+            self.0 -= 1;
+            ctx.time(OpKind::Insert, || db.put(b"k", b"v"));
+            true
+        }
+    }
+
+    impl Workload for Puts {
+        fn worker(&self, _: usize, _: usize) -> Box<dyn Worker> {
+            Box::new(PutWorker(self.0))
+        }
+        fn logical_bytes(&self) -> u64 {
+            0
+        }
+    }
+
+    fn spec(threads: usize, target: Option<f64>) -> PhaseSpec {
+        PhaseSpec {
+            name: "t".into(),
+            threads,
+            expected_ops: 0,
+            max_duration: None,
+            status_interval: 0,
+            quiet: true,
+            target_ops_per_sec: target,
+        }
+    }
+
+    fn run(stall_at: u64, stall: Duration, ops: u64, spec: &PhaseSpec) -> PhaseResult {
+        let db: Arc<dyn Binding> = Arc::new(Stalling {
+            puts: AtomicU64::new(0),
+            stall_at,
+            stall,
+        });
+        let w: Arc<dyn Workload> = Arc::new(Puts(ops));
+        run_phase(&db, &w, spec).unwrap()
+    }
+
+    #[test]
+    fn a_target_spaces_the_operations_of_every_thread() {
+        // 200 operations at 1,000 per second cannot finish in under 0.2 s
+        // (less one interval for the first, due at once).
+        let r = run(u64::MAX, Duration::ZERO, 100, &spec(2, Some(1000.0)));
+        assert_eq!(r.ops_ok, 200);
+        assert!(r.runtime_sec >= 0.19, "ran in {} s", r.runtime_sec);
+        assert!(r.throughput <= 1060.0, "{} ops/s", r.throughput);
+    }
+
+    #[test]
+    fn with_a_target_a_stall_is_charged_to_every_operation_it_delayed() {
+        // One thread at 1,000 per second; the second put stalls 100 ms,
+        // holding back the ~100 puts due meanwhile. Timed from when they
+        // were due, they wait 1–99 ms; timed from when they started, only
+        // the stalled put would be slow.
+        let r = run(1, Duration::from_millis(100), 300, &spec(1, Some(1000.0)));
+        let s = &r.ops[0];
+        assert_eq!(s.count, 300);
+        assert!(s.max_us >= 100_000.0, "max {} µs", s.max_us);
+        assert!(
+            s.p90_us >= 10_000.0,
+            "p90 {} µs: the delayed puts were not charged",
+            s.p90_us
+        );
+
+        // Without a target only the stalled put is slow.
+        let r = run(1, Duration::from_millis(100), 300, &spec(1, None));
+        let s = &r.ops[0];
+        assert!(s.max_us >= 100_000.0, "max {} µs", s.max_us);
+        assert!(s.p90_us < 10_000.0, "p90 {} µs", s.p90_us);
+    }
+
+    #[test]
+    fn a_target_must_be_a_rate() {
+        let mut p = crate::props::Properties::default();
+        p.set("target", "-5");
+        assert!(crate::workload::ycsb::YcsbConfig::from_props(&p).is_err());
+        p.set("target", "0");
+        let c = crate::workload::ycsb::YcsbConfig::from_props(&p).unwrap();
+        assert_eq!(c.target, None);
+        p.set("target", "2500");
+        let c = crate::workload::ycsb::YcsbConfig::from_props(&p).unwrap();
+        assert_eq!(c.target, Some(2500.0));
+    }
 }

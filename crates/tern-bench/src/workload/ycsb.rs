@@ -74,6 +74,9 @@ pub struct YcsbConfig {
     pub thread_count: usize,
     /// Seed of the per-thread generators.
     pub seed: u64,
+    /// Operations per second over all threads (`target`; YCSB's `-target`);
+    /// `None` (0, the default): unthrottled.
+    pub target: Option<f64>,
 }
 
 impl YcsbConfig {
@@ -110,6 +113,17 @@ impl YcsbConfig {
             write_all_fields: p.parse_or("writeallfields", false)?,
             thread_count: p.parse_or("threadcount", 1usize)?,
             seed: p.parse_or("seed", 0x7e57_u64)?,
+            target: None,
+        };
+        let target: f64 = p.parse_or("target", 0.0)?;
+        if !target.is_finite() || target < 0.0 {
+            return Err(Error(format!(
+                "target must be a number of operations per second (0: unthrottled), not {target}"
+            )));
+        }
+        let c = YcsbConfig {
+            target: (target > 0.0).then_some(target),
+            ..c
         };
         if c.proportions.iter().any(|x| *x < 0.0) || c.proportions.iter().sum::<f64>() <= 0.0 {
             return Err(Error::msg(
