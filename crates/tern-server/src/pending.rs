@@ -20,6 +20,15 @@ use crate::key_cache::KeyCache;
 use crate::keyspace::{encode_typed, expiry_key, marker_key, Kind, Layout, Meta, META_KEY};
 use crate::store::{KeyState, Store, StoreResult};
 
+/// What [`Pending::known`] knows of a key without reading the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    /// No record.
+    Absent,
+    /// A string holding this integer, with this expiry.
+    Int(i64, Option<u64>),
+}
+
 /// The uncommitted writes of one commit group.
 pub struct Pending {
     batch: WriteBatch,
@@ -102,6 +111,23 @@ impl Pending {
             return Ok(s);
         }
         store.key_state(k)
+    }
+
+    /// What is known of Redis key `key` without reading the store, once
+    /// [`Pending::lookup`] found no pending write of it: the state this
+    /// group gave it, or else the one the cache remembers. A state says
+    /// the key is absent, or gives its integer value, or (`None`) the
+    /// store must be read.
+    pub fn known(&self, key: &[u8]) -> Option<Known> {
+        let s = match self.states.get(key) {
+            Some(s) => *s,
+            None => self.cache.get(self.meta.generation, key)?,
+        };
+        match (s.exists, s.int) {
+            (false, _) => Some(Known::Absent),
+            (true, Some(v)) => Some(Known::Int(v, s.expire_at)),
+            (true, None) => None,
+        }
     }
 
     /// Sets the slots being imported (cluster mode), whose writes leave
@@ -195,6 +221,7 @@ impl Pending {
         let state = KeyState {
             exists: add,
             expire_at: expire_at.filter(|_| add),
+            int: None,
         };
         self.states.insert(key.to_vec(), state);
     }
@@ -229,6 +256,7 @@ impl Pending {
         let new = KeyState {
             exists: true,
             expire_at,
+            int: None,
         };
         self.account_as(store, key, old, new, false);
         Ok(())
@@ -289,6 +317,11 @@ impl Pending {
         let new = KeyState {
             exists: true,
             expire_at,
+            // Strict parsing: the integer prints back as `payload`.
+            int: match kind {
+                Kind::String => crate::resp::parser::parse_int(payload),
+                _ => None,
+            },
         };
         self.account(store, key, old, new);
         Ok(())
@@ -550,6 +583,85 @@ mod tests {
         assert_eq!(s.db.stats().point_reads, reads);
         assert_eq!(s.meta().keys, 1);
         assert_eq!(s.recount(s.meta().generation).unwrap(), s.meta());
+    }
+
+    /// Writes string `value` to `key` in its own batch, commits, settles.
+    fn set_and_settle(p: &mut Pending, s: &Store, key: &[u8], value: &[u8], ttl: Option<u64>) {
+        p.put(s, key, Kind::String, value, ttl).unwrap();
+        let (batch, meta) = p.take();
+        s.commit(batch, meta).unwrap();
+        p.settle(s, true);
+    }
+
+    #[test]
+    fn a_committed_integer_is_known_without_reading_the_store() {
+        let s = store();
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
+        set_and_settle(&mut p, &s, b"n", b"41", None);
+        set_and_settle(&mut p, &s, b"t", b"-7", Some(u64::MAX - 1));
+        assert_eq!(p.known(b"n"), Some(Known::Int(41, None)));
+        assert_eq!(p.known(b"t"), Some(Known::Int(-7, Some(u64::MAX - 1))));
+        assert_eq!(
+            p.known(b"never"),
+            None,
+            "nothing remembered: read the store"
+        );
+        // Within a group, before it commits, the group's own state counts.
+        p.put(&s, b"n", Kind::String, b"42", None).unwrap();
+        assert_eq!(p.known(b"n"), Some(Known::Int(42, None)));
+        let (batch, meta) = p.take();
+        s.commit(batch, meta).unwrap();
+        p.settle(&s, true);
+        assert_eq!(p.known(b"n"), Some(Known::Int(42, None)));
+    }
+
+    #[test]
+    fn only_canonical_integer_strings_are_known_by_value() {
+        let s = store();
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
+        // Each would print back differently, or is not an i64 at all.
+        for v in [
+            &b"041"[..],
+            b"+1",
+            b"-0",
+            b" 1",
+            b"1 ",
+            b"1.0",
+            b"x",
+            b"",
+            b"9223372036854775808",
+        ] {
+            set_and_settle(&mut p, &s, b"k", v, None);
+            assert_eq!(p.known(b"k"), None, "{:?}", String::from_utf8_lossy(v));
+        }
+        set_and_settle(&mut p, &s, b"k", b"-9223372036854775808", None);
+        assert_eq!(p.known(b"k"), Some(Known::Int(i64::MIN, None)));
+        // Another kind with the same payload is not a string.
+        p.put(&s, b"h", Kind::Hash, b"12", None).unwrap();
+        let (batch, meta) = p.take();
+        s.commit(batch, meta).unwrap();
+        p.settle(&s, true);
+        assert_eq!(p.known(b"h"), None);
+    }
+
+    #[test]
+    fn a_deleted_key_is_known_absent_and_a_failed_commit_forgets_values() {
+        let s = store();
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
+        set_and_settle(&mut p, &s, b"n", b"5", None);
+        assert!(p.delete(&s, b"n").unwrap());
+        let (batch, meta) = p.take();
+        s.commit(batch, meta).unwrap();
+        p.settle(&s, true);
+        assert_eq!(p.known(b"n"), Some(Known::Absent));
+        set_and_settle(&mut p, &s, b"m", b"6", None);
+        // A batch that never reaches the engine: neither its value nor
+        // what was remembered before may be trusted.
+        p.put(&s, b"m", Kind::String, b"7", None).unwrap();
+        let _ = p.take();
+        p.settle(&s, false);
+        assert_eq!(p.known(b"m"), None);
+        assert_eq!(s.get_at(b"m", 0).unwrap().unwrap().value, b"6");
     }
 
     #[test]

@@ -89,6 +89,12 @@ pub struct KeyState {
     pub exists: bool,
     /// Its expiry, unix ms.
     pub expire_at: Option<u64>,
+    /// Its value, when the committer wrote it as a string that is an
+    /// integer in canonical form (what INCR writes); `None`: not known
+    /// here (another kind, another string, or a state read from a header).
+    /// Lets INCR and DECR on a key the committer remembers skip the read
+    /// of the store.
+    pub int: Option<i64>,
 }
 
 impl From<Header> for KeyState {
@@ -96,6 +102,7 @@ impl From<Header> for KeyState {
         KeyState {
             exists: true,
             expire_at: h.expire_at,
+            int: None,
         }
     }
 }

@@ -196,6 +196,53 @@ fn counters() {
     assert!(c.ttl::<_, i64>("t").unwrap() > 90);
 }
 
+/// The committer remembers the integers it wrote and INCR reads them
+/// from there: a remembered value must still expire, give way to a value
+/// of another kind or form, and come back from the store after a restart.
+#[test]
+fn counters_the_committer_remembers() {
+    let t = start();
+    let mut c = t.client();
+    assert_eq!(
+        run(&mut c, &["SET", "n", "5", "PX", "150"]),
+        Ok(Value::Okay)
+    );
+    assert_eq!(run(&mut c, &["INCR", "n"]), Ok(Value::Int(6)));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(run(&mut c, &["INCR", "n"]), Ok(Value::Int(1)), "expired");
+    assert!(c.ttl::<_, i64>("n").unwrap() == -1);
+    // Another form of a number is not an integer to Redis.
+    assert_eq!(run(&mut c, &["SET", "z", "07"]), Ok(Value::Okay));
+    assert_eq!(
+        err_of(&mut c, &["INCR", "z"]),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(run(&mut c, &["SET", "z", "7"]), Ok(Value::Okay));
+    assert_eq!(run(&mut c, &["INCR", "z"]), Ok(Value::Int(8)));
+    assert_eq!(run(&mut c, &["APPEND", "z", "x"]), Ok(Value::Int(2)));
+    assert_eq!(run(&mut c, &["GET", "z"]), Ok(s("8x")));
+    assert_eq!(
+        err_of(&mut c, &["INCR", "z"]),
+        "ERR value is not an integer or out of range"
+    );
+    // Replaced by another kind, then deleted.
+    assert_eq!(run(&mut c, &["INCR", "h"]), Ok(Value::Int(1)));
+    assert_eq!(run(&mut c, &["DEL", "h"]), Ok(Value::Int(1)));
+    assert_eq!(run(&mut c, &["HSET", "h", "f", "1"]), Ok(Value::Int(1)));
+    assert!(err_of(&mut c, &["INCR", "h"]).starts_with("WRONGTYPE"));
+    // In one pipeline, each INCR sees the one before it.
+    let mut pipe = redis::pipe();
+    for _ in 0..100 {
+        pipe.cmd("INCR").arg("p");
+    }
+    let got: Vec<i64> = pipe.query(&mut c).unwrap();
+    assert_eq!(got, (1..=100).collect::<Vec<_>>());
+    let t = t.restart_with(|_| {});
+    let mut c = t.client();
+    assert_eq!(run(&mut c, &["INCR", "p"]), Ok(Value::Int(101)));
+    assert_eq!(run(&mut c, &["GET", "n"]), Ok(s("1")));
+}
+
 #[test]
 fn string_ranges() {
     let t = start();

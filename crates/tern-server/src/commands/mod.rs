@@ -32,7 +32,7 @@ pub use table::{arity_ok, lookup, CommandSpec, COMMANDS};
 
 use crate::expiry::now_ms;
 use crate::keyspace::{live_entry, Entry, Kind};
-use crate::pending::Pending;
+use crate::pending::{Known, Pending};
 use crate::resp::Reply;
 use crate::state::{ClientInfo, State};
 use crate::store::{Store, StoreError, StoreResult};
@@ -176,7 +176,16 @@ impl Ctx<'_> {
             Access::Write(p) => match p.lookup(key) {
                 Some(None) => Ok(None),
                 Some(Some(raw)) => Ok(live_entry(raw.to_vec(), now)?),
-                None => self.state.store.get_at(key, now),
+                None => match p.known(key) {
+                    Some(Known::Absent) => Ok(None),
+                    Some(Known::Int(_, Some(t))) if t <= now => Ok(None),
+                    Some(Known::Int(v, expire_at)) => Ok(Some(Entry {
+                        kind: Kind::String,
+                        value: v.to_string().into_bytes(),
+                        expire_at,
+                    })),
+                    None => self.state.store.get_at(key, now),
+                },
             },
             Access::Read => self.state.store.get_in(key, now, self.snapshot.as_ref()),
             Access::MemoryOnly => {
