@@ -176,7 +176,10 @@ impl Pending {
     }
 
     /// Deletes engine key `k` outright (an import marker: no counts or
-    /// index entries depend on it).
+    /// index entries depend on it). Never a Redis key's record of one
+    /// whose state is not already absent: the states this batch and the
+    /// cache keep for a key answer the committer's reads of it
+    /// ([`Pending::known`]).
     pub fn delete_raw(&mut self, k: &[u8]) {
         self.batch.delete(k);
         if let Some(o) = &mut self.overlay {
@@ -185,6 +188,9 @@ impl Pending {
     }
 
     /// Writes engine key `k` outright (a record no counts depend on).
+    /// Never a Redis key's record: the states this batch and the cache
+    /// keep for a key answer the committer's reads of it
+    /// ([`Pending::known`]).
     pub fn put_raw(&mut self, k: &[u8], v: &[u8]) {
         self.batch.put(k, v);
         if let Some(o) = &mut self.overlay {
