@@ -104,25 +104,27 @@ impl Pending {
     /// The state of Redis key `key` (engine key `k`) after the pending
     /// writes.
     fn state(&self, store: &Store, key: &[u8], k: &[u8]) -> StoreResult<KeyState> {
-        if let Some(s) = self.states.get(key) {
-            return Ok(*s);
+        match self.remembered(key) {
+            Some(s) => Ok(s),
+            None => store.key_state(k),
         }
-        if let Some(s) = self.cache.get(self.meta.generation, key) {
-            return Ok(s);
+    }
+
+    /// The state of Redis key `key` this group gave it, or else the one the
+    /// cache remembers from earlier commits; `None`: only the store knows.
+    fn remembered(&self, key: &[u8]) -> Option<KeyState> {
+        match self.states.get(key) {
+            Some(s) => Some(*s),
+            None => self.cache.get(self.meta.generation, key),
         }
-        store.key_state(k)
     }
 
     /// What is known of Redis key `key` without reading the store, once
-    /// [`Pending::lookup`] found no pending write of it: the state this
-    /// group gave it, or else the one the cache remembers. A state says
-    /// the key is absent, or gives its integer value, or (`None`) the
-    /// store must be read.
+    /// [`Pending::lookup`] found no pending write of it: from its
+    /// remembered state, that it is absent, or its integer value; `None`:
+    /// the store must be read.
     pub fn known(&self, key: &[u8]) -> Option<Known> {
-        let s = match self.states.get(key) {
-            Some(s) => *s,
-            None => self.cache.get(self.meta.generation, key)?,
-        };
+        let s = self.remembered(key)?;
         match (s.exists, s.int) {
             (false, _) => Some(Known::Absent),
             (true, Some(v)) => Some(Known::Int(v, s.expire_at)),
@@ -555,8 +557,14 @@ mod tests {
     /// Puts `key` in its own batch, commits it if `commit`, and settles.
     fn put_and_settle(p: &mut Pending, s: &Store, key: &[u8], commit: bool) {
         p.put(s, key, Kind::String, b"v", None).unwrap();
+        commit_and_settle(p, s, commit);
+    }
+
+    /// Commits what is pending if `commit` (else drops it), and settles.
+    fn commit_and_settle(p: &mut Pending, s: &Store, commit: bool) {
         let (batch, meta) = p.take();
         let ok = commit && s.commit(batch, meta).is_ok();
+        assert_eq!(ok, commit, "the commit failed");
         p.settle(s, ok);
     }
 
@@ -572,9 +580,7 @@ mod tests {
         let before = s.meta().next_version;
         assert_eq!(p.reserve_versions(10), before);
         assert!(!p.is_empty(), "a counter change alone must be committed");
-        let (batch, meta) = p.take();
-        s.commit(batch, meta).unwrap();
-        p.settle(&s, true);
+        commit_and_settle(&mut p, &s, true);
         assert_eq!(s.meta().next_version, before + 10);
         assert_eq!(p.new_version(), before + 10);
     }
@@ -594,9 +600,7 @@ mod tests {
     /// Writes string `value` to `key` in its own batch, commits, settles.
     fn set_and_settle(p: &mut Pending, s: &Store, key: &[u8], value: &[u8], ttl: Option<u64>) {
         p.put(s, key, Kind::String, value, ttl).unwrap();
-        let (batch, meta) = p.take();
-        s.commit(batch, meta).unwrap();
-        p.settle(s, true);
+        commit_and_settle(p, s, true);
     }
 
     #[test]
@@ -615,9 +619,7 @@ mod tests {
         // Within a group, before it commits, the group's own state counts.
         p.put(&s, b"n", Kind::String, b"42", None).unwrap();
         assert_eq!(p.known(b"n"), Some(Known::Int(42, None)));
-        let (batch, meta) = p.take();
-        s.commit(batch, meta).unwrap();
-        p.settle(&s, true);
+        commit_and_settle(&mut p, &s, true);
         assert_eq!(p.known(b"n"), Some(Known::Int(42, None)));
     }
 
@@ -644,9 +646,7 @@ mod tests {
         assert_eq!(p.known(b"k"), Some(Known::Int(i64::MIN, None)));
         // Another kind with the same payload is not a string.
         p.put(&s, b"h", Kind::Hash, b"12", None).unwrap();
-        let (batch, meta) = p.take();
-        s.commit(batch, meta).unwrap();
-        p.settle(&s, true);
+        commit_and_settle(&mut p, &s, true);
         assert_eq!(p.known(b"h"), None);
     }
 
@@ -656,16 +656,13 @@ mod tests {
         let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
         set_and_settle(&mut p, &s, b"n", b"5", None);
         assert!(p.delete(&s, b"n").unwrap());
-        let (batch, meta) = p.take();
-        s.commit(batch, meta).unwrap();
-        p.settle(&s, true);
+        commit_and_settle(&mut p, &s, true);
         assert_eq!(p.known(b"n"), Some(Known::Absent));
         set_and_settle(&mut p, &s, b"m", b"6", None);
         // A batch that never reaches the engine: neither its value nor
         // what was remembered before may be trusted.
         p.put(&s, b"m", Kind::String, b"7", None).unwrap();
-        let _ = p.take();
-        p.settle(&s, false);
+        commit_and_settle(&mut p, &s, false);
         assert_eq!(p.known(b"m"), None);
         assert_eq!(s.get_at(b"m", 0).unwrap().unwrap().value, b"6");
     }
