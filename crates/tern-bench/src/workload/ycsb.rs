@@ -113,17 +113,14 @@ impl YcsbConfig {
             write_all_fields: p.parse_or("writeallfields", false)?,
             thread_count: p.parse_or("threadcount", 1usize)?,
             seed: p.parse_or("seed", 0x7e57_u64)?,
-            target: None,
-        };
-        let target: f64 = p.parse_or("target", 0.0)?;
-        if !target.is_finite() || target < 0.0 {
-            return Err(Error(format!(
-                "target must be a number of operations per second (0: unthrottled), not {target}"
-            )));
-        }
-        let c = YcsbConfig {
-            target: (target > 0.0).then_some(target),
-            ..c
+            target: match p.parse_or("target", 0.0f64)? {
+                t if !t.is_finite() || t < 0.0 => {
+                    return Err(Error(format!(
+                        "target must be a number of operations per second (0: unthrottled), not {t}"
+                    )))
+                }
+                t => (t > 0.0).then_some(t),
+            },
         };
         if c.proportions.iter().any(|x| *x < 0.0) || c.proportions.iter().sum::<f64>() <= 0.0 {
             return Err(Error::msg(
