@@ -58,9 +58,8 @@ use crate::format::internal_key::{self, TRAILER_LEN};
 pub(crate) const MAX_HEIGHT: usize = 12;
 /// Each level holds about one node in `BRANCHING` of the level below.
 const BRANCHING: u64 = 4;
-
 /// How many nodes ahead of the one being linked [`SkipList::link_sorted`]
-/// prefetches.
+/// prefetches (each one's first 128 bytes: header, links, key).
 const LINK_PREFETCH_AHEAD: usize = 8;
 /// Size of the node header (`ikey_len`, `value_len`).
 pub(crate) const HEADER_LEN: usize = 8;
@@ -642,8 +641,8 @@ impl SkipList {
             // one's height and key was a cache miss per link. Fetched a few
             // links ahead, those misses overlap the walks before them.
             if let Some(&ahead) = sorted.get(i + LINK_PREFETCH_AHEAD) {
-                self.prefetch_node(ahead);
-                self.prefetch_node(ahead + 64);
+                self.arena.prefetch(ahead as usize);
+                self.arena.prefetch(ahead as usize + 64);
             }
             let nodes = self.nodes();
             let height = nodes.height(node);
