@@ -2,7 +2,9 @@
 //! front leads a group (see `write.rs`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -28,8 +30,31 @@ pub struct Writer {
     /// and on a busy machine a woken thread that lost it waited whole
     /// scheduler ticks.
     signal: Mutex<Signal>,
+    /// Set once `signal` has held news, so a waiter can poll without the
+    /// lock. Never cleared: a writer leads after one wait or returns, and
+    /// a stale flag would only cut a later poll short.
+    told: AtomicBool,
     cv: Condvar,
 }
+
+/// How long a waiting writer polls before it sleeps. A group commits in a
+/// few microseconds (one WAL `write`, memtable inserts), less than a
+/// futex sleep and wake-up costs the follower and the leader together;
+/// with more writers than cores the woken follower then waits for a core
+/// besides. RocksDB's write thread polls the same way (up to 100 µs,
+/// `max_yield_usec`).
+const POLL_FOR: Duration = Duration::from_micros(50);
+
+/// Polls with the CPU's pause hint before yielding the core between polls:
+/// a few hundred nanoseconds, for a group that is nearly done.
+const SPIN_POLLS: u32 = 64;
+
+/// A yield that takes this long gave the core to another thread: the
+/// cores are busy, and polling takes time from threads with work to do.
+const SLOW_YIELD: Duration = Duration::from_micros(3);
+
+/// Slow yields after which a waiter stops polling and sleeps.
+const MAX_SLOW_YIELDS: u32 = 3;
 
 /// What a waiting writer is told.
 enum Signal {
@@ -52,6 +77,7 @@ impl Writer {
             opts,
             force_switch,
             signal: Mutex::new(Signal::Waiting),
+            told: AtomicBool::new(false),
             cv: Condvar::new(),
         })
     }
@@ -59,6 +85,7 @@ impl Writer {
     /// Waits until the writer ahead says to lead (`None`) or hands over
     /// the outcome of the group this write was committed in.
     pub(super) fn wait(&self) -> Option<Result<()>> {
+        self.poll();
         let mut signal = self.signal.lock();
         loop {
             match std::mem::replace(&mut *signal, Signal::Waiting) {
@@ -66,6 +93,36 @@ impl Writer {
                 Signal::Lead => return None,
                 Signal::Done(result) => return Some(result),
             }
+        }
+    }
+
+    /// Polls for news for up to [`POLL_FOR`], spinning first, then giving
+    /// the core away between polls (to the leader, when it is the thread
+    /// waiting for it). Returns early once told; the caller takes the news
+    /// under the lock either way.
+    fn poll(&self) {
+        for _ in 0..SPIN_POLLS {
+            if self.told.load(Ordering::Acquire) {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        let start = Instant::now();
+        let mut last = start;
+        let mut slow = 0;
+        while !self.told.load(Ordering::Acquire) {
+            std::thread::yield_now();
+            let now = Instant::now();
+            if now - start >= POLL_FOR {
+                return;
+            }
+            if now - last >= SLOW_YIELD {
+                slow += 1;
+                if slow >= MAX_SLOW_YIELDS {
+                    return;
+                }
+            }
+            last = now;
         }
     }
 
@@ -81,6 +138,7 @@ impl Writer {
 
     fn tell(&self, s: Signal) {
         *self.signal.lock() = s;
+        self.told.store(true, Ordering::Release);
         self.cv.notify_one();
     }
 }
