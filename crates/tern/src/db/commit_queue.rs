@@ -45,15 +45,16 @@ pub struct Writer {
 /// `max_yield_usec`).
 const POLL_FOR: Duration = Duration::from_micros(50);
 
-/// Polls with the CPU's pause hint before yielding the core between polls:
-/// a few hundred nanoseconds, for a group that is nearly done.
+/// Polls with the CPU's pause hint before yielding the core between polls,
+/// for a group that is nearly done.
 const SPIN_POLLS: u32 = 64;
 
 /// A yield that takes this long gave the core to another thread: the
 /// cores are busy, and polling takes time from threads with work to do.
 const SLOW_YIELD: Duration = Duration::from_micros(3);
 
-/// Slow yields after which a waiter stops polling and sleeps.
+/// Slow yields (not necessarily in a row) after which a waiter stops
+/// polling and sleeps.
 const MAX_SLOW_YIELDS: u32 = 3;
 
 /// What a waiting writer is told.
