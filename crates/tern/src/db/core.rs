@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::commit_queue::CommitQueue;
+use super::commit_queue::{CommitQueue, PollSlots};
 use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
@@ -123,6 +123,8 @@ pub struct Shared {
     /// Highest sequence number visible to readers.
     pub visible_seq: AtomicU64,
     pub queue: CommitQueue,
+    /// Waiting writers that may poll at once (`commit_queue::PollSlots`).
+    pub poll_slots: PollSlots,
     /// The active WAL; used by the group leader, switches and `sync_wal`.
     pub wal: Mutex<Option<ActiveWal>>,
     /// The active memtable, the same one as `State::mem` (replaced with it

@@ -133,6 +133,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         sv_cache: Default::default(),
         visible_seq: AtomicU64::new(0),
         queue: Mutex::new(VecDeque::new()),
+        poll_slots: super::commit_queue::PollSlots::for_this_machine(),
         wal: Mutex::new(None),
         leader_mem: Mutex::new(mem),
         l0_files: AtomicUsize::new(0),

@@ -99,7 +99,8 @@ impl Shared {
         queue.push_back(me.clone());
         if queue.len() > 1 {
             drop(queue);
-            if let Some(result) = me.wait() {
+            let poll_for = Duration::from_micros(self.opts.write_thread_max_yield_usec);
+            if let Some(result) = me.wait(poll_for, &self.poll_slots) {
                 return result;
             }
             queue = self.queue.lock();
