@@ -37,13 +37,6 @@ pub struct Writer {
     cv: Condvar,
 }
 
-/// A waiting writer polls for up to `write_thread_max_yield_usec` before
-/// it sleeps. A group commits in a few microseconds (one WAL `write`,
-/// memtable inserts), less than a futex sleep and wake-up costs the
-/// follower and the leader together; with more writers than cores the
-/// woken follower then waits for a core besides. RocksDB's write thread
-/// polls the same way (up to 100 µs, `write_thread_max_yield_usec`).
-///
 /// Polls with the CPU's pause hint before yielding the core between polls,
 /// for a group that is nearly done.
 const SPIN_POLLS: u32 = 64;
@@ -141,10 +134,16 @@ impl Writer {
         }
     }
 
-    /// Polls for news for up to `poll_for`, spinning first, then giving
-    /// the core away between polls (to the leader, when it is the thread
-    /// waiting for it). Returns early once told; the caller takes the news
-    /// under the lock either way.
+    /// Polls for news for up to `poll_for` (`write_thread_max_yield_usec`),
+    /// spinning first, then giving the core away between polls (to the
+    /// leader, when it is the thread waiting for it). Returns early once
+    /// told; the caller takes the news under the lock either way.
+    ///
+    /// A group commits in a few microseconds (one WAL `write`, memtable
+    /// inserts), less than a futex sleep and wake-up costs the follower
+    /// and the leader together; with more writers than cores the woken
+    /// follower then waits for a core besides. RocksDB's write thread
+    /// polls the same way (up to 100 µs by default).
     fn poll(&self, poll_for: Duration) {
         for _ in 0..SPIN_POLLS {
             if self.told.load(Ordering::Acquire) {

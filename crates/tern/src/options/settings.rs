@@ -277,7 +277,7 @@ settings! {
     /// outcome, microseconds, before it sleeps on a condition variable
     /// (RocksDB's option of the same name). Polling saves the sleep and
     /// wake-up where readers and writers share the cores (YCSB A with 4
-    /// threads about 1.3× on two cores); a store that only writes, with
+    /// threads about 1.4× on two cores); a store that only writes, with
     /// background work that needs the cores, or with many more threads
     /// than cores, runs about 10% faster at 0, which sleeps at once. At
     /// most two waiters per core poll at a time. Default: 50.
