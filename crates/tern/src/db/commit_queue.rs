@@ -71,7 +71,8 @@ impl PollSlots {
         }
     }
 
-    /// Two pollers per core of this machine.
+    /// Two pollers per core of this machine, for one store (each store
+    /// open in a process has its own).
     pub fn for_this_machine() -> PollSlots {
         PollSlots::new(2 * std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
@@ -219,10 +220,14 @@ mod tests {
     #[test]
     fn a_writer_told_from_another_thread_at_any_moment_wakes() {
         // Telling races the wait: before it, while the waiter takes its
-        // lock, or once it sleeps; polling first or sleeping at once. A
-        // lost wake-up hangs the test.
-        for i in 0..2000 {
-            let poll_for = if i % 4 < 2 { POLL } else { Duration::ZERO };
+        // lock, or once it sleeps; polling first, sleeping at once, or
+        // finding every poll slot taken. A lost wake-up hangs the test.
+        for i in 0..3000 {
+            let (poll_for, slots) = match (i / 2) % 3 {
+                0 => (POLL, 1),
+                1 => (Duration::ZERO, 1),
+                _ => (POLL, 0),
+            };
             let w = Writer::new(None, WriteOptions::default(), false);
             let teller = {
                 let w = w.clone();
@@ -234,7 +239,7 @@ mod tests {
                     }
                 })
             };
-            let got = w.wait(poll_for, &PollSlots::new(1));
+            let got = w.wait(poll_for, &PollSlots::new(slots));
             teller.join().unwrap();
             assert_eq!(got.is_none(), i % 2 == 0, "round {i}");
         }

@@ -258,6 +258,9 @@ fn doc_paragraph(lines: &[&str]) -> String {
     lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ")
 }
 
+/// Longest `write_thread_max_yield_usec` accepted (200 times the default).
+const MAX_WRITE_YIELD_USEC: u64 = 10_000;
+
 settings! {
     /// Create the directory and an empty store if none exists. Default: true.
     create_if_missing: bool = true,
@@ -280,7 +283,8 @@ settings! {
     /// threads about 1.4× on two cores); a store that only writes, with
     /// background work that needs the cores, or with many more threads
     /// than cores, runs about 10% faster at 0, which sleeps at once. At
-    /// most two waiters per core poll at a time. Default: 50.
+    /// most two waiters per core poll at a time, per store; at most
+    /// 10000. Default: 50.
     write_thread_max_yield_usec: u64 = 50,
     /// L0 files that trigger a compaction. Default: 4.
     level0_file_num_compaction_trigger: usize = 4,
@@ -483,6 +487,14 @@ impl Settings {
         if self.max_write_buffer_number < 2 {
             return bad("max_write_buffer_number must be at least 2");
         }
+        if self.write_thread_max_yield_usec > MAX_WRITE_YIELD_USEC {
+            // On idle cores a yield returns at once, so the slow-yield
+            // cut-off never ends the poll: a waiter would spin that long
+            // behind a leader blocked in an fsync or a write stop.
+            return bad(
+                "write_thread_max_yield_usec must be at most 10000 (10 ms); 0 turns polling off",
+            );
+        }
         if self.level0_file_num_compaction_trigger == 0
             || self.level0_slowdown_writes_trigger < self.level0_file_num_compaction_trigger
             || self.level0_stop_writes_trigger < self.level0_slowdown_writes_trigger
@@ -630,6 +642,16 @@ mod tests {
         assert!(!t.enable_gc);
         assert_eq!(t.compression_per_level, s.compression_per_level);
         assert_eq!(t.blob_threshold, None);
+    }
+
+    #[test]
+    fn a_polling_time_over_ten_milliseconds_is_refused() {
+        let mut s = Settings::default();
+        s.set("write_thread_max_yield_usec", "10000").unwrap();
+        assert!(s.validate().is_ok());
+        s.set("write_thread_max_yield_usec", "10001").unwrap();
+        let e = s.validate().unwrap_err().to_string();
+        assert!(e.contains("write_thread_max_yield_usec"), "{e}");
     }
 
     #[test]
