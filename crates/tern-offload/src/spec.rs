@@ -186,6 +186,9 @@ pub fn compaction_job(
             start: spec.range_start.clone(),
             end: spec.range_end.clone(),
         },
+        // A worker writes tables only: values move into sorted runs in
+        // compactions that run in the store's process.
+        move_values: None,
     })
 }
 
@@ -280,6 +283,7 @@ pub fn gc_output(r: &proto::GcResult) -> Result<GcOutput> {
                 file_size: file.size,
                 record_count: o.record_count,
                 data_bytes: o.data_bytes,
+                run_keys: None,
             },
             lineage,
         });
@@ -374,6 +378,7 @@ mod tests {
             source_level,
             score,
             range: KeyRange::default(),
+            move_values: None,
         }
     }
 

@@ -102,6 +102,10 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
             put("max_open_files", pick(rng, &[2, 8, 1000]).to_string());
             put("blob_head_size", pick(rng, &[0, 0, 4, 40]).to_string());
             put("max_subcompactions", pick(rng, &[1, 1, 2, 4]).to_string());
+            put(
+                "sorted_value_runs",
+                pick(rng, &["off", "off", "1", "3"]).to_string(),
+            );
         }
         Scale::Small => {
             put(
@@ -169,6 +173,10 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
                 pick(rng, &[4, 16, 64, 1 << 16]).to_string(),
             );
             put("max_subcompactions", pick(rng, &[1, 1, 2, 4]).to_string());
+            put(
+                "sorted_value_runs",
+                pick(rng, &["off", "off", "1", "3"]).to_string(),
+            );
         }
     }
     // A memory tier in a third of the runs, a few memtables large, so

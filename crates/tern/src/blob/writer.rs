@@ -93,6 +93,7 @@ impl BlobWriter {
                 file_size: index_offset + tail.len() as u64,
                 record_count: self.offsets.len() as u64,
                 data_bytes: footer.data_bytes,
+                run_keys: None,
             },
         })
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{CompactionFilter, FilterDecision, FilterValue, Placed, Retention, VersionWalk};
-use crate::blob::BlobCache;
+use crate::blob::{BlobCache, BlobReader, BlobWriter, ExpectedRecord};
 use crate::cache::OpenFiles;
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{self, BlobRef};
@@ -18,8 +18,8 @@ use crate::format::internal_key::{self, ValueKind};
 use crate::io::{FsRef, RateLimitedFile, RateLimiter};
 use crate::iter::{BoxedIter, InternalIterator, MergingIterator};
 use crate::sst::{Table, TableBuilder, TableOptions};
-use crate::version::{resolve, FileMeta, Relocations};
-use crate::wal::table_file_name;
+use crate::version::{resolve, BlobMeta, FileMeta, Relocations};
+use crate::wal::{blob_file_name, table_file_name};
 
 /// Blob files a compaction keeps open, with their verified indexes, to look
 /// up offsets of moved records.
@@ -61,6 +61,31 @@ pub struct CompactionJob {
     /// The user keys this job writes: all of its inputs' (unbounded), or
     /// one key-range part of a split compaction ([`CompactionJob::split`]).
     pub range: KeyRange,
+    /// Separated values this job moves into a new sorted run (new blob
+    /// files written in key order); `None` leaves every value where it is.
+    pub move_values: Option<ValueMoves>,
+}
+
+/// Which separated values a compaction into the last level moves into a
+/// sorted run of its own (`Settings::sorted_value_runs`), so that a range
+/// scan later finds neighbouring keys' values next to each other.
+#[derive(Debug, Clone, Default)]
+pub struct ValueMoves {
+    /// Move every value, those in sorted runs too: the runs under the job's
+    /// keys become one.
+    pub merge_runs: bool,
+    /// The live blob files that are sorted runs; their values stay where
+    /// they are unless `merge_runs`.
+    pub runs: BTreeSet<u64>,
+    /// Blob files of the new run are cut near this size, bytes.
+    pub blob_file_size: u64,
+}
+
+impl ValueMoves {
+    /// Whether a value whose record lives in blob file `file` moves.
+    fn moves(&self, file: u64) -> bool {
+        self.merge_runs || !self.runs.contains(&file)
+    }
 }
 
 /// A half-open range of user keys, `[start, end)`; `None` is unbounded.
@@ -119,6 +144,13 @@ pub struct CompactionOutput {
     pub dead_refs: Vec<(u64, u32, u64)>,
     /// Refs rewritten to the file GC moved their record to.
     pub refs_rewritten: u64,
+    /// Blob files of the sorted run the job wrote ([`ValueMoves`]), in key
+    /// order; their bytes count in `bytes_written`.
+    pub blobs: Vec<BlobMeta>,
+    /// Values moved into those files.
+    pub values_moved: u64,
+    /// Bytes of the records moved (also in `dead_refs`: the old copies).
+    pub value_bytes_moved: u64,
     /// Set by an executor whose output another process made (an offload
     /// worker), for the store's counters.
     pub ran_elsewhere: bool,
@@ -148,6 +180,9 @@ impl CompactionOutput {
     pub fn remove_files(&self, dir: &Path, fs: &FsRef) {
         for f in &self.files {
             let _ = fs.remove_file(&dir.join(table_file_name(f.number)));
+        }
+        for b in &self.blobs {
+            let _ = fs.remove_file(&dir.join(blob_file_name(b.number)));
         }
     }
 }
@@ -185,6 +220,10 @@ impl CompactionJob {
         );
 
         let mut output: Option<Output> = None;
+        // The sorted run being written and the windows its values are read
+        // through.
+        let mut run: Option<RunWriter> = None;
+        let mut sources = MoveSources::default();
         let mut walk = VersionWalk::new(&self.retention);
         let mut scratch = Vec::new();
         while iter.valid() {
@@ -291,6 +330,44 @@ impl CompactionJob {
                                 None => Error::Internal(format!("{why} (in a memtable)")),
                             },
                         )?;
+                    if let Some(moves) = self.move_values.as_ref().filter(|m| m.moves(file)) {
+                        let reader = blobs.get(file)?;
+                        let offset = if moved {
+                            reader.offset_of(ordinal)?
+                        } else {
+                            r.offset
+                        };
+                        let want = ExpectedRecord {
+                            key: parsed.user_key,
+                            seq: parsed.seq,
+                            size: r.size,
+                        };
+                        let value = sources.value(&reader, offset, want)?;
+                        if run.is_none() {
+                            run = Some(RunWriter::create(&self.dir, ctx)?);
+                        }
+                        let w = run
+                            .as_mut()
+                            .ok_or_else(|| Error::Internal("no sorted run to write".into()))?;
+                        let nr = w.add(parsed.user_key, parsed.seq, &value)?;
+                        let full = w.len() >= moves.blob_file_size;
+                        o.builder.add(key, &nr.encode_with_head(head))?;
+                        if o.blob_files.insert(nr.file) {
+                            o.builder.add_blob_file(nr.file);
+                        }
+                        // The old copy loses its reference here.
+                        let dead = dead_ref(parsed.user_key, &r);
+                        out.values_moved += 1;
+                        out.value_bytes_moved += dead.2;
+                        out.dead_refs.push(dead);
+                        if full {
+                            if let Some(w) = run.take() {
+                                out.blobs.push(w.finish()?);
+                            }
+                        }
+                        iter.next();
+                        continue;
+                    }
                     if moved {
                         // Point the ref at the record's current home so
                         // lineage chains stay short.
@@ -318,7 +395,11 @@ impl CompactionJob {
         if let Some(o) = output.take() {
             out.files.push(o.finish()?);
         }
-        out.bytes_written = out.files.iter().map(|f| f.file_size).sum();
+        if let Some(w) = run.take() {
+            out.blobs.push(w.finish()?);
+        }
+        out.bytes_written = out.files.iter().map(|f| f.file_size).sum::<u64>()
+            + out.blobs.iter().map(|b| b.file_size).sum::<u64>();
         Ok(())
     }
 
@@ -368,4 +449,130 @@ impl Output {
 fn dead_ref(user_key: &[u8], r: &BlobRef) -> (u64, u32, u64) {
     let bytes = blob::record_len(user_key.len(), r.size as usize);
     (r.file, r.ordinal, bytes)
+}
+
+/// Reads of a moved value's record go through one window per source
+/// file: a compaction walks keys in order, and a flush or a sorted run
+/// holds its records in key order, so the records a job moves out of one
+/// file mostly come at rising offsets and one read serves many.
+#[derive(Default)]
+struct MoveSources {
+    windows: std::collections::HashMap<u64, (u64, Vec<u8>)>,
+}
+
+/// Bytes read at once from a source file of moved values.
+const MOVE_WINDOW: u64 = 256 << 10;
+/// Source files whose windows a job keeps; past it they are all dropped.
+const MOVE_WINDOWS_KEPT: usize = 64;
+
+impl MoveSources {
+    /// The value of the record at `offset` in `reader`'s file, checked
+    /// against `want` as every read of a separated value is.
+    fn value(
+        &mut self,
+        reader: &BlobReader,
+        offset: u64,
+        want: ExpectedRecord<'_>,
+    ) -> Result<Vec<u8>> {
+        let file = reader.number();
+        if let Some((start, buf)) = self.windows.get(&file) {
+            if let Some(v) = reader.value_from_buffer(buf, *start, offset, want) {
+                return v;
+            }
+        }
+        if self.windows.len() >= MOVE_WINDOWS_KEPT && !self.windows.contains_key(&file) {
+            self.windows.clear();
+        }
+        let records_end = blob::BLOB_HEADER_LEN as u64 + reader.data_bytes();
+        let len = MOVE_WINDOW
+            .max(want.record_len())
+            .min(records_end.saturating_sub(offset));
+        let (start, buf) = self.windows.entry(file).or_default();
+        reader.read_span(offset, len, buf)?;
+        *start = offset;
+        reader
+            .value_from_buffer(buf, offset, offset, want)
+            .unwrap_or_else(|| {
+                Err(Error::corruption(
+                    reader.path(),
+                    offset,
+                    "blob record runs past the file's records",
+                ))
+            })
+    }
+}
+
+/// One blob file of a sorted run being written; removed again if the job
+/// fails before it is finished.
+struct RunWriter {
+    writer: Option<BlobWriter>,
+    path: PathBuf,
+    fs: FsRef,
+    first: Vec<u8>,
+    last: Vec<u8>,
+}
+
+impl RunWriter {
+    fn create(dir: &Path, ctx: &JobContext) -> Result<RunWriter> {
+        let number = ctx.next_file_number.fetch_add(1, Ordering::SeqCst);
+        let path = dir.join(blob_file_name(number));
+        let file = ctx.fs.create(&path).ctx(&path)?;
+        let file = RateLimitedFile::wrap(file, ctx.rate_limiter.as_ref());
+        let writer = BlobWriter::new(file, path.clone(), number);
+        let mut w = RunWriter {
+            writer: None,
+            path,
+            fs: ctx.fs.clone(),
+            first: Vec::new(),
+            last: Vec::new(),
+        };
+        w.writer = Some(writer?);
+        Ok(w)
+    }
+
+    fn add(&mut self, user_key: &[u8], seq: u64, value: &[u8]) -> Result<BlobRef> {
+        let w = self
+            .writer
+            .as_mut()
+            .ok_or_else(|| Error::Internal("a finished sorted run written to".into()))?;
+        if w.is_empty() {
+            self.first = user_key.to_vec();
+        }
+        self.last.clear();
+        self.last.extend_from_slice(user_key);
+        w.add(user_key, seq, value)
+    }
+
+    fn len(&self) -> u64 {
+        self.writer.as_ref().map_or(0, BlobWriter::len)
+    }
+
+    fn finish(mut self) -> Result<BlobMeta> {
+        let w = self
+            .writer
+            .take()
+            .ok_or_else(|| Error::Internal("a sorted run finished twice".into()))?;
+        let res = w.finish(&[]);
+        let mut meta = match res {
+            Ok(f) => f.meta,
+            Err(e) => {
+                let _ = self.fs.remove_file(&self.path);
+                return Err(e);
+            }
+        };
+        meta.run_keys = Some((
+            std::mem::take(&mut self.first),
+            std::mem::take(&mut self.last),
+        ));
+        Ok(meta)
+    }
+}
+
+impl Drop for RunWriter {
+    fn drop(&mut self) {
+        // Unfinished: the job failed; nothing will name the file.
+        if self.writer.take().is_some() {
+            let _ = self.fs.remove_file(&self.path);
+        }
+    }
 }

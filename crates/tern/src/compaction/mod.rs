@@ -16,7 +16,7 @@ mod split;
 
 pub use executor::{run_parts, Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
-pub use job::{CompactionJob, CompactionOutput, JobContext, KeyRange};
+pub use job::{CompactionJob, CompactionOutput, JobContext, KeyRange, ValueMoves};
 pub use retention::Retention;
 pub(crate) use retention::{Placed, VersionWalk};
 pub use split::check_parts;

@@ -302,6 +302,7 @@ mod tests {
             file_size: 100_000,
             record_count: 100,
             data_bytes: 100_000,
+            run_keys: None,
         };
         v.blob_files.insert(
             4,

@@ -133,6 +133,9 @@ impl CompactionJob {
             out.entries_dropped += p.entries_dropped;
             out.dead_refs.extend(p.dead_refs);
             out.refs_rewritten += p.refs_rewritten;
+            out.blobs.extend(p.blobs);
+            out.values_moved += p.values_moved;
+            out.value_bytes_moved += p.value_bytes_moved;
             out.ran_elsewhere |= p.ran_elsewhere;
         }
         // Each part counted its inputs whole; the job read each once.

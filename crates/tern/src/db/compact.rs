@@ -1,15 +1,19 @@
 //! Running compactions and installing their results.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 use super::core::Shared;
 use super::stats::Counters;
 use crate::compaction::picker::{self, CompactionPlan, PickerInput};
-use crate::compaction::{CompactionJob, CompactionOutput, JobContext, KeyRange, Retention};
+use crate::compaction::{
+    CompactionJob, CompactionOutput, JobContext, KeyRange, Retention, ValueMoves,
+};
 use crate::error::Result;
 use crate::format::internal_key::user_key;
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::options::NUM_LEVELS;
+use crate::version::Version;
 
 impl Shared {
     /// Estimated bytes of blob records that versions in L0 shadow and no
@@ -136,13 +140,18 @@ impl Shared {
         for f in &output.files {
             edit.new_files.push((plan.output_level as u32, f.clone()));
         }
+        edit.blob_files_added.extend(output.blobs.iter().cloned());
         // On failure the outputs stay: the manifest record naming them may
         // be durable. The next open removes them if it is not.
         let dead_bytes = self.install(edit, true, &output.dead_refs)?;
         if plan.level == 0 {
             let entries = plan.inputs.iter().map(|f| f.num_entries).sum();
-            self.observe_l0_compaction(entries, dead_bytes);
+            // Moved values are no garbage L0 hides.
+            let shadowed = dead_bytes.saturating_sub(output.value_bytes_moved);
+            self.observe_l0_compaction(entries, shadowed);
         }
+        Counters::add(&self.counters.values_moved, output.values_moved);
+        Counters::add(&self.counters.value_bytes_moved, output.value_bytes_moved);
         Counters::add(&self.counters.compaction_bytes_read, output.bytes_read);
         Counters::add(
             &self.counters.compaction_bytes_written,
@@ -231,6 +240,7 @@ impl Shared {
         for (_, lo, hi) in &state.protected {
             deeper_ranges.push(vec![(lo.clone(), hi.clone())]);
         }
+        let move_values = value_moves(&version, plan, &self.opts, &deeper_ranges);
         let job = CompactionJob {
             dir: self.dir.clone(),
             inputs: plan.all_inputs().map(|f| (**f).clone()).collect(),
@@ -245,6 +255,7 @@ impl Shared {
             source_level: plan.level,
             score: plan.score,
             range: KeyRange::default(),
+            move_values,
         };
         (job, ctx, version)
     }
@@ -320,4 +331,74 @@ fn dead_ordinals(
         }
     }
     dead.into_values().collect()
+}
+
+/// What a compaction moves into a sorted run ([`ValueMoves`],
+/// `Settings::sorted_value_runs`): nothing unless values are separated and
+/// it writes the last level that holds its keys. Values already in sorted
+/// runs move too when the new run would make more runs overlap some key of
+/// its range than the setting allows: the runs there become one.
+fn value_moves(
+    version: &Version,
+    plan: &CompactionPlan,
+    opts: &crate::options::Options,
+    deeper_ranges: &[Vec<(Vec<u8>, Vec<u8>)>],
+) -> Option<ValueMoves> {
+    let max_runs = opts.sorted_value_runs?;
+    opts.blob_threshold?;
+    if plan.output_level == 0 || plan.trivial_move {
+        return None;
+    }
+    let lo = plan.all_inputs().map(|f| user_key(&f.smallest)).min()?;
+    let hi = plan.all_inputs().map(|f| user_key(&f.largest)).max()?;
+    let deeper = deeper_ranges
+        .iter()
+        .flatten()
+        .any(|(a, b)| a.as_slice() <= hi && lo <= b.as_slice());
+    if deeper {
+        return None;
+    }
+    let runs: BTreeSet<u64> = version
+        .blob_files
+        .iter()
+        .filter(|(_, b)| b.meta.run_keys.is_some())
+        .map(|(&n, _)| n)
+        .collect();
+    let referenced: BTreeSet<u64> = plan
+        .all_inputs()
+        .flat_map(|f| f.blob_files.iter().copied())
+        .collect();
+    let ranges = referenced.iter().filter_map(|n| {
+        let (first, last) = version.blob_files.get(n)?.meta.run_keys.as_ref()?;
+        Some((first.as_slice(), last.as_slice()))
+    });
+    // Values outside runs make a new run over the job's keys.
+    let new_run = referenced.iter().any(|n| !runs.contains(n));
+    Some(ValueMoves {
+        merge_runs: max_overlap(ranges) + usize::from(new_run) > max_runs,
+        runs,
+        blob_file_size: opts.blob_file_size,
+    })
+}
+
+/// The most of the closed key ranges `[first, last]` that share a key.
+fn max_overlap<'a>(ranges: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> usize {
+    // Starts sort before ends at the same key: closed ranges touching
+    // there share it.
+    let mut events: Vec<(&[u8], bool)> = Vec::new();
+    for (first, last) in ranges {
+        events.push((first, false));
+        events.push((last, true));
+    }
+    events.sort();
+    let (mut depth, mut most) = (0usize, 0usize);
+    for (_, end) in events {
+        if end {
+            depth = depth.saturating_sub(1);
+        } else {
+            depth += 1;
+            most = most.max(depth);
+        }
+    }
+    most
 }

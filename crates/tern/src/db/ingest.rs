@@ -259,6 +259,7 @@ impl Shared {
                 source_level: bottom,
                 score: 0.0,
                 range: KeyRange::default(),
+                move_values: None,
             };
             let out = match job.run(&ctx) {
                 Ok(o) => o,

@@ -514,6 +514,7 @@ impl Db {
                 records: b.meta.record_count,
                 dead_records: b.dead.len(),
                 garbage_bytes: b.dead_bytes,
+                sorted_run: b.meta.run_keys.is_some(),
             })
             .collect();
         st.blob_lineage_entries = sv.version.relocations.len();

@@ -20,6 +20,8 @@ pub struct Counters {
     pub(crate) gc_records_relocated: AtomicU64,
     pub(crate) gc_runs: AtomicU64,
     pub(crate) blob_refs_rewritten: AtomicU64,
+    pub(crate) values_moved: AtomicU64,
+    pub(crate) value_bytes_moved: AtomicU64,
     pub(crate) compaction_bytes_read: AtomicU64,
     pub(crate) compaction_bytes_written: AtomicU64,
     pub(crate) compactions: AtomicU64,
@@ -72,6 +74,9 @@ pub struct BlobFileStats {
     pub dead_records: u64,
     /// Bytes of dead records.
     pub garbage_bytes: u64,
+    /// A sorted run (`Settings::sorted_value_runs`): its records are in
+    /// key order.
+    pub sorted_run: bool,
 }
 
 /// A point-in-time copy of the store's statistics.
@@ -162,6 +167,11 @@ pub struct Stats {
     pub remote_gc_runs: u64,
     /// Blob refs compaction rewrote to a GC output.
     pub blob_refs_rewritten: u64,
+    /// Separated values compactions moved into sorted runs
+    /// (`Settings::sorted_value_runs`).
+    pub values_moved: u64,
+    /// Bytes of those records (counted in `compaction_bytes_written` too).
+    pub value_bytes_moved: u64,
     /// Memtable bytes (active + immutable): arena bytes used plus each
     /// memtable's hash index and key filter.
     pub memtable_bytes: u64,
@@ -250,6 +260,8 @@ impl Stats {
             gc_records_relocated: c.gc_records_relocated.load(Relaxed),
             gc_runs: c.gc_runs.load(Relaxed),
             blob_refs_rewritten: c.blob_refs_rewritten.load(Relaxed),
+            values_moved: c.values_moved.load(Relaxed),
+            value_bytes_moved: c.value_bytes_moved.load(Relaxed),
             wal_bytes_dropped_at_recovery: c.wal_bytes_dropped_at_recovery.load(Relaxed),
             point_reads: c.point_reads.get(),
             iterators: c.iterators.get(),
@@ -311,6 +323,11 @@ impl std::fmt::Display for Stats {
             self.compaction_failures,
             self.subcompactions,
             self.remote_compactions
+        )?;
+        writeln!(
+            f,
+            "values moved into runs  {} ({} bytes)",
+            self.values_moved, self.value_bytes_moved
         )?;
         writeln!(
             f,

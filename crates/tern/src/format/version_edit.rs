@@ -24,6 +24,10 @@ pub struct BlobMeta {
     pub record_count: u64,
     /// Bytes of all records (headers, keys, values).
     pub data_bytes: u64,
+    /// For a sorted run (a file a compaction into the last level wrote,
+    /// its records in key order): its first and last user key. `None` for
+    /// every other blob file.
+    pub run_keys: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Levels are numbered `0..MAX_LEVELS`; an edit naming a higher level does
@@ -65,6 +69,9 @@ mod tag {
     pub const TIER_TABLE_ADD: u64 = 16;
     /// A memory tier table copied out to L0 or dropped: varint id.
     pub const TIER_TABLE_REMOVE: u64 = 17;
+    /// A blob file is a sorted run: varint number, length-prefixed first
+    /// and last user key. Follows that file's `BLOB_FILE_ADD`.
+    pub const SORTED_RUN: u64 = 18;
     // Reserved: 7 (another core counter), 14..=15 (separation features).
 }
 
@@ -234,6 +241,12 @@ impl VersionEdit {
             put_varint64(&mut dst, b.file_size);
             put_varint64(&mut dst, b.record_count);
             put_varint64(&mut dst, b.data_bytes);
+            if let Some((first, last)) = &b.run_keys {
+                put_varint64(&mut dst, tag::SORTED_RUN);
+                put_varint64(&mut dst, b.number);
+                put_length_prefixed(&mut dst, first);
+                put_length_prefixed(&mut dst, last);
+            }
         }
         for (new_file, e) in &self.relocations {
             put_varint64(&mut dst, tag::RELOCATION);
@@ -352,7 +365,25 @@ impl VersionEdit {
                     file_size: r.varint64()?,
                     record_count: r.varint64()?,
                     data_bytes: r.varint64()?,
+                    run_keys: None,
                 }),
+                tag::SORTED_RUN => {
+                    let number = r.varint64()?;
+                    let first = r.length_prefixed()?.to_vec();
+                    let last = r.length_prefixed()?.to_vec();
+                    if first > last {
+                        return Err(DecodeError::new(start, "sorted run keys are backwards"));
+                    }
+                    // It must directly follow its file's BLOB_FILE_ADD.
+                    let blob = edit
+                        .blob_files_added
+                        .last_mut()
+                        .filter(|b| b.number == number && b.run_keys.is_none())
+                        .ok_or_else(|| {
+                            DecodeError::new(start, "sorted run mark does not follow its blob file")
+                        })?;
+                    blob.run_keys = Some((first, last));
+                }
                 tag::RELOCATION => {
                     let new_file = r.varint64()?;
                     let old_file = r.varint64()?;

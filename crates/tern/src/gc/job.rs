@@ -332,6 +332,7 @@ mod check_tests {
                 file_size: 0,
                 record_count,
                 data_bytes: 0,
+                run_keys: None,
             },
             lineage,
         }

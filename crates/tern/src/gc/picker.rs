@@ -70,6 +70,7 @@ mod tests {
                 file_size: 100,
                 record_count: 10,
                 data_bytes: 100,
+                run_keys: None,
             };
             let state = BlobFileState {
                 meta,

@@ -169,6 +169,7 @@ pub fn check_files(
             file_size: fs.file_size(r.path()).map_err(|e| Error::io(r.path(), e))?,
             record_count: r.record_count(),
             data_bytes: r.data_bytes(),
+            run_keys: None,
         });
     }
     Ok(out)

@@ -357,6 +357,20 @@ settings! {
     blob_head_size: usize = 0,
     /// Size at which blob files are cut, bytes. Default: 64 MiB.
     blob_file_size: u64 = 64 << 20,
+    /// Compactions into the last level also move the separated values of
+    /// the keys they write into a *sorted run*: new blob files written in
+    /// key order. A range scan then finds neighbouring keys' values side
+    /// by side and reads many with one read, where otherwise each value
+    /// is a read of its own (neighbours were written by different
+    /// flushes): out of memory, the difference between one device read
+    /// per scan and one per row. A value already in a sorted run stays
+    /// there until this many runs overlap some key of a compaction's
+    /// range; that compaction merges them into one. The price is write
+    /// amplification: each value that lives until it reaches the last
+    /// level is written once more, and again when runs merge. `off` never
+    /// moves values. Default: off.
+    #[serde(serialize_with = "off_when_none")]
+    sorted_value_runs: Option<usize> = None,
     /// Read separated values through a read-only mapping of their blob
     /// file while they are in memory: a copy instead of a `pread` (a system
     /// call and a page-cache lookup per value). For a second after any read
@@ -500,6 +514,9 @@ impl Settings {
             || self.level0_stop_writes_trigger < self.level0_slowdown_writes_trigger
         {
             return bad("need 0 < level0 compaction trigger <= slowdown trigger <= stop trigger");
+        }
+        if self.sorted_value_runs == Some(0) {
+            return bad("sorted_value_runs must be at least 1, or off");
         }
         if self.max_bytes_for_level_multiplier < 2 {
             return bad("max_bytes_for_level_multiplier must be at least 2");

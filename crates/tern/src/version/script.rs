@@ -96,6 +96,7 @@ pub(crate) fn edit(input: &str) -> ParseResult<VersionEdit> {
                 file_size: kv(rest, "bytes").map_or(Ok(1000), |s| num(s, "bytes"))?,
                 record_count: kv(rest, "records").map_or(Ok(10), |s| num(s, "records"))?,
                 data_bytes: kv(rest, "bytes").map_or(Ok(1000), |s| num(s, "bytes"))?,
+                run_keys: None,
             }),
             ["blob", "dead", n, ords, rest @ ..] => e.dead_ordinals.push(DeadOrdinals {
                 file: num(n, "file number")?,

@@ -38,6 +38,8 @@ pub struct Counters {
     pub no_wal_epochs: AtomicU64,
     /// Key-range parts of split compactions, in the final epochs.
     pub subcompactions: AtomicU64,
+    /// Values compactions moved into sorted runs, in the final epochs.
+    pub values_moved: AtomicU64,
     /// Memory-tier copy-ins, merges and copy-outs, in the final epochs.
     pub memtier: [AtomicU64; 4],
 }
@@ -52,6 +54,7 @@ pub static COUNTERS: Counters = Counters {
     state_checks: AtomicU64::new(0),
     no_wal_epochs: AtomicU64::new(0),
     subcompactions: AtomicU64::new(0),
+    values_moved: AtomicU64::new(0),
     memtier: [const { AtomicU64::new(0) }; 4],
 };
 
@@ -542,6 +545,7 @@ impl Run {
         COUNTERS
             .subcompactions
             .fetch_add(st.subcompactions, Relaxed);
+        COUNTERS.values_moved.fetch_add(st.values_moved, Relaxed);
         for (c, n) in COUNTERS.memtier.iter().zip([
             st.memtier_copy_ins,
             st.memtier_merges,

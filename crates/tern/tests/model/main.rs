@@ -50,7 +50,8 @@ fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
 /// The history seed `seed` draws: settings at the tiny scale, and `steps`
 /// operations. Every other seed is GC-heavy: all values separated, a small
 /// key space, a low GC ratio and frequent compaction + GC. One seed in
-/// seven writes without the WAL.
+/// five splits compactions into small parts; one in seven writes without
+/// the WAL.
 pub fn history_for(seed: u64, steps: usize) -> History {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut settings: Vec<(String, String)> = random_settings(&mut rng, Scale::Tiny)
@@ -74,6 +75,11 @@ pub fn history_for(seed: u64, steps: usize) -> History {
         );
         profile.keys = 40;
         profile.weights = Weights::model_gc_heavy();
+    }
+    if seed % 5 == 2 {
+        // Small outputs, so that compactions read enough to be split.
+        set("max_subcompactions", "4".into());
+        set("target_file_size", "2048".into());
     }
     let no_wal = seed % 7 == 3;
     if no_wal {
@@ -151,11 +157,13 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     let write_faults = c.write_faults.load(Relaxed);
     let checks = c.state_checks.load(Relaxed);
     let parts = c.subcompactions.load(Relaxed);
+    let values_moved = c.values_moved.load(Relaxed);
     let tier: Vec<u64> = c.memtier.iter().map(|c| c.load(Relaxed)).collect();
     eprintln!(
         "{seeds} seeds: {checks} full-state checks, {jobs} GC jobs, {moved} records relocated, \
          {rewritten} refs rewritten, crashes per mode {:?} = {crashes:?}, {faults} faults fired \
          ({write_faults} on writes), {no_wal} epochs without WAL, {parts} subcompactions, \
+         {values_moved} values moved into sorted runs, \
          memory tier copy-ins/merges/copy-outs/restored at open {tier:?}",
         CrashMode::ALL
     );
@@ -166,6 +174,7 @@ fn model_based_random_operations_with_restarts_and_crashes() {
     ci_summary("model_install_faults", faults);
     ci_summary("model_no_wal_epochs", no_wal);
     ci_summary("model_subcompactions", parts);
+    ci_summary("model_values_moved", values_moved);
     ci_summary("model_memtier_merges", tier[1]);
     ci_summary("model_memtier_restored", tier[3]);
     if seeds >= 50 {
@@ -188,9 +197,10 @@ fn model_based_random_operations_with_restarts_and_crashes() {
                 && faults > 0
                 && write_faults > 0
                 && no_wal > 0
-                && parts > 0,
-            "the model test must exercise every crash mode, install and write faults, disable_wal \
-             and split compactions"
+                && parts > 0
+                && values_moved > 0,
+            "the model test must exercise every crash mode, install and write faults, disable_wal, \
+             split compactions and sorted value runs"
         );
     }
 }

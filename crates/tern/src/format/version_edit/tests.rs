@@ -65,6 +65,11 @@ fn rand_edit(rng: &mut SmallRng) -> VersionEdit {
             file_size: rand_u64(rng),
             record_count: rand_u64(rng),
             data_bytes: rand_u64(rng),
+            run_keys: rng.gen_bool(0.5).then(|| {
+                let a = rand_key(rng);
+                let b = rand_key(rng);
+                (a.clone().min(b.clone()), a.max(b))
+            }),
         });
     }
     for _ in 0..rng.gen_range(0..3) {
@@ -293,4 +298,50 @@ fn rejects_bad_fields() {
     put_varint32(&mut long, 1);
     put_varint64(&mut long, u64::MAX);
     assert!(VersionEdit::decode(&long).is_err());
+}
+
+#[test]
+fn a_sorted_run_mark_must_follow_its_blob_file_and_keep_its_keys_in_order() {
+    let blob_add = |dst: &mut Vec<u8>, number: u64| {
+        put_varint64(dst, tag::BLOB_FILE_ADD);
+        for v in [number, 100, 1, 50] {
+            put_varint64(dst, v);
+        }
+    };
+    let mark = |dst: &mut Vec<u8>, number: u64, first: &[u8], last: &[u8]| {
+        put_varint64(dst, tag::SORTED_RUN);
+        put_varint64(dst, number);
+        put_length_prefixed(dst, first);
+        put_length_prefixed(dst, last);
+    };
+    let mut good = Vec::new();
+    blob_add(&mut good, 9);
+    mark(&mut good, 9, b"a", b"m");
+    let e = VersionEdit::decode(&good).unwrap();
+    assert_eq!(
+        e.blob_files_added[0].run_keys,
+        Some((b"a".to_vec(), b"m".to_vec()))
+    );
+
+    // Alone, after another file, twice, or with its keys backwards.
+    let mut alone = Vec::new();
+    mark(&mut alone, 9, b"a", b"m");
+    let mut other = Vec::new();
+    blob_add(&mut other, 8);
+    let at = other.len() as u64;
+    mark(&mut other, 9, b"a", b"m");
+    let mut twice = good.clone();
+    let twice_at = twice.len() as u64;
+    mark(&mut twice, 9, b"a", b"m");
+    let mut backwards = Vec::new();
+    blob_add(&mut backwards, 9);
+    let backwards_at = backwards.len() as u64;
+    mark(&mut backwards, 9, b"m", b"a");
+    assert_eq!(VersionEdit::decode(&alone).unwrap_err().offset, 0);
+    assert_eq!(VersionEdit::decode(&other).unwrap_err().offset, at);
+    assert_eq!(VersionEdit::decode(&twice).unwrap_err().offset, twice_at);
+    assert_eq!(
+        VersionEdit::decode(&backwards).unwrap_err().offset,
+        backwards_at
+    );
 }

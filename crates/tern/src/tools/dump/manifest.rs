@@ -68,6 +68,14 @@ impl fmt::Display for VersionEdit {
                 b.record_count,
                 b.data_bytes
             )?;
+            if let Some((first, last)) = &b.run_keys {
+                writeln!(
+                    out,
+                    "         sorted run {} .. {}",
+                    crate::tools::escape_bytes(first),
+                    crate::tools::escape_bytes(last)
+                )?;
+            }
         }
         for (new_file, e) in &edit.relocations {
             writeln!(

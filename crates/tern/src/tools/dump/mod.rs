@@ -229,13 +229,18 @@ fn blob_summary(version: &Version, out: &mut dyn Write) -> std::io::Result<()> {
     for b in version.blob_files.values() {
         writeln!(
             out,
-            "{:<12} {:>12} {:>9} {:>9} {:>12} {:>6.1}%",
+            "{:<12} {:>12} {:>9} {:>9} {:>12} {:>6.1}%{}",
             blob_file_name(b.meta.number),
             show::bytes(b.meta.file_size),
             b.meta.record_count,
             b.dead.len(),
             show::bytes(b.dead_bytes),
-            b.garbage_ratio() * 100.0
+            b.garbage_ratio() * 100.0,
+            if b.meta.run_keys.is_some() {
+                "  sorted run"
+            } else {
+                ""
+            }
         )?;
     }
     let dead_bytes: u64 = version.blob_files.values().map(|b| b.dead_bytes).sum();

@@ -1,0 +1,214 @@
+//! Sorted value runs (`sorted_value_runs`): compactions into the last level
+//! move separated values into blob files written in key order, merge runs
+//! once too many overlap, and every read sees the same data before and
+//! after, across a reopen and at a snapshot.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{scan, small_opts, DIR};
+use tern::internals::blob::BlobReader;
+use tern::internals::wal::blob_file_name;
+use tern::io::{FsRef, MemFs};
+use tern::{Db, Options, ReadOptions};
+
+const N: u32 = 2000;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:06}").into_bytes()
+}
+
+/// 300 bytes, separated (the threshold is 100), naming key and round.
+fn value(i: u32, round: u32) -> Vec<u8> {
+    let mut v = format!("value-{i}-round-{round}-").into_bytes();
+    v.resize(300, b'a' + (i % 26) as u8);
+    v
+}
+
+/// Keys in a scattered order, so each flush holds keys from all over.
+fn scattered(n: u32) -> impl Iterator<Item = u32> {
+    (0..n).map(move |i| (u64::from(i) * 7919 % u64::from(n)) as u32)
+}
+
+fn opts(fs: FsRef, runs: usize) -> Options {
+    small_opts(fs).tune(|s| {
+        s.blob_threshold = Some(100);
+        s.sorted_value_runs = Some(runs);
+        // Compactions only where the test asks for them; GC would move
+        // records on its own.
+        s.disable_auto_compactions = true;
+        s.enable_gc = false;
+    })
+}
+
+/// Writes every key once in scattered order, flushing every `per_flush`
+/// keys; returns what the store holds.
+fn fill(db: &Db, per_flush: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    for (n, i) in scattered(N).enumerate() {
+        db.put(&key(i), &value(i, 0)).unwrap();
+        model.insert(key(i), value(i, 0));
+        if n % per_flush == per_flush - 1 {
+            db.flush().unwrap();
+        }
+    }
+    db.flush().unwrap();
+    model
+}
+
+fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    for (k, v) in model {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "get {k:?}");
+    }
+    let seen: BTreeMap<_, _> = scan(db).into_iter().collect();
+    assert_eq!(&seen, model, "a full scan");
+}
+
+/// Each live sorted run's first and last key; panics unless its records
+/// are in key order (versions a snapshot keeps share a key).
+fn runs(db: &Db, fs: &FsRef) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for b in db.stats().blob_files.iter().filter(|b| b.sorted_run) {
+        let path = Path::new(DIR).join(blob_file_name(b.number));
+        let r = BlobReader::open(fs, &path, b.number).unwrap();
+        let keys: Vec<Vec<u8>> = (0..r.record_count() as u32)
+            .map(|o| r.read_ordinal(o).unwrap().key)
+            .collect();
+        assert!(
+            keys.windows(2).all(|w| w[0] <= w[1]),
+            "run {} is in key order",
+            b.number
+        );
+        out.push((keys[0].clone(), keys[keys.len() - 1].clone()));
+    }
+    out
+}
+
+/// The most runs that share a key.
+fn depth(runs: &[(Vec<u8>, Vec<u8>)]) -> usize {
+    runs.iter()
+        .map(|(k, _)| runs.iter().filter(|(a, b)| a <= k && k <= b).count())
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn values_reach_the_last_level_in_key_order() {
+    let mem = MemFs::new();
+    let fs: FsRef = mem.clone();
+    let db = Db::open(DIR, opts(fs.clone(), 1)).unwrap();
+    let mut model = fill(&db, 300);
+    assert!(
+        db.stats().blob_files.len() > 3,
+        "several flushes' blob files"
+    );
+    db.compact_range(None, None).unwrap();
+    let first = db.stats();
+    assert_eq!(first.values_moved, u64::from(N));
+    assert!(first.blob_files.iter().all(|b| b.sorted_run));
+    check(&db, &model);
+
+    // Overwrites, deletes and a snapshot of the state before them.
+    let snap = db.snapshot().unwrap();
+    let before = model.clone();
+    for i in scattered(N).filter(|i| i % 3 == 0) {
+        if i % 2 == 0 {
+            db.delete(&key(i)).unwrap();
+            model.remove(&key(i));
+        } else {
+            db.put(&key(i), &value(i, 1)).unwrap();
+            model.insert(key(i), value(i, 1));
+        }
+    }
+    db.flush().unwrap();
+    db.compact_range(None, None).unwrap();
+    check(&db, &model);
+    let at_snapshot = |k: &[u8]| {
+        db.get_opt(
+            k,
+            &ReadOptions {
+                snapshot: Some(&snap),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    for (k, v) in &before {
+        assert_eq!(at_snapshot(k).as_ref(), Some(v), "at the snapshot: {k:?}");
+    }
+    drop(snap);
+    // One run allowed: the second compaction merged the first run with
+    // the new values, and no other blob file is left.
+    let all = runs(&db, &fs);
+    assert!(!all.is_empty());
+    assert!(db.stats().blob_files.iter().all(|b| b.sorted_run));
+    assert_eq!(depth(&all), 1, "runs do not overlap: {all:?}");
+    drop(db);
+
+    let db = Db::open(DIR, opts(fs.clone(), 1)).unwrap();
+    check(&db, &model);
+    assert_eq!(runs(&db, &fs), all, "the runs survive a reopen");
+}
+
+#[test]
+fn values_in_runs_stay_until_too_many_runs_overlap() {
+    let mem = MemFs::new();
+    let fs: FsRef = mem.clone();
+    let db = Db::open(DIR, opts(fs.clone(), 3)).unwrap();
+    let mut model = BTreeMap::new();
+    // Four rounds of interleaved keys: each round's keys span the whole
+    // key range, so each round's run overlaps every earlier one.
+    let mut moved = 0;
+    for round in 0..4u32 {
+        for i in scattered(N).filter(|i| i % 4 == round) {
+            db.put(&key(i), &value(i, round)).unwrap();
+            model.insert(key(i), value(i, round));
+        }
+        db.flush().unwrap();
+        db.compact_range(None, None).unwrap();
+        check(&db, &model);
+        let st = db.stats();
+        let now_moved = st.values_moved - moved;
+        moved = st.values_moved;
+        let runs = runs(&db, &fs);
+        if round < 3 {
+            // Below the limit: only the new round's values move.
+            assert_eq!(now_moved, u64::from(N / 4), "round {round}");
+            assert_eq!(depth(&runs), round as usize + 1, "round {round}");
+        } else {
+            // Three runs overlap: this compaction merges them all.
+            assert_eq!(now_moved, u64::from(N), "round {round}");
+            assert_eq!(depth(&runs), 1, "round {round}");
+        }
+        assert!(st.blob_files.iter().all(|b| b.sorted_run), "round {round}");
+    }
+}
+
+#[test]
+fn no_values_move_when_the_setting_is_off_or_values_are_inline() {
+    for (runs, threshold) in [(None, Some(100)), (Some(1), None)] {
+        let mem = MemFs::new();
+        let fs: FsRef = mem.clone();
+        let o = opts(fs.clone(), 1).tune(|s| {
+            s.sorted_value_runs = runs;
+            s.blob_threshold = threshold;
+        });
+        let db = Db::open(DIR, o).unwrap();
+        let model = fill(&db, 500);
+        db.compact_range(None, None).unwrap();
+        check(&db, &model);
+        let st = db.stats();
+        assert_eq!(st.values_moved, 0, "{runs:?} {threshold:?}");
+        assert!(st.blob_files.iter().all(|b| !b.sorted_run));
+    }
+}
+
+#[test]
+fn sorted_value_runs_of_zero_is_refused() {
+    let fs: FsRef = MemFs::new();
+    let err = Db::open(DIR, opts(fs, 0)).unwrap_err();
+    assert!(err.to_string().contains("sorted_value_runs"), "{err}");
+}
