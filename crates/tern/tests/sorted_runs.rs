@@ -212,3 +212,47 @@ fn sorted_value_runs_of_zero_is_refused() {
     let err = Db::open(DIR, opts(fs, 0)).unwrap_err();
     assert!(err.to_string().contains("sorted_value_runs"), "{err}");
 }
+
+#[test]
+fn gc_of_a_sorted_run_keeps_it_a_sorted_run() {
+    let mem = MemFs::new();
+    let fs: FsRef = mem.clone();
+    let o = opts(fs.clone(), 3).tune(|s| {
+        s.enable_gc = true;
+        s.gc_garbage_ratio = 0.5;
+    });
+    let db = Db::open(DIR, o).unwrap();
+    let mut model = fill(&db, 300);
+    db.compact_range(None, None).unwrap();
+    let first_runs: Vec<u64> = db.stats().blob_files.iter().map(|b| b.number).collect();
+    // Overwrite two keys in three: the new values make a second run, and
+    // the first is two-thirds garbage.
+    for i in scattered(N).filter(|i| i % 3 != 0) {
+        db.put(&key(i), &value(i, 1)).unwrap();
+        model.insert(key(i), value(i, 1));
+    }
+    db.flush().unwrap();
+    db.compact_range(None, None).unwrap();
+    // GC may have started on its own; this runs what is left.
+    db.collect_garbage().unwrap();
+    let st = db.stats();
+    assert!(st.gc_records_relocated > 0, "GC collected the first run");
+    assert!(
+        st.blob_files
+            .iter()
+            .all(|b| !first_runs.contains(&b.number)),
+        "the first run's files are gone"
+    );
+    // Every live file, GC's output included, is a sorted run in key order.
+    assert!(
+        st.blob_files.iter().all(|b| b.sorted_run),
+        "{:?}",
+        st.blob_files
+    );
+    assert_eq!(depth(&runs(&db, &fs)), 2);
+    check(&db, &model);
+    drop(db);
+    let db = Db::open(DIR, opts(fs.clone(), 3)).unwrap();
+    check(&db, &model);
+    assert!(db.stats().blob_files.iter().all(|b| b.sorted_run));
+}

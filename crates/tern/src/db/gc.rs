@@ -116,7 +116,9 @@ impl Shared {
                     }
                 }
             }
-            edit.blob_files_added.push(file.meta.clone());
+            let mut meta = file.meta.clone();
+            meta.run_keys = run_keys_after_gc(&v, &file.lineage);
+            edit.blob_files_added.push(meta);
             edit.relocations
                 .extend(file.lineage.iter().map(|e| (file.meta.number, e.clone())));
             if !carried.ordinals.is_empty() {
@@ -147,4 +149,23 @@ impl Shared {
         self.finish_install(state);
         Ok(())
     }
+}
+
+/// The first and last key of a GC output that is still a sorted run: its
+/// inputs (copied in lineage order, each in ordinal order) are all sorted
+/// runs, each wholly after the one before. `None` otherwise.
+fn run_keys_after_gc(
+    v: &crate::version::Version,
+    lineage: &[crate::format::blob::LineageEntry],
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut keys: Option<(Vec<u8>, Vec<u8>)> = None;
+    for entry in lineage {
+        let (first, last) = v.blob_files.get(&entry.old_file)?.meta.run_keys.as_ref()?;
+        keys = match keys {
+            None => Some((first.clone(), last.clone())),
+            Some((start, end)) if end < *first => Some((start, last.clone())),
+            Some(_) => return None,
+        };
+    }
+    keys
 }
