@@ -148,6 +148,8 @@ fn values_reach_the_last_level_in_key_order() {
     assert_eq!(depth(&all), 1, "runs do not overlap: {all:?}");
     drop(db);
 
+    let report = tern::tools::check::check_store(Path::new(DIR), fs.clone()).unwrap();
+    assert!(report.is_ok(), "tern check: {report:?}");
     let db = Db::open(DIR, opts(fs.clone(), 1)).unwrap();
     check(&db, &model);
     assert_eq!(runs(&db, &fs), all, "the runs survive a reopen");

@@ -137,6 +137,8 @@ fn check_blob_file(
         );
     }
     let mut records = Vec::with_capacity(count.min(1 << 20) as usize);
+    // A sorted run's keys: in order, within the range the manifest records.
+    let mut run_order = meta.run_keys.as_ref().map(|keys| (keys, None::<Vec<u8>>));
     let mut data_bytes = 0u64;
     let mut dead_bytes = 0u64;
     for ordinal in 0..count {
@@ -162,6 +164,14 @@ fn check_blob_file(
         report.blob_records_checked += 1;
         match reader.read_ordinal(ordinal) {
             Ok(rec) => match u32::try_from(rec.value.len()) {
+                Ok(_) if !in_run_order(&mut run_order, &rec.key) => {
+                    report.problem(
+                        path,
+                        offset,
+                        format!("record {ordinal}: key out of the sorted run's order or range"),
+                    );
+                    records.push(None);
+                }
                 Ok(value_len) => records.push(Some(RecordInfo {
                     key_hash: key_hash(&rec.key),
                     value_len,
@@ -369,4 +379,20 @@ impl BlobContext<'_> {
             }
         }
     }
+}
+
+/// Whether `key`, the next record's, keeps a sorted run in order and inside
+/// its recorded first and last key (always true for other blob files).
+pub(super) fn in_run_order(
+    run: &mut Option<(&(Vec<u8>, Vec<u8>), Option<Vec<u8>>)>,
+    key: &[u8],
+) -> bool {
+    let Some(((first, last), prev)) = run.as_mut() else {
+        return true;
+    };
+    let ok = first.as_slice() <= key
+        && key <= last.as_slice()
+        && prev.as_deref().is_none_or(|p| p <= key);
+    *prev = Some(key.to_vec());
+    ok
 }

@@ -618,3 +618,21 @@ fn escaping() {
     let k = crate::format::internal_key::make_internal_key(b"k\n", 7, ValueKind::Value);
     assert_eq!(describe_key(&k), "k\\x0a @7 Value");
 }
+
+#[test]
+fn a_sorted_run_out_of_order_or_range_is_caught() {
+    use super::blobs::in_run_order;
+    let keys = (b"b".to_vec(), b"m".to_vec());
+    let walk = |seq: &[&[u8]]| {
+        let mut run = Some((&keys, None));
+        seq.iter()
+            .map(|k| in_run_order(&mut run, k))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(walk(&[b"b", b"c", b"c", b"m"]), [true; 4]);
+    assert_eq!(walk(&[b"c", b"b"]), [true, false], "backwards");
+    assert_eq!(walk(&[b"a"]), [false], "before the first key");
+    assert_eq!(walk(&[b"n"]), [false], "past the last key");
+    // Other blob files hold keys in any order.
+    assert!(in_run_order(&mut None, b"z"));
+}
