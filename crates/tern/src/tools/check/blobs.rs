@@ -138,7 +138,10 @@ fn check_blob_file(
     }
     let mut records = Vec::with_capacity(count.min(1 << 20) as usize);
     // A sorted run's keys: in order, within the range the manifest records.
-    let mut run_order = meta.run_keys.as_ref().map(|keys| (keys, None::<Vec<u8>>));
+    let mut run_order = meta
+        .run_keys
+        .as_ref()
+        .map(|keys| RunOrder { keys, prev: None });
     let mut data_bytes = 0u64;
     let mut dead_bytes = 0u64;
     for ordinal in 0..count {
@@ -381,13 +384,21 @@ impl BlobContext<'_> {
     }
 }
 
+/// Where a walk over a sorted run's records is: its recorded first and
+/// last key, and the key of the record before.
+pub(super) struct RunOrder<'a> {
+    pub keys: &'a (Vec<u8>, Vec<u8>),
+    pub prev: Option<Vec<u8>>,
+}
+
 /// Whether `key`, the next record's, keeps a sorted run in order and inside
 /// its recorded first and last key (always true for other blob files).
-pub(super) fn in_run_order(
-    run: &mut Option<(&(Vec<u8>, Vec<u8>), Option<Vec<u8>>)>,
-    key: &[u8],
-) -> bool {
-    let Some(((first, last), prev)) = run.as_mut() else {
+pub(super) fn in_run_order(run: &mut Option<RunOrder<'_>>, key: &[u8]) -> bool {
+    let Some(RunOrder {
+        keys: (first, last),
+        prev,
+    }) = run.as_mut()
+    else {
         return true;
     };
     let ok = first.as_slice() <= key

@@ -621,10 +621,13 @@ fn escaping() {
 
 #[test]
 fn a_sorted_run_out_of_order_or_range_is_caught() {
-    use super::blobs::in_run_order;
+    use super::blobs::{in_run_order, RunOrder};
     let keys = (b"b".to_vec(), b"m".to_vec());
     let walk = |seq: &[&[u8]]| {
-        let mut run = Some((&keys, None));
+        let mut run = Some(RunOrder {
+            keys: &keys,
+            prev: None,
+        });
         seq.iter()
             .map(|k| in_run_order(&mut run, k))
             .collect::<Vec<_>>()
