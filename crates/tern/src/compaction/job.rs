@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{CompactionFilter, FilterDecision, FilterValue, Placed, Retention, VersionWalk};
-use crate::blob::{BlobCache, BlobReader, BlobWriter, ExpectedRecord};
+use crate::blob::{BlobCache, BlobWriter, ExpectedRecord};
 use crate::cache::OpenFiles;
 use crate::error::{Error, IoContext, Result};
 use crate::format::blob::{self, BlobRef};
@@ -26,6 +26,9 @@ use crate::wal::{blob_file_name, table_file_name};
 const JOB_OPEN_BLOB_FILES: usize = 64;
 /// Most memory those indexes hold (8 bytes per record).
 const JOB_BLOB_INDEX_BYTES: u64 = 64 << 20;
+/// Blob files a compaction keeps open to read the values it moves: a last
+/// level's keys draw values from many flushes.
+const MOVE_OPEN_BLOB_FILES: usize = 256;
 
 /// Everything a compaction needs to know.
 #[derive(Clone)]
@@ -224,6 +227,13 @@ impl CompactionJob {
         // through.
         let mut run: Option<RunWriter> = None;
         let mut sources = MoveSources::default();
+        // Moved values are checked record by record, so their readers load
+        // index entries on demand.
+        let move_blobs = BlobCache::new(
+            self.dir.clone(),
+            ctx.fs.clone(),
+            Arc::new(OpenFiles::new(MOVE_OPEN_BLOB_FILES, JOB_BLOB_INDEX_BYTES)),
+        );
         let mut walk = VersionWalk::new(&self.retention);
         let mut scratch = Vec::new();
         while iter.valid() {
@@ -331,42 +341,51 @@ impl CompactionJob {
                             },
                         )?;
                     if let Some(moves) = self.move_values.as_ref().filter(|m| m.moves(file)) {
-                        let reader = blobs.get(file)?;
-                        let offset = if moved {
-                            reader.offset_of(ordinal)?
-                        } else {
-                            r.offset
-                        };
                         let want = ExpectedRecord {
                             key: parsed.user_key,
                             seq: parsed.seq,
                             size: r.size,
                         };
-                        let value = sources.value(&reader, offset, want)?;
-                        if run.is_none() {
-                            run = Some(RunWriter::create(&self.dir, ctx)?);
-                        }
-                        let w = run
-                            .as_mut()
-                            .ok_or_else(|| Error::Internal("no sorted run to write".into()))?;
-                        let nr = w.add(parsed.user_key, parsed.seq, &value)?;
-                        let full = w.len() >= moves.blob_file_size;
-                        o.builder.add(key, &nr.encode_with_head(head))?;
-                        if o.blob_files.insert(nr.file) {
-                            o.builder.add_blob_file(nr.file);
-                        }
-                        // The old copy loses its reference here.
-                        let dead = dead_ref(parsed.user_key, &r);
-                        out.values_moved += 1;
-                        out.value_bytes_moved += dead.2;
-                        out.dead_refs.push(dead);
-                        if full {
-                            if let Some(w) = run.take() {
-                                out.blobs.push(w.finish()?);
+                        let at = if moved { None } else { Some(r.offset) };
+                        match sources.value(&move_blobs, file, ordinal, at, want) {
+                            Ok(value) => {
+                                // Files are cut between user keys, so the
+                                // versions of a key share one file.
+                                let cut = run.as_ref().is_some_and(|w| {
+                                    w.len() >= moves.blob_file_size && w.last != parsed.user_key
+                                });
+                                if cut {
+                                    if let Some(w) = run.take() {
+                                        out.blobs.push(w.finish()?);
+                                    }
+                                }
+                                if run.is_none() {
+                                    run = Some(RunWriter::create(&self.dir, ctx)?);
+                                }
+                                let w = run.as_mut().ok_or_else(|| {
+                                    Error::Internal("no sorted run to write".into())
+                                })?;
+                                let nr = w.add(parsed.user_key, parsed.seq, &value)?;
+                                o.builder.add(key, &nr.encode_with_head(head))?;
+                                if o.blob_files.insert(nr.file) {
+                                    o.builder.add_blob_file(nr.file);
+                                }
+                                // The old copy loses its reference here.
+                                let dead = dead_ref(parsed.user_key, &r);
+                                out.values_moved += 1;
+                                out.value_bytes_moved += dead.2;
+                                out.dead_refs.push(dead);
+                                iter.next();
+                                continue;
                             }
+                            // A damaged record stays where it is: reads of
+                            // its key report it, as they did, and one bad
+                            // value does not stop every compaction over it.
+                            Err(e @ Error::Corruption { .. }) => {
+                                tracing::warn!("tern: a separated value stays unmoved: {e}");
+                            }
+                            Err(e) => return Err(e),
                         }
-                        iter.next();
-                        continue;
                     }
                     if moved {
                         // Point the ref at the record's current home so
@@ -454,44 +473,71 @@ fn dead_ref(user_key: &[u8], r: &BlobRef) -> (u64, u32, u64) {
 /// Reads of a moved value's record go through one window per source
 /// file: a compaction walks keys in order, and a flush or a sorted run
 /// holds its records in key order, so the records a job moves out of one
-/// file mostly come at rising offsets and one read serves many.
+/// file mostly come at rising offsets and one read serves many. The least
+/// recently used window goes when a job reads from more files than it
+/// keeps windows for.
 #[derive(Default)]
 struct MoveSources {
-    windows: std::collections::HashMap<u64, (u64, Vec<u8>)>,
+    windows: std::collections::HashMap<u64, Window>,
+    tick: u64,
+}
+
+/// Bytes of one source file, read at once.
+#[derive(Default)]
+struct Window {
+    start: u64,
+    buf: Vec<u8>,
+    used: u64,
 }
 
 /// Bytes read at once from a source file of moved values.
 const MOVE_WINDOW: u64 = 256 << 10;
-/// Source files whose windows a job keeps; past it they are all dropped.
-const MOVE_WINDOWS_KEPT: usize = 64;
+/// Source files whose windows a job keeps (32 MiB).
+const MOVE_WINDOWS_KEPT: usize = 128;
 
 impl MoveSources {
-    /// The value of the record at `offset` in `reader`'s file, checked
-    /// against `want` as every read of a separated value is.
+    /// The value of record `ordinal` of blob file `file` (at `offset` when
+    /// the ref's own offset holds, else looked up in the file's index),
+    /// checked against `want` as every read of a separated value is.
     fn value(
         &mut self,
-        reader: &BlobReader,
-        offset: u64,
+        blobs: &BlobCache,
+        file: u64,
+        ordinal: u32,
+        offset: Option<u64>,
         want: ExpectedRecord<'_>,
     ) -> Result<Vec<u8>> {
-        let file = reader.number();
-        if let Some((start, buf)) = self.windows.get(&file) {
-            if let Some(v) = reader.value_from_buffer(buf, *start, offset, want) {
+        let reader = blobs.get(file)?;
+        let offset = match offset {
+            Some(o) => o,
+            None => reader.offset_of(ordinal)?,
+        };
+        self.tick += 1;
+        if let Some(w) = self.windows.get_mut(&file) {
+            w.used = self.tick;
+            if let Some(v) = reader.value_from_buffer(&w.buf, w.start, offset, want) {
                 return v;
             }
-        }
-        if self.windows.len() >= MOVE_WINDOWS_KEPT && !self.windows.contains_key(&file) {
-            self.windows.clear();
+        } else if self.windows.len() >= MOVE_WINDOWS_KEPT {
+            let oldest = self
+                .windows
+                .iter()
+                .min_by_key(|(_, w)| w.used)
+                .map(|(&f, _)| f);
+            if let Some(f) = oldest {
+                self.windows.remove(&f);
+            }
         }
         let records_end = blob::BLOB_HEADER_LEN as u64 + reader.data_bytes();
         let len = MOVE_WINDOW
             .max(want.record_len())
             .min(records_end.saturating_sub(offset));
-        let (start, buf) = self.windows.entry(file).or_default();
-        reader.read_span(offset, len, buf)?;
-        *start = offset;
+        let w = self.windows.entry(file).or_default();
+        w.used = self.tick;
+        reader.read_span(offset, len, &mut w.buf)?;
+        w.start = offset;
         reader
-            .value_from_buffer(buf, offset, offset, want)
+            .value_from_buffer(&w.buf, offset, offset, want)
             .unwrap_or_else(|| {
                 Err(Error::corruption(
                     reader.path(),

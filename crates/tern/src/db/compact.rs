@@ -188,6 +188,7 @@ impl Shared {
         // Kept to remove them if the merge refuses the parts.
         let files = CompactionOutput {
             files: outs.iter().flat_map(|o| o.files.iter().cloned()).collect(),
+            blobs: outs.iter().flat_map(|o| o.blobs.iter().cloned()).collect(),
             ..CompactionOutput::default()
         };
         let remote = outs.iter().filter(|o| o.ran_elsewhere).count() as u64;
@@ -364,13 +365,18 @@ fn value_moves(
         .filter(|(_, b)| b.meta.run_keys.is_some())
         .map(|(&n, _)| n)
         .collect();
+    // The files holding the inputs' values now: tables name the file a
+    // record was written to, which GC may have retired since.
     let referenced: BTreeSet<u64> = plan
         .all_inputs()
-        .flat_map(|f| f.blob_files.iter().copied())
+        .flat_map(|f| f.blob_files.iter())
+        .map(|&n| current_file(version, n))
         .collect();
+    // Only the part of each run under the job's keys counts.
     let ranges = referenced.iter().filter_map(|n| {
         let (first, last) = version.blob_files.get(n)?.meta.run_keys.as_ref()?;
-        Some((first.as_slice(), last.as_slice()))
+        let (first, last) = (first.as_slice().max(lo), last.as_slice().min(hi));
+        (first <= last).then_some((first, last))
     });
     // Values outside runs make a new run over the job's keys.
     let new_run = referenced.iter().any(|n| !runs.contains(n));
@@ -379,6 +385,20 @@ fn value_moves(
         runs,
         blob_file_size: opts.blob_file_size,
     })
+}
+
+/// The live file GC moved blob file `n`'s records to (following lineage),
+/// or `n` itself.
+fn current_file(version: &Version, mut n: u64) -> u64 {
+    // Lineage chains are acyclic (the version checks it); the bound only
+    // guards the loop.
+    for _ in 0..=version.relocations.len() {
+        match version.relocations.get(&n) {
+            Some(r) => n = r.new_file,
+            None => break,
+        }
+    }
+    n
 }
 
 /// The most of the closed key ranges `[first, last]` that share a key.

@@ -52,6 +52,11 @@ pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
         excess = excess.saturating_sub(c.dead_bytes.min(c.meta.data_bytes));
         out.push(c);
     }
+    // Sorted runs copied in key order make an output that is a sorted run
+    // again, when their ranges do not overlap.
+    if out.iter().all(|b| b.meta.run_keys.is_some()) {
+        out.sort_by(|a, b| a.meta.run_keys.cmp(&b.meta.run_keys));
+    }
     out
 }
 
@@ -125,5 +130,25 @@ mod tests {
         // 300 - 1.2 * 243 = 8.4 bytes takes one file.
         let v = version(&[(1, 19), (2, 19), (3, 19)]);
         assert_eq!(picked(&v, &opts(0.5, Some(1.2), 8)), vec![1]);
+    }
+
+    #[test]
+    fn sorted_runs_are_collected_in_key_order() {
+        let mut v = version(&[(1, 90), (2, 60), (3, 70)]);
+        let mut mark = |n: u64, first: &[u8], last: &[u8]| {
+            let mut state = (*v.blob_files[&n]).clone();
+            state.meta.run_keys = Some((first.to_vec(), last.to_vec()));
+            v.blob_files.insert(n, Arc::new(state));
+        };
+        mark(1, b"m", b"z");
+        mark(2, b"a", b"f");
+        mark(3, b"g", b"l");
+        assert_eq!(picked(&v, &opts(0.5, None, 8)), vec![2, 3, 1]);
+        // With one file that is no run, most garbage first as ever.
+        let mut v = v.clone();
+        let mut plain = (*v.blob_files[&3]).clone();
+        plain.meta.run_keys = None;
+        v.blob_files.insert(3, Arc::new(plain));
+        assert_eq!(picked(&v, &opts(0.5, None, 8)), vec![1, 3, 2]);
     }
 }
