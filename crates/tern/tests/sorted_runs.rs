@@ -17,6 +17,9 @@ use tern::{Db, Options, ReadOptions};
 
 const N: u32 = 2000;
 
+/// What the store must hold.
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
 fn key(i: u32) -> Vec<u8> {
     format!("key{i:06}").into_bytes()
 }
@@ -46,7 +49,7 @@ fn opts(fs: FsRef, runs: usize) -> Options {
 
 /// Writes every key once in scattered order, flushing every `per_flush`
 /// keys; returns what the store holds.
-fn fill(db: &Db, per_flush: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn fill(db: &Db, per_flush: usize) -> Model {
     let mut model = BTreeMap::new();
     for (n, i) in scattered(N).enumerate() {
         db.put(&key(i), &value(i, 0)).unwrap();
@@ -59,7 +62,7 @@ fn fill(db: &Db, per_flush: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
     model
 }
 
-fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+fn check(db: &Db, model: &Model) {
     for (k, v) in model {
         assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "get {k:?}");
     }
@@ -218,7 +221,7 @@ fn sorted_value_runs_of_zero_is_refused() {
 /// A store with GC on whose first run (every key) was two-thirds
 /// overwritten by a second and then collected by GC; the first run's file
 /// numbers.
-fn overwritten_and_collected(runs: usize) -> (FsRef, Db, BTreeMap<Vec<u8>, Vec<u8>>, Vec<u64>) {
+fn overwritten_and_collected(runs: usize) -> (FsRef, Db, Model, Vec<u64>) {
     let fs: FsRef = MemFs::new();
     let o = opts(fs.clone(), runs).tune(|s| {
         s.enable_gc = true;
