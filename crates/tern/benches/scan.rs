@@ -7,7 +7,8 @@
 //! dropped from the page cache (what a store larger than memory sees). The
 //! in-memory ones run twice: reading values through the blob files'
 //! mappings (the default) and with `pread` (`mmap_blob_reads` off, the
-//! `_pread` names).
+//! `_pread` names). Last, the uncached hinted scan again after a
+//! compaction moved every value into one sorted run (`sorted_value_runs`).
 
 #![allow(missing_docs)]
 
@@ -121,6 +122,28 @@ fn in_memory(
     });
 }
 
+/// Hinted scans from random keys, each after the store's pages were
+/// dropped from the page cache.
+fn uncached(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    db: &Db,
+    dir: &std::path::Path,
+    rng: &mut SmallRng,
+    serial: bool,
+) {
+    g.bench_function(name, |b| {
+        b.iter_batched(
+            || {
+                drop_page_cache(dir);
+                key(rng.gen_range(0..KEYS - SCAN as u32))
+            },
+            |start| scan(db, &start, Some(SCAN), serial),
+            BatchSize::PerIteration,
+        )
+    });
+}
+
 fn scans(c: &mut Criterion) {
     let (db, dir) = open_store();
     let mut g = c.benchmark_group("separated_1k_values");
@@ -138,17 +161,17 @@ fn scans(c: &mut Criterion) {
         ("scan_50_hinted_uncached", false),
         ("scan_50_hinted_uncached_serial", true),
     ] {
-        g.bench_function(name, |b| {
-            b.iter_batched(
-                || {
-                    drop_page_cache(&dir);
-                    key(rng.gen_range(0..KEYS - SCAN as u32))
-                },
-                |start| scan(&db, &start, Some(SCAN), serial),
-                BatchSize::PerIteration,
-            )
-        });
+        uncached(&mut g, name, &db, &dir, &mut rng, serial);
     }
+    drop(db);
+    // The same store with its values moved into one sorted run
+    // (`sorted_value_runs`): a scan's values lie side by side.
+    let sorted = options(false).tune(|s| s.sorted_value_runs = Some(1));
+    let db = Db::open(&dir, sorted).unwrap_or_else(|e| panic!("reopen: {e}"));
+    db.compact_range(None, None)
+        .unwrap_or_else(|e| panic!("compact: {e}"));
+    let name = "scan_50_hinted_uncached_sorted_run";
+    uncached(&mut g, name, &db, &dir, &mut rng, false);
     g.finish();
     drop(db);
     let _ = std::fs::remove_dir_all(&dir);
