@@ -370,7 +370,7 @@ fn value_moves(
     let referenced: BTreeSet<u64> = plan
         .all_inputs()
         .flat_map(|f| f.blob_files.iter())
-        .map(|&n| current_file(version, n))
+        .map(|&n| version.live_blob_file(n))
         .collect();
     // Only the part of each run under the job's keys counts.
     let ranges = referenced.iter().filter_map(|n| {
@@ -385,20 +385,6 @@ fn value_moves(
         runs,
         blob_file_size: opts.blob_file_size,
     })
-}
-
-/// The live file GC moved blob file `n`'s records to (following lineage),
-/// or `n` itself.
-fn current_file(version: &Version, mut n: u64) -> u64 {
-    // Lineage chains are acyclic (the version checks it); the bound only
-    // guards the loop.
-    for _ in 0..=version.relocations.len() {
-        match version.relocations.get(&n) {
-            Some(r) => n = r.new_file,
-            None => break,
-        }
-    }
-    n
 }
 
 /// The most of the closed key ranges `[first, last]` that share a key.

@@ -53,6 +53,20 @@ impl Version {
         resolve(&self.blob_files, &self.relocations, file, ordinal)
     }
 
+    /// The live file holding the records of blob file `file` now: `file`
+    /// itself, or where GC's lineage leads from it.
+    pub fn live_blob_file(&self, mut file: u64) -> u64 {
+        // Chains are acyclic (installs and recovery check it); the bound
+        // only guards the loop.
+        for _ in 0..=self.relocations.len() {
+            match self.relocations.get(&file) {
+                Some(r) => file = r.new_file,
+                None => break,
+            }
+        }
+        file
+    }
+
     /// Blob files reachable from the tables: those the tables list, plus
     /// every file their lineage leads to.
     pub fn referenced_blob_files(&self) -> BTreeSet<u64> {
