@@ -138,10 +138,7 @@ fn check_blob_file(
     }
     let mut records = Vec::with_capacity(count.min(1 << 20) as usize);
     // A sorted run's keys: in order, within the range the manifest records.
-    let mut run_order = meta
-        .run_keys
-        .as_ref()
-        .map(|keys| RunOrder { keys, prev: None });
+    let mut run_order = meta.run_keys.as_ref().map(RunOrder::new);
     let mut data_bytes = 0u64;
     let mut dead_bytes = 0u64;
     for ordinal in 0..count {
@@ -167,19 +164,21 @@ fn check_blob_file(
         report.blob_records_checked += 1;
         match reader.read_ordinal(ordinal) {
             Ok(rec) => match u32::try_from(rec.value.len()) {
-                Ok(_) if !in_run_order(&mut run_order, &rec.key) => {
-                    report.problem(
-                        path,
-                        offset,
-                        format!("record {ordinal}: key out of the sorted run's order or range"),
-                    );
-                    records.push(None);
+                Ok(value_len) => {
+                    // The record reads fine; only the run's mark is wrong.
+                    if run_order.as_mut().is_some_and(|r| !r.admits(&rec.key)) {
+                        report.problem(
+                            path,
+                            offset,
+                            format!("record {ordinal}: key out of the sorted run's order or range"),
+                        );
+                    }
+                    records.push(Some(RecordInfo {
+                        key_hash: key_hash(&rec.key),
+                        value_len,
+                        seq: rec.seq,
+                    }))
                 }
-                Ok(value_len) => records.push(Some(RecordInfo {
-                    key_hash: key_hash(&rec.key),
-                    value_len,
-                    seq: rec.seq,
-                })),
                 Err(_) => {
                     report.problem(path, offset, format!("record {ordinal}: value too long"));
                     records.push(None);
@@ -387,23 +386,27 @@ impl BlobContext<'_> {
 /// Where a walk over a sorted run's records is: its recorded first and
 /// last key, and the key of the record before.
 pub(super) struct RunOrder<'a> {
-    pub keys: &'a (Vec<u8>, Vec<u8>),
-    pub prev: Option<Vec<u8>>,
+    first: &'a [u8],
+    last: &'a [u8],
+    /// Empty before the first record: no key sorts below it.
+    prev: Vec<u8>,
 }
 
-/// Whether `key`, the next record's, keeps a sorted run in order and inside
-/// its recorded first and last key (always true for other blob files).
-pub(super) fn in_run_order(run: &mut Option<RunOrder<'_>>, key: &[u8]) -> bool {
-    let Some(RunOrder {
-        keys: (first, last),
-        prev,
-    }) = run.as_mut()
-    else {
-        return true;
-    };
-    let ok = first.as_slice() <= key
-        && key <= last.as_slice()
-        && prev.as_deref().is_none_or(|p| p <= key);
-    *prev = Some(key.to_vec());
-    ok
+impl<'a> RunOrder<'a> {
+    pub(super) fn new((first, last): &'a (Vec<u8>, Vec<u8>)) -> Self {
+        RunOrder {
+            first,
+            last,
+            prev: Vec::new(),
+        }
+    }
+
+    /// Whether `key`, the next record's, keeps the run in key order and
+    /// inside its first and last key.
+    pub(super) fn admits(&mut self, key: &[u8]) -> bool {
+        let ok = self.first <= key && key <= self.last && self.prev.as_slice() <= key;
+        self.prev.clear();
+        self.prev.extend_from_slice(key);
+        ok
+    }
 }
