@@ -564,16 +564,20 @@ impl RunWriter {
         let path = dir.join(blob_file_name(number));
         let file = ctx.fs.create(&path).ctx(&path)?;
         let file = RateLimitedFile::wrap(file, ctx.rate_limiter.as_ref());
-        let writer = BlobWriter::new(file, path.clone(), number);
-        let mut w = RunWriter {
-            writer: None,
+        let writer = match BlobWriter::new(file, path.clone(), number) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = ctx.fs.remove_file(&path);
+                return Err(e);
+            }
+        };
+        Ok(RunWriter {
+            writer: Some(writer),
             path,
             fs: ctx.fs.clone(),
             first: Vec::new(),
             last: Vec::new(),
-        };
-        w.writer = Some(writer?);
-        Ok(w)
+        })
     }
 
     fn add(&mut self, user_key: &[u8], seq: u64, value: &[u8]) -> Result<BlobRef> {
@@ -598,8 +602,7 @@ impl RunWriter {
             .writer
             .take()
             .ok_or_else(|| Error::Internal("a sorted run finished twice".into()))?;
-        let res = w.finish(&[]);
-        let mut meta = match res {
+        let mut meta = match w.finish(&[]) {
             Ok(f) => f.meta,
             Err(e) => {
                 let _ = self.fs.remove_file(&self.path);

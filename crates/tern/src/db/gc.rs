@@ -5,8 +5,10 @@ use std::sync::atomic::Ordering;
 use super::core::Shared;
 use super::stats::Counters;
 use crate::error::{Error, Result};
+use crate::format::blob::LineageEntry;
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::gc::{picker, GcContext, GcInput, GcJob, GcOutput};
+use crate::version::Version;
 
 impl Shared {
     /// Picks blob files to collect ([`picker::pick`]), copies their live
@@ -154,10 +156,7 @@ impl Shared {
 /// The first and last key of a GC output that is still a sorted run: its
 /// inputs (copied in lineage order, each in ordinal order) are all sorted
 /// runs, each wholly after the one before. `None` otherwise.
-fn run_keys_after_gc(
-    v: &crate::version::Version,
-    lineage: &[crate::format::blob::LineageEntry],
-) -> Option<(Vec<u8>, Vec<u8>)> {
+fn run_keys_after_gc(v: &Version, lineage: &[LineageEntry]) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut keys: Option<(Vec<u8>, Vec<u8>)> = None;
     for entry in lineage {
         let (first, last) = v.blob_files.get(&entry.old_file)?.meta.run_keys.as_ref()?;

@@ -364,8 +364,9 @@ settings! {
     /// is a read of its own (neighbours were written by different
     /// flushes): out of memory, the difference between one device read
     /// per scan and one per row. A value already in a sorted run stays
-    /// there until this many runs overlap some key of a compaction's
-    /// range; that compaction merges them into one. The price is write
+    /// there until a compaction's new run would make more than this many
+    /// runs overlap some key of its range; that compaction merges them
+    /// into one. The price is write
     /// amplification: each value that lives until it reaches the last
     /// level is written once more, and again when runs merge. `off` never
     /// moves values. Default: off.
