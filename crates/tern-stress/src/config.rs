@@ -234,6 +234,9 @@ fn on_off(b: bool) -> &'static str {
     }
 }
 
+/// The smallest `write_buffer_size` the engine takes.
+const MIN_WRITE_BUFFER: u64 = 4096;
+
 /// The resolved engine options of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineKnobs {
@@ -257,7 +260,18 @@ impl EngineKnobs {
                 *v = o;
             }
         }
+        let drawn_buffer = d.write_buffer_size as u64;
         set(&mut d.write_buffer_size, args.write_buffer_size);
+        // A drawn tier is a multiple of the drawn memtable size; it keeps
+        // that multiple of the given one (a crash loop passes the flag to
+        // runs that draw their own tier).
+        if let Some(size) = d.memtier_size.as_mut() {
+            let given = d.write_buffer_size as u64;
+            *size = u64::try_from(
+                u128::from(*size) * u128::from(given) / u128::from(drawn_buffer.max(1)),
+            )
+            .unwrap_or(u64::MAX);
+        }
         set(&mut d.max_write_buffer_number, args.max_write_buffer_number);
         set(&mut d.level0_file_num_compaction_trigger, args.l0_trigger);
         set(&mut d.max_bytes_for_level_base, args.level_base);
@@ -306,6 +320,11 @@ impl EngineKnobs {
         let Ok(meta) = std::fs::metadata(dir.join(tern::DEFAULT_MEMTIER_FILE)) else {
             return;
         };
+        // Smaller than two of the smallest memtables: a file cut between
+        // its creation and its sizing, which never held a table.
+        if meta.len() < 2 * MIN_WRITE_BUFFER {
+            return;
+        }
         let s = &mut self.settings;
         s.memtier_path = Some(tern::DEFAULT_MEMTIER_FILE.to_string());
         s.memtier_size = Some(meta.len());
@@ -553,6 +572,47 @@ mod tests {
         assert_eq!(s.memtier_path.as_deref(), Some("MEMTIER"));
         assert_eq!(s.memtier_size, Some(3 << 20));
         assert!(s.write_buffer_size <= 3 << 19);
+        knobs.options().validate().unwrap();
+    }
+
+    /// Regression: a crash loop passes `--write-buffer-size` to every
+    /// child, and a child that drew a memory tier sized for its drawn
+    /// memtables (81920 bytes for 16 KiB ones, at this seed) could not
+    /// open with the given 64 KiB ones. The drawn tier keeps its multiple
+    /// of the memtable size.
+    #[test]
+    fn a_drawn_tier_holds_two_of_the_given_memtables() {
+        let args = StressArgs {
+            write_buffer_size: Some(65536),
+            ..StressArgs::default()
+        };
+        let knobs = EngineKnobs::resolve(&args, &mut StdRng::seed_from_u64(949011447)).unwrap();
+        let s = &knobs.settings;
+        assert_eq!(s.write_buffer_size, 65536);
+        assert_eq!(s.memtier_size, Some(5 * 65536), "the drawn 5x multiple");
+        knobs.options().validate().unwrap();
+        // A tier given with --set is the caller's: left as given.
+        let args = StressArgs {
+            write_buffer_size: Some(65536),
+            settings: vec!["memtier_size=100000".into()],
+            ..StressArgs::default()
+        };
+        let knobs = EngineKnobs::resolve(&args, &mut StdRng::seed_from_u64(949011447)).unwrap();
+        assert_eq!(knobs.settings.memtier_size, Some(100000));
+    }
+
+    /// Regression: a run killed between creating the tier file and sizing
+    /// it leaves an empty file; the next run took its size (0) for the
+    /// tier's and could not open.
+    #[test]
+    fn a_tier_file_cut_at_creation_is_not_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let args = StressArgs::default();
+        let drawn = EngineKnobs::resolve(&args, &mut StdRng::seed_from_u64(3)).unwrap();
+        std::fs::write(tmp.path().join("MEMTIER"), b"").unwrap();
+        let mut knobs = drawn.clone();
+        knobs.keep_durable_tier(tmp.path());
+        assert_eq!(knobs, drawn);
         knobs.options().validate().unwrap();
     }
 
