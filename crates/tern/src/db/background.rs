@@ -146,7 +146,10 @@ fn gc_loop(s: &Shared) {
         }
         // Keep collecting while there is work, then go back to waiting.
         loop {
-            match s.gc_one() {
+            let busy = s.poll_slots.background_job();
+            let done = s.gc_one();
+            drop(busy);
+            match done {
                 Ok(true) => failures = 0,
                 Ok(false) => {
                     failures = 0;
@@ -224,7 +227,10 @@ fn compaction_loop(s: &Shared) {
                 return;
             }
         }
-        match s.compact_one() {
+        let busy = s.poll_slots.background_job();
+        let done = s.compact_one();
+        drop(busy);
+        match done {
             Ok(true) => failures = 0,
             Ok(false) => {
                 failures = 0;
