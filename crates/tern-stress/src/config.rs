@@ -234,9 +234,6 @@ fn on_off(b: bool) -> &'static str {
     }
 }
 
-/// The smallest `write_buffer_size` the engine takes.
-const MIN_WRITE_BUFFER: u64 = 4096;
-
 /// The resolved engine options of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineKnobs {
@@ -266,11 +263,8 @@ impl EngineKnobs {
         // that multiple of the given one (a crash loop passes the flag to
         // runs that draw their own tier).
         if let Some(size) = d.memtier_size.as_mut() {
-            let given = d.write_buffer_size as u64;
-            *size = u64::try_from(
-                u128::from(*size) * u128::from(given) / u128::from(drawn_buffer.max(1)),
-            )
-            .unwrap_or(u64::MAX);
+            let multiple = *size / drawn_buffer.max(1);
+            *size = multiple.saturating_mul(d.write_buffer_size as u64);
         }
         set(&mut d.max_write_buffer_number, args.max_write_buffer_number);
         set(&mut d.level0_file_num_compaction_trigger, args.l0_trigger);
@@ -322,7 +316,7 @@ impl EngineKnobs {
         };
         // Smaller than two of the smallest memtables: a file cut between
         // its creation and its sizing, which never held a table.
-        if meta.len() < 2 * MIN_WRITE_BUFFER {
+        if meta.len() < 2 * tern::MIN_WRITE_BUFFER_SIZE as u64 {
             return;
         }
         let s = &mut self.settings;

@@ -73,7 +73,7 @@ use crate::io::{FsRef, PosixFs};
 
 mod settings;
 
-pub use settings::{SettingValue, Settings};
+pub use settings::{SettingValue, Settings, MIN_WRITE_BUFFER_SIZE};
 
 /// Number of LSM levels (L0 … L6).
 pub const NUM_LEVELS: usize = 7;

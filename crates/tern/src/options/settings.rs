@@ -258,6 +258,9 @@ fn doc_paragraph(lines: &[&str]) -> String {
     lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ")
 }
 
+/// Smallest `write_buffer_size` accepted, bytes.
+pub const MIN_WRITE_BUFFER_SIZE: usize = 4096;
+
 /// Longest `write_thread_max_yield_usec` accepted (10 ms).
 const MAX_WRITE_YIELD_USEC: u64 = 10_000;
 
@@ -499,7 +502,7 @@ impl Settings {
     /// Checks the settings for values the engine cannot work with.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::InvalidArgument(m.to_string()));
-        if self.write_buffer_size < 4096 {
+        if self.write_buffer_size < MIN_WRITE_BUFFER_SIZE {
             return bad("write_buffer_size must be at least 4096 bytes");
         }
         if self.max_write_buffer_number < 2 {
