@@ -146,12 +146,13 @@ impl BlobReader {
         self
     }
 
-    /// A read of this file found a value missing from memory. Only a reader
-    /// that reads through mappings says so: the state is the process's,
-    /// and a store without mappings must not send others back to `pread`.
-    pub(crate) fn saw_miss(&self) {
+    /// Reads of this file found `n` values missing from memory. Only a
+    /// reader that reads through mappings says so: the state is the
+    /// process's, and a store without mappings must not send others back
+    /// to `pread`.
+    pub(crate) fn saw_misses(&self, n: u64) {
         if self.mapped_reads {
-            residency::saw_miss();
+            residency::saw_misses(n);
         }
     }
 
@@ -450,7 +451,7 @@ impl BlobReader {
         let try_cached = cached_only || self.mapped_reads;
         let cached = try_cached && self.file.read_cached_at(offset, &mut rec).ctx(&self.path)?;
         if !cached {
-            self.saw_miss();
+            self.saw_misses(1);
             if cached_only {
                 return Ok(None);
             }
@@ -855,7 +856,7 @@ mod tests {
         assert_eq!(file.nowait_reads.load(Relaxed), nowait + 1);
         // Cold: a no-wait probe, then (the value missing) a plain read, and
         // the miss keeps reads cold.
-        residency::saw_miss();
+        residency::make_cold();
         file.resident.store(false, Relaxed);
         assert_eq!(r.read_value(at[3], expect(3)).unwrap(), vec![3u8; 300]);
         assert_eq!(file.nowait_reads.load(Relaxed), nowait + 2);

@@ -291,7 +291,8 @@ impl ScanResolver {
                 match reader.read_span_cached(run.start, run.len, &mut self.span) {
                     Ok(true) => spanned = true,
                     Ok(false) => {
-                        reader.saw_miss();
+                        // Every run from here on is taken to be missing.
+                        reader.saw_misses((runs.len() - n) as u64);
                         waiting = true;
                         for r in &runs[n..] {
                             reader_of(r).prefetch(r.start, r.len);
@@ -338,9 +339,7 @@ impl ScanResolver {
                     .unwrap_or_else(|| l.reader.read_scanned_value(l.offset, want))
             })
             .collect();
-        if residency::thread_major_faults() > faults {
-            residency::saw_miss();
-        }
+        residency::saw_misses(residency::thread_major_faults().saturating_sub(faults));
         Some(out)
     }
 
@@ -519,7 +518,7 @@ mod tests {
         residency::until_warm();
         check(r.read_batch(&batch));
         assert_eq!(r.span.capacity(), 0, "a warm batch reads no span");
-        residency::saw_miss();
+        residency::make_cold();
         check(r.read_batch(&batch));
         assert!(r.span.capacity() > 0, "after a miss, batches read spans");
         // Backward reads go through the mapping too, and notice faults.
@@ -527,11 +526,11 @@ mod tests {
         let enc = refs[3].encode();
         let back = |r: &mut ScanResolver| r.resolve_backward((&path, 0), &keys[3], 4, &enc);
         assert_eq!(back(&mut r).unwrap(), vec![3u8; 700]);
-        residency::inject_faults(1);
+        residency::inject_faults(residency::MISSES_TO_COLD);
         for _ in 0..40 {
             assert_eq!(back(&mut r).unwrap(), vec![3u8; 700]);
         }
-        assert!(!residency::warm(), "a fault under backward reads is a miss");
+        assert!(!residency::warm(), "faults under backward reads are misses");
     }
 
     /// With direct I/O a batch reads its runs together, and returns what

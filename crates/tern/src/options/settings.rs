@@ -380,9 +380,10 @@ settings! {
     sorted_value_runs: Option<usize> = None,
     /// Read separated values through a read-only mapping of their blob
     /// file while they are in memory: a copy instead of a `pread` (a system
-    /// call and a page-cache lookup per value). For a second after any read
-    /// finds a value missing from memory, reads use `pread` again, whose
-    /// batches hand a scan's misses to the device together. The price, as
+    /// call and a page-cache lookup per value). For a second after reads
+    /// find values missing from memory (a burst of them, not one), reads
+    /// use `pread` again, whose batches hand a scan's misses to the device
+    /// together. The price, as
     /// with RocksDB's `allow_mmap_reads`: a device or file-system read
     /// error on a mapped page, or a blob file cut short by something
     /// outside the store, ends the process with SIGBUS instead of failing
