@@ -22,21 +22,28 @@
 //! Out of memory, misses come hundreds a second, so reads turn cold
 //! within a window all the same.
 //! Misses are seen where they are cheap to see: a no-wait read that would
-//! have waited (a point read off the mapping tries one first), a mapped
-//! scan batch during which its thread took a major page fault, or such a
+//! have waited (a point read off the mapping tries one first), each major
+//! page fault a thread took during a mapped scan batch, and each such
 //! fault between two looks every [`READS_PER_LOOK`] mapped reads of single
-//! values. The state is two words for the process, like the page cache it
-//! describes; reading it costs a coarse clock read and a load of a line
-//! that is only written when a miss is seen.
+//! values. Misses are counted per fixed window of [`MISS_WINDOW_MS`] (a
+//! burst that straddles two windows counts in each separately). The state
+//! is two words for the process, like the page cache it describes, each on
+//! its own cache line; reading it costs a coarse clock read and a load of
+//! a line that is only written when reads turn (or stay) cold.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// How long after a read found a value missing reads stay on `pread`.
+/// How long after a burst of misses reads stay on `pread`.
 pub const COLD_FOR_MS: u64 = 1000;
+
+/// An atomic word alone on its cache line: [`MISSES`] is written on every
+/// miss, and must not take from readers the line [`warm`] loads.
+#[repr(align(64))]
+struct Line(AtomicU64);
 
 /// Coarse clock milliseconds until which values are taken to be out of
 /// memory.
-static COLD_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
+static COLD_UNTIL_MS: Line = Line(AtomicU64::new(0));
 
 /// Milliseconds of the coarse monotonic clock (a few ms of resolution,
 /// no system call).
@@ -56,11 +63,11 @@ fn now_ms() -> u64 {
         .saturating_add(ts.tv_nsec as u64 / 1_000_000)
 }
 
-/// Whether no read has found a separated value missing from memory lately:
-/// reads may then go through the mapping.
+/// Whether no burst of reads has found separated values missing from
+/// memory lately: reads may then go through the mapping.
 #[inline]
 pub fn warm() -> bool {
-    now_ms() >= COLD_UNTIL_MS.load(Relaxed)
+    now_ms() >= COLD_UNTIL_MS.0.load(Relaxed)
 }
 
 /// Misses within one window of [`MISS_WINDOW_MS`] that make reads cold.
@@ -71,7 +78,7 @@ pub const MISS_WINDOW_MS: u64 = 100;
 
 /// Misses seen in the current window: the window's number (its start over
 /// [`MISS_WINDOW_MS`], low 32 bits) in the high half, the count in the low.
-static MISSES: AtomicU64 = AtomicU64::new(0);
+static MISSES: Line = Line(AtomicU64::new(0));
 
 /// Records that a read found a value missing from memory.
 pub fn saw_miss() {
@@ -81,20 +88,28 @@ pub fn saw_miss() {
 /// Records `n` reads that found values missing from memory; reads turn
 /// (or stay) cold once a window holds [`MISSES_TO_COLD`] of them.
 pub fn saw_misses(n: u64) {
+    saw_misses_at(now_ms(), n);
+}
+
+/// [`saw_misses`] by a thread that read the clock at `now`.
+fn saw_misses_at(now: u64, n: u64) {
     if n == 0 {
         return;
     }
-    let now = now_ms();
     let window = (now / MISS_WINDOW_MS) & u64::from(u32::MAX);
     let mut count = 0;
     // A compare-and-swap loop: misses are rare while reads are warm, and
     // each one while cold has waited for the device, so contention on the
     // word costs nothing next to them.
-    let _ = MISSES.fetch_update(Relaxed, Relaxed, |cur| {
-        let held = if cur >> 32 == window {
-            cur & u64::from(u32::MAX)
+    let _ = MISSES.0.fetch_update(Relaxed, Relaxed, |cur| {
+        let held_window = cur >> 32;
+        // A thread that read the clock before another thread opened a
+        // newer window adds to that window rather than resetting it.
+        // (Windows wrap after 13 years; the comparison is then off once.)
+        let (window, held) = if held_window >= window {
+            (held_window, cur & u64::from(u32::MAX))
         } else {
-            0
+            (window, 0)
         };
         count = held.saturating_add(n).min(u64::from(u32::MAX));
         Some((window << 32) | count)
@@ -106,8 +121,8 @@ pub fn saw_misses(n: u64) {
     // Skip the store while the deadline is recent: misses come in bursts
     // from every reading thread, and each store takes the line from the
     // others.
-    if COLD_UNTIL_MS.load(Relaxed) + 100 < until {
-        COLD_UNTIL_MS.store(until, Relaxed);
+    if COLD_UNTIL_MS.0.load(Relaxed) + 100 < until {
+        COLD_UNTIL_MS.0.store(until, Relaxed);
     }
 }
 
@@ -186,8 +201,8 @@ thread_local! {
     static INJECTED_FAULTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Waits until reads may go through mappings again (a test that saw or
-/// reported a miss holds them off for a second).
+/// Waits until reads may go through mappings again (a test that made
+/// reads cold holds them off for a second).
 #[cfg(test)]
 pub(crate) fn until_warm() {
     let start = std::time::Instant::now();
@@ -210,7 +225,7 @@ mod tests {
     /// Forgets the misses of the current window, which earlier tests may
     /// have left.
     fn forget_misses() {
-        MISSES.store(0, Relaxed);
+        MISSES.0.store(0, Relaxed);
     }
 
     #[test]
@@ -223,6 +238,21 @@ mod tests {
     }
 
     #[test]
+    fn a_late_thread_adds_its_misses_to_the_newer_window() {
+        let _held = TEST_LOCK.lock();
+        until_warm();
+        forget_misses();
+        let now = now_ms();
+        // Another thread opened the next window with most of a burst; this
+        // one read the clock just before that window began.
+        saw_misses_at(now + MISS_WINDOW_MS, MISSES_TO_COLD - 1);
+        assert!(warm());
+        saw_misses_at(now, 1);
+        assert!(!warm(), "the late miss completes the newer window's burst");
+        forget_misses();
+    }
+
+    #[test]
     fn a_burst_of_misses_makes_reads_cold_for_a_while() {
         let _held = TEST_LOCK.lock();
         until_warm();
@@ -232,15 +262,15 @@ mod tests {
             forget_misses();
             saw_misses(MISSES_TO_COLD - 1);
             assert!(warm(), "fewer misses than a burst");
-            let window = MISSES.load(Relaxed) >> 32;
+            let window = MISSES.0.load(Relaxed) >> 32;
             saw_miss();
-            if MISSES.load(Relaxed) >> 32 == window {
+            if MISSES.0.load(Relaxed) >> 32 == window {
                 break;
             }
         }
         assert!(!warm(), "the burst's last miss");
-        assert!(COLD_UNTIL_MS.load(Relaxed) > now_ms());
-        assert!(COLD_UNTIL_MS.load(Relaxed) <= now_ms() + COLD_FOR_MS);
+        assert!(COLD_UNTIL_MS.0.load(Relaxed) > now_ms());
+        assert!(COLD_UNTIL_MS.0.load(Relaxed) <= now_ms() + COLD_FOR_MS);
     }
 
     #[test]
