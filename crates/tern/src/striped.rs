@@ -11,16 +11,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 /// stays correct, only slower.
 pub const STRIPES: usize = 16;
 
-/// One cell, on a cache line (pair) of its own.
+/// An atomic word on a cache line (pair) of its own: a word one thread
+/// writes often must not take from other cores the line they read.
 #[repr(align(128))]
 #[derive(Default, Debug)]
-struct Cell(AtomicU64);
+pub(crate) struct PaddedU64(pub(crate) AtomicU64);
+
+impl PaddedU64 {
+    /// A padded word holding `v`.
+    pub(crate) const fn new(v: u64) -> Self {
+        PaddedU64(AtomicU64::new(v))
+    }
+}
 
 /// A relaxed counter for hot paths: adds touch the calling thread's own
 /// cache line, reads sum every cell (exact once the adders are done).
 #[derive(Default, Debug)]
 pub struct StripedCounter {
-    cells: [Cell; STRIPES],
+    cells: [PaddedU64; STRIPES],
 }
 
 impl StripedCounter {
@@ -75,7 +83,7 @@ mod tests {
 
     #[test]
     fn cells_do_not_share_cache_lines() {
-        assert!(std::mem::align_of::<Cell>() >= 128);
+        assert!(std::mem::align_of::<PaddedU64>() >= 128);
         assert_eq!(std::mem::size_of::<StripedCounter>(), 128 * STRIPES);
     }
 }

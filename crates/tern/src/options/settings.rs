@@ -504,7 +504,9 @@ impl Settings {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::InvalidArgument(m.to_string()));
         if self.write_buffer_size < MIN_WRITE_BUFFER_SIZE {
-            return bad("write_buffer_size must be at least 4096 bytes");
+            return bad(&format!(
+                "write_buffer_size must be at least {MIN_WRITE_BUFFER_SIZE} bytes"
+            ));
         }
         if self.max_write_buffer_number < 2 {
             return bad("max_write_buffer_number must be at least 2");
