@@ -3,7 +3,9 @@
 //! and in commit-sized groups, linked at once or deferred), point lookups
 //! (hit and miss) and a full scan, over 100k entries with 16-byte keys and
 //! 100-byte values; and the linker's cost per node by how many deferred
-//! groups it links at once, into a memtable of a million entries.
+//! groups it links at once, into a memtable of a million entries; and an
+//! overwrite load (ten versions of each key) with and without version
+//! chains.
 
 #![allow(missing_docs)]
 
@@ -218,6 +220,64 @@ fn link(c: &mut Criterion) {
     g.finish();
 }
 
+/// Versions of each key an overwrite load writes in [`overwrite`].
+const VERSIONS: usize = 10;
+
+/// An overwrite load as a pipelined server takes it: ten versions of each
+/// of 100k random keys, in deferred groups of 1,000, then linked and
+/// scanned whole as a flush does; in a table with version chains (only
+/// each key's first version is ordered into the list) and in one listing
+/// every version.
+fn overwrite(c: &mut Criterion) {
+    let keys = keys_random();
+    let mut g = c.benchmark_group("memtable_overwrite_10x100k");
+    g.throughput(Throughput::Elements((VERSIONS * N) as u64));
+    let value = [0xabu8; 16];
+    for (name, chains) in [("chained", true), ("listed", false)] {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    let m = MemTable::new(128 << 20);
+                    if chains {
+                        m
+                    } else {
+                        m.without_version_chains()
+                    }
+                },
+                |m| {
+                    let mut entries = Vec::with_capacity(LINK_GROUP);
+                    let mut seq = 0u64;
+                    for _ in 0..VERSIONS {
+                        for chunk in keys.chunks(LINK_GROUP) {
+                            entries.clear();
+                            entries.extend(chunk.iter().map(|k| {
+                                seq += 1;
+                                (&k[..], seq, ValueKind::Value, &value[..])
+                            }));
+                            if m.add_all_deferred(&entries).is_err() {
+                                panic!("arena too small for the benchmark");
+                            }
+                        }
+                    }
+                    m.link_deferred();
+                    let m = Arc::new(m);
+                    let mut it = m.iter();
+                    it.seek_to_first();
+                    let mut n = 0usize;
+                    while it.valid() {
+                        n += it.value().len();
+                        it.next();
+                    }
+                    black_box(n);
+                    m
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
 fn get(c: &mut Criterion) {
     let keys = keys_random();
     let m = fill(&keys);
@@ -333,6 +393,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = insert, link, get, scan, scan_backlog
+    targets = insert, link, overwrite, get, scan, scan_backlog
 }
 criterion_main!(benches);

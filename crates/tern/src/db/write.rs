@@ -81,10 +81,15 @@ impl Drop for LeaderGuard<'_> {
 impl Shared {
     /// Creates the initial memtable for a store.
     pub fn new_memtable(&self, need: usize) -> Arc<MemTable> {
-        Arc::new(MemTable::pooled(
+        let mem = MemTable::pooled(
             memtable_capacity(self.opts.write_buffer_size, need),
             &self.arena_pool,
-        ))
+        );
+        // The memory tier copies memtables whole, as plain lists.
+        Arc::new(match self.tier {
+            Some(_) => mem.without_version_chains(),
+            None => mem,
+        })
     }
 
     /// Commits `batch` (None: only a forced memtable switch).

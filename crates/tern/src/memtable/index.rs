@@ -4,11 +4,14 @@
 //!
 //! Open addressing with linear probing over 8-byte slots: the high 32 bits
 //! hold a tag from the key's hash, the low 32 the node's arena offset (never
-//! 0, so an all-zero slot is empty). The index holds keys, not versions: a
-//! new version of an indexed key replaces the slot's node when its sequence
-//! number is higher, so overwrites never use a slot. A reader that finds a
-//! node newer than its snapshot searches the list instead (the node may not
-//! be linked yet: `MemTable::add_all_deferred`).
+//! 0, so an all-zero slot is empty). The index holds keys, not versions, so
+//! overwrites never use a slot. In a memtable with version chains the
+//! slot names the key's listed node for good ([`MemIndex::claim`]) and
+//! newer versions hang from that node; in one without, a new version
+//! replaces the slot's node when its sequence number is higher
+//! ([`MemIndex::insert`]). A reader whose snapshot is older than every
+//! version it reaches from the slot searches the list instead (the node
+//! may not be linked yet: `MemTable::add_all_deferred`).
 //!
 //! When a new key finds no free slot within [`MAX_PROBES`], it is left out
 //! and the index is marked incomplete. From then on an index miss proves
@@ -48,6 +51,26 @@ pub(crate) enum Lookup {
     Absent,
     /// The index cannot tell: the key may be one that was left out.
     Unknown,
+}
+
+/// What [`MemIndex::claim`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The key had no slot; now one names the node.
+    Placed,
+    /// The key's slot names this node, put there earlier.
+    Held(u32),
+    /// The key had no slot and none was free within reach: the index is
+    /// now incomplete.
+    Full,
+}
+
+/// Where [`MemIndex::probe`] ended.
+enum Probe<'a> {
+    Placed,
+    /// The key's slot and what it held.
+    Held(&'a AtomicU64, u64),
+    Full,
 }
 
 /// The index of one memtable.
@@ -92,35 +115,60 @@ impl MemIndex {
         same_key: impl Fn(u32) -> bool,
         newer: impl Fn(u32) -> bool,
     ) -> bool {
+        match self.probe(hash, node, same_key) {
+            Probe::Full => false,
+            Probe::Placed => true,
+            Probe::Held(slot, mut cur) => {
+                let word = (hash >> 32) << 32 | u64::from(node);
+                // The slot stays the key's: only a newer version replaces
+                // the one it names.
+                while newer(cur as u32) {
+                    match slot.compare_exchange(cur, word, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => break,
+                        Err(now) => cur = now,
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// Gives `hash`'s key a slot naming `node`, unless it has one: for a
+    /// memtable with version chains, whose slots name each key's listed
+    /// node (the first to claim one) for good. `same_key` as for
+    /// [`MemIndex::insert`].
+    pub(crate) fn claim(&self, hash: u64, node: u32, same_key: impl Fn(u32) -> bool) -> Claim {
+        match self.probe(hash, node, same_key) {
+            Probe::Placed => Claim::Placed,
+            Probe::Held(_, cur) => Claim::Held(cur as u32),
+            Probe::Full => Claim::Full,
+        }
+    }
+
+    /// Walks `hash`'s probe sequence to the key's slot, claiming the first
+    /// empty one for `node` if the key has none; marks the index incomplete
+    /// when neither is within reach.
+    fn probe(&self, hash: u64, node: u32, same_key: impl Fn(u32) -> bool) -> Probe<'_> {
         let tag = hash >> 32;
         let word = tag << 32 | u64::from(node);
         let mut i = hash as usize & self.mask;
         for _ in 0..MAX_PROBES {
             let slot = &self.slots[i];
             let mut cur = slot.load(Ordering::Acquire);
-            loop {
-                if cur == 0 {
-                    match slot.compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(_) => return true,
-                        // Taken meanwhile, maybe by this very key: look again.
-                        Err(now) => cur = now,
-                    }
-                } else if cur >> 32 == tag && same_key(cur as u32) {
-                    if !newer(cur as u32) {
-                        return true;
-                    }
-                    match slot.compare_exchange(cur, word, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(_) => return true,
-                        Err(now) => cur = now,
-                    }
-                } else {
-                    break;
+            if cur == 0 {
+                match slot.compare_exchange(0, word, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Probe::Placed,
+                    // Taken meanwhile, maybe by this very key.
+                    Err(now) => cur = now,
                 }
+            }
+            if cur >> 32 == tag && same_key(cur as u32) {
+                return Probe::Held(slot, cur);
             }
             i = (i + 1) & self.mask;
         }
         self.complete.store(false, Ordering::Relaxed);
-        false
+        Probe::Full
     }
 
     /// Brings `hash`'s first slot into the CPU cache.
@@ -189,6 +237,18 @@ mod tests {
         assert_eq!(find(&ix, 6), Lookup::Absent);
         let used = ix.slots.iter().filter(|s| s.load(Ordering::Relaxed) != 0);
         assert_eq!(used.count(), 2);
+    }
+
+    #[test]
+    fn a_claim_keeps_the_first_node_of_each_key() {
+        let ix = MemIndex::for_arena(1 << 20);
+        let claim = |node: u32| ix.claim(hash(node % 1000), node, |n| n % 1000 == node % 1000);
+        assert_eq!(claim(5), Claim::Placed);
+        assert_eq!(claim(1005), Claim::Held(5));
+        assert_eq!(claim(7), Claim::Placed);
+        assert_eq!(claim(3005), Claim::Held(5));
+        assert_eq!(find(&ix, 5), Lookup::Found(5));
+        assert_eq!(find(&ix, 6), Lookup::Absent);
     }
 
     #[test]

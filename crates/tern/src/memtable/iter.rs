@@ -1,4 +1,5 @@
-//! [`MemTableIter`]: the list merged with a snapshot of the backlog's runs.
+//! [`MemTableIter`]: the list merged with a snapshot of the backlog's runs,
+//! each listed node preceded by the versions chained to it.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -19,6 +20,10 @@ use crate::iter::InternalIterator;
 /// (or, backwards, largest) entry of all. A node both linked and in a run
 /// is yielded once. Moving backwards in the list searches for the
 /// predecessor (O(log n)), as in LevelDB.
+///
+/// Each node found that way is a listed node: the versions chained to it
+/// (all newer, so all before it in internal-key order) are yielded first,
+/// newest first, then the node itself (`MemTable`'s version chains).
 pub struct MemTableIter {
     mem: Arc<MemTable>,
     /// The list's position.
@@ -31,6 +36,12 @@ pub struct MemTableIter {
     /// Whether every source is positioned at or after `cur` (forward) or at
     /// or before it (backward).
     forward: bool,
+    /// The versions chained to `cur`, newest first (read once when the
+    /// iterator reaches it; usually none).
+    chain: Vec<u32>,
+    /// The entry the iterator is at: `chain[at]`, or `cur` itself when
+    /// `at == chain.len()`.
+    at: usize,
 }
 
 impl fmt::Debug for MemTableIter {
@@ -52,7 +63,39 @@ impl MemTableIter {
             runs: runs.into_iter().map(|r| (r, None)).collect(),
             cur: None,
             forward: true,
+            chain: Vec::new(),
+            at: 0,
         }
+    }
+
+    /// Reads the versions chained to `cur` and stands at the newest
+    /// (`first`) or at `cur` itself.
+    fn expand(&mut self, first: bool) {
+        self.chain.clear();
+        if let Some(cur) = self.cur {
+            let nodes = self.mem.list.nodes();
+            let mut next = super::newer_versions(&nodes, cur);
+            while next != 0 {
+                self.chain.push(next);
+                next = super::newer_versions(&nodes, next);
+            }
+        }
+        self.at = if first { 0 } else { self.chain.len() };
+    }
+
+    /// The entry at `i` of those `cur` stands for (`i == chain.len()`:
+    /// `cur` itself).
+    fn version(&self, i: usize) -> Option<u32> {
+        match self.chain.get(i) {
+            Some(&v) => Some(v),
+            None if i == self.chain.len() => self.cur,
+            None => None,
+        }
+    }
+
+    /// The entry the iterator is at.
+    fn entry(&self) -> Option<u32> {
+        self.version(self.at)
     }
 
     /// How many backlog runs it merges with the list.
@@ -152,6 +195,7 @@ impl InternalIterator for MemTableIter {
         }
         self.forward = true;
         self.pick();
+        self.expand(true);
     }
 
     fn seek_to_last(&mut self) {
@@ -161,18 +205,88 @@ impl InternalIterator for MemTableIter {
         }
         self.forward = false;
         self.pick();
+        self.expand(false);
     }
 
     fn seek(&mut self, target: &[u8]) {
+        // The first listed node at or after `target` is at or after it with
+        // all its versions too, but the newest of them may sort before it.
         self.position_forward(target, false);
+        self.expand(true);
+        let mem = self.mem.clone();
+        let nodes = mem.list.nodes();
+        while self.at < self.chain.len()
+            && internal_key::compare(nodes.key_at(self.chain[self.at]), target) == Ordering::Less
+        {
+            self.at += 1;
+        }
     }
 
     fn seek_for_prev(&mut self, target: &[u8]) {
+        // The last entry at or before `target` may be a version chained to
+        // the first listed node after it; if none is, it is the last listed
+        // node at or before it (whose versions all sort before it).
+        self.position_forward(target, false);
+        self.expand(true);
+        let mem = self.mem.clone();
+        let nodes = mem.list.nodes();
+        let at_or_before =
+            |v: u32| internal_key::compare(nodes.key_at(v), target) != Ordering::Greater;
+        let before = (0..=self.chain.len())
+            .take_while(|&i| self.version(i).is_some_and(at_or_before))
+            .count();
+        if before > 0 {
+            self.at = before - 1;
+            return;
+        }
         self.position_backward(target, false);
+        self.expand(false);
     }
 
     fn next(&mut self) {
         debug_assert!(self.valid());
+        if self.at < self.chain.len() {
+            self.at += 1;
+            return;
+        }
+        self.next_listed();
+        self.expand(true);
+    }
+
+    fn prev(&mut self) {
+        debug_assert!(self.valid());
+        if self.at > 0 {
+            self.at -= 1;
+            return;
+        }
+        self.prev_listed();
+        self.expand(false);
+    }
+
+    fn key(&self) -> &[u8] {
+        debug_assert!(self.valid());
+        match self.entry() {
+            Some(n) => self.mem.list.nodes().key_at(n),
+            None => &[],
+        }
+    }
+
+    fn value(&self) -> &[u8] {
+        debug_assert!(self.valid());
+        match self.entry() {
+            Some(n) => self.mem.list.nodes().value_at(n),
+            None => &[],
+        }
+    }
+
+    fn status(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl MemTableIter {
+    /// Moves the sources on to the listed node after `cur`.
+    fn next_listed(&mut self) {
         let Some(cur) = self.cur else { return };
         if self.runs.is_empty() {
             // The list alone, as a plain cursor.
@@ -199,8 +313,8 @@ impl InternalIterator for MemTableIter {
         self.pick();
     }
 
-    fn prev(&mut self) {
-        debug_assert!(self.valid());
+    /// Moves the sources back to the listed node before `cur`.
+    fn prev_listed(&mut self) {
         let Some(cur) = self.cur else { return };
         if self.runs.is_empty() {
             let nodes = self.mem.list.nodes();
@@ -223,25 +337,5 @@ impl InternalIterator for MemTableIter {
             }
         }
         self.pick();
-    }
-
-    fn key(&self) -> &[u8] {
-        debug_assert!(self.valid());
-        match self.cur {
-            Some(n) => self.mem.list.nodes().key_at(n),
-            None => &[],
-        }
-    }
-
-    fn value(&self) -> &[u8] {
-        debug_assert!(self.valid());
-        match self.cur {
-            Some(n) => self.mem.list.nodes().value_at(n),
-            None => &[],
-        }
-    }
-
-    fn status(&self) -> Result<()> {
-        Ok(())
     }
 }

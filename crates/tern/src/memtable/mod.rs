@@ -10,6 +10,22 @@
 //! Entries are never removed. When the arena has no room for an entry,
 //! [`MemTable::add`] returns [`MemTableFull`] and leaves the table unchanged;
 //! the caller then switches to a fresh memtable.
+//!
+//! **Version chains.** Only the first version of a key to reach the table
+//! goes into the list (its *listed* node); each newer version is pushed on
+//! a chain hanging from that node's version word, newest first, found
+//! through the hash index, which names the listed node. An overwrite of a
+//! key the table holds therefore costs an index probe and one CAS, not a
+//! search of the list: under an overwrite load most entries are versions
+//! of keys already present, and ordering each of them into the list was
+//! the largest cost of a pipelined `SET` load (a third of the server's
+//! CPU). Readers see the versions where the list has the listed node:
+//! iterators yield the chain, then the node (internal-key order, since
+//! every chained version is newer); point reads walk it. A version older
+//! than the listed node (writers that raced) goes into the list after it,
+//! and a key the index has no room for keeps every version in the list.
+//! A table made [`MemTable::without_version_chains`] lists every version,
+//! as the memory tier's one-piece copy needs.
 
 mod arena;
 mod backlog;
@@ -32,7 +48,7 @@ use arena::Arena;
 pub use arena::ArenaPool;
 use backlog::Run;
 use filter::MemFilter;
-use index::{Lookup, MemIndex};
+use index::{Claim, Lookup, MemIndex};
 pub use iter::MemTableIter;
 use skiplist::{node_size, Nodes, SkipList, HEAD_REGION, MAX_HEIGHT};
 
@@ -46,6 +62,54 @@ fn holds(nodes: &Nodes<'_, Arena>, n: u32, user_key: &[u8]) -> bool {
 fn entry_trailer((_, seq, kind, _): (&[u8], SeqNo, ValueKind, &[u8])) -> u64 {
     debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
     internal_key::pack_trailer(seq, kind as u8)
+}
+
+/// The version word of `node`: for a listed node, the newest version
+/// chained to it; for a chained one, the next older; 0 for none (and for
+/// every node of a table without chains).
+#[inline]
+pub(crate) fn newer_versions(nodes: &Nodes<'_, Arena>, node: u32) -> u32 {
+    nodes
+        .versions(node)
+        .map_or(0, |w| w.load(Ordering::Acquire))
+}
+
+/// The versions of `node`'s key that reach the table through it, newest
+/// first: the ones chained to it (if it is a listed node of a table with
+/// version chains), then itself.
+pub(crate) fn versions<'m>(nodes: &Nodes<'m, Arena>, node: u32) -> Versions<'m> {
+    let next = newer_versions(nodes, node);
+    Versions {
+        nodes: *nodes,
+        listed: node,
+        next: Some(next),
+    }
+}
+
+/// The iterator [`versions`] returns.
+pub(crate) struct Versions<'m> {
+    nodes: Nodes<'m, Arena>,
+    listed: u32,
+    /// The chained version to yield next (0: the listed node); `None` once
+    /// the listed node was yielded.
+    next: Option<u32>,
+}
+
+impl Iterator for Versions<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        match self.next? {
+            0 => {
+                self.next = None;
+                Some(self.listed)
+            }
+            v => {
+                self.next = Some(newer_versions(&self.nodes, v));
+                Some(v)
+            }
+        }
+    }
 }
 
 /// How many entries ahead of the one being inserted a deferred group
@@ -111,6 +175,8 @@ pub struct MemTable {
     /// Milliseconds after `created`, plus one, at which a reader last
     /// needed the list's order while nodes were deferred; 0: never.
     order_wanted_at: AtomicU64,
+    /// Whether overwrites join version chains (see the module doc).
+    chains: bool,
 }
 
 impl fmt::Debug for MemTable {
@@ -153,7 +219,22 @@ impl MemTable {
             linking: parking_lot::Mutex::new(()),
             created: std::time::Instant::now(),
             order_wanted_at: AtomicU64::new(0),
+            chains: true,
         }
+    }
+
+    /// This (still empty) table, with every version of a key in the list
+    /// rather than in a version chain: what the memory tier copies whole
+    /// (its tables are plain lists, `docs/format/memtier.md`).
+    pub fn without_version_chains(mut self) -> MemTable {
+        debug_assert!(self.is_empty());
+        self.chains = false;
+        self
+    }
+
+    /// Whether newer versions of a listed key go on its version chain.
+    pub fn has_version_chains(&self) -> bool {
+        self.chains
     }
 
     /// Inserts `user_key ‖ (seq, kind) → value`. Thread-safe and lock-free.
@@ -170,12 +251,88 @@ impl MemTable {
     ) -> Result<(), MemTableFull> {
         debug_assert!(seq <= MAX_SEQ, "sequence number out of range");
         let trailer = internal_key::pack_trailer(seq, kind as u8);
-        let node = self
+        if !self.chains {
+            let node = self
+                .list
+                .insert(user_key, trailer, value)
+                .map_err(|()| MemTableFull)?;
+            self.index_node(bloom_hash(user_key), user_key, trailer, node);
+            return Ok(());
+        }
+        let (node, _) = self
             .list
-            .insert(user_key, trailer, value)
+            .new_node(user_key, trailer, value, true)
             .map_err(|()| MemTableFull)?;
-        self.index_node(bloom_hash(user_key), user_key, trailer, node);
+        if self.place(bloom_hash(user_key), user_key, trailer, node) {
+            self.list.link(node);
+        }
         Ok(())
+    }
+
+    /// Files a node just written: in a table with version chains, on its
+    /// key's chain if the index names a listed node of that key older than
+    /// it, else in the index as the key's listed node (or the filter, if
+    /// the index has no room); in one without, in the index as the key's
+    /// newest node. Returns whether the node must go into the list. Runs
+    /// before the writer publishes the entry's sequence number.
+    fn place(&self, hash: u64, user_key: &[u8], trailer: u64, node: u32) -> bool {
+        if !self.chains {
+            self.index_node(hash, user_key, trailer, node);
+            return true;
+        }
+        let nodes = self.list.nodes();
+        match self.index.claim(hash, node, |n| holds(&nodes, n, user_key)) {
+            Claim::Placed => true,
+            Claim::Held(listed) => !self.chain_version(&nodes, listed, node, trailer),
+            Claim::Full => {
+                self.filter.add(hash);
+                true
+            }
+        }
+    }
+
+    /// Pushes `node` (holding `trailer`) on the version chain of `listed`,
+    /// a listed node of the same key, where its sequence number puts it
+    /// (writers of one key may race): `false`, leaving it for the list, if
+    /// it is older than `listed`. Lock-free: a CAS on the version word
+    /// before it, retried from there if another version got in first.
+    fn chain_version(
+        &self,
+        nodes: &Nodes<'_, Arena>,
+        listed: u32,
+        node: u32,
+        trailer: u64,
+    ) -> bool {
+        if internal_key::trailer(nodes.key_at(listed)) > trailer {
+            return false;
+        }
+        let (Some(mut word), Some(mine)) = (nodes.versions(listed), nodes.versions(node)) else {
+            // Every node of a table with chains has a version word.
+            debug_assert!(
+                false,
+                "a node without a version word in a table with chains"
+            );
+            return false;
+        };
+        loop {
+            let next = word.load(Ordering::Acquire);
+            if next == 0 || internal_key::trailer(nodes.key_at(next)) < trailer {
+                // Not reachable yet: Relaxed; the Release CAS publishes it.
+                mine.store(next, Ordering::Relaxed);
+                if word
+                    .compare_exchange(next, node, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            // `next` is newer: this version goes somewhere after it.
+            match nodes.versions(next) {
+                Some(w) => word = w,
+                None => return false,
+            }
+        }
     }
 
     /// Points the index at a freshly linked node, or records its key in
@@ -210,6 +367,28 @@ impl MemTable {
         }
         entries.sort_unstable_by(|a, b| internal_key::compare_bytes(a.0, b.0).then(b.1.cmp(&a.1)));
         let sorted = &*entries;
+        if self.chains {
+            // Versions go on chains, the rest into the list in one sorted
+            // pass (even after running out of room: they are indexed).
+            let mut listed = Vec::with_capacity(sorted.len());
+            let mut full = Ok(());
+            for &e in sorted {
+                let trailer = entry_trailer(e);
+                match self.list.new_node(e.0, trailer, e.3, true) {
+                    Ok((node, _)) => {
+                        if self.place(bloom_hash(e.0), e.0, trailer, node) {
+                            listed.push(node);
+                        }
+                    }
+                    Err(()) => {
+                        full = Err(MemTableFull);
+                        break;
+                    }
+                }
+            }
+            self.list.link_sorted(&listed);
+            return full;
+        }
         self.list
             .insert_sorted(
                 sorted.iter().map(|&e| (e.0, entry_trailer(e), e.3)),
@@ -250,10 +429,11 @@ impl MemTable {
                 self.prefetch_node(h);
             }
             let trailer = entry_trailer(e);
-            match self.list.new_node(e.0, trailer, e.3) {
+            match self.list.new_node(e.0, trailer, e.3, self.chains) {
                 Ok((node, _)) => {
-                    self.index_node(hashes[i], e.0, trailer, node);
-                    written.push(node);
+                    if self.place(hashes[i], e.0, trailer, node) {
+                        written.push(node);
+                    }
                 }
                 Err(()) => {
                     full = Err(MemTableFull);
@@ -398,16 +578,30 @@ impl MemTable {
         let nodes = self.list.nodes();
         match self.index.find(hash, |n| holds(&nodes, n, user_key)) {
             Lookup::Found(node) => {
-                // The newest version, which most reads want: no links needed
-                // (it may not be linked yet).
-                let trailer = internal_key::trailer(nodes.key_at(node));
+                // The newest version first, which most reads want, then
+                // older ones on the node's version chain: no links needed
+                // (the node may not be linked yet).
+                let (mut key, mut value, chain) = nodes.parts(node);
+                if let Some(newest) = chain.map(|w| w.load(Ordering::Acquire)) {
+                    if newest != 0 {
+                        (key, value, _) = nodes.parts(newest);
+                    }
+                }
+                let trailer = internal_key::trailer(key);
                 if trailer >> 8 <= seq {
                     let kind = ValueKind::from_u8(trailer as u8)?;
-                    return Some((trailer >> 8, kind, nodes.value_at(node)));
+                    return Some((trailer >> 8, kind, value));
+                }
+                for v in versions(&nodes, node).skip(1) {
+                    let trailer = internal_key::trailer(nodes.key_at(v));
+                    if trailer >> 8 <= seq {
+                        let kind = ValueKind::from_u8(trailer as u8)?;
+                        return Some((trailer >> 8, kind, nodes.value_at(v)));
+                    }
                 }
                 // An older snapshot, or a version a writer has not
-                // published yet: the node may not be linked, so search the
-                // list and the backlog.
+                // published yet: older versions are in the list after the
+                // indexed node, or in the backlog.
                 self.newest_ordered(user_key, seq)
             }
             Lookup::Absent => None,
@@ -482,10 +676,14 @@ impl MemTable {
     }
 
     /// The skiplist with every entry linked, for the memory tier's
-    /// one-piece copy.
-    pub(crate) fn list(&self) -> &SkipList {
+    /// one-piece copy; `None` for a table with version chains, whose
+    /// versions are not all in the list.
+    pub(crate) fn list(&self) -> Option<&SkipList> {
+        if self.chains {
+            return None;
+        }
         self.link_deferred();
-        &self.list
+        Some(&self.list)
     }
 
     /// Number of entries.

@@ -11,8 +11,10 @@
 //! | key_word u32 | value_len u32 | link[0] | ... | link[h-1] | ikey | value | pad |
 //! ```
 //!
-//! `key_word` holds the internal key's length in its low 28 bits and the
-//! node's height in its top 4. The header comes first so that an arena can
+//! `key_word` holds the internal key's length in its low 27 bits, the
+//! [`VERSIONED`] flag in bit 27 and the node's height in its top 4. A
+//! versioned node has one more word after its links, before the key: its
+//! version word (see `MemTable`'s version chains). The header comes first so that an arena can
 //! be parsed node by node from its bytes alone, links ignored: the memory
 //! tier rebuilds a persistent table's links that way after a crash. Link
 //! `i` is the `AtomicU32` at `n + 8 + 4i`; the internal key
@@ -27,9 +29,12 @@
 //!    before the node is published, and never change afterwards. Its link
 //!    words are only ever accessed atomically.
 //! 3. A node is published by a Release CAS of its offset into a predecessor's
-//!    link word, level 0 first. Readers reach a node other than the head only
-//!    through an Acquire load of a link holding its offset, so everything its
-//!    inserter wrote before publishing (invariant 2) is visible to them.
+//!    link word, level 0 first, or into another node's version word (a
+//!    version chain). Readers reach a node other than the head only through
+//!    an Acquire load of a link or version word holding its offset, so
+//!    everything its inserter wrote before publishing (invariant 2) is
+//!    visible to them. The version word, like the links, is only ever
+//!    accessed atomically.
 //! 4. The head node, of height [`MAX_HEIGHT`] with an empty key and value,
 //!    sits at [`HEAD`] in the arena's first region (after 8 bytes that keep
 //!    offset 0 free). No link ever points at the head or at offset 0, so a
@@ -70,6 +75,7 @@ pub(crate) const HEAD_REGION: usize = HEAD as usize + HEADER_LEN + 4 * MAX_HEIGH
 
 /// Arena bytes a node of `height` holding an internal key of `ikey_len` bytes
 /// and a value of `value_len` bytes takes, or `None` on overflow.
+/// A versioned node's extra word counts as one more link: pass `height + 1`.
 #[inline]
 pub(crate) fn node_size(height: usize, ikey_len: usize, value_len: usize) -> Option<usize> {
     align_up(
@@ -109,6 +115,11 @@ pub(crate) fn parse_node(bytes: &[u8], at: usize) -> Result<RawNode, &'static st
     let height = (key_word >> HEIGHT_SHIFT) as usize;
     if !(1..=MAX_HEIGHT).contains(&height) {
         return Err("node height out of range");
+    }
+    // Only a memtable with version chains makes versioned nodes, and no
+    // such memtable is ever copied as a whole.
+    if key_word & VERSIONED != 0 {
+        return Err("node carries a version word");
     }
     let ikey_len = key_word as usize & MAX_IKEY_LEN;
     if ikey_len < TRAILER_LEN {
@@ -215,10 +226,14 @@ impl NodeMemory for Arena {
 }
 
 /// Largest internal key a node header can describe: the top 4 bits of the
-/// key length word hold the node's height.
-pub(crate) const MAX_IKEY_LEN: usize = (1 << HEIGHT_SHIFT) - 1;
+/// key length word hold the node's height, the bit below them the
+/// [`VERSIONED`] flag. (Keys are limited to 16 MiB long before this.)
+pub(crate) const MAX_IKEY_LEN: usize = VERSIONED as usize - 1;
 /// Where the height sits in the key length word.
 const HEIGHT_SHIFT: u32 = 28;
+/// The key length word's flag for a node with a version word after its
+/// links. Never set in a memory tier table (`docs/format/memtier.md`).
+pub(crate) const VERSIONED: u32 = 1 << 27;
 
 /// The nodes of one list in some [`NodeMemory`], read-only: every search
 /// of the memtable and of the memory tier's tables. `head` is the list's
@@ -229,6 +244,14 @@ pub(crate) struct Nodes<'m, M: NodeMemory + ?Sized> {
     head: u32,
     top: usize,
 }
+
+impl<M: NodeMemory + ?Sized> Clone for Nodes<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M: NodeMemory + ?Sized> Copy for Nodes<'_, M> {}
 
 impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     /// The list headed by `head`, searched from height `top`.
@@ -290,9 +313,9 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     #[inline]
     fn lens(&self, node: u32) -> (usize, usize, usize) {
         let (k, v) = self.header(node);
-        let height = (k >> HEIGHT_SHIFT) as usize;
+        let words = (k >> HEIGHT_SHIFT) as usize + usize::from(k & VERSIONED != 0);
         (
-            node as usize + HEADER_LEN + 4 * height,
+            node as usize + HEADER_LEN + 4 * words,
             (k as usize) & MAX_IKEY_LEN,
             v as usize,
         )
@@ -305,6 +328,52 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
             return MAX_HEIGHT;
         }
         (self.header(node).0 >> HEIGHT_SHIFT) as usize
+    }
+
+    /// The version word of a published node (or one this thread is
+    /// writing), if it has one: in a memtable with version chains, the
+    /// newest of the versions chained to a listed node, or the next older
+    /// one after a chained node; 0 for none.
+    #[inline]
+    pub(crate) fn versions(&self, node: u32) -> Option<&'m AtomicU32> {
+        let (k, _) = self.header(node);
+        if k & VERSIONED == 0 {
+            return None;
+        }
+        let off = node as usize + HEADER_LEN + 4 * (k >> HEIGHT_SHIFT) as usize;
+        // SAFETY: a versioned node's region holds the word right after its
+        // links (invariant 1, `new_node`); it is 4-aligned like them and
+        // only accessed atomically (invariant 3).
+        Some(unsafe { self.mem.atomic_u32(off) })
+    }
+
+    /// The internal key, value and version word (see [`Nodes::versions`])
+    /// of a published node, its header read once.
+    #[inline]
+    pub(crate) fn parts(&self, node: u32) -> (&'m [u8], &'m [u8], Option<&'m AtomicU32>) {
+        let (k, v) = self.header(node);
+        let height = (k >> HEIGHT_SHIFT) as usize;
+        let links_end = node as usize + HEADER_LEN + 4 * height;
+        let (versions, at) = if k & VERSIONED != 0 {
+            // SAFETY: as in `versions`.
+            (
+                Some(unsafe { self.mem.atomic_u32(links_end) }),
+                links_end + 4,
+            )
+        } else {
+            (None, links_end)
+        };
+        let ikey_len = k as usize & MAX_IKEY_LEN;
+        // SAFETY: as in `key_at` and `value_at`: key and value follow the
+        // links (and version word) inside the node's region, written before
+        // publication and immutable.
+        let (key, value) = unsafe {
+            (
+                self.mem.bytes(at, ikey_len),
+                self.mem.bytes(at + ikey_len, v as usize),
+            )
+        };
+        (key, value, versions)
     }
 
     /// The internal key of a published node or the head.
@@ -394,7 +463,7 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     }
 
     #[inline]
-    fn to_ref(&self, node: u32) -> Option<NodeRef> {
+    fn node_ref(&self, node: u32) -> Option<NodeRef> {
         if node == self.head {
             None
         } else {
@@ -446,36 +515,36 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     /// First node with key `>= target`.
     pub(crate) fn seek_ge(&self, target: &Target<'_>) -> Option<NodeRef> {
         let (_, next) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
-        self.to_ref(next)
+        self.node_ref(next)
     }
 
     /// Last node with key `< target`.
     pub(crate) fn seek_lt(&self, target: &Target<'_>) -> Option<NodeRef> {
         let (x, _) = self.descend(|k| target.cmp_node(k) == CmpOrdering::Less);
-        self.to_ref(x)
+        self.node_ref(x)
     }
 
     /// Last node with key `<= target`.
     pub(crate) fn seek_le(&self, target: &Target<'_>) -> Option<NodeRef> {
         let (x, _) = self.descend(|k| target.cmp_node(k) != CmpOrdering::Greater);
-        self.to_ref(x)
+        self.node_ref(x)
     }
 
     /// First node.
     pub(crate) fn first(&self) -> Option<NodeRef> {
-        self.to_ref(self.next(self.head, 0))
+        self.node_ref(self.next(self.head, 0))
     }
 
     /// Last node.
     pub(crate) fn last(&self) -> Option<NodeRef> {
         let (x, _) = self.descend(|_| true);
-        self.to_ref(x)
+        self.node_ref(x)
     }
 
     /// The node after `node`.
     #[inline]
     pub(crate) fn next_node(&self, node: NodeRef) -> Option<NodeRef> {
-        self.to_ref(self.next(node.0.get(), 0))
+        self.node_ref(self.next(node.0.get(), 0))
     }
 
     /// The internal key of `node`.
@@ -599,7 +668,7 @@ impl SkipList {
     /// the arena has no room (or the entry is too large to encode).
     /// On success returns the new node's offset.
     pub(crate) fn insert(&self, user_key: &[u8], trailer: u64, value: &[u8]) -> Result<u32, ()> {
-        let (node, height) = self.new_node(user_key, trailer, value)?;
+        let (node, height) = self.new_node(user_key, trailer, value, false)?;
         let nodes = self.nodes();
         let target = Target::new(user_key, trailer);
         let mut splice = nodes.splice(&target, height);
@@ -622,7 +691,9 @@ impl SkipList {
     ) -> Result<(), usize> {
         let mut splice: Option<Splice> = None;
         for (i, (user_key, trailer, value)) in entries.into_iter().enumerate() {
-            let (node, height) = self.new_node(user_key, trailer, value).map_err(|()| i)?;
+            let (node, height) = self
+                .new_node(user_key, trailer, value, false)
+                .map_err(|()| i)?;
             self.link_after(&mut splice, node, height, &Target::new(user_key, trailer));
             linked(i, node);
         }
@@ -649,6 +720,16 @@ impl SkipList {
             let target = Target::from_ikey(nodes.key_at(node));
             self.link_after(&mut splice, node, height, &target);
         }
+    }
+
+    /// Links one node [`SkipList::new_node`] wrote and nobody linked yet,
+    /// searching from the head.
+    pub(crate) fn link(&self, node: u32) {
+        let nodes = self.nodes();
+        let height = nodes.height(node);
+        let target = Target::from_ikey(nodes.key_at(node));
+        let mut splice = nodes.splice(&target, height);
+        self.link_node(&nodes, node, height, &target, &mut splice);
     }
 
     /// Links `node` (of `height`, holding `target`) with `splice`, the one
@@ -683,9 +764,9 @@ impl SkipList {
         }
     }
 
-    /// Allocates and writes an unpublished node; returns its offset and
-    /// height. `Err(())` when the arena has no room or the entry is too
-    /// large to encode. The node counts as an entry from here on; it is
+    /// Allocates and writes an unpublished node, with a version word (0)
+    /// if `versioned`; returns its offset and height. `Err(())` when the
+    /// arena has no room or the entry is too large to encode. The node counts as an entry from here on; it is
     /// linked by [`SkipList::insert`], [`SkipList::insert_sorted`] or
     /// later by [`SkipList::link_sorted`].
     pub(crate) fn new_node(
@@ -693,6 +774,7 @@ impl SkipList {
         user_key: &[u8],
         trailer: u64,
         value: &[u8],
+        versioned: bool,
     ) -> Result<(u32, usize), ()> {
         let ikey_len = user_key.len().checked_add(TRAILER_LEN).ok_or(())?;
         if ikey_len > MAX_IKEY_LEN {
@@ -700,20 +782,23 @@ impl SkipList {
         }
         let value_len32 = u32::try_from(value.len()).map_err(|_| ())?;
         let height = random_height();
-        // Fits: checked against MAX_IKEY_LEN (28 bits), height <= 12.
-        let key_word = (ikey_len as u32) | ((height as u32) << HEIGHT_SHIFT);
-        let size = node_size(height, ikey_len, value.len()).ok_or(())?;
+        let words = height + usize::from(versioned);
+        // Fits: checked against MAX_IKEY_LEN (27 bits), height <= 12.
+        let key_word = (ikey_len as u32)
+            | ((height as u32) << HEIGHT_SHIFT)
+            | if versioned { VERSIONED } else { 0 };
+        let size = node_size(words, ikey_len, value.len()).ok_or(())?;
         let start = self.arena.allocate(size).ok_or(())?;
         let n = start;
         // Fits: the arena's capacity is at most u32::MAX (arena invariant 2).
         let node = n as u32;
-        let k = n + HEADER_LEN + 4 * height;
+        let k = n + HEADER_LEN + 4 * words;
 
         // SAFETY: the header `[n, n + 8)` and `[k, k + ikey_len +
         // value_len)` are the parts of the region `[start, start + size)`
-        // around the links; `allocate` just handed that region to this
-        // thread and it is unpublished (arena invariant 4), and no link
-        // word lies in them.
+        // around the links (and version word); `allocate` just handed that
+        // region to this thread and it is unpublished (arena invariant 4),
+        // and no link or version word lies in them.
         unsafe {
             self.arena.write(n, &key_word.to_le_bytes());
             self.arena.write(n + 4, &value_len32.to_le_bytes());
@@ -730,6 +815,9 @@ impl SkipList {
         let nodes = self.nodes();
         for level in 0..height {
             nodes.link(node, level).store(0, Ordering::Relaxed);
+        }
+        if let Some(word) = nodes.versions(node) {
+            word.store(0, Ordering::Relaxed);
         }
 
         let mut max = self.max_height.load(Ordering::Relaxed);

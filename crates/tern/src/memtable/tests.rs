@@ -765,13 +765,30 @@ fn model_get(
 /// see what eager inserts would, before any linker ran.
 #[test]
 fn deferred_groups_match_model() {
-    for seed in [7u64, 8, 9] {
+    for (seed, chains) in [(7u64, true), (8, true), (9, true), (7, false), (8, false)] {
         let mut rng = StdRng::seed_from_u64(seed);
-        let m = Arc::new(MemTable::new(1 << 20));
+        let m = MemTable::new(1 << 20);
+        let m = Arc::new(if chains {
+            m
+        } else {
+            m.without_version_chains()
+        });
         let n = 2000;
         let model = fill_random_groups_with(&m, &mut rng, n, true);
         assert_eq!(m.len(), n, "seed {seed}");
-        assert_eq!(m.deferred_len(), n, "seed {seed}: nothing linked yet");
+        if chains {
+            // Keys repeat: most versions went on chains, not in the backlog.
+            let distinct: std::collections::BTreeSet<&[u8]> =
+                model.keys().map(|k| internal_key::user_key(&k.0)).collect();
+            assert!(m.deferred_len() >= distinct.len(), "seed {seed}");
+            assert!(
+                m.deferred_len() < n / 2,
+                "seed {seed}: {}",
+                m.deferred_len()
+            );
+        } else {
+            assert_eq!(m.deferred_len(), n, "seed {seed}: nothing linked yet");
+        }
         // Reads at older snapshots link on demand.
         let keys: Vec<Vec<u8>> = (0..300)
             .map(|_| {
@@ -834,11 +851,7 @@ fn the_background_linker_gathers_runs_until_a_reader_wants_the_order() {
                 )
             })
             .collect();
-        let entries: Vec<_> = owned
-            .iter()
-            .map(|(k, s)| (&k[..], *s, ValueKind::Value, &b"v"[..]))
-            .collect();
-        m.add_all_deferred(&entries).unwrap();
+        add_deferred_group(&m, &owned);
     };
     add(1000);
     m.link_deferred_lazily();
@@ -904,7 +917,9 @@ fn add_group(
 fn readers_merge_a_large_backlog_with_the_list_as_the_model_says() {
     for seed in [21u64, 22, 23] {
         let mut rng = StdRng::seed_from_u64(seed);
-        let m = Arc::new(MemTable::new(16 << 20));
+        // Every version in the backlog: keys repeat here, and in a table
+        // with version chains most would not be.
+        let m = Arc::new(MemTable::new(16 << 20).without_version_chains());
         let mut model = BTreeMap::new();
         let mut seq = 1u64;
         for _ in 0..10 {
@@ -1009,23 +1024,38 @@ fn readers_merge_a_large_backlog_with_the_list_as_the_model_says() {
 /// at published sequences: every read sees exactly the published state.
 #[test]
 fn deferred_groups_with_a_concurrent_linker_and_readers() {
-    concurrent_linker_and_readers(100, 200);
+    concurrent_linker_and_readers(100, 200, false);
+}
+
+/// The same in a table with version chains: after the first groups every
+/// write is a version chained to its key's listed node, while readers walk
+/// the chains at every snapshot and scan.
+#[test]
+fn version_chains_with_a_concurrent_linker_and_readers() {
+    concurrent_linker_and_readers(100, 200, true);
+    concurrent_linker_and_readers(5000, 8, true);
 }
 
 /// The same with groups too large for a reader to link: readers merge the
 /// runs they find while the linker tidies and links them.
 #[test]
 fn large_deferred_groups_are_merged_by_readers_while_the_linker_links_them() {
-    concurrent_linker_and_readers(5000, 32);
+    concurrent_linker_and_readers(5000, 32, false);
 }
 
 /// A writer of `GROUPS` deferred groups of `GROUP` entries, a linker thread
 /// (mostly lazy passes, now and then a full one) and a reader at published
-/// sequences (point reads, some at older snapshots, and scans).
+/// sequences (point reads, some at older snapshots, and scans), in a
+/// table with or without version chains.
 #[allow(non_snake_case)]
-fn concurrent_linker_and_readers(GROUP: u64, GROUPS: u64) {
+fn concurrent_linker_and_readers(GROUP: u64, GROUPS: u64, chains: bool) {
     use std::sync::atomic::{AtomicBool, AtomicU64};
-    let m = Arc::new(MemTable::new(64 << 20));
+    let m = MemTable::new(64 << 20);
+    let m = Arc::new(if chains {
+        m
+    } else {
+        m.without_version_chains()
+    });
     let published = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     const KEYS: u64 = 500;
@@ -1136,7 +1166,7 @@ fn concurrent_linker_and_readers(GROUP: u64, GROUPS: u64) {
     done.store(true, std::sync::atomic::Ordering::Release);
     linker.join().unwrap();
     let merged = reader.join().unwrap();
-    if GROUP as usize > READER_LINKS {
+    if GROUP as usize > READER_LINKS && !chains {
         // About ten per run here; none would mean the merge went untested.
         assert!(merged > 0, "no scan merged runs with the list");
     }
@@ -1156,8 +1186,11 @@ fn concurrent_linker_and_readers(GROUP: u64, GROUPS: u64) {
 fn a_memtable_in_a_reused_arena_holds_only_its_own_entries() {
     let pool = Arc::new(ArenaPool::default());
     let mut rng = StdRng::seed_from_u64(7);
-    for round in 0..4 {
-        let m = Arc::new(MemTable::pooled(1 << 20, &pool));
+    for round in 0..6 {
+        // Odd rounds list every version, as the memory tier copies them.
+        let m = MemTable::pooled(1 << 20, &pool);
+        let flat = round % 2 == 1;
+        let m = Arc::new(if flat { m.without_version_chains() } else { m });
         let model = match round % 3 {
             0 => fill_random(&m, &mut rng, 3000),
             1 => fill_random_groups(&m, &mut rng, 3000),
@@ -1168,6 +1201,12 @@ fn a_memtable_in_a_reused_arena_holds_only_its_own_entries() {
             }
         };
         assert_matches_model(&m, &model, &format!("round {round}"));
+        if !flat {
+            let used = m.list.used();
+            drop(m);
+            assert!(round == 0 || pool.spare_bytes() >= used);
+            continue;
+        }
         // SAFETY: no insert runs any more.
         let bytes = unsafe { m.list.raw_bytes(m.list.used()) };
         let mut at = HEAD_REGION;
@@ -1232,4 +1271,169 @@ fn sorting_by_key_prefixes_orders_nodes_as_whole_keys_do() {
         backlog::sort_nodes(&mut got, &nodes);
         assert_eq!(got, want, "shared_only {shared_only}");
     }
+}
+
+/// A version older than its key's listed node (writers of one key that
+/// raced) goes into the list after that node; chained versions come before
+/// it. Reads at every snapshot and every seek see internal-key order.
+#[test]
+fn a_version_older_than_the_listed_node_goes_in_the_list_after_it() {
+    for deferred in [false, true] {
+        let m = Arc::new(MemTable::new(1 << 16));
+        let put = |seq: u64, v: &[u8]| {
+            if deferred {
+                m.add_all_deferred(&[(b"k", seq, ValueKind::Value, v)])
+                    .unwrap();
+            } else {
+                m.add(seq, ValueKind::Value, b"k", v).unwrap();
+            }
+        };
+        put(10, b"ten");
+        put(5, b"five");
+        put(12, b"twelve");
+        put(7, b"seven");
+        put(11, b"eleven");
+        m.add(3, ValueKind::Value, b"j", b"other").unwrap();
+        m.add(4, ValueKind::Value, b"l", b"other").unwrap();
+        // Only the listed node (10) and the older versions are in the list.
+        assert!(m.deferred_len() <= 4, "{}", m.deferred_len());
+        let forward = collect_forward(&m);
+        let seqs: Vec<u64> = forward
+            .iter()
+            .map(|(k, _)| internal_key::trailer(k) >> 8)
+            .collect();
+        assert_eq!(seqs, [3, 12, 11, 10, 7, 5, 4], "deferred {deferred}");
+        assert_eq!(collect_backward(&m), forward);
+        for (seq, want) in [
+            (4, None),
+            (5, Some(5)),
+            (6, Some(5)),
+            (7, Some(7)),
+            (9, Some(7)),
+            (10, Some(10)),
+            (11, Some(11)),
+            (12, Some(12)),
+            (100, Some(12)),
+        ] {
+            assert_eq!(m.get(b"k", seq).map(|(s, _, _)| s), want, "at {seq}");
+        }
+        // Seeks to each version, and between them, both ways.
+        let mut it = m.iter();
+        for seq in [13u64, 12, 11, 10, 8, 7, 6, 5, 1] {
+            let target = seek_key(b"k", seq);
+            it.seek(&target);
+            let ge = forward
+                .iter()
+                .find(|(k, _)| internal_key::compare(k, &target) != Ordering::Less);
+            assert_eq!(
+                it.valid().then(|| it.key().to_vec()),
+                ge.map(|r| r.0.clone())
+            );
+            it.seek_for_prev(&target);
+            let le = forward
+                .iter()
+                .rev()
+                .find(|(k, _)| internal_key::compare(k, &target) != Ordering::Greater);
+            assert_eq!(
+                it.valid().then(|| it.key().to_vec()),
+                le.map(|r| r.0.clone())
+            );
+        }
+    }
+}
+
+/// Versions inserted in random sequence order, one by one and in groups
+/// (so some are chained and some, older than their key's listed node, are
+/// listed after it): iterators, seeks and reads at every snapshot agree
+/// with the model.
+#[test]
+fn versions_inserted_out_of_sequence_order_match_model() {
+    use rand::seq::SliceRandom;
+    for seed in [31u64, 32, 33] {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let m = Arc::new(MemTable::new(1 << 20));
+        let n = 3000u64;
+        let mut seqs: Vec<u64> = (1..=n).collect();
+        seqs.shuffle(&mut rng);
+        let mut model = BTreeMap::new();
+        let mut rest = &seqs[..];
+        while !rest.is_empty() {
+            let size = rng.gen_range(1..=200).min(rest.len());
+            let (group, tail) = rest.split_at(size);
+            rest = tail;
+            let owned: Vec<(Vec<u8>, u64, Vec<u8>)> = group
+                .iter()
+                .map(|&s| {
+                    let klen = rng.gen_range(0..4);
+                    let key = (0..klen).map(|_| rng.gen_range(b'a'..b'd')).collect();
+                    (key, s, s.to_le_bytes().to_vec())
+                })
+                .collect();
+            for (k, s, v) in &owned {
+                model.insert(IKey(make_internal_key(k, *s, ValueKind::Value)), v.clone());
+            }
+            let mut entries: Vec<_> = owned
+                .iter()
+                .map(|(k, s, v)| (&k[..], *s, ValueKind::Value, &v[..]))
+                .collect();
+            match rng.gen_range(0..3) {
+                0 => {
+                    for (k, s, kind, v) in entries {
+                        m.add(s, kind, k, v).unwrap();
+                    }
+                }
+                1 => m.add_all(&mut entries).unwrap(),
+                _ => m.add_all_deferred(&entries).unwrap(),
+            }
+        }
+        assert_matches_model(&m, &model, &format!("seed {seed}"));
+        let mut it = m.iter();
+        check_seeks_and_gets(&m, &mut it, &model, &mut rng, n, 2000);
+    }
+}
+
+/// Under an overwrite load only each key's first version is ordered into
+/// the list: the rest are chained, and a flush-style scan still sees every
+/// version, newest first within each key.
+#[test]
+fn overwrites_are_chained_not_listed() {
+    let m = Arc::new(MemTable::new(1 << 20));
+    let mut seq = 0u64;
+    for _round in 0..20 {
+        let owned: Vec<(Vec<u8>, u64)> = (0..100u32)
+            .map(|k| {
+                seq += 1;
+                (format!("key{k:03}").into_bytes(), seq)
+            })
+            .collect();
+        add_deferred_group(&m, &owned);
+    }
+    assert_eq!(m.len(), 2000);
+    assert_eq!(m.deferred_len(), 100);
+    let all = collect_forward(&m);
+    assert_eq!(all.len(), 2000);
+    for w in all.windows(2) {
+        assert_eq!(internal_key::compare(&w[0].0, &w[1].0), Ordering::Less);
+    }
+    // The table without chains lists all 2000.
+    let flat = MemTable::new(1 << 20).without_version_chains();
+    let entries: Vec<_> = all
+        .iter()
+        .map(|(k, v)| {
+            let p = parse(k).unwrap();
+            (p.user_key, p.seq, p.kind, &v[..])
+        })
+        .collect();
+    flat.add_all_deferred(&entries).unwrap();
+    assert_eq!(flat.deferred_len(), 2000);
+}
+
+/// Adds `(key, seq)` entries, each with the value `v`, as one deferred
+/// group.
+fn add_deferred_group(m: &MemTable, owned: &[(Vec<u8>, u64)]) {
+    let entries: Vec<_> = owned
+        .iter()
+        .map(|(k, s)| (&k[..], *s, ValueKind::Value, &b"v"[..]))
+        .collect();
+    m.add_all_deferred(&entries).unwrap();
 }

@@ -79,12 +79,14 @@ pub fn exercise_restore(bytes: &[u8]) {
 /// value) is copied into the tier as: a seed for the fuzz harness.
 #[doc(hidden)]
 pub fn arena_image(entries: &[(Vec<u8>, SeqNo, crate::ValueKind, Vec<u8>)]) -> Vec<u8> {
-    let m = crate::memtable::MemTable::new(1 << 20);
+    let m = crate::memtable::MemTable::new(1 << 20).without_version_chains();
     for (key, seq, kind, value) in entries {
         // A full arena just ends the image early.
         let _ = m.add(*seq, *kind, key, value);
     }
-    let list = m.list();
-    // SAFETY: `m` is local and no insert runs any more.
-    unsafe { list.raw_bytes(list.used()) }.to_vec()
+    match m.list() {
+        // SAFETY: `m` is local and no insert runs any more.
+        Some(list) => unsafe { list.raw_bytes(list.used()) }.to_vec(),
+        None => Vec::new(),
+    }
 }

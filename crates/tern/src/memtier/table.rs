@@ -85,7 +85,11 @@ impl TierTable {
         if table.is_empty() {
             return Ok(None);
         }
-        let list = table.list();
+        let Some(list) = table.list() else {
+            return Err(Error::Internal(
+                "a memtable with version chains was sent to the memory tier".into(),
+            ));
+        };
         let used = list.used();
         let Some(mut extent) = mem.allocate(used) else {
             return Ok(None);

@@ -19,7 +19,7 @@ use crate::memtable::MemTable;
 type Model = BTreeMap<(Vec<u8>, std::cmp::Reverse<SeqNo>), (ValueKind, Vec<u8>)>;
 
 fn memtable(entries: &[(&[u8], SeqNo, ValueKind, &[u8])]) -> Arc<MemTable> {
-    let m = Arc::new(MemTable::new(1 << 20));
+    let m = Arc::new(MemTable::new(1 << 20).without_version_chains());
     for &(k, s, kind, v) in entries {
         m.add(s, kind, k, v).unwrap();
     }
@@ -107,7 +107,7 @@ fn a_copied_memtable_reads_like_the_memtable() {
 #[test]
 fn copy_in_fails_cleanly_when_the_tier_is_full_and_memory_comes_back() {
     let mem = TierMemory::anonymous(256 << 10).unwrap();
-    let m = Arc::new(MemTable::new(200 << 10));
+    let m = Arc::new(MemTable::new(200 << 10).without_version_chains());
     for i in 0..1000u32 {
         m.add(
             u64::from(i) + 1,
@@ -136,7 +136,7 @@ fn random_tables(
 ) -> Vec<Arc<TierTable>> {
     (0..tables)
         .map(|i| {
-            let m = Arc::new(MemTable::new(1 << 20));
+            let m = Arc::new(MemTable::new(1 << 20).without_version_chains());
             for _ in 0..rng.gen_range(1..200) {
                 *seq += 1;
                 let key = format!("k{:03}", rng.gen_range(0..60)).into_bytes();
