@@ -225,7 +225,8 @@ const VERSIONS: usize = 10;
 
 /// An overwrite load as a pipelined server takes it: ten versions of each
 /// of 100k random keys, in deferred groups of 1,000, then linked and
-/// scanned whole as a flush does; in a table with version chains (only
+/// scanned as a flush without snapshots does (each key's newest version,
+/// `next_user_key`); in a table with version chains (only
 /// each key's first version is ordered into the list) and in one listing
 /// every version.
 fn overwrite(c: &mut Criterion) {
@@ -266,7 +267,7 @@ fn overwrite(c: &mut Criterion) {
                     let mut n = 0usize;
                     while it.valid() {
                         n += it.value().len();
-                        it.next();
+                        it.next_user_key();
                     }
                     black_box(n);
                     m

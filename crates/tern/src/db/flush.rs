@@ -42,12 +42,17 @@ impl Shared {
     /// newer one hides from every reader `retention` allows for is left out:
     /// under skewed updates most of a memtable is such versions, and writing
     /// them would only make garbage for compaction to mark and GC to copy.
+    /// `entries`, the exact number of entries `it` holds, says that it can
+    /// pass over a key's older versions without reading them
+    /// ([`InternalIterator::next_user_key`]: a memtable's version chains);
+    /// with no snapshot live, only each key's newest version is read then.
     pub fn write_level0_table(
         &self,
         it: &mut dyn InternalIterator,
         number: u64,
         counter: &AtomicU64,
         retention: &Retention,
+        entries: Option<u64>,
     ) -> Result<FlushOutput> {
         let mut out = FlushOutput::default();
         it.seek_to_first();
@@ -63,6 +68,9 @@ impl Shared {
             let mut blob_files = Vec::new();
             let mut walk = VersionWalk::new(retention);
             let mut dropped = 0u64;
+            let mut kept = 0u64;
+            // Without snapshots a key's newest version hides all the others.
+            let skip_older = entries.is_some() && retention.snapshots().is_empty();
             while it.valid() {
                 let user_key = internal_key::user_key(it.key());
                 if walk
@@ -73,6 +81,7 @@ impl Shared {
                     it.next();
                     continue;
                 }
+                kept += 1;
                 let separate = self
                     .opts
                     .blob_threshold
@@ -80,7 +89,11 @@ impl Shared {
                     && internal_key::trailer(it.key()) as u8 == ValueKind::Value as u8;
                 if !separate {
                     builder.add(it.key(), it.value())?;
-                    it.next();
+                    if skip_older {
+                        it.next_user_key();
+                    } else {
+                        it.next();
+                    }
                     continue;
                 }
                 if blob
@@ -112,10 +125,17 @@ impl Shared {
                     let head = &value[..self.opts.blob_head_size.min(value.len())];
                     builder.add(&ikey, &r.encode_with_head(head))?;
                 }
-                it.next();
+                if skip_older {
+                    it.next_user_key();
+                } else {
+                    it.next();
+                }
             }
             if let Some(b) = blob.take() {
                 out.blobs.push(b.finish(&[])?.meta);
+            }
+            if let (true, Some(n)) = (skip_older, entries) {
+                dropped = n.saturating_sub(kept);
             }
             Counters::add(&self.counters.flush_versions_dropped, dropped);
             Ok(builder.finish()?.into_file_meta(number, blob_files))
@@ -195,7 +215,13 @@ impl Shared {
         // Read after the memtable turned immutable: a snapshot registered
         // later sees every version in it, so only the newest of each key.
         let retention = Retention::new(self.snapshots.all());
-        let res = self.write_level0_table(&mut mem.iter_linked(), number, &counter, &retention);
+        let res = self.write_level0_table(
+            &mut mem.iter_linked(),
+            number,
+            &counter,
+            &retention,
+            Some(mem.len() as u64),
+        );
         let mut state = self.state.lock();
         state.flush_running = false;
         let output = match res {

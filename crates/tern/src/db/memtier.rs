@@ -157,7 +157,7 @@ impl Shared {
         };
         let retention = Retention::new(self.snapshots.all());
         let mut it = table.iter();
-        let res = self.write_level0_table(&mut it, number, &counter, &retention);
+        let res = self.write_level0_table(&mut it, number, &counter, &retention, None);
         drop(it);
         let mut state = self.state.lock();
         let output = match res {

@@ -327,7 +327,7 @@ fn spill_replayed(
             let number = state.versions.new_file_number();
             let counter = state.versions.file_number_counter();
             let out =
-                s.write_level0_table(&mut t.iter(), number, &counter, &Retention::default())?;
+                s.write_level0_table(&mut t.iter(), number, &counter, &Retention::default(), None)?;
             edit.new_files.extend(out.table.map(|m| (0, m)));
             edit.blob_files_added.extend(out.blobs);
             for id in t.ids() {
@@ -351,6 +351,7 @@ fn spill_replayed(
         number,
         &counter,
         &Retention::default(),
+        Some(mem.len() as u64),
     )?;
     edit.new_files.extend(out.table.map(|t| (0, t)));
     edit.blob_files_added.extend(out.blobs);

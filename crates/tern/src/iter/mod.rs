@@ -38,6 +38,17 @@ pub trait InternalIterator: Send {
     fn source(&self) -> Option<(&Path, u64)> {
         None
     }
+    /// Moves past every remaining (older) version of the current user key,
+    /// to the first entry of the next one. Requires `valid()`. Sources
+    /// that can skip versions without reading them (a memtable's version
+    /// chains) override it.
+    fn next_user_key(&mut self) {
+        let user_key = crate::format::internal_key::user_key(self.key()).to_vec();
+        self.next();
+        while self.valid() && crate::format::internal_key::user_key(self.key()) == user_key {
+            self.next();
+        }
+    }
 }
 
 /// Boxed iterator, as merged by the engine.

@@ -36,9 +36,13 @@ pub struct MemTableIter {
     /// Whether every source is positioned at or after `cur` (forward) or at
     /// or before it (backward).
     forward: bool,
-    /// The versions chained to `cur`, newest first (read once when the
-    /// iterator reaches it; usually none).
+    /// The versions chained to `cur`, newest first, as far as read: going
+    /// forward each is read as the iterator reaches it (a flush that skips
+    /// a key's older versions never reads them); going backward, or
+    /// seeking for the previous entry, all at once. Usually none.
     chain: Vec<u32>,
+    /// Whether `chain` holds every version chained to `cur`.
+    chain_read: bool,
     /// The entry the iterator is at: `chain[at]`, or `cur` itself when
     /// `at == chain.len()`.
     at: usize,
@@ -64,31 +68,72 @@ impl MemTableIter {
             cur: None,
             forward: true,
             chain: Vec::new(),
+            chain_read: true,
             at: 0,
         }
     }
 
-    /// Reads the versions chained to `cur` and stands at the newest
-    /// (`first`) or at `cur` itself.
+    /// Stands at the newest version of `cur` (`first`) or at `cur` itself.
     fn expand(&mut self, first: bool) {
         self.chain.clear();
+        self.chain_read = true;
         if let Some(cur) = self.cur {
-            let nodes = self.mem.list.nodes();
-            let mut next = super::newer_versions(&nodes, cur);
-            while next != 0 {
-                self.chain.push(next);
-                next = super::newer_versions(&nodes, next);
+            match super::newer_versions(&self.mem.list.nodes(), cur) {
+                0 => {}
+                newest => {
+                    self.chain.push(newest);
+                    self.chain_read = false;
+                }
             }
         }
-        self.at = if first { 0 } else { self.chain.len() };
+        if first {
+            self.at = 0;
+        } else {
+            self.read_chain();
+            self.at = self.chain.len();
+        }
+    }
+
+    /// Reads the rest of `cur`'s chain.
+    fn read_chain(&mut self) {
+        while self.read_one_more() {}
+    }
+
+    /// Reads the next version of `cur`'s chain; `false` if there is none.
+    fn read_one_more(&mut self) -> bool {
+        if self.chain_read {
+            return false;
+        }
+        let older = match self.chain.last() {
+            Some(&last) => super::newer_versions(&self.mem.list.nodes(), last),
+            None => 0,
+        };
+        if older == 0 {
+            self.chain_read = true;
+            return false;
+        }
+        self.chain.push(older);
+        true
+    }
+
+    /// Moves on from a chained version: to the next one, or to `cur`.
+    fn next_in_chain(&mut self) {
+        debug_assert!(self.at < self.chain.len());
+        if self.at + 1 == self.chain.len() {
+            self.read_one_more();
+        }
+        self.at += 1;
     }
 
     /// The entry at `i` of those `cur` stands for (`i == chain.len()`:
-    /// `cur` itself).
+    /// `cur` itself, once the chain is read to its end).
     fn version(&self, i: usize) -> Option<u32> {
         match self.chain.get(i) {
             Some(&v) => Some(v),
-            None if i == self.chain.len() => self.cur,
+            None if i == self.chain.len() => {
+                debug_assert!(self.chain_read);
+                self.cur
+            }
             None => None,
         }
     }
@@ -218,7 +263,7 @@ impl InternalIterator for MemTableIter {
         while self.at < self.chain.len()
             && internal_key::compare(nodes.key_at(self.chain[self.at]), target) == Ordering::Less
         {
-            self.at += 1;
+            self.next_in_chain();
         }
     }
 
@@ -228,6 +273,7 @@ impl InternalIterator for MemTableIter {
         // node at or before it (whose versions all sort before it).
         self.position_forward(target, false);
         self.expand(true);
+        self.read_chain();
         let mem = self.mem.clone();
         let nodes = mem.list.nodes();
         let at_or_before =
@@ -246,7 +292,7 @@ impl InternalIterator for MemTableIter {
     fn next(&mut self) {
         debug_assert!(self.valid());
         if self.at < self.chain.len() {
-            self.at += 1;
+            self.next_in_chain();
             return;
         }
         self.next_listed();
@@ -281,6 +327,23 @@ impl InternalIterator for MemTableIter {
 
     fn status(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn next_user_key(&mut self) {
+        debug_assert!(self.valid());
+        let Some(cur) = self.cur else { return };
+        // `cur`'s older versions listed after it (writers that raced) are
+        // passed one by one; chained ones are never read.
+        let mem = self.mem.clone();
+        let user_key = internal_key::user_key(mem.list.nodes().key_at(cur));
+        loop {
+            self.next_listed();
+            self.expand(true);
+            match self.cur {
+                Some(n) if internal_key::user_key(mem.list.nodes().key_at(n)) == user_key => {}
+                _ => return,
+            }
+        }
     }
 }
 
