@@ -1,6 +1,7 @@
-//! A hash index from user key to the newest node of that key, so a point
-//! read of a key the memtable holds costs two cache lines instead of a
-//! skiplist descent (a cache miss per level).
+//! A hash index from user key to a node of that key (its listed node, or
+//! without version chains its newest), so a point read of a key the
+//! memtable holds costs two or three cache lines instead of a skiplist
+//! descent (a cache miss per level).
 //!
 //! Open addressing with linear probing over 8-byte slots: the high 32 bits
 //! hold a tag from the key's hash, the low 32 the node's arena offset (never
@@ -44,8 +45,9 @@ const ARENA_BYTES_PER_SLOT: usize = 64;
 /// What the index knows about a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup {
-    /// The newest node of the key (or one at least as new as the reader's
-    /// snapshot may see).
+    /// The key's listed node, from which its newer versions are chained
+    /// (in a table without chains: its newest node, or one at least as
+    /// new as the reader's snapshot may see).
     Found(u32),
     /// The memtable holds no version of the key.
     Absent,

@@ -157,7 +157,8 @@ impl std::error::Error for MemTableFull {}
 /// `Send + Sync`: share it behind an [`Arc`] between writers and readers.
 pub struct MemTable {
     list: SkipList,
-    /// User key → newest node, so point reads skip the list.
+    /// User key → the key's listed node (with chains) or newest node
+    /// (without), so point reads skip the list.
     index: MemIndex,
     /// The keys the index had no room for.
     filter: MemFilter,
@@ -330,7 +331,12 @@ impl MemTable {
             // `next` is newer: this version goes somewhere after it.
             match nodes.versions(next) {
                 Some(w) => word = w,
-                None => return false,
+                None => {
+                    // Unreachable: every node of a table with chains has a
+                    // version word (`new_node` is told so by `self.chains`).
+                    debug_assert!(false, "a chained version without a version word");
+                    return false;
+                }
             }
         }
     }
@@ -582,6 +588,7 @@ impl MemTable {
                 // older ones on the node's version chain: no links needed
                 // (the node may not be linked yet).
                 let (mut key, mut value, chain) = nodes.parts(node);
+                let listed_seq = internal_key::trailer(key) >> 8;
                 if let Some(newest) = chain.map(|w| w.load(Ordering::Acquire)) {
                     if newest != 0 {
                         (key, value, _) = nodes.parts(newest);
@@ -592,7 +599,15 @@ impl MemTable {
                     let kind = ValueKind::from_u8(trailer as u8)?;
                     return Some((trailer >> 8, kind, value));
                 }
-                for v in versions(&nodes, node).skip(1) {
+                // A snapshot older than the listed node needs none of its
+                // chain: a long-held snapshot's reads of a hot key do not
+                // walk the versions written since.
+                let chained = if listed_seq <= seq {
+                    versions(&nodes, node).skip(1)
+                } else {
+                    versions(&nodes, node).skip(usize::MAX)
+                };
+                for v in chained {
                     let trailer = internal_key::trailer(nodes.key_at(v));
                     if trailer >> 8 <= seq {
                         let kind = ValueKind::from_u8(trailer as u8)?;
@@ -701,8 +716,9 @@ impl MemTable {
     pub fn max_entry_size(arena_capacity: usize) -> usize {
         let cap = Arena::effective_capacity(arena_capacity.max(HEAD_REGION));
         let room = (cap - HEAD_REGION) & !3;
-        // A node of maximal height: links, header, key, trailer, value.
-        room.saturating_sub(4 * MAX_HEIGHT + 8 + TRAILER_LEN)
+        // A node of maximal height: links, version word, header, key,
+        // trailer, value.
+        room.saturating_sub(4 * (MAX_HEIGHT + 1) + 8 + TRAILER_LEN)
     }
 
     /// The smallest `arena_capacity` whose empty memtable is guaranteed to
@@ -712,7 +728,8 @@ impl MemTable {
     pub fn required_capacity(key_len: usize, value_len: usize) -> usize {
         key_len
             .checked_add(TRAILER_LEN)
-            .and_then(|k| node_size(MAX_HEIGHT, k, value_len))
+            // The version word counts as one more link.
+            .and_then(|k| node_size(MAX_HEIGHT + 1, k, value_len))
             .and_then(|n| n.checked_add(HEAD_REGION))
             .unwrap_or(usize::MAX)
     }

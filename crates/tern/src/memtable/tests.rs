@@ -1499,3 +1499,25 @@ fn next_user_key_passes_every_older_version() {
         }
     }
 }
+
+/// Regression: `max_entry_size` and `required_capacity` counted a node of
+/// the greatest height without its version word, so an entry they said
+/// always fits did not when its node drew that height (one in 4^11).
+#[test]
+fn entry_size_limits_count_the_version_word() {
+    for (k, v) in [(0usize, 0usize), (5, 100), (16, 1 << 20), (3, 12345)] {
+        let tallest = skiplist::node_size(MAX_HEIGHT + 1, k + TRAILER_LEN, v).unwrap();
+        let need = MemTable::required_capacity(k, v);
+        assert!(
+            tallest + HEAD_REGION <= Arena::effective_capacity(need),
+            "required_capacity({k}, {v}) = {need} leaves no room for a node of {tallest} bytes"
+        );
+        let cap = 1 << 16;
+        let max = MemTable::max_entry_size(cap);
+        let tallest = skiplist::node_size(MAX_HEIGHT + 1, max + TRAILER_LEN, 0).unwrap();
+        assert!(
+            tallest + HEAD_REGION <= Arena::effective_capacity(cap),
+            "max_entry_size({cap}) = {max}"
+        );
+    }
+}
