@@ -124,3 +124,84 @@ fn flushed_memtables_lend_their_arena_to_the_next_and_nothing_leaks_between_them
     it.status().unwrap();
     assert_eq!(got, want);
 }
+
+/// Many versions of a few keys (in the memtable, all but each key's first
+/// are chained to it, `docs/engine.md` "Version chains"), with snapshots
+/// taken between them: every snapshot reads its version of every key,
+/// point reads and scans both ways, before the flush, after it (which must
+/// keep each snapshot's version and drop the rest) and after a reopen.
+#[test]
+fn snapshots_between_many_overwrites_read_their_versions_through_a_flush() {
+    let fs = MemFs::new();
+    let db = Db::open(
+        DIR,
+        small_opts(fs.clone()).tune(|s| s.write_buffer_size = 4 << 20),
+    )
+    .unwrap();
+    const KEYS: u32 = 8;
+    const ROUNDS: u32 = 60;
+    let v = |i: u32, round: u32| format!("k{i}-r{round}").into_bytes();
+    let mut snaps = Vec::new();
+    for round in 0..ROUNDS {
+        for i in 0..KEYS {
+            db.put(&key(i), &v(i, round)).unwrap();
+        }
+        if round % 15 == 7 {
+            snaps.push((round, db.snapshot().unwrap()));
+        }
+    }
+    let check = |what: &str| {
+        for (round, snap) in &snaps {
+            let opts = ReadOptions {
+                snapshot: Some(snap),
+                ..ReadOptions::default()
+            };
+            for i in 0..KEYS {
+                assert_eq!(
+                    db.get_opt(&key(i), &opts).unwrap(),
+                    Some(v(i, *round)),
+                    "{what}: key {i} at round {round}"
+                );
+            }
+            let mut it = db.iter(opts.clone()).unwrap();
+            it.seek_to_last();
+            let mut back = Vec::new();
+            while it.valid() {
+                back.push(it.value().to_vec());
+                it.prev();
+            }
+            it.status().unwrap();
+            back.reverse();
+            let want: Vec<Vec<u8>> = (0..KEYS).map(|i| v(i, *round)).collect();
+            assert_eq!(back, want, "{what}: backward scan at round {round}");
+            it.seek(&key(KEYS / 2));
+            assert_eq!(
+                it.value(),
+                &v(KEYS / 2, *round)[..],
+                "{what}: seek at round {round}"
+            );
+        }
+        for i in 0..KEYS {
+            assert_eq!(
+                db.get(&key(i)).unwrap(),
+                Some(v(i, ROUNDS - 1)),
+                "{what}: key {i}"
+            );
+        }
+    };
+    check("in the memtable");
+    db.flush().unwrap();
+    // Each key keeps the newest version and one per snapshot.
+    let kept = u64::from(KEYS) * (snaps.len() as u64 + 1);
+    assert_eq!(
+        db.stats().flush_versions_dropped,
+        u64::from(KEYS * ROUNDS) - kept
+    );
+    check("after the flush");
+    let latest: Vec<_> = (0..KEYS).map(|i| db.get(&key(i)).unwrap()).collect();
+    drop(snaps);
+    db.close().unwrap();
+    let db = Db::open(DIR, small_opts(fs)).unwrap();
+    let reopened: Vec<_> = (0..KEYS).map(|i| db.get(&key(i)).unwrap()).collect();
+    assert_eq!(reopened, latest);
+}
