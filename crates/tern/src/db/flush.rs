@@ -69,8 +69,10 @@ impl Shared {
             let mut walk = VersionWalk::new(retention);
             let mut dropped = 0u64;
             let mut kept = 0u64;
-            // Without snapshots a key's newest version hides all the others.
-            let skip_older = entries.is_some() && retention.snapshots().is_empty();
+            // Without snapshots a key's newest version hides all the others:
+            // the entry count to take the kept ones from, when `it` can
+            // pass over the others unread.
+            let skip_older = entries.filter(|_| retention.snapshots().is_empty());
             while it.valid() {
                 let user_key = internal_key::user_key(it.key());
                 if walk
@@ -89,43 +91,39 @@ impl Shared {
                     && internal_key::trailer(it.key()) as u8 == ValueKind::Value as u8;
                 if !separate {
                     builder.add(it.key(), it.value())?;
-                    if skip_older {
-                        it.next_user_key();
-                    } else {
-                        it.next();
+                } else {
+                    if blob
+                        .as_ref()
+                        .is_some_and(|b| b.len() >= self.opts.blob_file_size)
+                    {
+                        if let Some(b) = blob.take() {
+                            out.blobs.push(b.finish(&[])?.meta);
+                        }
                     }
-                    continue;
-                }
-                if blob
-                    .as_ref()
-                    .is_some_and(|b| b.len() >= self.opts.blob_file_size)
-                {
-                    if let Some(b) = blob.take() {
-                        out.blobs.push(b.finish(&[])?.meta);
+                    if blob.is_none() {
+                        let n = counter.fetch_add(1, Ordering::SeqCst);
+                        let p = self.dir.join(blob_file_name(n));
+                        created.push(p.clone());
+                        let f = self.background_fs.create(&p).ctx(&p)?;
+                        blob = Some(BlobWriter::new(f, p, n)?);
+                        blob_files.push(n);
+                        builder.add_blob_file(n);
+                    }
+                    if let Some(b) = blob.as_mut() {
+                        let user_key = internal_key::user_key(it.key());
+                        let seq = internal_key::trailer(it.key()) >> 8;
+                        let value = it.value();
+                        let r = b.add(user_key, seq, value)?;
+                        let mut ikey = user_key.to_vec();
+                        ikey.extend_from_slice(
+                            &internal_key::pack_trailer(seq, ValueKind::BlobRef as u8)
+                                .to_le_bytes(),
+                        );
+                        let head = &value[..self.opts.blob_head_size.min(value.len())];
+                        builder.add(&ikey, &r.encode_with_head(head))?;
                     }
                 }
-                if blob.is_none() {
-                    let n = counter.fetch_add(1, Ordering::SeqCst);
-                    let p = self.dir.join(blob_file_name(n));
-                    created.push(p.clone());
-                    let f = self.background_fs.create(&p).ctx(&p)?;
-                    blob = Some(BlobWriter::new(f, p, n)?);
-                    blob_files.push(n);
-                    builder.add_blob_file(n);
-                }
-                if let Some(b) = blob.as_mut() {
-                    let user_key = internal_key::user_key(it.key());
-                    let seq = internal_key::trailer(it.key()) >> 8;
-                    let value = it.value();
-                    let r = b.add(user_key, seq, value)?;
-                    let mut ikey = user_key.to_vec();
-                    ikey.extend_from_slice(
-                        &internal_key::pack_trailer(seq, ValueKind::BlobRef as u8).to_le_bytes(),
-                    );
-                    let head = &value[..self.opts.blob_head_size.min(value.len())];
-                    builder.add(&ikey, &r.encode_with_head(head))?;
-                }
-                if skip_older {
+                if skip_older.is_some() {
                     it.next_user_key();
                 } else {
                     it.next();
@@ -134,7 +132,7 @@ impl Shared {
             if let Some(b) = blob.take() {
                 out.blobs.push(b.finish(&[])?.meta);
             }
-            if let (true, Some(n)) = (skip_older, entries) {
+            if let Some(n) = skip_older {
                 dropped = n.saturating_sub(kept);
             }
             Counters::add(&self.counters.flush_versions_dropped, dropped);

@@ -332,16 +332,18 @@ impl InternalIterator for MemTableIter {
     fn next_user_key(&mut self) {
         debug_assert!(self.valid());
         let Some(cur) = self.cur else { return };
-        // `cur`'s older versions listed after it (writers that raced) are
-        // passed one by one; chained ones are never read.
-        let mem = self.mem.clone();
-        let user_key = internal_key::user_key(mem.list.nodes().key_at(cur));
+        // `cur`'s older versions listed after it are passed one by one;
+        // chained ones are never read. (Offsets stay valid: `mem` keeps
+        // the arena.)
         loop {
             self.next_listed();
             self.expand(true);
-            match self.cur {
-                Some(n) if internal_key::user_key(mem.list.nodes().key_at(n)) == user_key => {}
-                _ => return,
+            let nodes = self.mem.list.nodes();
+            let same = |n: u32| {
+                internal_key::user_key(nodes.key_at(n)) == internal_key::user_key(nodes.key_at(cur))
+            };
+            if !self.cur.is_some_and(same) {
+                return;
             }
         }
     }

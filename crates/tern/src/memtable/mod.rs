@@ -74,44 +74,6 @@ pub(crate) fn newer_versions(nodes: &Nodes<'_, Arena>, node: u32) -> u32 {
         .map_or(0, |w| w.load(Ordering::Acquire))
 }
 
-/// The versions of `node`'s key that reach the table through it, newest
-/// first: the ones chained to it (if it is a listed node of a table with
-/// version chains), then itself.
-pub(crate) fn versions<'m>(nodes: &Nodes<'m, Arena>, node: u32) -> Versions<'m> {
-    let next = newer_versions(nodes, node);
-    Versions {
-        nodes: *nodes,
-        listed: node,
-        next: Some(next),
-    }
-}
-
-/// The iterator [`versions`] returns.
-pub(crate) struct Versions<'m> {
-    nodes: Nodes<'m, Arena>,
-    listed: u32,
-    /// The chained version to yield next (0: the listed node); `None` once
-    /// the listed node was yielded.
-    next: Option<u32>,
-}
-
-impl Iterator for Versions<'_> {
-    type Item = u32;
-
-    fn next(&mut self) -> Option<u32> {
-        match self.next? {
-            0 => {
-                self.next = None;
-                Some(self.listed)
-            }
-            v => {
-                self.next = Some(newer_versions(&self.nodes, v));
-                Some(v)
-            }
-        }
-    }
-}
-
 /// How many entries ahead of the one being inserted a deferred group
 /// prefetches index slots (and half as far, the nodes they name).
 const PREFETCH_AHEAD: usize = 8;
@@ -231,11 +193,6 @@ impl MemTable {
         debug_assert!(self.is_empty());
         self.chains = false;
         self
-    }
-
-    /// Whether newer versions of a listed key go on its version chain.
-    pub fn has_version_chains(&self) -> bool {
-        self.chains
     }
 
     /// Inserts `user_key ‖ (seq, kind) → value`. Thread-safe and lock-free.
@@ -584,35 +541,29 @@ impl MemTable {
         let nodes = self.list.nodes();
         match self.index.find(hash, |n| holds(&nodes, n, user_key)) {
             Lookup::Found(node) => {
-                // The newest version first, which most reads want, then
-                // older ones on the node's version chain: no links needed
-                // (the node may not be linked yet).
-                let (mut key, mut value, chain) = nodes.parts(node);
-                let listed_seq = internal_key::trailer(key) >> 8;
-                if let Some(newest) = chain.map(|w| w.load(Ordering::Acquire)) {
-                    if newest != 0 {
-                        (key, value, _) = nodes.parts(newest);
-                    }
-                }
-                let trailer = internal_key::trailer(key);
-                if trailer >> 8 <= seq {
-                    let kind = ValueKind::from_u8(trailer as u8)?;
-                    return Some((trailer >> 8, kind, value));
-                }
-                // A snapshot older than the listed node needs none of its
-                // chain: a long-held snapshot's reads of a hot key do not
-                // walk the versions written since.
-                let chained = if listed_seq <= seq {
-                    versions(&nodes, node).skip(1)
-                } else {
-                    versions(&nodes, node).skip(usize::MAX)
-                };
-                for v in chained {
-                    let trailer = internal_key::trailer(nodes.key_at(v));
+                // Newest first, which most reads want: the versions
+                // chained to the node, then the node itself; no links
+                // needed (the node may not be linked yet).
+                let (listed_key, listed_value, mut word) = nodes.parts(node);
+                let listed_seq = internal_key::trailer(listed_key) >> 8;
+                loop {
+                    let next = word.map_or(0, |w| w.load(Ordering::Acquire));
+                    let (key, value, older) = match next {
+                        0 => (listed_key, listed_value, None),
+                        v => nodes.parts(v),
+                    };
+                    let trailer = internal_key::trailer(key);
                     if trailer >> 8 <= seq {
                         let kind = ValueKind::from_u8(trailer as u8)?;
-                        return Some((trailer >> 8, kind, nodes.value_at(v)));
+                        return Some((trailer >> 8, kind, value));
                     }
+                    // A snapshot older than the listed node needs nothing
+                    // chained to it (all newer): a long-held snapshot's
+                    // reads of a hot key do not walk the versions since.
+                    if next == 0 || listed_seq > seq {
+                        break;
+                    }
+                    word = older;
                 }
                 // An older snapshot, or a version a writer has not
                 // published yet: older versions are in the list after the

@@ -245,14 +245,6 @@ pub(crate) struct Nodes<'m, M: NodeMemory + ?Sized> {
     top: usize,
 }
 
-impl<M: NodeMemory + ?Sized> Clone for Nodes<'_, M> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<M: NodeMemory + ?Sized> Copy for Nodes<'_, M> {}
-
 impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     /// The list headed by `head`, searched from height `top`.
     ///
@@ -308,17 +300,27 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
         )
     }
 
-    /// `(key offset, ikey_len, value_len)` of a published node or the head
-    /// (whose zero header puts an empty key right after it).
+    /// `(version word offset if it has one, key offset, ikey_len,
+    /// value_len)` of a published node or the head (whose zero header puts
+    /// an empty key right after it), from one read of its header.
     #[inline]
-    fn lens(&self, node: u32) -> (usize, usize, usize) {
+    fn layout(&self, node: u32) -> (Option<usize>, usize, usize, usize) {
         let (k, v) = self.header(node);
-        let words = (k >> HEIGHT_SHIFT) as usize + usize::from(k & VERSIONED != 0);
+        let links_end = node as usize + HEADER_LEN + 4 * (k >> HEIGHT_SHIFT) as usize;
+        let versioned = k & VERSIONED != 0;
         (
-            node as usize + HEADER_LEN + 4 * words,
+            versioned.then_some(links_end),
+            links_end + 4 * usize::from(versioned),
             (k as usize) & MAX_IKEY_LEN,
             v as usize,
         )
+    }
+
+    /// `(key offset, ikey_len, value_len)`, as [`Nodes::layout`].
+    #[inline]
+    fn lens(&self, node: u32) -> (usize, usize, usize) {
+        let (_, at, k, v) = self.layout(node);
+        (at, k, v)
     }
 
     /// The height of a published node (the head's is [`MAX_HEIGHT`]).
@@ -336,44 +338,33 @@ impl<'m, M: NodeMemory + ?Sized> Nodes<'m, M> {
     /// one after a chained node; 0 for none.
     #[inline]
     pub(crate) fn versions(&self, node: u32) -> Option<&'m AtomicU32> {
-        let (k, _) = self.header(node);
-        if k & VERSIONED == 0 {
-            return None;
-        }
-        let off = node as usize + HEADER_LEN + 4 * (k >> HEIGHT_SHIFT) as usize;
+        self.version_word(self.layout(node).0)
+    }
+
+    /// The atomic at `off`, a version word's offset from [`Nodes::layout`].
+    #[inline]
+    fn version_word(&self, off: Option<usize>) -> Option<&'m AtomicU32> {
         // SAFETY: a versioned node's region holds the word right after its
         // links (invariant 1, `new_node`); it is 4-aligned like them and
         // only accessed atomically (invariant 3).
-        Some(unsafe { self.mem.atomic_u32(off) })
+        off.map(|off| unsafe { self.mem.atomic_u32(off) })
     }
 
     /// The internal key, value and version word (see [`Nodes::versions`])
     /// of a published node, its header read once.
     #[inline]
     pub(crate) fn parts(&self, node: u32) -> (&'m [u8], &'m [u8], Option<&'m AtomicU32>) {
-        let (k, v) = self.header(node);
-        let height = (k >> HEIGHT_SHIFT) as usize;
-        let links_end = node as usize + HEADER_LEN + 4 * height;
-        let (versions, at) = if k & VERSIONED != 0 {
-            // SAFETY: as in `versions`.
-            (
-                Some(unsafe { self.mem.atomic_u32(links_end) }),
-                links_end + 4,
-            )
-        } else {
-            (None, links_end)
-        };
-        let ikey_len = k as usize & MAX_IKEY_LEN;
+        let (word, at, ikey_len, value_len) = self.layout(node);
         // SAFETY: as in `key_at` and `value_at`: key and value follow the
         // links (and version word) inside the node's region, written before
         // publication and immutable.
         let (key, value) = unsafe {
             (
                 self.mem.bytes(at, ikey_len),
-                self.mem.bytes(at + ikey_len, v as usize),
+                self.mem.bytes(at + ikey_len, value_len),
             )
         };
-        (key, value, versions)
+        (key, value, self.version_word(word))
     }
 
     /// The internal key of a published node or the head.
