@@ -76,17 +76,9 @@ impl MemTableIter {
     /// Stands at the newest version of `cur` (`first`) or at `cur` itself.
     fn expand(&mut self, first: bool) {
         self.chain.clear();
-        self.chain_read = true;
-        if let Some(cur) = self.cur {
-            match super::newer_versions(&self.mem.list.nodes(), cur) {
-                0 => {}
-                newest => {
-                    self.chain.push(newest);
-                    self.chain_read = false;
-                }
-            }
-        }
+        self.chain_read = self.cur.is_none();
         if first {
+            self.read_one_more();
             self.at = 0;
         } else {
             self.read_chain();
@@ -99,14 +91,13 @@ impl MemTableIter {
         while self.read_one_more() {}
     }
 
-    /// Reads the next version of `cur`'s chain; `false` if there is none.
+    /// Reads the next version of `cur`'s chain (the newest, while none is
+    /// read); `false` if there is none.
     fn read_one_more(&mut self) -> bool {
-        if self.chain_read {
-            return false;
-        }
-        let older = match self.chain.last() {
-            Some(&last) => super::newer_versions(&self.mem.list.nodes(), last),
-            None => 0,
+        let from = self.chain.last().copied().or(self.cur);
+        let older = match from {
+            Some(n) if !self.chain_read => super::newer_versions(&self.mem.list.nodes(), n),
+            _ => 0,
         };
         if older == 0 {
             self.chain_read = true;
