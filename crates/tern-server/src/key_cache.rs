@@ -12,15 +12,26 @@
 //! committed, forgets everything when a commit fails (the engine's state is
 //! then unknown to it) and when the generation changes (FLUSHDB). Memory is
 //! bounded by its capacity: when full, half the entries, picked
-//! by the map's iteration order, are dropped, and their keys are read from
-//! the engine again when next written.
+//! by their slot order (arbitrary, since fingerprints are keyed), are
+//! dropped, and their keys are read from the engine again when next
+//! written.
 //!
 //! Entries are found by a 128-bit keyed fingerprint of the key (SipHash-1-3
 //! under one random key, of the key followed by 0 and by 1) instead of the
 //! key itself: a lookup then
 //! touches the map's slot and nothing else, where a stored key was one more
 //! cache miss (a profile of pipelined random `SET`s had a quarter of the
-//! committer in this lookup). Clients choose the keys but never see the
+//! committer in this lookup).
+//!
+//! The table is open-addressed with linear probing over slots of one
+//! cache line each (fingerprint and state), at most three quarters full,
+//! so a hit is usually one cache miss, and that line is known from the
+//! fingerprint alone: the committer fingerprints the keys of the commands
+//! it is about to run and asks for their lines ahead
+//! ([`KeyCache::prefetch`]), so the misses overlap instead of stalling it
+//! one after another. A general hash map keeps its control bytes apart
+//! from its slots (a second miss) and cannot name a key's slot before the
+//! lookup. Clients choose the keys but never see the
 //! hash key, so they cannot aim at a collision. Taking SipHash as the
 //! pseudorandom function it is designed to be, the two halves of distinct
 //! keys' fingerprints agree by chance with probability 2^-128 per pair,
@@ -32,23 +43,20 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use crate::store::KeyState;
 
-/// Memory the cache may use by default: about 840,000 keys (each
-/// counted as [`ENTRY_BYTES`]).
+/// Memory the cache may use by default: 2^20 slots, about 786,000 keys.
 pub const DEFAULT_CAPACITY: usize = 64 << 20;
 
-/// Bytes one entry is counted as: its 64-byte slot (the fingerprint and
-/// the state, an integer value included) and control byte, and the room a
-/// hash map keeps free after it grows (up to half its slots).
-/// Approximate: just after growing, the map holds up to twice its entries'
-/// slots.
-const ENTRY_BYTES: usize = 80;
+/// A key's 128-bit keyed fingerprint ([`KeyCache::fingerprint`]); never 0,
+/// which marks an empty slot.
+pub type Fingerprint = u128;
 
-/// A key's 128-bit keyed fingerprint.
-type Fingerprint = u128;
-
-/// Hashes a fingerprint, already uniform, by taking half of it.
+/// Hashes a fingerprint, already uniform, by taking half of it: maps keyed
+/// by fingerprints hash nothing again.
 #[derive(Default)]
-struct FingerprintHasher(u64);
+pub struct FingerprintHasher(u64);
+
+/// A map keyed by fingerprints.
+pub type FingerprintMap<V> = HashMap<Fingerprint, V, BuildHasherDefault<FingerprintHasher>>;
 
 impl Hasher for FingerprintHasher {
     fn finish(&self) -> u64 {
@@ -67,15 +75,55 @@ impl Hasher for FingerprintHasher {
     }
 }
 
+/// One entry: a cache line holding the fingerprint (0: empty) and the
+/// state.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Slot {
+    fp: Fingerprint,
+    state: KeyState,
+}
+
+/// Bytes one slot takes.
+const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+const _: () = assert!(SLOT_BYTES == 64);
+
+/// Slots a table starts with.
+const MIN_SLOTS: usize = 16;
+
+/// Entries a table of `slots` slots holds at most (three quarters full,
+/// so a probe for an absent key ends within a few lines).
+fn load_limit(slots: usize) -> usize {
+    slots / 4 * 3 + slots % 4 * 3 / 4
+}
+
+/// Asks the CPU to bring the cache line at `p` in. Only a hint: it reads
+/// nothing and never faults, whatever `p` is.
+#[inline]
+fn prefetch_read<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch neither reads nor writes memory visibly and does
+    // not fault on any address; SSE is part of the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Committed key states of one generation.
 #[derive(Debug)]
 pub struct KeyCache {
-    map: HashMap<Fingerprint, KeyState, BuildHasherDefault<FingerprintHasher>>,
+    /// A power of two in length, or empty; at most [`load_limit`] full.
+    slots: Vec<Slot>,
+    /// Slots in use.
+    len: usize,
     /// The fingerprint's random key.
     key: RandomState,
     generation: u32,
-    /// Entries it may hold: its capacity over [`ENTRY_BYTES`].
-    max_entries: usize,
+    /// The most slots it may have: the largest power of two whose slots
+    /// fit in its capacity (0: it keeps nothing).
+    max_slots: usize,
 }
 
 impl Default for KeyCache {
@@ -85,86 +133,160 @@ impl Default for KeyCache {
 }
 
 impl KeyCache {
-    /// An empty cache that holds up to about `capacity` bytes.
+    /// An empty cache whose table takes at most `capacity` bytes.
     pub fn new(capacity: usize) -> Self {
+        let fit = capacity / SLOT_BYTES;
+        let max_slots = match fit {
+            // One slot alone could never take an entry (three quarters of
+            // one is none).
+            0 | 1 => 0,
+            n => 1 << n.ilog2(),
+        };
         KeyCache {
-            map: HashMap::default(),
+            slots: Vec::new(),
+            len: 0,
             key: RandomState::new(),
             generation: 0,
-            max_entries: capacity / ENTRY_BYTES,
+            max_slots,
         }
     }
 
     /// Entries held.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
     }
 
-    /// The committed state of `key` in `generation`, if remembered.
-    pub fn get(&self, generation: u32, key: &[u8]) -> Option<KeyState> {
-        if generation != self.generation {
-            return None;
-        }
-        self.map.get(&self.fingerprint(key)).copied()
+    /// The most entries it holds before it drops half.
+    pub fn max_entries(&self) -> usize {
+        load_limit(self.max_slots)
     }
 
-    fn fingerprint(&self, key: &[u8]) -> Fingerprint {
+    /// Bytes its table takes now.
+    pub fn table_bytes(&self) -> usize {
+        self.slots.len() * SLOT_BYTES
+    }
+
+    /// `key`'s fingerprint under this cache's random key: the name the
+    /// cache, and the pending writes' per-key states, know it by.
+    pub fn fingerprint(&self, key: &[u8]) -> Fingerprint {
         let hi = self.key.hash_one((key, 0u8));
         let lo = self.key.hash_one((key, 1u8));
-        (u128::from(hi) << 64) | u128::from(lo)
+        // 0 marks an empty slot; folding it into 1 doubles the chance of
+        // that one value, which stays negligible.
+        ((u128::from(hi) << 64) | u128::from(lo)).max(1)
     }
 
-    /// Forgets everything (a commit failed).
+    /// Where the probe for `fp` starts.
+    fn home(&self, fp: Fingerprint) -> usize {
+        (fp as u64 as usize) & (self.slots.len() - 1)
+    }
+
+    /// Brings the slot a lookup of `fp` starts at into the CPU's caches,
+    /// so the lookup soon after does not wait on memory.
+    pub fn prefetch(&self, fp: Fingerprint) {
+        if !self.slots.is_empty() {
+            prefetch_read(&self.slots[self.home(fp)]);
+        }
+    }
+
+    /// The slot holding `fp`, or the empty one where it would go.
+    fn find(&self, fp: Fingerprint) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(fp);
+        // Ends: the table is never full (at most three quarters).
+        loop {
+            let s = &self.slots[i];
+            if s.fp == fp || s.fp == 0 {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The committed state of the key with fingerprint `fp` in
+    /// `generation`, if remembered.
+    pub fn get(&self, generation: u32, fp: Fingerprint) -> Option<KeyState> {
+        if generation != self.generation || self.slots.is_empty() {
+            return None;
+        }
+        let s = &self.slots[self.find(fp)];
+        (s.fp == fp).then_some(s.state)
+    }
+
+    /// Forgets everything (a commit failed). The table keeps its size.
     pub fn clear(&mut self) {
-        self.map.clear();
+        if self.len > 0 {
+            self.slots.fill(Slot::default());
+            self.len = 0;
+        }
     }
 
-    /// Records states that committed in `generation`; a new generation
-    /// forgets the old one first.
+    /// Records states that committed in `generation`, by fingerprint; a
+    /// new generation forgets the old one first.
     pub fn extend(
         &mut self,
         generation: u32,
-        states: impl IntoIterator<Item = (Vec<u8>, KeyState)>,
+        states: impl IntoIterator<Item = (Fingerprint, KeyState)>,
     ) {
         if generation != self.generation {
             self.clear();
             self.generation = generation;
         }
-        for (key, state) in states {
-            let fp = self.fingerprint(&key);
-            if let Some(s) = self.map.get_mut(&fp) {
-                *s = state;
-                continue;
-            }
-            if self.max_entries == 0 {
-                continue;
-            }
-            if self.map.len() >= self.max_entries {
-                self.evict_half();
-            }
-            self.map.insert(fp, state);
+        if self.max_slots == 0 {
+            return;
+        }
+        for (fp, state) in states {
+            self.insert(fp, state);
         }
     }
 
-    /// Drops every other entry in iteration order (arbitrary, since the
-    /// fingerprints are randomly keyed). Refilling takes as many inserts as
-    /// were dropped, so eviction costs O(1) per insert over time.
-    fn evict_half(&mut self) {
-        let mut keep = false;
-        self.map.retain(|_, _| {
+    fn insert(&mut self, fp: Fingerprint, state: KeyState) {
+        if !self.slots.is_empty() {
+            let i = self.find(fp);
+            if self.slots[i].fp == fp {
+                self.slots[i].state = state;
+                return;
+            }
+        }
+        if self.len + 1 > load_limit(self.slots.len()) {
+            if self.slots.len() < self.max_slots {
+                let grown =
+                    (self.slots.len() * 2).clamp(MIN_SLOTS.min(self.max_slots), self.max_slots);
+                self.rebuild(grown, false);
+            } else {
+                self.rebuild(self.slots.len(), true);
+            }
+        }
+        let i = self.find(fp);
+        self.slots[i] = Slot { fp, state };
+        self.len += 1;
+    }
+
+    /// Moves the entries into a table of `slots` slots, dropping every
+    /// other one in slot order if `halve`. Refilling after a halving takes
+    /// as many inserts as were dropped, so it costs O(1) per insert over
+    /// time.
+    fn rebuild(&mut self, slots: usize, halve: bool) {
+        let old = std::mem::replace(&mut self.slots, vec![Slot::default(); slots]);
+        self.len = 0;
+        // The first of each pair goes, so even a single entry does.
+        let mut keep = true;
+        for s in old.into_iter().filter(|s| s.fp != 0) {
             keep = !keep;
-            keep
-        });
+            if halve && !keep {
+                continue;
+            }
+            let i = self.find(s.fp);
+            self.slots[i] = s;
+            self.len += 1;
+        }
     }
 }
-
-/// The slot size [`ENTRY_BYTES`] counts on.
-const _: () = assert!(std::mem::size_of::<(Fingerprint, KeyState)>() <= 64);
 
 #[cfg(test)]
 mod tests {
@@ -180,63 +302,112 @@ mod tests {
         }
     }
 
+    /// Records `key`'s state as committed in `generation`.
+    fn put(c: &mut KeyCache, generation: u32, key: &[u8], state: KeyState) {
+        let fp = c.fingerprint(key);
+        c.extend(generation, [(fp, state)]);
+    }
+
+    /// `key`'s state in `generation`, if remembered.
+    fn get(c: &KeyCache, generation: u32, key: &[u8]) -> Option<KeyState> {
+        c.get(generation, c.fingerprint(key))
+    }
+
     #[test]
     fn remembers_the_latest_state_of_a_key() {
         let mut c = KeyCache::default();
-        c.extend(1, [(b"a".to_vec(), live(None))]);
-        c.extend(1, [(b"a".to_vec(), live(Some(5)))]);
-        assert_eq!(c.get(1, b"a"), Some(live(Some(5))));
+        put(&mut c, 1, b"a", live(None));
+        put(&mut c, 1, b"a", live(Some(5)));
+        assert_eq!(get(&c, 1, b"a"), Some(live(Some(5))));
         assert_eq!(c.len(), 1);
-        assert_eq!(c.get(1, b"b"), None);
+        assert_eq!(get(&c, 1, b"b"), None);
     }
 
     #[test]
     fn another_generation_sees_nothing_and_replaces_the_old_one() {
         let mut c = KeyCache::default();
-        c.extend(1, [(b"a".to_vec(), live(None))]);
-        assert_eq!(c.get(2, b"a"), None);
-        c.extend(2, [(b"b".to_vec(), KeyState::default())]);
-        assert_eq!(c.get(2, b"a"), None, "the old generation was forgotten");
-        assert_eq!(c.get(2, b"b"), Some(KeyState::default()));
+        put(&mut c, 1, b"a", live(None));
+        assert_eq!(get(&c, 2, b"a"), None);
+        put(&mut c, 2, b"b", KeyState::default());
+        assert_eq!(get(&c, 2, b"a"), None, "the old generation was forgotten");
+        assert_eq!(get(&c, 2, b"b"), Some(KeyState::default()));
         assert_eq!(c.len(), 1);
     }
 
     #[test]
     fn clear_forgets_everything() {
         let mut c = KeyCache::default();
-        c.extend(1, [(b"a".to_vec(), live(None))]);
+        put(&mut c, 1, b"a", live(None));
         c.clear();
         assert!(c.is_empty());
-        assert_eq!(c.get(1, b"a"), None);
+        assert_eq!(get(&c, 1, b"a"), None);
     }
 
     #[test]
     fn stays_within_its_capacity_and_keeps_what_it_inserted_last() {
-        let cap = 100 * ENTRY_BYTES;
+        let cap = 100 * SLOT_BYTES;
         let mut c = KeyCache::new(cap);
+        assert_eq!(c.max_entries(), 48, "64 slots, three quarters full");
         for i in 0..10_000u64 {
-            c.extend(1, [(i.to_be_bytes().to_vec(), live(Some(i)))]);
-            assert!(
-                c.len() * ENTRY_BYTES <= cap,
-                "{} entries after {i} inserts",
-                c.len()
-            );
-            assert_eq!(c.get(1, &i.to_be_bytes()), Some(live(Some(i))));
+            put(&mut c, 1, &i.to_be_bytes(), live(Some(i)));
+            assert!(c.table_bytes() <= cap, "{} bytes", c.table_bytes());
+            assert!(c.len() <= c.max_entries(), "{} entries", c.len());
+            assert_eq!(get(&c, 1, &i.to_be_bytes()), Some(live(Some(i))));
         }
         assert!(
-            c.len() >= 50,
+            c.len() >= c.max_entries() / 2,
             "eviction dropped more than half: {}",
             c.len()
         );
         // Whatever it still holds is what was inserted for that key.
         let mut held = 0;
         for i in 0..10_000u64 {
-            if let Some(s) = c.get(1, &i.to_be_bytes()) {
+            if let Some(s) = get(&c, 1, &i.to_be_bytes()) {
                 assert_eq!(s, live(Some(i)));
                 held += 1;
             }
         }
         assert_eq!(held, c.len());
+    }
+
+    #[test]
+    fn fingerprints_that_start_at_one_slot_are_all_found() {
+        let mut c = KeyCache::new(16 * SLOT_BYTES);
+        // The same low half puts every one at the last slot's home, so the
+        // probe runs from the end of the table round to its start.
+        let fps: Vec<Fingerprint> = (1..=12u128).map(|i| (i << 64) | 15).collect();
+        c.extend(1, fps.iter().map(|&fp| (fp, live(Some(fp as u64)))));
+        assert_eq!(c.len(), 12);
+        for &fp in &fps {
+            assert_eq!(c.get(1, fp), Some(live(Some(fp as u64))));
+        }
+        assert_eq!(c.get(1, (13 << 64) | 15), None, "absent, probe ends");
+        // Replacing one leaves the others.
+        c.extend(1, [(fps[5], live(None))]);
+        assert_eq!(c.get(1, fps[5]), Some(live(None)));
+        assert_eq!(c.get(1, fps[11]), Some(live(Some(fps[11] as u64))));
+        assert_eq!(c.len(), 12);
+        // A thirteenth does not fit in 16 slots at three quarters: half go.
+        c.extend(1, [((13 << 64) | 15, live(None))]);
+        assert_eq!(c.len(), 7);
+        assert_eq!(c.get(1, (13 << 64) | 15), Some(live(None)));
+        for &fp in &fps {
+            if let Some(s) = c.get(1, fp) {
+                let want = if fp == fps[5] { None } else { Some(fp as u64) };
+                assert_eq!(s, live(want));
+            }
+        }
+    }
+
+    #[test]
+    fn a_cache_of_two_slots_holds_its_newest_entry() {
+        let mut c = KeyCache::new(2 * SLOT_BYTES);
+        assert_eq!(c.max_entries(), 1);
+        put(&mut c, 1, b"a", live(None));
+        put(&mut c, 1, b"b", live(Some(2)));
+        assert_eq!(c.len(), 1);
+        assert_eq!(get(&c, 1, b"b"), Some(live(Some(2))));
+        assert_eq!(get(&c, 1, b"a"), None);
     }
 
     #[test]
@@ -250,19 +421,19 @@ mod tests {
             })
             .collect();
         for (i, k) in keys.iter().enumerate() {
-            c.extend(1, [(k.clone(), live(Some(i as u64)))]);
+            put(&mut c, 1, k, live(Some(i as u64)));
         }
         for (i, k) in keys.iter().enumerate() {
-            assert_eq!(c.get(1, k), Some(live(Some(i as u64))), "{k:?}");
+            assert_eq!(get(&c, 1, k), Some(live(Some(i as u64))), "{k:?}");
         }
-        assert_eq!(c.get(1, b"key:"), None);
+        assert_eq!(get(&c, 1, b"key:"), None);
     }
 
     #[test]
     fn a_cache_too_small_for_one_entry_keeps_nothing() {
-        let mut c = KeyCache::new(ENTRY_BYTES - 1);
-        c.extend(1, [(b"k".to_vec(), live(None))]);
-        assert_eq!(c.get(1, b"k"), None);
+        let mut c = KeyCache::new(2 * SLOT_BYTES - 1);
+        put(&mut c, 1, b"k", live(None));
+        assert_eq!(get(&c, 1, b"k"), None);
         assert!(c.is_empty());
     }
 }

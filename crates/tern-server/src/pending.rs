@@ -10,13 +10,13 @@
 //! counts go into the same batch as the writes ([`Pending::take`]), so a
 //! crash never separates them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use tern::{ValueKind, WriteBatch};
 
 use crate::cluster::slot::key_slot;
 use crate::cluster::view::SlotSet;
-use crate::key_cache::KeyCache;
+use crate::key_cache::{Fingerprint, FingerprintMap, KeyCache};
 use crate::keyspace::{encode_typed, expiry_key, marker_key, Kind, Layout, Meta, META_KEY};
 use crate::store::{KeyState, Store, StoreResult};
 
@@ -35,14 +35,21 @@ pub struct Pending {
     /// Engine key → encoded value (`None`: deleted). Built on the first
     /// read, so a group of plain writes never pays for it.
     overlay: Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
-    /// Redis key → its state after the pending writes.
-    states: HashMap<Vec<u8>, KeyState>,
+    /// Redis key (by fingerprint) → its state after the pending writes.
+    states: FingerprintMap<KeyState>,
+    /// The Redis keys in `states`, for WATCH.
+    written: Vec<Vec<u8>>,
+    /// The last key fingerprinted and its fingerprint: a command reads,
+    /// then writes, then accounts for one key, and hashes it once.
+    memo: Option<(Vec<u8>, Fingerprint)>,
     /// The counts after the pending writes.
     meta: Meta,
     /// The counts as last committed.
     committed: Meta,
     /// States of the last batch taken, until it is known to have committed.
-    unsettled: HashMap<Vec<u8>, KeyState>,
+    unsettled: FingerprintMap<KeyState>,
+    /// Their Redis keys.
+    unsettled_keys: Vec<Vec<u8>>,
     /// What earlier commits left each key.
     cache: KeyCache,
     /// How Redis keys map to engine keys.
@@ -64,10 +71,13 @@ impl Pending {
         Pending {
             batch: WriteBatch::new(),
             overlay: None,
-            states: HashMap::new(),
+            states: FingerprintMap::default(),
+            written: Vec::new(),
+            memo: None,
             meta,
             committed: meta,
-            unsettled: HashMap::new(),
+            unsettled: FingerprintMap::default(),
+            unsettled_keys: Vec::new(),
             cache,
             layout,
             importing: None,
@@ -103,27 +113,79 @@ impl Pending {
 
     /// The state of Redis key `key` (engine key `k`) after the pending
     /// writes.
-    fn state(&self, store: &Store, key: &[u8], k: &[u8]) -> StoreResult<KeyState> {
+    fn state(&mut self, store: &Store, key: &[u8], k: &[u8]) -> StoreResult<KeyState> {
         match self.remembered(key) {
             Some(s) => Ok(s),
             None => store.key_state(k),
         }
     }
 
-    /// The state of Redis key `key` this group gave it, or else the one the
-    /// cache remembers from earlier commits; `None`: only the store knows.
-    fn remembered(&self, key: &[u8]) -> Option<KeyState> {
-        match self.states.get(key) {
-            Some(s) => Some(*s),
-            None => self.cache.get(self.meta.generation, key),
+    /// `key`'s fingerprint, hashed once for consecutive calls on one key.
+    fn fingerprint(&mut self, key: &[u8]) -> Fingerprint {
+        if let Some((k, fp)) = &self.memo {
+            if k.as_slice() == key {
+                return *fp;
+            }
+        }
+        let fp = self.cache.fingerprint(key);
+        self.expect(key, fp);
+        fp
+    }
+
+    /// Fingerprints Redis key `key` and asks the CPU for the cache's slot of
+    /// it ahead of the command that will look it up; hand the fingerprint
+    /// to [`Pending::expect`] just before that command runs.
+    pub fn prefetch(&self, key: &[u8]) -> Fingerprint {
+        let fp = self.cache.fingerprint(key);
+        self.cache.prefetch(fp);
+        fp
+    }
+
+    /// The next command is about Redis key `key`, whose fingerprint
+    /// [`Pending::prefetch`] gave as `fp`: it is not hashed again.
+    pub fn expect(&mut self, key: &[u8], fp: Fingerprint) {
+        match &mut self.memo {
+            Some((k, f)) => {
+                k.clear();
+                k.extend_from_slice(key);
+                *f = fp;
+            }
+            None => self.memo = Some((key.to_vec(), fp)),
         }
     }
 
-    /// What is known of Redis key `key` without reading the store, once
-    /// [`Pending::lookup`] found no pending write of it: from its
-    /// remembered state, that it is absent, or its integer value; `None`:
-    /// the store must be read.
-    pub fn known(&self, key: &[u8]) -> Option<Known> {
+    /// The state of Redis key `key` this group gave it, or else the one the
+    /// cache remembers from earlier commits; `None`: only the store knows.
+    fn remembered(&mut self, key: &[u8]) -> Option<KeyState> {
+        let fp = self.fingerprint(key);
+        match self.states.get(&fp) {
+            Some(s) => Some(*s),
+            None => self.cache.get(self.meta.generation, fp),
+        }
+    }
+
+    /// Sets the state this group leaves Redis key `key` in.
+    fn set_state(&mut self, key: &[u8], state: KeyState) {
+        let fp = self.fingerprint(key);
+        match self.states.entry(fp) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                *e.get_mut() = state;
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(state);
+                self.written.push(key.to_vec());
+            }
+        }
+    }
+
+    /// What is known of Redis key `key` without reading the store or the
+    /// pending writes: from its remembered state, that it is absent, or
+    /// its integer value; `None`: ask [`Pending::lookup`], then the store.
+    /// Agrees with [`Pending::lookup`] when both answer: every pending
+    /// write of a key's record sets the state this group remembers for it
+    /// ([`Pending::account`]), and a key this group did not write has no
+    /// pending record write.
+    pub fn known(&mut self, key: &[u8]) -> Option<Known> {
         let s = self.remembered(key)?;
         match (s.exists, s.int) {
             (false, _) => Some(Known::Absent),
@@ -231,7 +293,7 @@ impl Pending {
             expire_at: expire_at.filter(|_| add),
             int: None,
         };
-        self.states.insert(key.to_vec(), state);
+        self.set_state(key, state);
     }
 
     /// Writes the import marker of `key`.
@@ -302,7 +364,7 @@ impl Pending {
                 self.batch.put(&expiry_key(gen, t, key), b"");
             }
         }
-        self.states.insert(key.to_vec(), new);
+        self.set_state(key, new);
     }
 
     /// Sets Redis key `key` to a value of `kind` with `payload` (the
@@ -387,6 +449,13 @@ impl Pending {
     /// not touch it, `Some(None)` if they delete it, else its new encoded
     /// value.
     pub fn lookup(&mut self, key: &[u8]) -> Option<Option<&[u8]>> {
+        // Only a key this group gave a state has a pending record write (a
+        // raw delete of a record is only ever of one already absent): any
+        // other key is answered without ordering the pending writes.
+        let fp = self.fingerprint(key);
+        if !self.states.contains_key(&fp) {
+            return None;
+        }
         let k = self.layout.key(self.meta.generation, key);
         self.lookup_raw(&k)
     }
@@ -448,7 +517,8 @@ impl Pending {
     }
 
     fn note_member_write(&mut self, key: &[u8]) {
-        if !self.states.contains_key(key)
+        let fp = self.fingerprint(key);
+        if !self.states.contains_key(&fp)
             && self.member_writes.last().map(Vec::as_slice) != Some(key)
         {
             self.member_writes.push(key.to_vec());
@@ -458,7 +528,8 @@ impl Pending {
     /// Whether the pending writes change Redis key `key` (an EXEC checks
     /// its watched keys against the writes ordered before it).
     pub fn writes_key(&self, key: &[u8]) -> bool {
-        self.states.contains_key(key) || self.member_writes.iter().any(|k| k == key)
+        self.states.contains_key(&self.cache.fingerprint(key))
+            || self.member_writes.iter().any(|k| k == key)
     }
 
     /// A version no composite value had before (see
@@ -488,6 +559,7 @@ impl Pending {
     pub fn take(&mut self) -> (WriteBatch, Option<Meta>) {
         self.overlay = None;
         self.unsettled = std::mem::take(&mut self.states);
+        self.unsettled_keys = std::mem::take(&mut self.written);
         self.unsettled_members = std::mem::take(&mut self.member_writes);
         let mut batch = std::mem::take(&mut self.batch);
         let meta = (self.meta != self.committed).then_some(self.meta);
@@ -508,8 +580,8 @@ impl Pending {
     pub fn settle(&mut self, store: &Store, committed: bool) {
         let meta = store.meta();
         store.watches.touch(
-            self.unsettled
-                .keys()
+            self.unsettled_keys
+                .iter()
                 .chain(self.unsettled_members.iter())
                 .map(Vec::as_slice),
         );
@@ -679,5 +751,94 @@ mod tests {
         put_and_settle(&mut p, &s, b"a", true);
         assert_eq!(s.meta().keys, 2, "a is a new key");
         assert_eq!(s.recount(s.meta().generation).unwrap(), s.meta());
+    }
+
+    /// What `known` and `lookup` say of `key` in one group, where both
+    /// answer, must describe the same pending write.
+    fn assert_known_agrees_with_lookup(p: &mut Pending, key: &[u8]) {
+        let Some(known) = p.known(key) else {
+            return;
+        };
+        match (known, p.lookup(key)) {
+            (Known::Absent, Some(Some(raw))) => {
+                panic!("{key:?}: known absent, pending write {raw:?}")
+            }
+            (Known::Int(v, exp), Some(Some(raw))) => {
+                let e = crate::keyspace::decode_value(raw.to_vec()).unwrap();
+                assert_eq!(e.kind, Kind::String, "{key:?}");
+                assert_eq!(e.value, v.to_string().as_bytes(), "{key:?}");
+                assert_eq!(e.expire_at, exp, "{key:?}");
+            }
+            (Known::Int(..), Some(None)) => panic!("{key:?}: known integer, pending delete"),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn known_states_agree_with_the_pending_writes_of_every_kind() {
+        let s = store();
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
+        set_and_settle(&mut p, &s, b"old", b"1", None);
+        set_and_settle(&mut p, &s, b"gone", b"2", None);
+        let keys: [&[u8]; 6] = [b"old", b"gone", b"n", b"str", b"h", b"new"];
+        p.put(&s, b"old", Kind::String, b"10", Some(u64::MAX - 5))
+            .unwrap();
+        assert!(p.delete(&s, b"gone").unwrap());
+        p.put(&s, b"n", Kind::String, b"-3", None).unwrap();
+        p.put(&s, b"str", Kind::String, b"abc", None).unwrap();
+        p.put(&s, b"h", Kind::Hash, b"12", None).unwrap();
+        assert!(!p.delete(&s, b"new").unwrap());
+        for k in keys {
+            assert_known_agrees_with_lookup(&mut p, k);
+        }
+        // Overwritten within the group: the last write wins in both.
+        p.put(&s, b"n", Kind::String, b"x", None).unwrap();
+        p.put(&s, b"str", Kind::String, b"8", None).unwrap();
+        assert!(p.delete(&s, b"old").unwrap());
+        for k in keys {
+            assert_known_agrees_with_lookup(&mut p, k);
+        }
+        assert_eq!(p.known(b"n"), None, "no longer an integer");
+        assert_eq!(p.known(b"str"), Some(Known::Int(8, None)));
+        assert_eq!(p.known(b"old"), Some(Known::Absent));
+        commit_and_settle(&mut p, &s, true);
+        assert_eq!(s.recount(s.meta().generation).unwrap(), s.meta());
+    }
+
+    /// Each INCR reads its key before writing it: answered from the key
+    /// states, a group of them never orders its writes in the overlay.
+    #[test]
+    fn reads_of_known_keys_do_not_build_the_overlay() {
+        let s = store();
+        let mut p = Pending::new(s.layout(), s.meta(), KeyCache::default());
+        set_and_settle(&mut p, &s, b"c0", b"0", None);
+        for i in 0..100u32 {
+            let key = format!("c{}", i % 10).into_bytes();
+            let cur = match p.known(&key) {
+                Some(Known::Int(v, _)) => v,
+                Some(Known::Absent) => 0,
+                None => {
+                    // Not yet known: the store says (no pending write).
+                    assert_eq!(p.lookup(&key), None);
+                    s.get_at(&key, 0)
+                        .unwrap()
+                        .map_or(0, |e| crate::resp::parser::parse_int(&e.value).unwrap())
+                }
+            };
+            p.put(
+                &s,
+                &key,
+                Kind::String,
+                (cur + 1).to_string().as_bytes(),
+                None,
+            )
+            .unwrap();
+        }
+        assert!(p.overlay.is_none(), "the overlay was built");
+        commit_and_settle(&mut p, &s, true);
+        let c0 = s.get_at(b"c0", 0).unwrap().unwrap();
+        assert_eq!(c0.value, b"10");
+        let c9 = s.get_at(b"c9", 0).unwrap().unwrap();
+        assert_eq!(c9.value, b"10");
     }
 }
