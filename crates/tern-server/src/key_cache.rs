@@ -31,7 +31,9 @@
 //! ([`KeyCache::prefetch`]), so the misses overlap instead of stalling it
 //! one after another. A general hash map keeps its control bytes apart
 //! from its slots (a second miss) and cannot name a key's slot before the
-//! lookup. Clients choose the keys but never see the
+//! lookup. The table grows by doubling up to its capacity (the old and the
+//! new table live together while it moves, once per doubling) and, full,
+//! drops half its entries in place, by backward-shift deletion. Clients choose the keys but never see the
 //! hash key, so they cannot aim at a collision. Taking SipHash as the
 //! pseudorandom function it is designed to be, the two halves of distinct
 //! keys' fingerprints agree by chance with probability 2^-128 per pair,
@@ -124,6 +126,8 @@ pub struct KeyCache {
     /// The most slots it may have: the largest power of two whose slots
     /// fit in its capacity (0: it keeps nothing).
     max_slots: usize,
+    /// Halvings so far: picks the fingerprint bit the next one drops by.
+    halvings: u32,
 }
 
 impl Default for KeyCache {
@@ -148,6 +152,7 @@ impl KeyCache {
             key: RandomState::new(),
             generation: 0,
             max_slots,
+            halvings: 0,
         }
     }
 
@@ -211,7 +216,8 @@ impl KeyCache {
     /// The committed state of the key with fingerprint `fp` in
     /// `generation`, if remembered.
     pub fn get(&self, generation: u32, fp: Fingerprint) -> Option<KeyState> {
-        if generation != self.generation || self.slots.is_empty() {
+        // 0 is no key's fingerprint (it marks an empty slot).
+        if generation != self.generation || self.slots.is_empty() || fp == 0 {
             return None;
         }
         let s = &self.slots[self.find(fp)];
@@ -246,6 +252,9 @@ impl KeyCache {
     }
 
     fn insert(&mut self, fp: Fingerprint, state: KeyState) {
+        if fp == 0 {
+            return;
+        }
         if !self.slots.is_empty() {
             let i = self.find(fp);
             if self.slots[i].fp == fp {
@@ -253,37 +262,76 @@ impl KeyCache {
                 return;
             }
         }
-        if self.len + 1 > load_limit(self.slots.len()) {
-            if self.slots.len() < self.max_slots {
-                let grown =
-                    (self.slots.len() * 2).clamp(MIN_SLOTS.min(self.max_slots), self.max_slots);
-                self.rebuild(grown, false);
-            } else {
-                self.rebuild(self.slots.len(), true);
-            }
+        if self.len + 1 > load_limit(self.slots.len()) && self.slots.len() < self.max_slots {
+            let grown = (self.slots.len() * 2).clamp(MIN_SLOTS.min(self.max_slots), self.max_slots);
+            self.grow(grown);
+        }
+        while self.len + 1 > load_limit(self.slots.len()) {
+            self.halve();
         }
         let i = self.find(fp);
         self.slots[i] = Slot { fp, state };
         self.len += 1;
     }
 
-    /// Moves the entries into a table of `slots` slots, dropping every
-    /// other one in slot order if `halve`. Refilling after a halving takes
-    /// as many inserts as were dropped, so it costs O(1) per insert over
-    /// time.
-    fn rebuild(&mut self, slots: usize, halve: bool) {
+    /// Moves the entries into a table of `slots` slots.
+    fn grow(&mut self, slots: usize) {
         let old = std::mem::replace(&mut self.slots, vec![Slot::default(); slots]);
-        self.len = 0;
-        // The first of each pair goes, so even a single entry does.
-        let mut keep = true;
         for s in old.into_iter().filter(|s| s.fp != 0) {
-            keep = !keep;
-            if halve && !keep {
-                continue;
-            }
             let i = self.find(s.fp);
             self.slots[i] = s;
-            self.len += 1;
+        }
+    }
+
+    /// Drops about half the entries, in place: those with one bit of the
+    /// fingerprint set, a different bit each time (the fingerprints are
+    /// keyed, so that is a random half whatever the keys). Refilling takes
+    /// as many inserts as were dropped, so it costs O(1) per insert over
+    /// time, and it needs no second table.
+    fn halve(&mut self) {
+        let bit = 64 + self.halvings % 64;
+        self.halvings = self.halvings.wrapping_add(1);
+        let n = self.slots.len();
+        let mut i = 0;
+        while i < n {
+            let fp = self.slots[i].fp;
+            if fp != 0 && (fp >> bit) & 1 == 1 {
+                self.remove_at(i);
+                // A later entry may have moved into `i`: look again.
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    /// Empties slot `i` and moves later entries of its probe run back so
+    /// that every entry stays reachable from its home (linear probing's
+    /// backward-shift deletion).
+    fn remove_at(&mut self, mut i: usize) {
+        let mask = self.slots.len() - 1;
+        self.slots[i] = Slot::default();
+        self.len -= 1;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let s = self.slots[j];
+            if s.fp == 0 {
+                return;
+            }
+            // The entry at `j` may fill the hole at `i` unless its home
+            // lies cyclically in (i, j]: then a probe from its home would
+            // not pass `i`.
+            let home = self.home(s.fp);
+            let home_after_hole = if i <= j {
+                i < home && home <= j
+            } else {
+                i < home || home <= j
+            };
+            if !home_after_hole {
+                self.slots[i] = s;
+                self.slots[j] = Slot::default();
+                i = j;
+            }
         }
     }
 }
@@ -375,27 +423,73 @@ mod tests {
         let mut c = KeyCache::new(16 * SLOT_BYTES);
         // The same low half puts every one at the last slot's home, so the
         // probe runs from the end of the table round to its start.
-        let fps: Vec<Fingerprint> = (1..=12u128).map(|i| (i << 64) | 15).collect();
-        c.extend(1, fps.iter().map(|&fp| (fp, live(Some(fp as u64)))));
+        let fp = |i: u64| (u128::from(i) << 64) | 15;
+        c.extend(1, (1..=12).map(|i| (fp(i), live(Some(i)))));
         assert_eq!(c.len(), 12);
-        for &fp in &fps {
-            assert_eq!(c.get(1, fp), Some(live(Some(fp as u64))));
+        for i in 1..=12 {
+            assert_eq!(c.get(1, fp(i)), Some(live(Some(i))));
         }
-        assert_eq!(c.get(1, (13 << 64) | 15), None, "absent, probe ends");
+        assert_eq!(c.get(1, fp(13)), None, "absent, probe ends");
+        assert_eq!(c.get(1, 0), None, "0 is no fingerprint");
         // Replacing one leaves the others.
-        c.extend(1, [(fps[5], live(None))]);
-        assert_eq!(c.get(1, fps[5]), Some(live(None)));
-        assert_eq!(c.get(1, fps[11]), Some(live(Some(fps[11] as u64))));
+        c.extend(1, [(fp(6), live(None))]);
+        assert_eq!(c.get(1, fp(6)), Some(live(None)));
+        assert_eq!(c.get(1, fp(12)), Some(live(Some(12))));
         assert_eq!(c.len(), 12);
-        // A thirteenth does not fit in 16 slots at three quarters: half go.
-        c.extend(1, [((13 << 64) | 15, live(None))]);
+        // A thirteenth does not fit in 16 slots at three quarters: those
+        // with bit 64 set (the odd ones) go, from the middle of the run,
+        // and the rest move back and stay reachable.
+        c.extend(1, [(fp(13), live(Some(13)))]);
         assert_eq!(c.len(), 7);
-        assert_eq!(c.get(1, (13 << 64) | 15), Some(live(None)));
-        for &fp in &fps {
-            if let Some(s) = c.get(1, fp) {
-                let want = if fp == fps[5] { None } else { Some(fp as u64) };
-                assert_eq!(s, live(want));
+        for i in 1..=13 {
+            let want = match i {
+                6 => Some(live(None)),
+                13 => Some(live(Some(13))),
+                i if i % 2 == 1 => None,
+                i => Some(live(Some(i))),
+            };
+            assert_eq!(c.get(1, fp(i)), want, "{i}");
+        }
+    }
+
+    /// Random inserts over few homes (long runs that wrap), many
+    /// halvings: the cache answers only with the latest state of a key, or
+    /// nothing, and counts what it holds.
+    #[test]
+    fn runs_that_wrap_survive_growth_and_halving_against_a_model() {
+        for seed in 0..20u64 {
+            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            let mut c = KeyCache::new(64 * SLOT_BYTES);
+            let mut model = std::collections::HashMap::new();
+            for step in 0..5_000u64 {
+                // 200 keys, homes among the last 4 slots and the first 4.
+                let k = next() % 200;
+                let home = [60u128, 61, 62, 63, 0, 1, 2, 3][(k % 8) as usize];
+                let fp = ((u128::from(k) + 1) << 64) | home;
+                let state = live(Some(step));
+                c.extend(1, [(fp, state)]);
+                model.insert(fp, state);
+                assert!(c.len() <= c.max_entries(), "seed {seed} step {step}");
+                assert_eq!(c.get(1, fp), Some(state), "seed {seed} step {step}");
             }
+            let held = model
+                .iter()
+                .filter(|(fp, want)| match c.get(1, **fp) {
+                    Some(s) => {
+                        assert_eq!(s, **want, "seed {seed}: a stale state");
+                        true
+                    }
+                    None => false,
+                })
+                .count();
+            assert_eq!(held, c.len(), "seed {seed}");
+            assert!(held >= c.max_entries() / 4, "seed {seed}: {held} held");
         }
     }
 

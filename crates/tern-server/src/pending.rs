@@ -144,6 +144,11 @@ impl Pending {
     /// The next command is about Redis key `key`, whose fingerprint
     /// [`Pending::prefetch`] gave as `fp`: it is not hashed again.
     pub fn expect(&mut self, key: &[u8], fp: Fingerprint) {
+        debug_assert_eq!(
+            fp,
+            self.cache.fingerprint(key),
+            "a fingerprint of another key"
+        );
         match &mut self.memo {
             Some((k, f)) => {
                 k.clear();
