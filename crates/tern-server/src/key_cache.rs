@@ -99,20 +99,6 @@ fn load_limit(slots: usize) -> usize {
     slots / 4 * 3 + slots % 4 * 3 / 4
 }
 
-/// Asks the CPU to bring the cache line at `p` in. Only a hint: it reads
-/// nothing and never faults, whatever `p` is.
-#[inline]
-fn prefetch_read<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch neither reads nor writes memory visibly and does
-    // not fault on any address; SSE is part of the x86_64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// Committed key states of one generation.
 #[derive(Debug)]
 pub struct KeyCache {
@@ -195,7 +181,7 @@ impl KeyCache {
     /// so the lookup soon after does not wait on memory.
     pub fn prefetch(&self, fp: Fingerprint) {
         if !self.slots.is_empty() {
-            prefetch_read(&self.slots[self.home(fp)]);
+            tern::hint::prefetch_read(&self.slots[self.home(fp)]);
         }
     }
 

@@ -14,6 +14,7 @@ mod db;
 mod error;
 mod format;
 pub mod gc;
+pub mod hint;
 pub mod ingest;
 pub mod io;
 mod iter;

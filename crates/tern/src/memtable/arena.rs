@@ -48,21 +48,6 @@ pub(crate) const MAX_CAPACITY: usize = {
     m & !7
 };
 
-/// Asks the CPU to bring the cache line holding `p` into its caches, so a
-/// read of it soon after does not wait on memory. Only a hint: it reads
-/// nothing and never faults, whatever `p` is.
-#[inline]
-pub(crate) fn prefetch_read<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch neither reads nor writes memory visibly and does
-    // not fault on any address; SSE is part of the x86_64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// Rounds `n` up to a multiple of [`ALIGN`], or `None` on overflow.
 #[inline]
 pub(crate) fn align_up(n: usize) -> Option<usize> {
@@ -224,7 +209,7 @@ impl Arena {
     #[inline]
     pub(crate) fn prefetch(&self, off: usize) {
         if off < self.capacity {
-            prefetch_read(self.ptr.as_ptr().wrapping_add(off));
+            crate::hint::prefetch_read(self.ptr.as_ptr().wrapping_add(off));
         }
     }
 

@@ -176,7 +176,7 @@ impl MemIndex {
     /// Brings `hash`'s first slot into the CPU cache.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        super::arena::prefetch_read(&self.slots[hash as usize & self.mask]);
+        crate::hint::prefetch_read(&self.slots[hash as usize & self.mask]);
     }
 
     /// The node `hash`'s first slot points at if its tag matches: a guess
