@@ -11,17 +11,19 @@
 //! The cache is exact or absent, never stale: it holds only states that
 //! committed, forgets everything when a commit fails (the engine's state is
 //! then unknown to it) and when the generation changes (FLUSHDB). Memory is
-//! bounded by its capacity: when full, half the entries, picked
-//! by their slot order (arbitrary, since fingerprints are keyed), are
-//! dropped, and their keys are read from the engine again when next
-//! written.
+//! bounded by its capacity: when full, about half the entries (a random
+//! half, see below) are dropped, and their keys are read from the engine
+//! again when next written.
 //!
 //! Entries are found by a 128-bit keyed fingerprint of the key (SipHash-1-3
 //! under one random key, of the key followed by 0 and by 1) instead of the
-//! key itself: a lookup then
-//! touches the map's slot and nothing else, where a stored key was one more
-//! cache miss (a profile of pipelined random `SET`s had a quarter of the
-//! committer in this lookup).
+//! key itself: a lookup then touches the table's slot and nothing else,
+//! where a stored key was one more cache miss (a profile of pipelined
+//! random `SET`s had a quarter of the committer in this lookup). Clients
+//! choose the keys but never see the hash key, so they cannot aim at a
+//! collision. Taking SipHash as the pseudorandom function it is designed
+//! to be, the two halves of distinct keys' fingerprints agree by chance
+//! with probability 2^-128 per pair, about 2^-89 among a million keys.
 //!
 //! The table is open-addressed with linear probing over slots of one
 //! cache line each (fingerprint and state), at most three quarters full,
@@ -33,11 +35,8 @@
 //! from its slots (a second miss) and cannot name a key's slot before the
 //! lookup. The table grows by doubling up to its capacity (the old and the
 //! new table live together while it moves, once per doubling) and, full,
-//! drops half its entries in place, by backward-shift deletion. Clients choose the keys but never see the
-//! hash key, so they cannot aim at a collision. Taking SipHash as the
-//! pseudorandom function it is designed to be, the two halves of distinct
-//! keys' fingerprints agree by chance with probability 2^-128 per pair,
-//! about 2^-89 among a million keys.
+//! drops the entries with one fingerprint bit set, a different bit each
+//! time, in place, by backward-shift deletion.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -94,9 +93,10 @@ const _: () = assert!(SLOT_BYTES == 64);
 const MIN_SLOTS: usize = 16;
 
 /// Entries a table of `slots` slots holds at most (three quarters full,
-/// so a probe for an absent key ends within a few lines).
+/// so a probe for an absent key ends within a few lines; a table of two
+/// holds one, so a probe always meets an empty slot).
 fn load_limit(slots: usize) -> usize {
-    slots / 4 * 3 + slots % 4 * 3 / 4
+    slots * 3 / 4
 }
 
 /// Committed key states of one generation.
@@ -229,16 +229,14 @@ impl KeyCache {
             self.clear();
             self.generation = generation;
         }
-        if self.max_slots == 0 {
-            return;
-        }
         for (fp, state) in states {
             self.insert(fp, state);
         }
     }
 
     fn insert(&mut self, fp: Fingerprint, state: KeyState) {
-        if fp == 0 {
+        // A cache with no room keeps nothing (and has no table to halve).
+        if fp == 0 || self.max_slots == 0 {
             return;
         }
         if !self.slots.is_empty() {
@@ -249,8 +247,7 @@ impl KeyCache {
             }
         }
         if self.len + 1 > load_limit(self.slots.len()) && self.slots.len() < self.max_slots {
-            let grown = (self.slots.len() * 2).clamp(MIN_SLOTS.min(self.max_slots), self.max_slots);
-            self.grow(grown);
+            self.grow((self.slots.len() * 2).max(MIN_SLOTS).min(self.max_slots));
         }
         while self.len + 1 > load_limit(self.slots.len()) {
             self.halve();
