@@ -324,20 +324,17 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
     // command but a few names it) is fingerprinted one job ahead and its
     // cache slot fetched, so that the cache misses of a job's commands
     // overlap with the job before instead of stalling one by one.
-    let mut ahead: Vec<Vec<Fingerprint>> = vec![Vec::new(); jobs.len()];
-    let keys_of = |pending: &Pending, job: &WriteJob| -> Vec<Fingerprint> {
-        job.requests
-            .iter()
-            .map(|r| r.args.get(1).map_or(0, |k| pending.prefetch(k)))
-            .collect()
+    let keys_of = |pending: &Pending, job: Option<&WriteJob>| -> Vec<Option<Fingerprint>> {
+        job.map_or_else(Vec::new, |job| {
+            job.requests
+                .iter()
+                .map(|r| r.args.get(1).map(|k| pending.prefetch(k)))
+                .collect()
+        })
     };
+    let mut next = keys_of(&pending, jobs.first());
     for ji in 0..jobs.len() {
-        if ji == 0 {
-            ahead[0] = keys_of(&pending, &jobs[0]);
-        }
-        if let Some(next) = jobs.get(ji + 1) {
-            ahead[ji + 1] = keys_of(&pending, next);
-        }
+        let keys = std::mem::replace(&mut next, keys_of(&pending, jobs.get(ji + 1)));
         let job = &mut jobs[ji];
         // At least as new as the view the job was routed with: writes to a
         // slot being imported leave import markers.
@@ -350,7 +347,7 @@ fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -
             let Some(req) = job.requests.pop_front() else {
                 break;
             };
-            if let (Some(key), Some(&fp)) = (req.args.get(1), ahead[ji].get(ri)) {
+            if let (Some(key), Some(&Some(fp))) = (req.args.get(1), keys.get(ri)) {
                 pending.expect(key, fp);
             }
             ri += 1;
