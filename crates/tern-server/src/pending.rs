@@ -188,7 +188,7 @@ impl Pending {
     /// its integer value; `None`: ask [`Pending::lookup`], then the store.
     /// Agrees with [`Pending::lookup`] when both answer: every pending
     /// write of a key's record sets the state this group remembers for it
-    /// ([`Pending::set_state`]), and a key this group did not write has no
+    /// (`set_state`), and a key this group did not write has no
     /// pending record write.
     pub fn known(&mut self, key: &[u8]) -> Option<Known> {
         let s = self.remembered(key)?;
