@@ -1,7 +1,9 @@
 //! Point reads of small values from one and from several threads at once:
 //! what each read pays besides finding its key (taking the current super
 //! version, the read counters), measured on values in the memtable (where
-//! little else costs) and in tables (block cache hits); batches of 16
+//! little else costs), on keys overwritten ten times in the memtable
+//! (whose newest version hangs on a chain, a cache line away from the
+//! key's first) and in tables (block cache hits); batches of 16
 //! reads with and without naming their keys for read-ahead first; and
 //! reads from one table of a million keys, whose index (about 9,000
 //! entries) costs more to search than a small table's.
@@ -22,18 +24,22 @@ const KEYS: u32 = 100_000;
 /// Keys in the table of the `get_1m_one_table` group.
 const BIG_KEYS: u32 = 1_000_000;
 
-fn open_store(name: &str, flushed: bool) -> (Db, std::path::PathBuf) {
-    open_store_of(name, KEYS, flushed)
+fn open_store(name: &str, flushed: bool, writes: u32) -> (Db, std::path::PathBuf) {
+    open_store_of(name, KEYS, flushed, writes)
 }
 
-fn open_store_of(name: &str, keys: u32, flushed: bool) -> (Db, std::path::PathBuf) {
+/// A store of `keys` keys, each written `writes` times (round after
+/// round, so a key's versions lie far apart in the memtable).
+fn open_store_of(name: &str, keys: u32, flushed: bool, writes: u32) -> (Db, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("tern-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let opts = Options::default().tune(|s| s.write_buffer_size = 256 << 20);
     let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
-    for i in 0..keys {
-        db.put(&key(i), b"value-of-sixteen")
-            .unwrap_or_else(|e| panic!("put: {e}"));
+    for _ in 0..writes {
+        for i in 0..keys {
+            db.put(&key(i), b"value-of-sixteen")
+                .unwrap_or_else(|e| panic!("put: {e}"));
+        }
     }
     if flushed {
         db.flush().unwrap_or_else(|e| panic!("flush: {e}"));
@@ -74,25 +80,35 @@ fn read_batches(db: &Db, keys: &[Vec<u8>], ahead: bool) {
 
 fn point_reads(c: &mut Criterion) {
     let keys: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
-    for (name, flushed) in [("memtable", false), ("tables", true)] {
-        let (db, dir) = open_store(name, flushed);
-        read_all(&db, &keys, 1);
+    let scattered: Vec<Vec<u8>> = (0..KEYS)
+        .map(|i| key(i.wrapping_mul(7919) % KEYS))
+        .collect();
+    for (name, flushed, writes) in [
+        ("memtable", false, 1),
+        ("memtable_overwritten", false, 10),
+        ("tables", true, 1),
+    ] {
+        let (db, dir) = open_store(name, flushed, writes);
+        // Overwritten keys are read in a scattered order: in write order,
+        // their newest versions would lie next to each other.
+        let keys = if writes > 1 { &scattered } else { &keys };
+        read_all(&db, keys, 1);
         let mut g = c.benchmark_group(format!("get_100k_{name}"));
         g.throughput(Throughput::Elements(u64::from(KEYS)));
         for threads in [1, 2, 4] {
             g.bench_function(format!("{threads}_threads"), |b| {
-                b.iter(|| read_all(&db, &keys, threads))
+                b.iter(|| read_all(&db, keys, threads))
             });
         }
         for (label, ahead) in [("batches_of_16", false), ("batches_of_16_read_ahead", true)] {
-            g.bench_function(label, |b| b.iter(|| read_batches(&db, &keys, ahead)));
+            g.bench_function(label, |b| b.iter(|| read_batches(&db, keys, ahead)));
         }
         g.finish();
         drop(db);
         let _ = std::fs::remove_dir_all(dir);
     }
     // One flush of a million keys: one table with a large index.
-    let (db, dir) = open_store_of("big", BIG_KEYS, true);
+    let (db, dir) = open_store_of("big", BIG_KEYS, true, 1);
     let sample: Vec<Vec<u8>> = (0..KEYS)
         .map(|i| key(i.wrapping_mul(7919) % BIG_KEYS))
         .collect();

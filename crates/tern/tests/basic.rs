@@ -181,8 +181,17 @@ fn read_ahead_changes_no_result() {
         db.put(&key(i), format!("old-{i}").as_bytes()).unwrap();
     }
     db.flush().unwrap();
-    for i in (0..400).step_by(2) {
-        db.put(&key(i), format!("new-{i}").as_bytes()).unwrap();
+    // Three writes each: a chain of versions in the memtable, whose newest
+    // the third pass of read-ahead names.
+    for round in 0..3 {
+        for i in (0..400).step_by(2) {
+            let v = if round == 2 {
+                format!("new-{i}")
+            } else {
+                format!("mid-{round}-{i}")
+            };
+            db.put(&key(i), v.as_bytes()).unwrap();
+        }
     }
     for i in (0..400).step_by(5) {
         db.delete(&key(i)).unwrap();

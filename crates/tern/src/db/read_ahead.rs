@@ -1,11 +1,13 @@
 //! Read-ahead for a batch of point reads.
 //!
-//! A point read of a key in the memtable costs two cache misses that depend
-//! on each other: the key's slot in the memtable's hash index, then the
-//! node the slot points at. A caller about to read several keys (a
+//! A point read of a key in the memtable costs up to three cache misses
+//! that depend on each other: the key's slot in the memtable's hash index,
+//! the node the slot points at, and for an overwritten key the newest
+//! version chained to that node. A caller about to read several keys (a
 //! pipeline of GETs, an MGET) names them first; the slots of all of them
-//! are prefetched, then the nodes, so the misses of the whole batch overlap
-//! and the reads that follow find their lines in the cache.
+//! are prefetched, then the nodes, then the newest versions, so the misses
+//! of the whole batch overlap and the reads that follow find their lines
+//! in the cache.
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use crate::format::bloom::bloom_hash;
 /// would start to push out the first ones').
 pub const READ_AHEAD_KEYS: usize = 32;
 
-/// Keys named for read-ahead; dropping it starts the second pass. Get one
+/// Keys named for read-ahead; dropping it runs the later passes. Get one
 /// from [`crate::Db::read_ahead`].
 pub struct ReadAhead<'a> {
     sv: Pinned<'a, SuperVersion>,
@@ -63,6 +65,9 @@ impl Drop for ReadAhead<'_> {
         let mem: &Arc<_> = &self.sv.mem;
         for &h in &self.hashes[..self.len] {
             mem.prefetch_node(h);
+        }
+        for &h in &self.hashes[..self.len] {
+            mem.prefetch_newest(h);
         }
     }
 }

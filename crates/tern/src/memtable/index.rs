@@ -180,10 +180,12 @@ impl MemIndex {
     }
 
     /// The node `hash`'s first slot points at if its tag matches: a guess
-    /// (the key is not compared), good only for prefetching.
+    /// (the key is not compared), good only for prefetching. The load is
+    /// `Acquire`, like [`MemIndex::find`]'s, so the node's bytes may be
+    /// read.
     #[inline]
     pub(crate) fn guess(&self, hash: u64) -> Option<u32> {
-        let cur = self.slots[hash as usize & self.mask].load(Ordering::Relaxed);
+        let cur = self.slots[hash as usize & self.mask].load(Ordering::Acquire);
         (cur != 0 && cur >> 32 == hash >> 32).then_some(cur as u32)
     }
 

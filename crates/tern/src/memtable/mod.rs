@@ -591,10 +591,11 @@ impl MemTable {
         best
     }
 
-    /// Read-ahead for [`MemTable::get`] of several keys, in two passes:
-    /// first [`MemTable::prefetch_slot`] for every key, then
-    /// [`MemTable::prefetch_node`] for every key, so the cache misses of
-    /// all the keys overlap instead of coming one after another. `hash` is
+    /// Read-ahead for [`MemTable::get`] of several keys, in three passes:
+    /// [`MemTable::prefetch_slot`] for every key, then
+    /// [`MemTable::prefetch_node`] for every key, then
+    /// [`MemTable::prefetch_newest`], so the cache misses of all the keys
+    /// overlap instead of coming one after another. `hash` is
     /// [`bloom_hash`] of the user key.
     #[inline]
     pub fn prefetch_slot(&self, hash: u64) {
@@ -606,6 +607,32 @@ impl MemTable {
     pub fn prefetch_node(&self, hash: u64) {
         if let Some(node) = self.index.guess(hash) {
             self.list.prefetch_node(node);
+        }
+    }
+
+    /// The third pass of read-ahead: the newest version chained to the
+    /// node `hash`'s slot points at, which a read of an overwritten key
+    /// reaches next. It reads the node's header and version word, which
+    /// the second pass brought in. Two lines, since a small version's key
+    /// (whose sequence number a read checks first) often ends in the line
+    /// after its header.
+    #[inline]
+    pub fn prefetch_newest(&self, hash: u64) {
+        if !self.chains {
+            return;
+        }
+        let Some(node) = self.index.guess(hash) else {
+            return;
+        };
+        let nodes = self.list.nodes();
+        if let Some(word) = nodes.versions(node) {
+            match word.load(Ordering::Relaxed) {
+                0 => {}
+                newest => {
+                    self.list.prefetch_node(newest);
+                    self.list.prefetch_node(newest.saturating_add(64));
+                }
+            }
         }
     }
 
