@@ -35,6 +35,13 @@ const MAX_BATCH: usize = 1024;
 
 /// Pending reply bytes that trigger a write in the middle of a pipeline.
 const OUT_FLUSH: usize = 1 << 20;
+/// Point reads at the front of a batch from which separated values that
+/// the read pool would copy out of their blob files' mappings go there
+/// rather than being read here with a system call each: the hand-over
+/// (two thread wake-ups) costs about what a few such calls do. With
+/// `-P 16` pipelines of 1 KiB GETs the pool was 1.22× faster; one GET at
+/// a time it was 0.88×.
+const MAPPED_BATCH: usize = 8;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
 /// A buffer this much larger than needed is shrunk when idle.
@@ -287,17 +294,26 @@ async fn run_requests(
                 }
             }
             Class::PointRead | Class::Read => {
-                read_ahead(state, requests);
+                let point_reads = read_ahead(state, requests);
                 // From memory here, sparing two thread hand-offs; the first
                 // read that would wait on the device goes, with the reads
-                // after it, to the read pool.
+                // after it, to the read pool. So does, in a long enough
+                // run, the first separated value the pool would read
+                // through its file's mapping.
+                let defer_mapped = point_reads >= MAPPED_BATCH;
                 let mut clock = RunClock::start();
                 let replies = run_bounded(
                     requests,
                     |req| {
                         (req.class == Class::PointRead)
                             .then(|| {
-                                execute_from_memory(state, &mut session, &req.args, &mut clock)
+                                execute_from_memory(
+                                    state,
+                                    &mut session,
+                                    &req.args,
+                                    &mut clock,
+                                    defer_mapped,
+                                )
                             })
                             .flatten()
                     },
@@ -533,13 +549,15 @@ async fn pull(
 
 /// Names the keys of the point reads at the front of `requests` for
 /// read-ahead, when there are several: their lookups' cache misses then
-/// overlap.
-fn read_ahead(state: &State, requests: &VecDeque<Request>) {
+/// overlap. Returns how many point reads there are (up to
+/// [`MAPPED_BATCH`]).
+fn read_ahead(state: &State, requests: &VecDeque<Request>) -> usize {
     let reads = requests
         .iter()
         .take_while(|r| r.class == Class::PointRead && r.redirect.is_none());
-    if reads.clone().nth(1).is_none() {
-        return;
+    let n = reads.clone().take(MAPPED_BATCH).count();
+    if n < 2 {
+        return n;
     }
     let keys = reads.flat_map(|r| {
         let spec = r.cmd.map(|i| &crate::commands::table::COMMANDS[i]);
@@ -548,6 +566,7 @@ fn read_ahead(state: &State, requests: &VecDeque<Request>) {
             .filter_map(|i| r.args.get(i).map(Vec::as_slice))
     });
     state.store.read_ahead(keys);
+    n
 }
 
 /// Returns the requests a job did not run to the front of the queue.

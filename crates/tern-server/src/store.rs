@@ -459,12 +459,22 @@ impl Store {
     }
 
     /// [`Store::get_at`] from memory only: [`StoreError::WouldBlock`] if
-    /// the engine would have to read the device.
-    pub fn get_at_cached(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        match self
-            .db
-            .get_if_cached(&self.layout.key(self.generation(), key))?
-        {
+    /// the engine would have to read the device, or with `defer_mapped`
+    /// if it would read the value through a blob file's mapping
+    /// ([`tern::Db::get_if_cached_unless_mapped`]).
+    pub fn get_at_cached(
+        &self,
+        key: &[u8],
+        now: u64,
+        defer_mapped: bool,
+    ) -> StoreResult<Option<Entry>> {
+        let k = self.layout.key(self.generation(), key);
+        let found = if defer_mapped {
+            self.db.get_if_cached_unless_mapped(&k)?
+        } else {
+            self.db.get_if_cached(&k)?
+        };
+        match found {
             None => Err(StoreError::WouldBlock),
             Some(None) => Ok(None),
             Some(Some(raw)) => Ok(live_entry(raw, now)?),

@@ -375,3 +375,48 @@ fn metrics_endpoint_reports_commands_and_engine() {
     s.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.1 404"));
 }
+
+/// A pipeline of reads of separated values in blob files (which go to the
+/// read pool, to be copied out of the files' mappings), of values in the
+/// memtable and of absent keys, with writes between them: every reply is
+/// the value its read should see, in order.
+#[test]
+fn pipelined_reads_of_separated_values_answer_in_order() {
+    let t = start();
+    let mut c = t.client();
+    let mut model: std::collections::HashMap<String, String> = (0..40)
+        .map(|i| (format!("big{i}"), format!("{i:0>1024}")))
+        .collect();
+    for (k, v) in &model {
+        run(&mut c, &["SET", k, v]).unwrap();
+    }
+    t.server.state().store.db.flush().unwrap();
+    run(&mut c, &["SET", "small", "s"]).unwrap();
+    model.insert("small".into(), "s".into());
+    let mut p = redis::pipe();
+    let mut want = Vec::new();
+    let get = |p: &mut redis::Pipeline,
+                   want: &mut Vec<Value>,
+                   k: &str,
+                   model: &std::collections::HashMap<String, String>| {
+        p.cmd("GET").arg(k);
+        want.push(model.get(k).map_or(Value::Nil, |v| s(v)));
+    };
+    for i in 0..40 {
+        get(&mut p, &mut want, &format!("big{i}"), &model);
+        if i % 13 == 12 {
+            get(&mut p, &mut want, "small", &model);
+            get(&mut p, &mut want, "absent", &model);
+            // A write between the reads: the next read of this key sees it.
+            let next = format!("big{}", i + 1);
+            p.cmd("SET").arg(&next).arg("new");
+            want.push(Value::Okay);
+            model.insert(next, "new".into());
+        }
+    }
+    let out: Vec<Value> = p.query(&mut c).unwrap();
+    assert_eq!(out.len(), want.len());
+    for (n, (o, w)) in out.iter().zip(&want).enumerate() {
+        assert_eq!(o, w, "reply {n}");
+    }
+}

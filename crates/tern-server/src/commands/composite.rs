@@ -212,7 +212,7 @@ impl Ctx<'_> {
                     ..tern::ReadOptions::default()
                 },
             ),
-            Access::MemoryOnly => match db.get_if_cached(&k) {
+            Access::MemoryOnly { .. } => match db.get_if_cached(&k) {
                 // A member found belongs to this value as it was at some
                 // moment since its metadata was read: a version's members
                 // change only while it is live. One not found may have been
@@ -266,7 +266,7 @@ impl Ctx<'_> {
 
     /// Whether `key`'s metadata, read from memory, still describes `v`.
     fn still(&mut self, key: &[u8], v: &Value) -> Result<bool, Reply> {
-        match self.state.store.get_at_cached(key, now_ms()) {
+        match self.state.store.get_at_cached(key, now_ms(), false) {
             Ok(Some(e)) => Ok(e.kind.is_composite()
                 && Composite::decode(e.kind, &e.value).is_ok_and(|c| c == v.meta)),
             Ok(None) | Err(StoreError::WouldBlock) => Ok(false),
@@ -377,7 +377,7 @@ impl Ctx<'_> {
         hint: usize,
         f: &mut dyn FnMut(&[u8], Vec<u8>) -> bool,
     ) -> Result<Option<Vec<u8>>, Reply> {
-        if matches!(self.access, Access::MemoryOnly) {
+        if matches!(self.access, Access::MemoryOnly { .. }) {
             self.needs_io = true;
             return Err(store_error(StoreError::WouldBlock));
         }

@@ -126,7 +126,13 @@ pub enum Access<'a> {
     Read,
     /// On the connection's task: reads only from memory. A read that would
     /// wait on the device fails the command, which then runs on the pool.
-    MemoryOnly,
+    MemoryOnly {
+        /// A separated value the pool would copy out of its blob file's
+        /// mapping counts as waiting too: worth it for a batch of reads,
+        /// which shares one hand-over to the pool and there saves each
+        /// value's system call ([`tern::Db::get_if_cached_unless_mapped`]).
+        defer_mapped: bool,
+    },
 }
 
 /// What a handler sees.
@@ -191,8 +197,8 @@ impl Ctx<'_> {
                 },
             },
             Access::Read => self.state.store.get_in(key, now, self.snapshot.as_ref()),
-            Access::MemoryOnly => {
-                let r = self.state.store.get_at_cached(key, now);
+            Access::MemoryOnly { defer_mapped } => {
+                let r = self.state.store.get_at_cached(key, now, *defer_mapped);
                 self.needs_io |= matches!(r, Err(StoreError::WouldBlock));
                 r
             }
@@ -414,8 +420,10 @@ pub fn execute_from_memory(
     session: &mut Session,
     args: &[Vec<u8>],
     clock: &mut RunClock,
+    defer_mapped: bool,
 ) -> Option<Reply> {
-    let (reply, needs_io) = run(state, session, args, Access::MemoryOnly, clock);
+    let access = Access::MemoryOnly { defer_mapped };
+    let (reply, needs_io) = run(state, session, args, access, clock);
     (!needs_io).then_some(reply)
 }
 

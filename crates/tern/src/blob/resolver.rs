@@ -48,9 +48,15 @@ impl BlobResolver {
         seq: u64,
         encoded_ref: &[u8],
     ) -> Result<Option<Vec<u8>>> {
-        resolve_cached_in(&self.version, source, user_key, seq, encoded_ref, |n| {
-            self.blobs.get_open(n)
-        })
+        resolve_cached_in(
+            &self.version,
+            source,
+            user_key,
+            seq,
+            encoded_ref,
+            false,
+            |n| self.blobs.get_open(n),
+        )
     }
 
     /// The reader, offset and value size of the record a ref points to
@@ -105,13 +111,16 @@ pub fn resolve_in<B: Deref<Target = BlobReader>>(
 }
 
 /// [`BlobResolver::resolve_cached`] against `version`, with blob file
-/// readers from `reader` (`None` when the file is not open).
+/// readers from `reader` (`None` when the file is not open). With
+/// `unless_mapped`, also `None` when the reader would read the value
+/// through the file's mapping ([`crate::Db::get_if_cached_unless_mapped`]).
 pub fn resolve_cached_in<B: Deref<Target = BlobReader>>(
     version: &Version,
     source: (&Path, u64),
     user_key: &[u8],
     seq: u64,
     encoded_ref: &[u8],
+    unless_mapped: bool,
     reader: impl FnOnce(u64) -> Option<Result<B>>,
 ) -> Result<Option<Vec<u8>>> {
     let target = target(version, source, encoded_ref)?;
@@ -119,6 +128,9 @@ pub fn resolve_cached_in<B: Deref<Target = BlobReader>>(
         return Ok(None);
     };
     let reader = reader?;
+    if unless_mapped && reader.mapping().is_some() {
+        return Ok(None);
+    }
     let offset = if target.moved {
         match reader.offset_of_cached(target.ordinal)? {
             Some(o) => o,

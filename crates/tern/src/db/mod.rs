@@ -69,6 +69,9 @@ enum GetMode {
     Full,
     /// Only what memory holds.
     Cached,
+    /// As `Cached`, but a separated value a `Full` read would copy out of
+    /// its blob file's mapping is left to such a read.
+    CachedUnlessMapped,
     /// Tables but no blob file.
     Head,
 }
@@ -205,6 +208,17 @@ impl Db {
         Ok(found.map(|v| v.map(|v| v.bytes)))
     }
 
+    /// [`Db::get_if_cached`] for a caller with a batch of reads and a
+    /// thread that may block to hand them to: a separated value that
+    /// [`Db::get`] would copy out of its blob file's mapping is left to
+    /// [`Db::get`] too (`Ok(None)`), since reading it here costs a system
+    /// call (a no-wait `pread`) where there it costs a copy. Worth it once
+    /// the hand-over is shared by enough reads.
+    pub fn get_if_cached_unless_mapped(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+        let found = self.get_inner(key, &ReadOptions::default(), GetMode::CachedUnlessMapped)?;
+        Ok(found.map(|v| v.map(|v| v.bytes)))
+    }
+
     /// The value of `key` without reading a blob file: a separated value
     /// comes back as its head, the first `blob_head_size` bytes kept beside
     /// its reference ([`ValueHead::partial`]). For checks that need only a
@@ -272,8 +286,9 @@ impl Db {
         }
         let lookup = seek_key(key, seq);
         let tables = &self.shared.tables;
+        let cached = matches!(mode, GetMode::Cached | GetMode::CachedUnlessMapped);
         for f in sv.version.files_for_key(key, &lookup) {
-            let table: &Table = if mode == GetMode::Cached {
+            let table: &Table = if cached {
                 let Some(table) = sv.open_reader(f.number, || tables.get_open(f.number)) else {
                     return Ok(None);
                 };
@@ -283,7 +298,7 @@ impl Db {
             };
             // The entry is read where it lies in its block: only the value
             // returned is copied.
-            let found = table.find(&lookup, mode == GetMode::Cached, |ikey, value| {
+            let found = table.find(&lookup, cached, |ikey, value| {
                 let parsed = internal_key::parse(ikey).map_err(|e| e.in_file(table.path(), 0))?;
                 match parsed.kind {
                     ValueKind::Delete => Ok(Some(None)),
@@ -293,10 +308,17 @@ impl Db {
                         let at = (table.path(), 0);
                         let v = &sv.version;
                         match mode {
-                            GetMode::Cached => {
-                                resolve_cached_in(v, at, key, parsed.seq, value, |n| {
-                                    sv.open_reader::<BlobReader>(n, || blobs.get_open(n))
-                                })
+                            GetMode::Cached | GetMode::CachedUnlessMapped => {
+                                let unless_mapped = mode == GetMode::CachedUnlessMapped;
+                                resolve_cached_in(
+                                    v,
+                                    at,
+                                    key,
+                                    parsed.seq,
+                                    value,
+                                    unless_mapped,
+                                    |n| sv.open_reader::<BlobReader>(n, || blobs.get_open(n)),
+                                )
                                 .map(|v| v.map(|v| Some(ValueHead::whole(v))))
                             }
                             GetMode::Full => resolve_in(v, at, key, parsed.seq, value, |n| {
