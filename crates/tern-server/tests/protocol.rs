@@ -396,9 +396,9 @@ fn pipelined_reads_of_separated_values_answer_in_order() {
     let mut p = redis::pipe();
     let mut want = Vec::new();
     let get = |p: &mut redis::Pipeline,
-                   want: &mut Vec<Value>,
-                   k: &str,
-                   model: &std::collections::HashMap<String, String>| {
+               want: &mut Vec<Value>,
+               k: &str,
+               model: &std::collections::HashMap<String, String>| {
         p.cmd("GET").arg(k);
         want.push(model.get(k).map_or(Value::Nil, |v| s(v)));
     };

@@ -232,9 +232,28 @@ pub static COMMANDS: &[CommandSpec] = &[
 
 /// Index in [`COMMANDS`] of the command named `name` (any case).
 pub fn lookup(name: &[u8]) -> Option<usize> {
-    COMMANDS
+    BY_SHAPE[shape(name)]
         .iter()
-        .position(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+        .map(|&i| usize::from(i))
+        .find(|&i| COMMANDS[i].name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Indexes into [`COMMANDS`] by [`shape`]: a lookup compares the one to
+/// three names of its shape, not the whole table (every request looks its
+/// command up).
+static BY_SHAPE: std::sync::LazyLock<Vec<Vec<u16>>> = std::sync::LazyLock::new(|| {
+    let mut by_shape = vec![Vec::new(); 32 * 32];
+    for (i, c) in COMMANDS.iter().enumerate() {
+        let i = u16::try_from(i).unwrap_or(u16::MAX);
+        by_shape[shape(c.name.as_bytes())].push(i);
+    }
+    by_shape
+});
+
+/// A name's length and first letter, case-blind, in `0..1024`.
+fn shape(name: &[u8]) -> usize {
+    let first = name.first().map_or(0, |&c| c & 31);
+    (name.len() & 31) * 32 + usize::from(first)
 }
 
 /// Whether `arity` accepts `argc` arguments (the name included).
@@ -358,5 +377,47 @@ pub fn command(_ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             "    Print this help.",
         ]),
         _ => unknown_subcommand(&args[1], "COMMAND"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_is_found_by_its_name_in_any_case() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            assert_eq!(lookup(c.name.as_bytes()), Some(i), "{}", c.name);
+            let upper = c.name.to_ascii_uppercase();
+            assert_eq!(lookup(upper.as_bytes()), Some(i), "{upper}");
+            let mixed: String = c
+                .name
+                .chars()
+                .enumerate()
+                .map(|(n, ch)| {
+                    if n % 2 == 0 {
+                        ch.to_ascii_uppercase()
+                    } else {
+                        ch
+                    }
+                })
+                .collect();
+            assert_eq!(lookup(mixed.as_bytes()), Some(i), "{mixed}");
+        }
+    }
+
+    #[test]
+    fn names_not_in_the_table_are_not_found() {
+        // Same shape as GET and SET; a prefix; empty; 32 and more bytes
+        // (whose shape wraps onto short names'); not letters at all.
+        let long = "g".repeat(35);
+        for name in [
+            "gex", "sex", "ge", "", "getx", &long, "\u{1}et", "@et", "tern.",
+        ] {
+            assert_eq!(lookup(name.as_bytes()), None, "{name:?}");
+        }
+        // A name that differs from one in the table only past the shape.
+        assert_eq!(lookup(b"mgex"), None);
+        assert!(lookup(b"mget").is_some());
     }
 }

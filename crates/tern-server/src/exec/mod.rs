@@ -91,28 +91,40 @@ impl Request {
 
 /// Where the command at `cmd` in the table, called with `args`, runs.
 fn classify(cmd: Option<usize>, args: &[Vec<u8>]) -> Class {
-    {
-        let spec = cmd.map(|i| &table::COMMANDS[i]);
-        match spec {
-            None => Class::Inline,
-            // The two CLUSTER subcommands that walk the store.
-            Some(s) if s.name == "cluster" => match args.get(1).map(|a| a.to_ascii_lowercase()) {
-                Some(a) if a == b"countkeysinslot" || a == b"getkeysinslot" => Class::Read,
-                _ => Class::Inline,
-            },
-            // EXEC runs its queue where writes run; WATCH reads the
-            // keys' expiry.
-            Some(s) if s.name == "exec" => Class::Write,
-            Some(s) if s.name == "watch" => Class::PointRead,
-            Some(s) if s.flags.contains(&"write") => Class::Write,
-            Some(s) if s.flags.contains(&"readonly") && s.flags.contains(&"fast") => {
-                Class::PointRead
-            }
-            Some(s) if s.flags.contains(&"readonly") => Class::Read,
-            Some(_) => Class::Inline,
-        }
+    let Some(i) = cmd else {
+        return Class::Inline;
+    };
+    match CLASSES.get(i).copied().flatten() {
+        Some(class) => class,
+        // The two CLUSTER subcommands that walk the store.
+        None => match args.get(1).map(|a| a.to_ascii_lowercase()) {
+            Some(a) if a == b"countkeysinslot" || a == b"getkeysinslot" => Class::Read,
+            _ => Class::Inline,
+        },
     }
 }
+
+/// Where each command of the table runs, from its flags, worked out once
+/// rather than per request; `None` where it depends on the arguments.
+static CLASSES: std::sync::LazyLock<Vec<Option<Class>>> = std::sync::LazyLock::new(|| {
+    table::COMMANDS
+        .iter()
+        .map(|s| {
+            let flag = |f: &str| s.flags.contains(&f);
+            Some(match s.name {
+                "cluster" => return None,
+                // EXEC runs its queue where writes run; WATCH reads the
+                // keys' expiry.
+                "exec" => Class::Write,
+                "watch" => Class::PointRead,
+                _ if flag("write") => Class::Write,
+                _ if flag("readonly") && flag("fast") => Class::PointRead,
+                _ if flag("readonly") => Class::Read,
+                _ => Class::Inline,
+            })
+        })
+        .collect()
+});
 
 /// Runs requests from the front of `run` while `one` answers them, until
 /// their replies reach [`JOB_REPLY_BYTES`]; the request `one` declines
@@ -159,5 +171,35 @@ impl Exec {
     pub fn stop(&self) {
         self.committer.stop();
         self.readers.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class_of(args: &[&str]) -> Class {
+        Request::new(args.iter().map(|a| a.as_bytes().to_vec()).collect()).class
+    }
+
+    #[test]
+    fn commands_run_where_their_flags_say() {
+        assert_eq!(class_of(&["GET", "k"]), Class::PointRead);
+        assert_eq!(class_of(&["get", "k"]), Class::PointRead);
+        assert_eq!(class_of(&["SET", "k", "v"]), Class::Write);
+        assert_eq!(class_of(&["INCR", "k"]), Class::Write);
+        assert_eq!(class_of(&["KEYS", "*"]), Class::Read);
+        assert_eq!(class_of(&["PING"]), Class::Inline);
+        assert_eq!(class_of(&["EXEC"]), Class::Write);
+        assert_eq!(class_of(&["WATCH", "k"]), Class::PointRead);
+        assert_eq!(class_of(&["NOSUCHCOMMAND"]), Class::Inline);
+        // CLUSTER by its subcommand.
+        assert_eq!(class_of(&["CLUSTER", "COUNTKEYSINSLOT", "1"]), Class::Read);
+        assert_eq!(
+            class_of(&["cluster", "getkeysinslot", "1", "2"]),
+            Class::Read
+        );
+        assert_eq!(class_of(&["CLUSTER", "INFO"]), Class::Inline);
+        assert_eq!(class_of(&["CLUSTER"]), Class::Inline);
     }
 }
