@@ -3,7 +3,11 @@
 # machine: both at the same appendfsync (everysec, always), -c 50 and
 # -c 200, with and without -P 16, values of 3 (redis-benchmark's default),
 # 1024 and 16384 bytes, -t set,get,incr,mset. The servers alternate per
-# cell so drift hits both.
+# cell, each going first in every other cell, so drift hits both. Before
+# each cell the server is emptied (FLUSHALL) and, for tern, left to settle:
+# until its flushes, compactions and GC have stopped changing its files
+# (INFO's engine fields still for a second, at most SETTLE_MAX seconds),
+# so no cell pays for the background work of the cell before it.
 #
 #   bench/redis-benchmark.sh [requests]        (default 100000)
 #   env: OUT (results dir), FSYNCS, CLIENTS, PIPES, SIZES, TESTS to narrow,
@@ -12,7 +16,9 @@
 #        N_LARGE (requests for 16384-byte cells; default: requests),
 #        BENCH_THREADS (redis-benchmark --threads, for machines with cores
 #        to spare, where one client thread would be the bottleneck),
-#        CELL_TIMEOUT (seconds a cell may take before it counts as failed)
+#        CELL_TIMEOUT (seconds a cell may take before it counts as failed),
+#        SETTLE_MAX (longest wait for tern's background work before a cell;
+#        default 120)
 #
 # Writes $OUT/results.csv (one row per server and cell) and $OUT/table.md
 # (tern / redis-server per cell).
@@ -29,6 +35,7 @@ TESTS=${TESTS:-set,get,incr,mset}
 ENGINE=${ENGINE:-lsm}
 N_LARGE=${N_LARGE:-$N}
 CELL_TIMEOUT=${CELL_TIMEOUT:-600}
+SETTLE_MAX=${SETTLE_MAX:-120}
 THREADS_ARG=()
 [ -n "${BENCH_THREADS:-}" ] && THREADS_ARG=(--threads "$BENCH_THREADS")
 TPORT=16379
@@ -54,6 +61,26 @@ wait_port() {
     exit 1
 }
 
+# Waits until tern's background work has stopped changing its files: the
+# engine fields that flushes, compactions and GC move, the same for a
+# second. A server without them (the hash engine) settles at once.
+settle() {
+    local before now
+    before=$(engine_state "$1")
+    for _ in $(seq "$SETTLE_MAX"); do
+        sleep 1
+        now=$(engine_state "$1")
+        [ "$now" = "$before" ] && return 0
+        before=$now
+    done
+    echo "tern on port $1 still busy after ${SETTLE_MAX}s; running the cell anyway" >&2
+}
+engine_state() {
+    redis-cli -p "$1" info all 2>/dev/null | tr -d '\r' |
+        grep -E '^engine_(flush_bytes_written|compaction_bytes_written|immutable_memtables|sst_bytes|blob_bytes|wal_bytes):'
+}
+
+cell=0
 for fsync in $FSYNCS; do
     rm -rf "$WORK/tern" "$WORK/redis"
     mkdir -p "$WORK/redis"
@@ -78,9 +105,13 @@ for fsync in $FSYNCS; do
     for c in $CLIENTS; do
         for p in $PIPES; do
             for d in $SIZES; do
-                for port in $TPORT $RPORT; do
+                cell=$((cell + 1))
+                order="$TPORT $RPORT"
+                [ $((cell % 2)) = 0 ] && order="$RPORT $TPORT"
+                for port in $order; do
                     name=$([ $port = $TPORT ] && echo tern || echo redis)
                     redis-cli -p $port flushall >/dev/null
+                    [ $port = $TPORT ] && settle $port
                     n=$([ "$d" -ge 16384 ] && echo "$N_LARGE" || echo "$N")
                     timeout "$CELL_TIMEOUT" redis-benchmark -p $port -q --csv -n "$n" -c "$c" -P "$p" -d "$d" \
                         -r 100000 -t "$TESTS" "${THREADS_ARG[@]}" 2>/dev/null |
