@@ -4,10 +4,11 @@
 # -c 200, with and without -P 16, values of 3 (redis-benchmark's default),
 # 1024 and 16384 bytes, -t set,get,incr,mset. The servers alternate per
 # cell, each going first in every other cell, so drift hits both. Before
-# each cell the server is emptied (FLUSHALL) and, for tern, left to settle:
+# each run the server is emptied (FLUSHALL) and tern is left to settle:
 # until its flushes, compactions and GC have stopped changing its files
 # (INFO's engine fields still for a second, at most SETTLE_MAX seconds),
-# so no cell pays for the background work of the cell before it.
+# so no run shares the machine with tern's background work from an
+# earlier one: neither tern's next cell nor redis-server's run after it.
 #
 #   bench/redis-benchmark.sh [requests]        (default 100000)
 #   env: OUT (results dir), FSYNCS, CLIENTS, PIPES, SIZES, TESTS to narrow,
@@ -111,7 +112,7 @@ for fsync in $FSYNCS; do
                 for port in $order; do
                     name=$([ $port = $TPORT ] && echo tern || echo redis)
                     redis-cli -p $port flushall >/dev/null
-                    [ $port = $TPORT ] && settle $port
+                    settle $TPORT
                     n=$([ "$d" -ge 16384 ] && echo "$N_LARGE" || echo "$N")
                     timeout "$CELL_TIMEOUT" redis-benchmark -p $port -q --csv -n "$n" -c "$c" -P "$p" -d "$d" \
                         -r 100000 -t "$TESTS" "${THREADS_ARG[@]}" 2>/dev/null |

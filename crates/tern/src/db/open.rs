@@ -124,7 +124,11 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         blobs,
         open_files,
         dir: dir.to_path_buf(),
-        background_fs: DirectIo::for_background(&fs, opts.use_direct_io_for_flush_and_compaction),
+        background_fs: DirectIo::for_background(
+            &fs,
+            opts.use_direct_io_for_flush_and_compaction,
+            opts.bytes_per_sync,
+        ),
         fs,
         state: Mutex::new(state),
         bg_done: Condvar::new(),

@@ -323,34 +323,50 @@ impl Drop for DirectWritable {
 /// passes through. The table and blob caches get one for direct reads;
 /// flush, compaction and GC one for direct reads and writes, whose reads
 /// go through a [`Readahead`] window (they read their inputs front to
-/// back, and direct reads get no readahead from the kernel).
+/// back, and direct reads get no readahead from the kernel). Without
+/// direct I/O, the background one starts the writeback of the files it
+/// creates as they grow (`bytes_per_sync`, see `writeback.rs`).
 pub struct DirectIo {
     inner: FsRef,
+    /// Files are opened for direct reads (and created for direct writes
+    /// if `background`).
+    direct: bool,
     /// Flush, compaction and GC: files are created direct too, and read
     /// through a [`Readahead`] window.
     background: bool,
+    /// Bytes a created file grows by between writebacks (0: none).
+    writeback: u64,
 }
 
 impl DirectIo {
     /// `inner` opening files for direct reads if `on` (`inner` itself if
     /// not); files are created as `inner` creates them.
     pub fn for_reads(inner: &FsRef, on: bool) -> FsRef {
-        Self::wrap(inner, on, false)
-    }
-
-    /// `inner` opening files for direct reads through a readahead window
-    /// and creating them for direct writes if `on` (`inner` itself if not).
-    pub fn for_background(inner: &FsRef, on: bool) -> FsRef {
-        Self::wrap(inner, on, true)
-    }
-
-    fn wrap(inner: &FsRef, on: bool, background: bool) -> FsRef {
         if !on {
             return inner.clone();
         }
         Arc::new(DirectIo {
             inner: inner.clone(),
-            background,
+            direct: true,
+            background: false,
+            writeback: 0,
+        })
+    }
+
+    /// `inner` opening files for direct reads through a readahead window
+    /// and creating them for direct writes if `on`; if not, creating files
+    /// that start their writeback every `bytes_per_sync` bytes (`inner`
+    /// itself for neither).
+    pub fn for_background(inner: &FsRef, on: bool, bytes_per_sync: u64) -> FsRef {
+        if !on && bytes_per_sync == 0 {
+            return inner.clone();
+        }
+        Arc::new(DirectIo {
+            inner: inner.clone(),
+            direct: on,
+            background: true,
+            // Direct writes leave nothing in the page cache to write back.
+            writeback: if on { 0 } else { bytes_per_sync },
         })
     }
 }
@@ -361,14 +377,18 @@ impl FileSystem for DirectIo {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        if self.background {
-            self.inner.create_direct(path)
+        let file = if self.direct && self.background {
+            self.inner.create_direct(path)?
         } else {
-            self.inner.create(path)
-        }
+            self.inner.create(path)?
+        };
+        Ok(super::writeback::every(file, self.writeback))
     }
 
     fn open(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
+        if !self.direct {
+            return self.inner.open(path);
+        }
         let file = self.inner.open_direct(path)?;
         if self.background {
             return Ok(Arc::new(Readahead::new(file)));
@@ -577,7 +597,7 @@ mod tests {
             w.sync().unwrap();
         };
         let reads = DirectIo::for_reads(&fs, true);
-        let background = DirectIo::for_background(&fs, true);
+        let background = DirectIo::for_background(&fs, true, 1 << 20);
         write(&reads, "r");
         write(&background, "b");
         assert!(cached("r"), "reads alone create buffered files");

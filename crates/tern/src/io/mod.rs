@@ -21,6 +21,7 @@ mod mem;
 mod posix;
 mod rate_limit;
 mod readahead;
+mod writeback;
 
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use direct::test_dir as direct_test_dir;

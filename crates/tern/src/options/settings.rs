@@ -349,6 +349,17 @@ settings! {
     /// memtable's worth; 0 leaves it all to the switch. Durability is
     /// unchanged: synced writes still fsync. Default: 4 MiB.
     wal_bytes_per_sync: u64 = 4 << 20,
+    /// Bytes a flush, compaction or GC output file grows by before its
+    /// writeback to the device is started (Linux `sync_file_range`), so
+    /// the kernel never holds a burst of background output dirty for a
+    /// foreground WAL sync to queue behind; 0 leaves it to the kernel and
+    /// the file's final sync. Durability is unchanged. Unused with
+    /// `use_direct_io_for_flush_and_compaction`, whose writes bypass the
+    /// page cache. RocksDB's option of the same name, off there too: with
+    /// memory to spare the kernel defers background output past a short
+    /// burst of writes, which 1 MiB gives up (`docs/engine.md`). For
+    /// sustained writes under `appendfsync always`. Default: 0 (off).
+    bytes_per_sync: u64 = 0,
     /// Values of at least this many bytes are separated into blob files at
     /// flush (0 separates every value); `off` keeps all values inline.
     /// Default: 512.
