@@ -42,8 +42,14 @@ const OUT_FLUSH: usize = 1 << 20;
 /// `-P 16` pipelines of 1 KiB GETs the pool was 1.22× faster; one GET at
 /// a time it was 0.88×.
 const MAPPED_BATCH: usize = 8;
-/// Read buffer growth step.
+/// Read buffer growth step, and the least a read asks for.
 const READ_CHUNK: usize = 16 * 1024;
+/// The most a read asks for. A client whose reads keep filling the
+/// buffer (a pipeline of large values: sixteen 16 KiB SETs are 256 KiB)
+/// gets reads that double up to this, so its pipeline runs as one job,
+/// one commit, rather than a job per 16 KiB; reads that come back short
+/// halve it again.
+const MAX_READ_CHUNK: usize = 1 << 20;
 /// A buffer this much larger than needed is shrunk when idle.
 const KEEP_CAPACITY: usize = 64 * 1024;
 
@@ -119,6 +125,8 @@ async fn run(
         UNAUTHENTICATED_LIMITS
     });
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    // What the next read asks for (see `MAX_READ_CHUNK`).
+    let mut chunk = READ_CHUNK;
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut requests: VecDeque<Request> = VecDeque::new();
     // Requests that have run, their buffers going back to the parser.
@@ -194,10 +202,10 @@ async fn run(
             .unwrap_or(0)
             .min(cfg.client_query_buffer_limit);
         let spare = inbuf.capacity() - inbuf.len();
-        if spare < READ_CHUNK || spare < need {
-            inbuf.reserve(need.max(READ_CHUNK));
-        } else if inbuf.is_empty() && inbuf.capacity() > KEEP_CAPACITY {
-            inbuf.shrink_to(READ_CHUNK);
+        if spare < chunk || spare < need {
+            inbuf.reserve(need.max(chunk));
+        } else if inbuf.is_empty() && inbuf.capacity() > KEEP_CAPACITY.max(2 * chunk) {
+            inbuf.shrink_to(chunk);
         }
         let cap = inbuf.capacity();
         if cap > *accounted {
@@ -219,6 +227,7 @@ async fn run(
         } else {
             idle
         };
+        let read_room = inbuf.capacity() - inbuf.len();
         let read = sock.read_buf(&mut inbuf);
         let n = tokio::select! {
             r = async {
@@ -236,6 +245,31 @@ async fn run(
         if n == 0 {
             return Err(Close::Gone);
         }
+        chunk = next_chunk(chunk, n, read_room, &state.buffered, cfg.maxmemory_clients);
+    }
+}
+
+/// What the read after one that asked for `room` bytes and got `n` asks
+/// for, from `chunk`: twice as much if it filled the room (the client had
+/// more ready), up to [`MAX_READ_CHUNK`] and while all clients' buffers
+/// (`buffered`) stay under half of `maxmemory-clients`; half as much if
+/// it came back under half full, down to [`READ_CHUNK`].
+fn next_chunk(
+    chunk: usize,
+    n: usize,
+    room: usize,
+    buffered: &std::sync::atomic::AtomicUsize,
+    maxmemory_clients: usize,
+) -> usize {
+    if n >= room {
+        if buffered.load(Relaxed) < maxmemory_clients / 2 {
+            return (chunk * 2).min(MAX_READ_CHUNK);
+        }
+        chunk
+    } else if n < chunk / 2 {
+        (chunk / 2).max(READ_CHUNK)
+    } else {
+        chunk
     }
 }
 
@@ -613,4 +647,33 @@ async fn read_on_pool(
     *ran = done;
     put_back(requests, rest);
     Ok((session, replies))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    #[test]
+    fn reads_grow_while_they_fill_and_shrink_when_they_come_back_short() {
+        let buffered = AtomicUsize::new(0);
+        let limit = 1 << 30;
+        let next = |chunk, n, room| next_chunk(chunk, n, room, &buffered, limit);
+        // Full reads double it, up to the cap.
+        assert_eq!(next(READ_CHUNK, READ_CHUNK, READ_CHUNK), 2 * READ_CHUNK);
+        assert_eq!(next(MAX_READ_CHUNK, 1 << 21, 1 << 21), MAX_READ_CHUNK);
+        // Reads at least half full keep it; shorter ones halve it, down to
+        // the floor.
+        assert_eq!(
+            next(8 * READ_CHUNK, 5 * READ_CHUNK, 9 * READ_CHUNK),
+            8 * READ_CHUNK
+        );
+        assert_eq!(next(8 * READ_CHUNK, 100, 9 * READ_CHUNK), 4 * READ_CHUNK);
+        assert_eq!(next(READ_CHUNK, 0, READ_CHUNK), READ_CHUNK);
+        // With the clients' buffers past half the limit, a full read does
+        // not grow it.
+        buffered.store(limit / 2, Relaxed);
+        assert_eq!(next(READ_CHUNK, READ_CHUNK, READ_CHUNK), READ_CHUNK);
+    }
 }
