@@ -44,15 +44,28 @@ struct WritebackFile {
 }
 
 impl WritebackFile {
+    /// Hands the appended bytes to the kernel and starts their writeback.
+    /// Only the first part can fail: the writeback is a hint, and the
+    /// file's final sync reports any write error it met, so a handle that
+    /// cannot be opened (no descriptor to spare) or a failed
+    /// `sync_file_range` only ends the hints for this file.
     fn start_writeback(&mut self) -> io::Result<()> {
-        // Only bytes handed to the kernel can be written back.
         self.inner.flush()?;
-        let sync = match &self.sync {
-            Some(s) => s,
-            None => self.sync.insert(self.inner.sync_handle()?),
-        };
-        sync.start_writeback()?;
         self.pending = 0;
+        if self.sync.is_none() {
+            match self.inner.sync_handle() {
+                Ok(s) => self.sync = Some(s),
+                Err(_) => {
+                    self.every = u64::MAX;
+                    return Ok(());
+                }
+            }
+        }
+        if let Some(sync) = &self.sync {
+            if sync.start_writeback().is_err() {
+                self.every = u64::MAX;
+            }
+        }
         Ok(())
     }
 }
@@ -179,6 +192,59 @@ mod tests {
         let (mut f, writebacks, _mem) = file(1000);
         f.append(&vec![1u8; 10_000]).unwrap();
         assert_eq!(writebacks.load(Ordering::Relaxed), 1);
+    }
+
+    /// A file whose sync handle, or whose writeback, fails.
+    struct Failing(Box<dyn WritableFile>, bool);
+
+    struct FailingSync;
+
+    impl FileSync for FailingSync {
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn start_writeback(&self) -> io::Result<()> {
+            Err(io::Error::other("writeback failed"))
+        }
+    }
+
+    impl WritableFile for Failing {
+        fn append(&mut self, data: &[u8]) -> io::Result<()> {
+            self.0.append(data)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.0.flush()
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            self.0.sync()
+        }
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn sync_handle(&self) -> io::Result<Arc<dyn FileSync>> {
+            if self.1 {
+                Err(io::Error::other("too many open files"))
+            } else {
+                Ok(Arc::new(FailingSync))
+            }
+        }
+    }
+
+    /// The writeback is a hint: a handle that cannot be opened or a
+    /// writeback that fails leaves the appends and the file whole.
+    #[test]
+    fn a_failed_writeback_fails_no_append() {
+        for no_handle in [true, false] {
+            let mem: FsRef = MemFs::new();
+            let inner = Box::new(Failing(mem.create(Path::new("/f")).unwrap(), no_handle));
+            let mut f = super::every(inner, 100);
+            for _ in 0..10 {
+                f.append(&[5u8; 64]).unwrap();
+            }
+            f.sync().unwrap();
+            assert_eq!(mem.read_all(Path::new("/f")).unwrap(), vec![5u8; 640]);
+        }
     }
 
     #[test]
