@@ -48,8 +48,14 @@ const READ_CHUNK: usize = 16 * 1024;
 /// buffer (a pipeline of large values: sixteen 16 KiB SETs are 256 KiB)
 /// gets reads that double up to this, so its pipeline runs as one job,
 /// one commit, rather than a job per 16 KiB; reads that come back short
-/// halve it again.
-const MAX_READ_CHUNK: usize = 1 << 20;
+/// halve it again. Half of [`OUT_FLUSH`], so a buffer grown by reads (a
+/// partial request plus one read) stays under the size past which
+/// `maxmemory-clients` closes a client.
+const MAX_READ_CHUNK: usize = OUT_FLUSH / 2;
+/// How long a client with a grown, empty buffer may stay quiet before the
+/// buffer goes back to [`READ_CHUNK`] (Redis shrinks idle query buffers
+/// the same way).
+const SHRINK_AFTER: Duration = Duration::from_secs(1);
 /// A buffer this much larger than needed is shrunk when idle.
 const KEEP_CAPACITY: usize = 64 * 1024;
 
@@ -175,6 +181,11 @@ async fn run(
             for r in ran.drain(..) {
                 parser.recycle(r.args);
             }
+            // A batch answered from memory awaits nothing that yields: this
+            // counts it against the task's budget, so a client with a large
+            // read of pipelined requests lets the worker's other
+            // connections run between its batches.
+            tokio::task::consume_budget().await;
             if session.authed && !was_authed {
                 parser.set_limits(full_limits);
             }
@@ -203,22 +214,24 @@ async fn run(
             .min(cfg.client_query_buffer_limit);
         let spare = inbuf.capacity() - inbuf.len();
         if spare < chunk || spare < need {
-            inbuf.reserve(need.max(chunk));
+            // Exact: the room a read gets is what was asked for.
+            inbuf.reserve_exact(need.max(chunk));
         } else if inbuf.is_empty() && inbuf.capacity() > KEEP_CAPACITY.max(2 * chunk) {
             inbuf.shrink_to(chunk);
         }
-        let cap = inbuf.capacity();
-        if cap > *accounted {
-            let total = state.buffered.fetch_add(cap - *accounted, Relaxed) + cap - *accounted;
-            *accounted = cap;
-            if total > cfg.maxmemory_clients && cap > OUT_FLUSH {
-                return Err(Close::With(
-                    "ERR client input buffers exceed maxmemory-clients; retry later, send smaller requests or raise the limit".into(),
-                ));
+        account(state, inbuf.capacity(), accounted)?;
+
+        // A client gone quiet gives its grown buffer back.
+        if inbuf.is_empty() && inbuf.capacity() > KEEP_CAPACITY {
+            let quiet = tokio::select! {
+                r = tokio::time::timeout(SHRINK_AFTER, sock.readable()) => r.is_err(),
+                _ = shutdown.changed() => return Ok(()),
+            };
+            if quiet {
+                inbuf.shrink_to(READ_CHUNK);
+                chunk = READ_CHUNK;
+                account(state, inbuf.capacity(), accounted)?;
             }
-        } else {
-            state.buffered.fetch_sub(*accounted - cap, Relaxed);
-            *accounted = cap;
         }
 
         // Wait for more input.
@@ -245,15 +258,40 @@ async fn run(
         if n == 0 {
             return Err(Close::Gone);
         }
-        chunk = next_chunk(chunk, n, read_room, &state.buffered, cfg.maxmemory_clients);
+        // Before authentication reads stay small: anyone may connect.
+        chunk = if session.authed {
+            next_chunk(chunk, n, read_room, &state.buffered, cfg.maxmemory_clients)
+        } else {
+            READ_CHUNK
+        };
     }
+}
+
+/// Charges a request buffer of capacity `cap` to all clients' total
+/// (`accounted` is what this connection's buffer was charged so far). A
+/// buffer past [`OUT_FLUSH`] while the total exceeds `maxmemory-clients`
+/// closes the client.
+fn account(state: &State, cap: usize, accounted: &mut usize) -> Result<(), Close> {
+    if cap > *accounted {
+        let total = state.buffered.fetch_add(cap - *accounted, Relaxed) + cap - *accounted;
+        *accounted = cap;
+        if total > state.config.maxmemory_clients && cap > OUT_FLUSH {
+            return Err(Close::With(
+                "ERR client input buffers exceed maxmemory-clients; retry later, send smaller requests or raise the limit".into(),
+            ));
+        }
+    } else {
+        state.buffered.fetch_sub(*accounted - cap, Relaxed);
+        *accounted = cap;
+    }
+    Ok(())
 }
 
 /// What the read after one that asked for `room` bytes and got `n` asks
 /// for, from `chunk`: twice as much if it filled the room (the client had
-/// more ready), up to [`MAX_READ_CHUNK`] and while all clients' buffers
-/// (`buffered`) stay under half of `maxmemory-clients`; half as much if
-/// it came back under half full, down to [`READ_CHUNK`].
+/// more ready), up to [`MAX_READ_CHUNK`]; half as much if it came back
+/// under half full, or while all clients' buffers (`buffered`) take half
+/// of `maxmemory-clients` or more, down to [`READ_CHUNK`].
 fn next_chunk(
     chunk: usize,
     n: usize,
@@ -261,13 +299,10 @@ fn next_chunk(
     buffered: &std::sync::atomic::AtomicUsize,
     maxmemory_clients: usize,
 ) -> usize {
-    if n >= room {
-        if buffered.load(Relaxed) < maxmemory_clients / 2 {
-            return (chunk * 2).min(MAX_READ_CHUNK);
-        }
-        chunk
-    } else if n < chunk / 2 {
+    if buffered.load(Relaxed) >= maxmemory_clients / 2 || n < chunk / 2 {
         (chunk / 2).max(READ_CHUNK)
+    } else if n >= room {
+        (chunk * 2).min(MAX_READ_CHUNK)
     } else {
         chunk
     }
@@ -662,7 +697,10 @@ mod tests {
         let next = |chunk, n, room| next_chunk(chunk, n, room, &buffered, limit);
         // Full reads double it, up to the cap.
         assert_eq!(next(READ_CHUNK, READ_CHUNK, READ_CHUNK), 2 * READ_CHUNK);
-        assert_eq!(next(MAX_READ_CHUNK, 1 << 21, 1 << 21), MAX_READ_CHUNK);
+        assert_eq!(
+            next(MAX_READ_CHUNK, MAX_READ_CHUNK, MAX_READ_CHUNK),
+            MAX_READ_CHUNK
+        );
         // Reads at least half full keep it; shorter ones halve it, down to
         // the floor.
         assert_eq!(
@@ -671,9 +709,13 @@ mod tests {
         );
         assert_eq!(next(8 * READ_CHUNK, 100, 9 * READ_CHUNK), 4 * READ_CHUNK);
         assert_eq!(next(READ_CHUNK, 0, READ_CHUNK), READ_CHUNK);
-        // With the clients' buffers past half the limit, a full read does
-        // not grow it.
+        // With the clients' buffers at half the limit or more, even a full
+        // read halves it.
         buffered.store(limit / 2, Relaxed);
         assert_eq!(next(READ_CHUNK, READ_CHUNK, READ_CHUNK), READ_CHUNK);
+        assert_eq!(
+            next(8 * READ_CHUNK, 8 * READ_CHUNK, 8 * READ_CHUNK),
+            4 * READ_CHUNK
+        );
     }
 }

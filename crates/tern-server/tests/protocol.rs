@@ -420,3 +420,44 @@ fn pipelined_reads_of_separated_values_answer_in_order() {
         assert_eq!(o, w, "reply {n}");
     }
 }
+
+/// A pipeline of large values grows the client's reads (so it runs as few
+/// jobs); once the client goes quiet its buffer is given back, and every
+/// client's buffer counts in INFO's total.
+#[test]
+fn a_quiet_clients_grown_buffer_is_given_back() {
+    let t = start();
+    let mut c = t.client();
+    let mut admin = t.client();
+    let mut buffered = || {
+        let info: String = redis::cmd("INFO").arg("clients").query(&mut admin).unwrap();
+        common::info_field(&info, "client_recent_max_input_buffer")
+    };
+    let value = "v".repeat(16 * 1024);
+    let mut p = redis::pipe();
+    for i in 0..64 {
+        p.cmd("SET").arg(format!("k{i}")).arg(&value);
+    }
+    let out: Vec<Value> = p.query(&mut c).unwrap();
+    assert!(out.iter().all(|v| *v == Value::Okay));
+    // The server charges the grown buffer once the pipeline has run.
+    let mut grown = 0;
+    for _ in 0..50 {
+        grown = buffered();
+        if grown > 128 << 10 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        grown > 128 << 10,
+        "a 1 MiB pipeline's reads grew to {grown} bytes in all"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = buffered();
+    assert!(
+        after <= 64 << 10,
+        "{after} bytes still buffered after a quiet 2.5 s"
+    );
+    assert_eq!(run(&mut c, &["STRLEN", "k63"]), Ok(Value::Int(16 * 1024)));
+}
