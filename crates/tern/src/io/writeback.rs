@@ -108,28 +108,37 @@ mod tests {
     use super::*;
     use crate::io::{FsRef, MemFs};
 
-    /// Counts the writebacks started and the bytes flushed before each.
-    struct Counting {
-        inner: FsRef,
-        writebacks: Arc<AtomicU64>,
+    /// What a test file's sync handle does.
+    #[derive(Clone)]
+    enum Handle {
+        /// Counts the writebacks started.
+        Counting(Arc<AtomicU64>),
+        /// Cannot be opened (no descriptor to spare).
+        Unavailable,
+        /// Opens, but every writeback fails.
+        Failing,
     }
 
-    struct CountingSync(Arc<AtomicU64>);
-
-    impl FileSync for CountingSync {
+    impl FileSync for Handle {
         fn sync_data(&self) -> io::Result<()> {
             Ok(())
         }
 
         fn start_writeback(&self) -> io::Result<()> {
-            self.0.fetch_add(1, Ordering::Relaxed);
-            Ok(())
+            match self {
+                Handle::Counting(n) => {
+                    n.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                _ => Err(io::Error::other("writeback failed")),
+            }
         }
     }
 
-    struct CountingFile(Box<dyn WritableFile>, Arc<AtomicU64>);
+    /// An in-memory file with a [`Handle`] for its sync handle.
+    struct TestFile(Box<dyn WritableFile>, Handle);
 
-    impl WritableFile for CountingFile {
+    impl WritableFile for TestFile {
         fn append(&mut self, data: &[u8]) -> io::Result<()> {
             self.0.append(data)
         }
@@ -143,32 +152,30 @@ mod tests {
             self.0.len()
         }
         fn sync_handle(&self) -> io::Result<Arc<dyn FileSync>> {
-            Ok(Arc::new(CountingSync(self.1.clone())))
+            match &self.1 {
+                Handle::Unavailable => Err(io::Error::other("too many open files")),
+                h => Ok(Arc::new(h.clone())),
+            }
         }
     }
 
-    impl Counting {
-        fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-            Ok(Box::new(CountingFile(
-                self.inner.create(path)?,
-                self.writebacks.clone(),
-            )))
-        }
-    }
-
-    fn file(every: u64) -> (Box<dyn WritableFile>, Arc<AtomicU64>, FsRef) {
+    /// `/f` on a fresh in-memory file system, starting its writeback every
+    /// `every` bytes through `handle`.
+    fn file(every: u64, handle: Handle) -> (Box<dyn WritableFile>, FsRef) {
         let mem: FsRef = MemFs::new();
-        let counting = Counting {
-            inner: mem.clone(),
-            writebacks: Arc::new(AtomicU64::new(0)),
-        };
-        let inner = counting.create(Path::new("/f")).unwrap();
-        (super::every(inner, every), counting.writebacks, mem)
+        let inner = Box::new(TestFile(mem.create(Path::new("/f")).unwrap(), handle));
+        (super::every(inner, every), mem)
+    }
+
+    fn counting(every: u64) -> (Box<dyn WritableFile>, Arc<AtomicU64>, FsRef) {
+        let n = Arc::new(AtomicU64::new(0));
+        let (f, mem) = file(every, Handle::Counting(n.clone()));
+        (f, n, mem)
     }
 
     #[test]
     fn writeback_starts_every_so_many_bytes_and_the_file_reads_back_whole() {
-        let (mut f, writebacks, mem) = file(1000);
+        let (mut f, writebacks, mem) = counting(1000);
         let chunk = vec![7u8; 300];
         for _ in 0..10 {
             f.append(&chunk).unwrap();
@@ -189,56 +196,17 @@ mod tests {
 
     #[test]
     fn one_large_append_starts_one_writeback() {
-        let (mut f, writebacks, _mem) = file(1000);
+        let (mut f, writebacks, _mem) = counting(1000);
         f.append(&vec![1u8; 10_000]).unwrap();
         assert_eq!(writebacks.load(Ordering::Relaxed), 1);
-    }
-
-    /// A file whose sync handle, or whose writeback, fails.
-    struct Failing(Box<dyn WritableFile>, bool);
-
-    struct FailingSync;
-
-    impl FileSync for FailingSync {
-        fn sync_data(&self) -> io::Result<()> {
-            Ok(())
-        }
-
-        fn start_writeback(&self) -> io::Result<()> {
-            Err(io::Error::other("writeback failed"))
-        }
-    }
-
-    impl WritableFile for Failing {
-        fn append(&mut self, data: &[u8]) -> io::Result<()> {
-            self.0.append(data)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            self.0.flush()
-        }
-        fn sync(&mut self) -> io::Result<()> {
-            self.0.sync()
-        }
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn sync_handle(&self) -> io::Result<Arc<dyn FileSync>> {
-            if self.1 {
-                Err(io::Error::other("too many open files"))
-            } else {
-                Ok(Arc::new(FailingSync))
-            }
-        }
     }
 
     /// The writeback is a hint: a handle that cannot be opened or a
     /// writeback that fails leaves the appends and the file whole.
     #[test]
     fn a_failed_writeback_fails_no_append() {
-        for no_handle in [true, false] {
-            let mem: FsRef = MemFs::new();
-            let inner = Box::new(Failing(mem.create(Path::new("/f")).unwrap(), no_handle));
-            let mut f = super::every(inner, 100);
+        for handle in [Handle::Unavailable, Handle::Failing] {
+            let (mut f, mem) = file(100, handle);
             for _ in 0..10 {
                 f.append(&[5u8; 64]).unwrap();
             }
@@ -249,7 +217,7 @@ mod tests {
 
     #[test]
     fn off_leaves_the_file_as_it_is() {
-        let (mut f, writebacks, mem) = file(0);
+        let (mut f, writebacks, mem) = counting(0);
         f.append(&vec![1u8; 10_000]).unwrap();
         f.sync().unwrap();
         assert_eq!(writebacks.load(Ordering::Relaxed), 0);
