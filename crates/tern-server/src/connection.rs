@@ -39,8 +39,8 @@ const OUT_FLUSH: usize = 1 << 20;
 /// the read pool would copy out of their blob files' mappings go there
 /// rather than being read here with a system call each: the hand-over
 /// (two thread wake-ups) costs about what a few such calls do. With
-/// `-P 16` pipelines of 1 KiB GETs the pool was 1.22× faster; one GET at
-/// a time it was 0.88×.
+/// `-P 16` pipelines of 1 KiB GETs this was 1.14× faster; one GET at a
+/// time on the pool was 0.88× (`docs/server.md`).
 const MAPPED_BATCH: usize = 8;
 /// Read buffer growth step, and the least a read asks for.
 const READ_CHUNK: usize = 16 * 1024;

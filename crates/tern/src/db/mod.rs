@@ -204,8 +204,7 @@ impl Db {
     /// absent. An event loop answers from memory with it and hands the
     /// rest to threads that may block.
     pub fn get_if_cached(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
-        let found = self.get_inner(key, &ReadOptions::default(), GetMode::Cached)?;
-        Ok(found.map(|v| v.map(|v| v.bytes)))
+        self.get_value(key, GetMode::Cached)
     }
 
     /// [`Db::get_if_cached`] for a caller with a batch of reads and a
@@ -215,7 +214,12 @@ impl Db {
     /// call (a no-wait `pread`) where there it costs a copy. Worth it once
     /// the hand-over is shared by enough reads.
     pub fn get_if_cached_unless_mapped(&self, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
-        let found = self.get_inner(key, &ReadOptions::default(), GetMode::CachedUnlessMapped)?;
+        self.get_value(key, GetMode::CachedUnlessMapped)
+    }
+
+    /// The whole value of `key` as of now, read in `mode`.
+    fn get_value(&self, key: &[u8], mode: GetMode) -> Result<Option<Option<Vec<u8>>>> {
+        let found = self.get_inner(key, &ReadOptions::default(), mode)?;
         Ok(found.map(|v| v.map(|v| v.bytes)))
     }
 
