@@ -57,3 +57,23 @@ fn get_if_cached_unless_mapped_leaves_mapped_values_to_get() {
         Some(Some(big))
     );
 }
+
+/// A read left to `get` counts once, when `get` serves it, not also when
+/// the memory-only attempt handed it back.
+#[test]
+fn deferred_point_read_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = vec![7u8; 300];
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    db.put(b"big", &big).unwrap();
+    db.flush().unwrap();
+    db.wait_for_background().unwrap();
+    assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
+    let before = db.stats().point_reads;
+    assert_eq!(db.get_if_cached_unless_mapped(b"big").unwrap(), None);
+    assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
+    assert_eq!(db.stats().point_reads, before + 1);
+    // A read answered from memory counts once too.
+    assert_eq!(db.get_if_cached(b"big").unwrap(), Some(Some(big)));
+    assert_eq!(db.stats().point_reads, before + 2);
+}

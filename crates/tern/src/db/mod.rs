@@ -262,8 +262,24 @@ impl Db {
         Ok(false)
     }
 
-    /// `Ok(None)`: only in [`GetMode::Cached`], the lookup would wait.
+    /// `Ok(None)`: only in the cached modes, the lookup would wait. Such a
+    /// lookup is not counted: the caller hands it to [`Db::get`], which
+    /// counts it.
     fn get_inner(
+        &self,
+        key: &[u8],
+        opts: &ReadOptions<'_>,
+        mode: GetMode,
+    ) -> Result<Option<Option<ValueHead>>> {
+        let found = self.lookup(key, opts, mode);
+        if !matches!(found, Ok(None)) {
+            self.shared.counters.point_reads.add(1);
+        }
+        found
+    }
+
+    /// [`Db::get_inner`]'s lookup, uncounted.
+    fn lookup(
         &self,
         key: &[u8],
         opts: &ReadOptions<'_>,
@@ -271,7 +287,6 @@ impl Db {
     ) -> Result<Option<Option<ValueHead>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
-        self.shared.counters.point_reads.add(1);
         let whole = |bytes| Ok(Some(Some(ValueHead::whole(bytes))));
         let (sv, seq) = self.read_view(opts.snapshot);
         let memtables = std::iter::once(&sv.mem)
