@@ -219,7 +219,9 @@ async fn run(
         } else if inbuf.is_empty() && inbuf.capacity() > KEEP_CAPACITY.max(2 * chunk) {
             inbuf.shrink_to(chunk);
         }
-        account(state, inbuf.capacity(), accounted)?;
+        // The arguments of a request still arriving left the buffer for
+        // the parser: they count too.
+        account(state, inbuf.capacity() + parser.held(), accounted)?;
 
         // A client gone quiet gives its grown buffer back.
         if inbuf.is_empty() && inbuf.capacity() > KEEP_CAPACITY {
@@ -230,7 +232,7 @@ async fn run(
             if quiet {
                 inbuf.shrink_to(READ_CHUNK);
                 chunk = READ_CHUNK;
-                account(state, inbuf.capacity(), accounted)?;
+                account(state, inbuf.capacity() + parser.held(), accounted)?;
             }
         }
 
@@ -267,10 +269,10 @@ async fn run(
     }
 }
 
-/// Charges a request buffer of capacity `cap` to all clients' total
-/// (`accounted` is what this connection's buffer was charged so far). A
-/// buffer past [`OUT_FLUSH`] while the total exceeds `maxmemory-clients`
-/// closes the client.
+/// Charges `cap` bytes (a request buffer's capacity and the arguments of
+/// a request still arriving) to all clients' total (`accounted` is what
+/// this connection was charged so far). A connection charged past
+/// [`OUT_FLUSH`] while the total exceeds `maxmemory-clients` is closed.
 fn account(state: &State, cap: usize, accounted: &mut usize) -> Result<(), Close> {
     if cap > *accounted {
         let total = state.buffered.fetch_add(cap - *accounted, Relaxed) + cap - *accounted;

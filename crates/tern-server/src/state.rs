@@ -71,7 +71,8 @@ pub struct State {
     /// expiry index entry adds.
     pub max_key_len: usize,
     next_client_id: AtomicU64,
-    /// Bytes buffered by all connections' request buffers.
+    /// Bytes held by all connections' request buffers and the arguments
+    /// of requests still arriving.
     pub buffered: AtomicUsize,
     shutdown: watch::Sender<bool>,
     /// The executor running compactions and GC on workers, if offload is

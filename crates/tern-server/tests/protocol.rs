@@ -461,3 +461,42 @@ fn a_quiet_clients_grown_buffer_is_given_back() {
     );
     assert_eq!(run(&mut c, &["STRLEN", "k63"]), Ok(Value::Int(16 * 1024)));
 }
+
+/// The arguments of a request still arriving count against
+/// `maxmemory-clients`, not only the buffer it is read into: a client that
+/// sends most of a large request and stops holds that memory too.
+#[test]
+fn partly_received_request_counts_against_maxmemory_clients() {
+    let t = start_with(|c| {
+        c.client_query_buffer_limit = 64 << 20;
+        c.proto_max_bulk_len = 1 << 20;
+        c.maxmemory_clients = 2 << 20;
+    });
+    // Eight of the ten arguments announced after MSET, four of them
+    // values of 600 kB, then nothing.
+    let mut req = b"*11\r\n$4\r\nMSET\r\n".to_vec();
+    for _ in 0..2 {
+        req.extend_from_slice(b"$1\r\nk\r\n$600000\r\n");
+        req.extend(std::iter::repeat_n(b'v', 600_000));
+        req.extend_from_slice(b"\r\n");
+        req.extend_from_slice(b"$1\r\nk\r\n$600000\r\n");
+        req.extend(std::iter::repeat_n(b'v', 600_000));
+        req.extend_from_slice(b"\r\n");
+    }
+    let mut s = TcpStream::connect(t.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&req).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out);
+    assert!(
+        out.starts_with("-ERR client input buffers exceed maxmemory-clients"),
+        "the client holding 2.4 MB of a request past a 2 MiB limit was not closed: {out:?}"
+    );
+    // Others are still served.
+    let mut c = t.client();
+    assert_eq!(
+        run(&mut c, &["PING"]),
+        Ok(Value::SimpleString("PONG".into()))
+    );
+}
