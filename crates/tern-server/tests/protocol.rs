@@ -255,6 +255,18 @@ fn pipelined_flood_is_answered_in_full_and_in_order() {
     drop(replies);
 }
 
+/// The start of an MSET announcing `announced` arguments after its name,
+/// with `pairs` key and 600 kB value pairs of them.
+fn mset_of_large_values(announced: usize, pairs: usize) -> Vec<u8> {
+    let mut req = format!("*{}\r\n$4\r\nMSET\r\n", announced + 1).into_bytes();
+    for _ in 0..pairs {
+        req.extend_from_slice(b"$1\r\nk\r\n$600000\r\n");
+        req.extend(std::iter::repeat_n(b'v', 600_000));
+        req.extend_from_slice(b"\r\n");
+    }
+    req
+}
+
 #[test]
 fn query_buffer_limit_closes_flooding_client() {
     let t = start_with(|c| {
@@ -262,13 +274,7 @@ fn query_buffer_limit_closes_flooding_client() {
         c.proto_max_bulk_len = 1 << 20;
     });
     // One request whose arguments add up to more than the buffer limit.
-    let mut req = b"*5\r\n$4\r\nMSET\r\n".to_vec();
-    for _ in 0..2 {
-        req.extend_from_slice(b"$1\r\nk\r\n$600000\r\n");
-        req.extend(std::iter::repeat_n(b'v', 600_000));
-        req.extend_from_slice(b"\r\n");
-    }
-    let out = raw(t.addr(), &req);
+    let out = raw(t.addr(), &mset_of_large_values(4, 2));
     assert_eq!(
         out,
         "-ERR Protocol error: request exceeds client-query-buffer-limit (1048576 bytes); send smaller requests or raise the limit\r\n"
@@ -474,15 +480,7 @@ fn partly_received_request_counts_against_maxmemory_clients() {
     });
     // Eight of the ten arguments announced after MSET, four of them
     // values of 600 kB, then nothing.
-    let mut req = b"*11\r\n$4\r\nMSET\r\n".to_vec();
-    for _ in 0..2 {
-        req.extend_from_slice(b"$1\r\nk\r\n$600000\r\n");
-        req.extend(std::iter::repeat_n(b'v', 600_000));
-        req.extend_from_slice(b"\r\n");
-        req.extend_from_slice(b"$1\r\nk\r\n$600000\r\n");
-        req.extend(std::iter::repeat_n(b'v', 600_000));
-        req.extend_from_slice(b"\r\n");
-    }
+    let req = mset_of_large_values(10, 4);
     let mut s = TcpStream::connect(t.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(&req).unwrap();
