@@ -365,31 +365,35 @@ async fn run_requests(
                 }
             }
             Class::PointRead | Class::Read => {
-                let point_reads = read_ahead(state, requests);
-                // From memory here, sparing two thread hand-offs; the first
-                // read that would wait on the device goes, with the reads
-                // after it, to the read pool. So does, in a long enough
-                // run, the first separated value the pool would read
-                // through its file's mapping.
-                let defer_mapped = point_reads >= MAPPED_BATCH;
-                let mut clock = RunClock::start();
-                let replies = run_bounded(
-                    requests,
-                    |req| {
-                        (req.class == Class::PointRead)
-                            .then(|| {
-                                execute_from_memory(
-                                    state,
-                                    &mut session,
-                                    &req.args,
-                                    &mut clock,
-                                    defer_mapped,
-                                )
-                            })
-                            .flatten()
-                    },
-                    ran,
-                );
+                let replies = {
+                    // Several point reads share the read-ahead's view.
+                    let (point_reads, view) = read_ahead(state, requests);
+                    // From memory here, sparing two thread hand-offs; the
+                    // first read that would wait on the device goes, with
+                    // the reads after it, to the read pool. So does, in a
+                    // long enough run, the first separated value the pool
+                    // would read through its file's mapping.
+                    let defer_mapped = point_reads >= MAPPED_BATCH;
+                    let mut clock = RunClock::start();
+                    run_bounded(
+                        requests,
+                        |req| {
+                            (req.class == Class::PointRead)
+                                .then(|| {
+                                    execute_from_memory(
+                                        state,
+                                        &mut session,
+                                        &req.args,
+                                        &mut clock,
+                                        defer_mapped,
+                                        view.as_ref(),
+                                    )
+                                })
+                                .flatten()
+                        },
+                        ran,
+                    )
+                };
                 let mut replies = if replies.is_empty() {
                     let (s, replies) = read_on_pool(state, exec, session, requests, ran).await?;
                     session = s;
@@ -621,14 +625,17 @@ async fn pull(
 /// Names the keys of the point reads at the front of `requests` for
 /// read-ahead, when there are several: their lookups' cache misses then
 /// overlap. Returns how many point reads there are (up to
-/// [`MAPPED_BATCH`]).
-fn read_ahead(state: &State, requests: &VecDeque<Request>) -> usize {
+/// [`MAPPED_BATCH`]), and the read-ahead, whose view they may share.
+fn read_ahead<'s>(
+    state: &'s State,
+    requests: &VecDeque<Request>,
+) -> (usize, Option<tern::ReadAhead<'s>>) {
     let reads = requests
         .iter()
         .take_while(|r| r.class == Class::PointRead && r.redirect.is_none());
     let n = reads.clone().take(MAPPED_BATCH).count();
     if n < 2 {
-        return n;
+        return (n, None);
     }
     let keys = reads.flat_map(|r| {
         let spec = r.cmd.map(|i| &crate::commands::table::COMMANDS[i]);
@@ -636,8 +643,7 @@ fn read_ahead(state: &State, requests: &VecDeque<Request>) -> usize {
             .flat_map(|s| crate::commands::key_positions(s, &r.args))
             .filter_map(|i| r.args.get(i).map(Vec::as_slice))
     });
-    state.store.read_ahead(keys);
-    n
+    (n, Some(state.store.read_ahead(keys)))
 }
 
 /// Returns the requests a job did not run to the front of the queue.

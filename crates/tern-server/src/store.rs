@@ -447,8 +447,9 @@ impl Store {
 
     /// Read-ahead for point reads of Redis keys `keys` about to follow
     /// ([`tern::Db::read_ahead`]): their cache misses overlap instead of
-    /// coming one per read.
-    pub fn read_ahead<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) {
+    /// coming one per read. The reads may share the view it returns
+    /// ([`Store::get_at_cached`]): the store as of now.
+    pub fn read_ahead<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> tern::ReadAhead<'_> {
         let gen = self.generation();
         let mut ahead = self.db.read_ahead();
         let mut k = Vec::new();
@@ -456,23 +457,27 @@ impl Store {
             self.layout.key_into(gen, key, &mut k);
             ahead.key(&k);
         }
+        ahead.prefetch();
+        ahead
     }
 
     /// [`Store::get_at`] from memory only: [`StoreError::WouldBlock`] if
     /// the engine would have to read the device, or with `defer_mapped`
     /// if it would read the value through a blob file's mapping
-    /// ([`tern::Db::get_if_cached_unless_mapped`]).
+    /// ([`tern::Db::get_if_cached_unless_mapped`]). With `view`, in the
+    /// view of a read-ahead ([`Store::read_ahead`]) instead of a new one.
     pub fn get_at_cached(
         &self,
         key: &[u8],
         now: u64,
         defer_mapped: bool,
+        view: Option<&tern::ReadAhead<'_>>,
     ) -> StoreResult<Option<Entry>> {
         let k = self.layout.key(self.generation(), key);
-        let found = if defer_mapped {
-            self.db.get_if_cached_unless_mapped(&k)?
-        } else {
-            self.db.get_if_cached(&k)?
+        let found = match view {
+            Some(v) => self.db.get_if_cached_in(v, &k, defer_mapped)?,
+            None if defer_mapped => self.db.get_if_cached_unless_mapped(&k)?,
+            None => self.db.get_if_cached(&k)?,
         };
         match found {
             None => Err(StoreError::WouldBlock),

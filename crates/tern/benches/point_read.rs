@@ -62,18 +62,49 @@ fn read_all(db: &Db, keys: &[Vec<u8>], threads: usize) {
     });
 }
 
-/// Reads every key once on this thread in batches of 16, naming each
-/// batch's keys for read-ahead first if `ahead`.
-fn read_batches(db: &Db, keys: &[Vec<u8>], ahead: bool) {
+/// How a batch of reads is made.
+#[derive(Clone, Copy)]
+enum Batch {
+    /// `get` per key.
+    Plain,
+    /// Keys named for read-ahead, then `get` per key.
+    ReadAhead,
+    /// Keys named for read-ahead, then `get_if_cached` per key (each read
+    /// pins its own view), as a server answers from memory.
+    CachedReadAhead,
+    /// As `CachedReadAhead`, the reads sharing the read-ahead's view.
+    SharedView,
+}
+
+/// Reads every key once on this thread in batches of 16, as `how` says.
+fn read_batches(db: &Db, keys: &[Vec<u8>], how: Batch) {
     for batch in keys.chunks(16) {
-        if ahead {
-            let mut a = db.read_ahead();
+        if let Batch::Plain = how {
             for k in batch {
-                a.key(k);
+                black_box(db.get(k).unwrap_or_else(|e| panic!("get: {e}")));
             }
+            continue;
         }
+        let mut a = db.read_ahead();
         for k in batch {
-            black_box(db.get(k).unwrap_or_else(|e| panic!("get: {e}")));
+            a.key(k);
+        }
+        if let Batch::SharedView = how {
+            a.prefetch();
+            for k in batch {
+                let got = db.get_if_cached_in(&a, k, false);
+                black_box(got.unwrap_or_else(|e| panic!("get: {e}")));
+            }
+            continue;
+        }
+        // Dropping it runs the later passes and gives the view back.
+        drop(a);
+        for k in batch {
+            let got = match how {
+                Batch::CachedReadAhead => db.get_if_cached(k).map(|v| v.flatten()),
+                _ => db.get(k),
+            };
+            black_box(got.unwrap_or_else(|e| panic!("get: {e}")));
         }
     }
 }
@@ -100,8 +131,13 @@ fn point_reads(c: &mut Criterion) {
                 b.iter(|| read_all(&db, keys, threads))
             });
         }
-        for (label, ahead) in [("batches_of_16", false), ("batches_of_16_read_ahead", true)] {
-            g.bench_function(label, |b| b.iter(|| read_batches(&db, keys, ahead)));
+        for (label, how) in [
+            ("batches_of_16", Batch::Plain),
+            ("batches_of_16_read_ahead", Batch::ReadAhead),
+            ("batches_of_16_cached_read_ahead", Batch::CachedReadAhead),
+            ("batches_of_16_cached_shared_view", Batch::SharedView),
+        ] {
+            g.bench_function(label, |b| b.iter(|| read_batches(&db, keys, how)));
         }
         g.finish();
         drop(db);

@@ -219,9 +219,55 @@ fn read_ahead_changes_no_result() {
         for (i, k) in (start..).zip(&keys) {
             assert_eq!(db.get(k).unwrap(), expect(i), "key {i}");
         }
+        // Reads through the read-ahead's view find the same.
+        let mut ahead = db.read_ahead();
+        for k in &keys {
+            ahead.key(k);
+        }
+        ahead.prefetch();
+        for (i, k) in (start..).zip(&keys) {
+            let got = db.get_if_cached_in(&ahead, k, false).unwrap();
+            assert_eq!(got, Some(expect(i)), "key {i} through the view");
+        }
     }
     // Nothing named: nothing to do.
     assert!(db.read_ahead().is_empty());
+}
+
+/// Reads through a read-ahead's view see the store as of when it was
+/// made: neither a later write nor a later flush (a new memtable, a new
+/// table) changes what they find.
+#[test]
+fn reads_through_a_read_ahead_see_the_store_as_of_its_making() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), small_opts()).unwrap();
+    db.put(b"a", b"1").unwrap();
+    db.put(b"gone", b"x").unwrap();
+    let mut ahead = db.read_ahead();
+    ahead.key(b"a");
+    ahead.prefetch();
+    db.put(b"a", b"2").unwrap();
+    db.delete(b"gone").unwrap();
+    db.put(b"new", b"n").unwrap();
+    db.flush().unwrap();
+    db.put(b"newer", b"m").unwrap();
+    let read = |k: &[u8]| db.get_if_cached_in(&ahead, k, false).unwrap();
+    assert_eq!(read(b"a"), Some(Some(b"1".to_vec())));
+    assert_eq!(read(b"gone"), Some(Some(b"x".to_vec())));
+    assert_eq!(read(b"new"), Some(None));
+    assert_eq!(read(b"newer"), Some(None));
+    drop(ahead);
+    // A new view sees everything (once the new table's blocks are cached:
+    // these reads never wait on the device).
+    for k in [&b"a"[..], b"gone", b"new", b"newer"] {
+        db.get(k).unwrap();
+    }
+    let ahead = db.read_ahead();
+    let read = |k: &[u8]| db.get_if_cached_in(&ahead, k, false).unwrap();
+    assert_eq!(read(b"a"), Some(Some(b"2".to_vec())));
+    assert_eq!(read(b"gone"), Some(None));
+    assert_eq!(read(b"new"), Some(Some(b"n".to_vec())));
+    assert_eq!(read(b"newer"), Some(Some(b"m".to_vec())));
 }
 
 /// With `bytes_per_sync`, flush, compaction and GC output start their

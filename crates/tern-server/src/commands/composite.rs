@@ -266,7 +266,7 @@ impl Ctx<'_> {
 
     /// Whether `key`'s metadata, read from memory, still describes `v`.
     fn still(&mut self, key: &[u8], v: &Value) -> Result<bool, Reply> {
-        match self.state.store.get_at_cached(key, now_ms(), false) {
+        match self.state.store.get_at_cached(key, now_ms(), false, None) {
             Ok(Some(e)) => Ok(e.kind.is_composite()
                 && Composite::decode(e.kind, &e.value).is_ok_and(|c| c == v.meta)),
             Ok(None) | Err(StoreError::WouldBlock) => Ok(false),

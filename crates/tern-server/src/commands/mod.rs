@@ -132,6 +132,8 @@ pub enum Access<'a> {
         /// which shares one hand-over to the pool and there saves each
         /// value's system call ([`tern::Db::get_if_cached_unless_mapped`]).
         defer_mapped: bool,
+        /// The view of the batch's read-ahead, which its reads share.
+        view: Option<&'a tern::ReadAhead<'a>>,
     },
 }
 
@@ -197,8 +199,11 @@ impl Ctx<'_> {
                 },
             },
             Access::Read => self.state.store.get_in(key, now, self.snapshot.as_ref()),
-            Access::MemoryOnly { defer_mapped } => {
-                let r = self.state.store.get_at_cached(key, now, *defer_mapped);
+            Access::MemoryOnly { defer_mapped, view } => {
+                let r = self
+                    .state
+                    .store
+                    .get_at_cached(key, now, *defer_mapped, *view);
                 self.needs_io |= matches!(r, Err(StoreError::WouldBlock));
                 r
             }
@@ -421,8 +426,9 @@ pub fn execute_from_memory(
     args: &[Vec<u8>],
     clock: &mut RunClock,
     defer_mapped: bool,
+    view: Option<&tern::ReadAhead<'_>>,
 ) -> Option<Reply> {
-    let access = Access::MemoryOnly { defer_mapped };
+    let access = Access::MemoryOnly { defer_mapped, view };
     let (reply, needs_io) = run(state, session, args, access, clock);
     (!needs_io).then_some(reply)
 }

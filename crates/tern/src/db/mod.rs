@@ -190,11 +190,32 @@ impl Db {
     }
 
     /// Read-ahead for point reads about to follow: name their keys with
-    /// [`crate::ReadAhead::key`], then drop it and read them. A hint
-    /// only: it changes no result, and a read that does not follow costs
-    /// nothing but the cache lines.
+    /// [`crate::ReadAhead::key`], then drop it (or call
+    /// [`crate::ReadAhead::prefetch`] and read through it with
+    /// [`Db::get_if_cached_in`]) and read them. A hint only: it changes no
+    /// result, and a read that does not follow costs nothing but the cache
+    /// lines.
     pub fn read_ahead(&self) -> read_ahead::ReadAhead<'_> {
-        read_ahead::ReadAhead::new(self.shared.pin_super_version())
+        let (sv, seq) = self.read_view(None);
+        read_ahead::ReadAhead::new(sv, seq)
+    }
+
+    /// [`Db::get_if_cached`] (or, with `unless_mapped`,
+    /// [`Db::get_if_cached_unless_mapped`]) in the view `batch` was made
+    /// with: the store as of then, without pinning a view of its own.
+    pub fn get_if_cached_in(
+        &self,
+        batch: &read_ahead::ReadAhead<'_>,
+        key: &[u8],
+        unless_mapped: bool,
+    ) -> Result<Option<Option<Vec<u8>>>> {
+        let mode = if unless_mapped {
+            GetMode::CachedUnlessMapped
+        } else {
+            GetMode::Cached
+        };
+        let found = self.counted(self.lookup_in(&batch.sv, batch.seq, key, mode))?;
+        Ok(found.map(|v| v.map(|v| v.bytes)))
     }
 
     /// The value of `key` if finding it needs no wait on the device: the
@@ -271,24 +292,29 @@ impl Db {
         opts: &ReadOptions<'_>,
         mode: GetMode,
     ) -> Result<Option<Option<ValueHead>>> {
-        let found = self.lookup(key, opts, mode);
+        let (sv, seq) = self.read_view(opts.snapshot);
+        self.counted(self.lookup_in(&sv, seq, key, mode))
+    }
+
+    /// Counts a point read unless it was handed back to wait (`Ok(None)`).
+    fn counted<T>(&self, found: Result<Option<T>>) -> Result<Option<T>> {
         if !matches!(found, Ok(None)) {
             self.shared.counters.point_reads.add(1);
         }
         found
     }
 
-    /// [`Db::get_inner`]'s lookup, uncounted.
-    fn lookup(
+    /// [`Db::get_inner`]'s lookup in the view `sv` at `seq`, uncounted.
+    fn lookup_in(
         &self,
+        sv: &sv_cache::Pinned<'_, SuperVersion>,
+        seq: SeqNo,
         key: &[u8],
-        opts: &ReadOptions<'_>,
         mode: GetMode,
     ) -> Result<Option<Option<ValueHead>>> {
         self.shared.check_open()?;
         self.check_key(key)?;
         let whole = |bytes| Ok(Some(Some(ValueHead::whole(bytes))));
-        let (sv, seq) = self.read_view(opts.snapshot);
         let memtables = std::iter::once(&sv.mem)
             .chain(sv.imms.iter())
             .filter_map(|m| m.get(key, seq));

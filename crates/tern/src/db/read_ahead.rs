@@ -8,29 +8,39 @@
 //! are prefetched, then the nodes, then the newest versions, so the misses
 //! of the whole batch overlap and the reads that follow find their lines
 //! in the cache.
+//!
+//! The batch's reads may also share its view: the super version pinned and
+//! the sequence read when it was made ([`crate::Db::get_if_cached_in`]),
+//! instead of each pinning its own (a lock and an unlock of the thread's
+//! slot per read). They then see the store as of the batch's start, as
+//! reads that started together would.
 
 use std::sync::Arc;
 
 use super::core::SuperVersion;
 use super::sv_cache::Pinned;
 use crate::format::bloom::bloom_hash;
+use crate::format::internal_key::SeqNo;
 
 /// Keys one read-ahead takes; later ones are ignored (their slots' lines
 /// would start to push out the first ones').
 pub const READ_AHEAD_KEYS: usize = 32;
 
-/// Keys named for read-ahead; dropping it runs the later passes. Get one
-/// from [`crate::Db::read_ahead`].
+/// Keys named for read-ahead; [`ReadAhead::prefetch`] (or dropping it)
+/// runs the later passes. Get one from [`crate::Db::read_ahead`].
 pub struct ReadAhead<'a> {
-    sv: Pinned<'a, SuperVersion>,
+    pub(super) sv: Pinned<'a, SuperVersion>,
+    /// The sequence the batch's reads see.
+    pub(super) seq: SeqNo,
     hashes: [u64; READ_AHEAD_KEYS],
     len: usize,
 }
 
 impl<'a> ReadAhead<'a> {
-    pub(super) fn new(sv: Pinned<'a, SuperVersion>) -> Self {
+    pub(super) fn new(sv: Pinned<'a, SuperVersion>, seq: SeqNo) -> Self {
         ReadAhead {
             sv,
+            seq,
             hashes: [0; READ_AHEAD_KEYS],
             len: 0,
         }
@@ -58,10 +68,10 @@ impl<'a> ReadAhead<'a> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-}
 
-impl Drop for ReadAhead<'_> {
-    fn drop(&mut self) {
+    /// Runs the later passes for the keys named so far (each key's node,
+    /// then its newest version), before the reads that share this view.
+    pub fn prefetch(&mut self) {
         let mem: &Arc<_> = &self.sv.mem;
         for &h in &self.hashes[..self.len] {
             mem.prefetch_node(h);
@@ -69,5 +79,12 @@ impl Drop for ReadAhead<'_> {
         for &h in &self.hashes[..self.len] {
             mem.prefetch_newest(h);
         }
+        self.len = 0;
+    }
+}
+
+impl Drop for ReadAhead<'_> {
+    fn drop(&mut self) {
+        self.prefetch();
     }
 }
