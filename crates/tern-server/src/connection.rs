@@ -59,6 +59,10 @@ const SHRINK_AFTER: Duration = Duration::from_secs(1);
 /// A buffer this much larger than needed is shrunk when idle.
 const KEEP_CAPACITY: usize = 64 * 1024;
 
+/// How long a connection closed with an error reads and drops what its
+/// client still sends.
+const DRAIN_ON_CLOSE: Duration = Duration::from_millis(100);
+
 /// Why a connection is being closed early.
 enum Close {
     /// The peer went away or the socket failed.
@@ -104,6 +108,15 @@ pub async fn serve(mut sock: TcpStream, state: Arc<State>, exec: Arc<Exec>, info
         let mut out = Vec::new();
         Reply::Error(msg).encode(&mut out, false);
         let _ = tokio::time::timeout(Duration::from_secs(1), sock.write_all(&out)).await;
+        // Closed with input unread, the connection is reset, and a reset
+        // can discard the error before the client reads it: finish
+        // writing, then drop what the client still sends, for a moment.
+        let _ = sock.shutdown().await;
+        let mut sink = vec![0u8; READ_CHUNK];
+        let _ = tokio::time::timeout(DRAIN_ON_CLOSE, async {
+            while matches!(sock.read(&mut sink).await, Ok(n) if n > 0) {}
+        })
+        .await;
     }
     let _ = sock.shutdown().await;
     state.buffered.fetch_sub(accounted, Relaxed);
@@ -356,7 +369,7 @@ async fn run_requests(
                         session.multi_failed |= session.multi.is_some();
                         r
                     }
-                    None => execute(state, &mut session, &req.args, Access::Read),
+                    None => execute(state, &mut session, &req.args, Access::Read { view: None }),
                 };
                 if session.silent_close {
                     Vec::new()
@@ -386,7 +399,7 @@ async fn run_requests(
                                         &req.args,
                                         &mut clock,
                                         defer_mapped,
-                                        view.as_ref(),
+                                        view.as_ref().filter(|_| req.shares_view()),
                                     )
                                 })
                                 .flatten()
@@ -670,19 +683,25 @@ async fn read_on_pool(
         .run(move || {
             let mut session = session;
             let mut clock = RunClock::start();
-            let replies = run_bounded(
-                &mut run,
-                |req| {
-                    Some(execute_in_run(
-                        &st,
-                        &mut session,
-                        &req.args,
-                        Access::Read,
-                        &mut clock,
-                    ))
-                },
-                &mut done,
-            );
+            let replies = {
+                // The job's point reads share one view, as on the task.
+                let (_, view) = read_ahead(&st, &run);
+                run_bounded(
+                    &mut run,
+                    |req| {
+                        Some(execute_in_run(
+                            &st,
+                            &mut session,
+                            &req.args,
+                            Access::Read {
+                                view: view.as_ref().filter(|_| req.shares_view()),
+                            },
+                            &mut clock,
+                        ))
+                    },
+                    &mut done,
+                )
+            };
             (session, run, replies, done)
         })
         .await

@@ -418,20 +418,23 @@ impl Store {
 
     /// The entry of `key` as of time `now` (unix ms).
     pub fn get_at(&self, key: &[u8], now: u64) -> StoreResult<Option<Entry>> {
-        self.get_in(key, now, None)
+        self.get_in(key, now, None, None)
     }
 
-    /// [`Store::get_at`] as of `snapshot` (the latest state if `None`).
+    /// [`Store::get_at`] as of `snapshot`, else in `view` (a read-ahead's,
+    /// [`Store::read_ahead`]), else at the latest state.
     pub fn get_in(
         &self,
         key: &[u8],
         now: u64,
         snapshot: Option<&tern::Snapshot>,
+        view: Option<&tern::ReadAhead<'_>>,
     ) -> StoreResult<Option<Entry>> {
         let k = self.layout.key(self.generation(), key);
-        let raw = match snapshot {
-            None => self.db.get(&k)?,
-            Some(s) => self.db.get_opt(
+        let raw = match (snapshot, view) {
+            (None, None) => self.db.get(&k)?,
+            (None, Some(v)) => self.db.get_in(v, &k)?,
+            (Some(s), _) => self.db.get_opt(
                 &k,
                 &tern::ReadOptions {
                     snapshot: Some(s),

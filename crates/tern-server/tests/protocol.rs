@@ -483,7 +483,8 @@ fn partly_received_request_counts_against_maxmemory_clients() {
     let req = mset_of_large_values(10, 4);
     let mut s = TcpStream::connect(t.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&req).unwrap();
+    // The server may close before it has read everything.
+    let _ = s.write_all(&req);
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     let out = String::from_utf8_lossy(&out);

@@ -256,6 +256,12 @@ fn reads_through_a_read_ahead_see_the_store_as_of_its_making() {
     assert_eq!(read(b"gone"), Some(Some(b"x".to_vec())));
     assert_eq!(read(b"new"), Some(None));
     assert_eq!(read(b"newer"), Some(None));
+    // Reads that may wait see the same.
+    let read = |k: &[u8]| db.get_in(&ahead, k).unwrap();
+    assert_eq!(read(b"a"), Some(b"1".to_vec()));
+    assert_eq!(read(b"gone"), Some(b"x".to_vec()));
+    assert_eq!(read(b"new"), None);
+    assert_eq!(read(b"newer"), None);
     drop(ahead);
     // A new view sees everything (once the new table's blocks are cached:
     // these reads never wait on the device).
@@ -268,6 +274,9 @@ fn reads_through_a_read_ahead_see_the_store_as_of_its_making() {
     assert_eq!(read(b"gone"), Some(None));
     assert_eq!(read(b"new"), Some(Some(b"n".to_vec())));
     assert_eq!(read(b"newer"), Some(Some(b"m".to_vec())));
+    let read = |k: &[u8]| db.get_in(&ahead, k).unwrap();
+    assert_eq!(read(b"a"), Some(b"2".to_vec()));
+    assert_eq!(read(b"gone"), None);
 }
 
 /// With `bytes_per_sync`, flush, compaction and GC output start their
@@ -301,4 +310,25 @@ fn output_written_back_as_it_grows_reads_back_whole() {
     for i in 0..500 {
         assert_eq!(db.get(&key(i)).unwrap(), Some(value(i, 2)), "key {i}");
     }
+}
+
+/// A read-ahead reads only the store that made it: another store's file
+/// numbers mean other files.
+#[test]
+fn a_read_ahead_of_another_store_is_refused() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = Db::open(a.path(), small_opts()).unwrap();
+    let second = Db::open(b.path(), small_opts()).unwrap();
+    first.put(b"k", b"first").unwrap();
+    second.put(b"k", b"second").unwrap();
+    let view = first.read_ahead();
+    assert!(matches!(
+        second.get_in(&view, b"k"),
+        Err(tern::Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        second.get_if_cached_in(&view, b"k", false),
+        Err(tern::Error::InvalidArgument(_))
+    ));
+    assert_eq!(first.get_in(&view, b"k").unwrap(), Some(b"first".to_vec()));
 }

@@ -77,3 +77,30 @@ fn deferred_point_read_counts_once() {
     assert_eq!(db.get_if_cached(b"big").unwrap(), Some(Some(big)));
     assert_eq!(db.stats().point_reads, before + 2);
 }
+
+/// Reads through a read-ahead's view resolve separated values as reads of
+/// their own do: one left by the memory-only read is served by `get_in`.
+#[test]
+fn reads_through_a_view_resolve_separated_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = vec![9u8; 300];
+    let db = Db::open(dir.path(), opts(true)).unwrap();
+    db.put(b"big", &big).unwrap();
+    let before_flush = db.read_ahead();
+    db.flush().unwrap();
+    db.wait_for_background().unwrap();
+    assert_eq!(db.get(b"big").unwrap(), Some(big.clone()));
+    // Made before the flush: the value is still in its memtable.
+    assert_eq!(
+        db.get_if_cached_in(&before_flush, b"big", true).unwrap(),
+        Some(Some(big.clone()))
+    );
+    drop(before_flush);
+    let view = db.read_ahead();
+    assert_eq!(db.get_if_cached_in(&view, b"big", true).unwrap(), None);
+    assert_eq!(db.get_in(&view, b"big").unwrap(), Some(big.clone()));
+    assert_eq!(
+        db.get_if_cached_in(&view, b"big", false).unwrap(),
+        Some(Some(big))
+    );
+}

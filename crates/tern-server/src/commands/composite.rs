@@ -134,7 +134,7 @@ impl Ctx<'_> {
     /// The value of composite `key` of `kind`; `None` if the key is absent,
     /// `WRONGTYPE` if it holds another kind. Counts a hit or a miss.
     pub fn composite(&mut self, key: &[u8], kind: Kind) -> Result<Option<Value>, Reply> {
-        if matches!(self.access, Access::Read) && self.snapshot.is_none() {
+        if matches!(self.access, Access::Read { .. }) && self.snapshot.is_none() {
             let snap = self
                 .state
                 .store
@@ -152,7 +152,7 @@ impl Ctx<'_> {
         }
         self.hits += 1;
         let meta = Composite::decode(kind, &e.value).map_err(|d| store_error(d.into()))?;
-        if matches!(self.access, Access::Read) {
+        if matches!(self.access, Access::Read { .. }) {
             let gen = self.state.store.generation();
             self.read_versions.push((key.to_vec(), gen, meta.version));
         }
@@ -205,7 +205,7 @@ impl Ctx<'_> {
                 Some(found) => Ok(found.map(<[u8]>::to_vec)),
                 None => db.get(&k),
             },
-            Access::Read => db.get_opt(
+            Access::Read { .. } => db.get_opt(
                 &k,
                 &tern::ReadOptions {
                     snapshot: self.snapshot.as_ref(),
@@ -384,7 +384,7 @@ impl Ctx<'_> {
         // The metadata `v` came from must be the state the walk reads: on
         // the read pool that is the command's snapshot, taken by
         // [`Ctx::composite`] before it read `v`.
-        if matches!(self.access, Access::Read) && self.snapshot.is_none() {
+        if matches!(self.access, Access::Read { .. }) && self.snapshot.is_none() {
             return Err(Reply::err(format!(
                 "internal error: a {} walk without the snapshot its metadata was read from",
                 kind.name()

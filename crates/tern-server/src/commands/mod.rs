@@ -123,7 +123,10 @@ pub enum Access<'a> {
     /// On the committer: reads see the pending writes, writes join them.
     Write(&'a mut Pending),
     /// On the read pool: reads may wait on the device; no writes.
-    Read,
+    Read {
+        /// The view of the job's read-ahead, which its point reads share.
+        view: Option<&'a tern::ReadAhead<'a>>,
+    },
     /// On the connection's task: reads only from memory. A read that would
     /// wait on the device fails the command, which then runs on the pool.
     MemoryOnly {
@@ -198,7 +201,11 @@ impl Ctx<'_> {
                     None => self.state.store.get_at(key, now),
                 },
             },
-            Access::Read => self.state.store.get_in(key, now, self.snapshot.as_ref()),
+            Access::Read { view } => {
+                self.state
+                    .store
+                    .get_in(key, now, self.snapshot.as_ref(), *view)
+            }
             Access::MemoryOnly { defer_mapped, view } => {
                 let r = self
                     .state

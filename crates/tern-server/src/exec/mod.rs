@@ -70,6 +70,14 @@ pub struct Request {
 }
 
 impl Request {
+    /// Whether it may read in the view its run of reads shares
+    /// ([`crate::store::Store::read_ahead`]): every point read but WATCH,
+    /// which records what it read for EXEC to compare with and so must
+    /// read the latest state.
+    pub fn shares_view(&self) -> bool {
+        self.cmd.is_none_or(|i| table::COMMANDS[i].name != "watch")
+    }
+
     /// Classifies `args`. Unknown commands run inline (they only produce an
     /// error).
     pub fn new(args: Vec<Vec<u8>>) -> Request {
@@ -180,6 +188,16 @@ mod tests {
 
     fn class_of(args: &[&str]) -> Class {
         Request::new(args.iter().map(|a| a.as_bytes().to_vec()).collect()).class
+    }
+
+    #[test]
+    fn watch_reads_the_latest_state_not_a_shared_view() {
+        let req =
+            |args: &[&str]| Request::new(args.iter().map(|a| a.as_bytes().to_vec()).collect());
+        assert!(!req(&["WATCH", "k"]).shares_view());
+        assert!(!req(&["watch", "k", "j"]).shares_view());
+        assert!(req(&["GET", "k"]).shares_view());
+        assert!(req(&["MGET", "k", "j"]).shares_view());
     }
 
     #[test]

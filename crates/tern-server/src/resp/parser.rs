@@ -109,6 +109,11 @@ fn spare_cost(capacity: usize) -> usize {
 /// Bytes of one argument's `Vec` header.
 const ARG_HEADER: usize = std::mem::size_of::<Vec<u8>>();
 
+/// What an argument of a partly received request holds beyond its bytes:
+/// its header in the list (which may be half empty after doubling) and
+/// the smallest allocation.
+const ARG_COST: usize = 2 * ARG_HEADER + 16;
+
 impl Parser {
     /// A parser with `limits`.
     pub fn new(limits: Limits) -> Self {
@@ -168,7 +173,8 @@ impl Parser {
         self.remaining > 0
     }
 
-    /// Bytes of the partly parsed request already taken out of the input.
+    /// Bytes of the partly parsed request already taken out of the input,
+    /// with what each argument holds beyond its bytes.
     pub fn held(&self) -> usize {
         self.held
     }
@@ -259,7 +265,7 @@ impl Parser {
             }
             let arg = self.arg(&buf[pos..pos + len]);
             self.args.push(arg);
-            self.held += len;
+            self.held += len + ARG_COST;
             pos += len + 2;
             self.bulk = None;
             self.remaining -= 1;

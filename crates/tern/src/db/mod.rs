@@ -200,9 +200,38 @@ impl Db {
         read_ahead::ReadAhead::new(sv, seq)
     }
 
+    /// [`Db::get`] in the view `batch` was made with: the store as of then,
+    /// without pinning a view of its own.
+    /// Once the view has kept 32 file readers (a
+    /// long batch over many files), reads pin their own view, as of then:
+    /// a pin keeps every reader it uses until dropped, and looks them up
+    /// one by one.
+    pub fn get_in(&self, batch: &read_ahead::ReadAhead<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let found = match self.batch_view(batch)? {
+            Some((sv, seq)) => self.counted(self.lookup_in(sv, seq, key, GetMode::Full))?,
+            None => self.get_inner(key, &ReadOptions::default(), GetMode::Full)?,
+        };
+        Ok(found.flatten().map(|v| v.bytes))
+    }
+
+    /// The view of `batch` for one more read, `None` once it keeps too
+    /// many file readers; an error if `batch` is another store's.
+    fn batch_view<'b>(
+        &self,
+        batch: &'b read_ahead::ReadAhead<'_>,
+    ) -> Result<Option<(&'b sv_cache::Pinned<'b, SuperVersion>, SeqNo)>> {
+        if !batch.sv.is_from(&self.shared.sv_cache) {
+            return Err(Error::InvalidArgument(
+                "a read-ahead made by another store".into(),
+            ));
+        }
+        Ok((batch.sv.readers_kept() < sv_cache::READERS_KEPT).then_some((&batch.sv, batch.seq)))
+    }
+
     /// [`Db::get_if_cached`] (or, with `unless_mapped`,
     /// [`Db::get_if_cached_unless_mapped`]) in the view `batch` was made
-    /// with: the store as of then, without pinning a view of its own.
+    /// with: the store as of then, without pinning a view of its own (see
+    /// [`Db::get_in`] for when it does).
     pub fn get_if_cached_in(
         &self,
         batch: &read_ahead::ReadAhead<'_>,
@@ -214,7 +243,10 @@ impl Db {
         } else {
             GetMode::Cached
         };
-        let found = self.counted(self.lookup_in(&batch.sv, batch.seq, key, mode))?;
+        let found = match self.batch_view(batch)? {
+            Some((sv, seq)) => self.counted(self.lookup_in(sv, seq, key, mode))?,
+            None => self.get_inner(key, &ReadOptions::default(), mode)?,
+        };
         Ok(found.map(|v| v.map(|v| v.bytes)))
     }
 

@@ -168,6 +168,16 @@ impl<T: Send + Sync + 'static> Pinned<'_, T> {
         Some(open()?.map(|reader| self.keep(number, reader)))
     }
 
+    /// File readers kept with this pin so far.
+    pub fn readers_kept(&self) -> usize {
+        self.readers.borrow().len()
+    }
+
+    /// Whether this pin came from `cache`.
+    pub fn is_from(&self, cache: &SvCache<T>) -> bool {
+        std::ptr::eq(self.cache, cache)
+    }
+
     /// The kept reader of file `number`, if any.
     fn kept<R: Any + Send + Sync>(&self, number: u64) -> Option<Result<&R>> {
         let mut readers = self.readers.borrow_mut();

@@ -294,3 +294,19 @@ fn many_tiny_arguments_leave_no_more_than_the_bound_spare() {
     assert_eq!(step.request.unwrap(), vec![b"GET".to_vec(), b"k".to_vec()]);
     assert_spare_within_bounds(&p);
 }
+
+/// What a partly received request holds counts its arguments' headers
+/// too: a million empty arguments hold tens of MiB of `Vec` headers and
+/// list, not nothing.
+#[test]
+fn held_counts_empty_arguments() {
+    let mut p = Parser::new(Limits::default());
+    let mut input = b"*1001\r\n".to_vec();
+    for _ in 0..1000 {
+        input.extend_from_slice(b"$0\r\n\r\n");
+    }
+    let step = p.parse(&input).unwrap();
+    assert!(step.request.is_none());
+    assert_eq!(step.consumed, input.len());
+    assert!(p.held() >= 1000 * ARG_HEADER, "held {}", p.held());
+}
