@@ -104,3 +104,16 @@ fn reads_through_a_view_resolve_separated_values() {
         Some(Some(big))
     );
 }
+
+/// A read refused (an empty key, a key too long) serves nothing and counts
+/// nothing.
+#[test]
+fn refused_point_read_counts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts(false)).unwrap();
+    let before = db.stats().point_reads;
+    assert!(db.get(b"").is_err());
+    assert!(db.get_if_cached(b"").is_err());
+    assert!(db.get(&vec![b'k'; 1 << 20]).is_err());
+    assert_eq!(db.stats().point_reads, before);
+}

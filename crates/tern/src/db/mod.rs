@@ -207,6 +207,7 @@ impl Db {
     /// a pin keeps every reader it uses until dropped, and looks them up
     /// one by one.
     pub fn get_in(&self, batch: &read_ahead::ReadAhead<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_read(key)?;
         let found = match self.batch_view(batch)? {
             Some((sv, seq)) => self.counted(self.lookup_in(sv, seq, key, GetMode::Full))?,
             None => self.get_inner(key, &ReadOptions::default(), GetMode::Full)?,
@@ -243,6 +244,7 @@ impl Db {
         } else {
             GetMode::Cached
         };
+        self.check_read(key)?;
         let found = match self.batch_view(batch)? {
             Some((sv, seq)) => self.counted(self.lookup_in(sv, seq, key, mode))?,
             None => self.get_inner(key, &ReadOptions::default(), mode)?,
@@ -324,8 +326,16 @@ impl Db {
         opts: &ReadOptions<'_>,
         mode: GetMode,
     ) -> Result<Option<Option<ValueHead>>> {
+        self.check_read(key)?;
         let (sv, seq) = self.read_view(opts.snapshot);
         self.counted(self.lookup_in(&sv, seq, key, mode))
+    }
+
+    /// Refuses a read of a closed store or of a key no write accepts; such
+    /// a read counts nothing.
+    fn check_read(&self, key: &[u8]) -> Result<()> {
+        self.shared.check_open()?;
+        self.check_key(key)
     }
 
     /// Counts a point read unless it was handed back to wait (`Ok(None)`).
@@ -344,8 +354,6 @@ impl Db {
         key: &[u8],
         mode: GetMode,
     ) -> Result<Option<Option<ValueHead>>> {
-        self.shared.check_open()?;
-        self.check_key(key)?;
         let whole = |bytes| Ok(Some(Some(ValueHead::whole(bytes))));
         let memtables = std::iter::once(&sv.mem)
             .chain(sv.imms.iter())
