@@ -186,14 +186,16 @@ impl Exec {
 mod tests {
     use super::*;
 
+    fn req(args: &[&str]) -> Request {
+        Request::new(args.iter().map(|a| a.as_bytes().to_vec()).collect())
+    }
+
     fn class_of(args: &[&str]) -> Class {
-        Request::new(args.iter().map(|a| a.as_bytes().to_vec()).collect()).class
+        req(args).class
     }
 
     #[test]
     fn watch_reads_the_latest_state_not_a_shared_view() {
-        let req =
-            |args: &[&str]| Request::new(args.iter().map(|a| a.as_bytes().to_vec()).collect());
         assert!(!req(&["WATCH", "k"]).shares_view());
         assert!(!req(&["watch", "k", "j"]).shares_view());
         assert!(req(&["GET", "k"]).shares_view());
