@@ -90,7 +90,8 @@ pub mod internals {
 
 pub use db::read_ahead::{ReadAhead, READ_AHEAD_KEYS};
 pub use db::{
-    BlobFileStats, Db, IngestReport, LevelStats, ReadOptions, Snapshot, Stats, ValueHead,
+    BlobFileStats, Db, IngestReport, LevelStats, OwnWrites, ReadOptions, Snapshot, Stats,
+    Unpublished, ValueHead,
 };
 pub use error::{Error, Result};
 /// What compaction and GC jobs read and report (see [`compaction`] and

@@ -15,6 +15,7 @@
 //! so its commands take effect in the order it sent them.
 
 pub mod committer;
+pub mod publisher;
 pub mod readers;
 pub mod status;
 
