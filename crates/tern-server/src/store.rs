@@ -565,38 +565,6 @@ impl Store {
         Ok(())
     }
 
-    /// Whether commits may be pipelined ([`Store::commit_unpublished`]):
-    /// under `appendfsync always`, where each one waits for an fsync.
-    pub fn pipelines_commits(&self) -> bool {
-        self.appendfsync == AppendFsync::Always
-    }
-
-    /// Writes `batch` now and leaves it unpublished: no reader sees it
-    /// until the returned write is published, which syncs the WAL first
-    /// ([`tern::Unpublished`]). Records `meta` as the committed counts at
-    /// once, since the next writes build on it.
-    pub fn commit_unpublished(
-        &self,
-        batch: WriteBatch,
-        meta: Option<Meta>,
-    ) -> StoreResult<tern::Unpublished> {
-        match self.db.write_unpublished(batch) {
-            Ok(w) => {
-                if let Some(m) = meta {
-                    *self.meta.lock() = m;
-                }
-                Ok(w)
-            }
-            Err(e) => {
-                if let Some(m) = meta {
-                    let mut cur = self.meta.lock();
-                    cur.next_version = cur.next_version.max(m.next_version);
-                }
-                Err(e.into())
-            }
-        }
-    }
-
     /// Makes every acknowledged write durable if some are not yet (the
     /// `everysec` tick): one fsync of the engine's WAL.
     pub fn sync_if_dirty(&self) -> StoreResult<()> {

@@ -90,8 +90,7 @@ pub mod internals {
 
 pub use db::read_ahead::{ReadAhead, READ_AHEAD_KEYS};
 pub use db::{
-    BlobFileStats, Db, IngestReport, LevelStats, OwnWrites, ReadOptions, Snapshot, Stats,
-    Unpublished, ValueHead,
+    BlobFileStats, Db, IngestReport, LevelStats, ReadOptions, Snapshot, Stats, ValueHead,
 };
 pub use error::{Error, Result};
 /// What compaction and GC jobs read and report (see [`compaction`] and

@@ -24,7 +24,6 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::publisher::{Publisher, Stage};
 use super::status::ExecStatus;
 use super::{Request, JOB_REPLY_BYTES};
 use crate::commands::{execute_in_run, store_error, Access, RunClock, Session};
@@ -161,20 +160,12 @@ impl Committer {
     }
 }
 
-fn run(rx: Receiver<Work>, status: &Arc<ExecStatus>, expire_queued: &AtomicBool) {
-    // Started with the first group that pipelines its commits; dropped
-    // (publishing and answering what it holds) when this thread stops.
-    let mut publisher: Option<Publisher> = None;
+fn run(rx: Receiver<Work>, status: &ExecStatus, expire_queued: &AtomicBool) {
     let mut expiry = ExpiryCursor::default();
     // Taken by each group and handed back; a group that panics leaves an
     // empty one, which is still exact.
     let mut cache = KeyCache::default();
     while let Ok(work) = rx.recv() {
-        // Under `appendfsync always`, what queues while the publisher is
-        // behind joins this group instead of starting more small ones.
-        if let Some(p) = &publisher {
-            p.wait_for_room();
-        }
         let mut jobs = Vec::new();
         let mut stop = false;
         let mut expire = None;
@@ -193,37 +184,22 @@ fn run(rx: Receiver<Work>, status: &Arc<ExecStatus>, expire_queued: &AtomicBool)
         }
         status.write_queue.fetch_sub(jobs.len(), Relaxed);
         if !jobs.is_empty() {
-            let pipelined = jobs[0].state.store.pipelines_commits();
-            if pipelined && publisher.is_none() {
-                match Publisher::start(status.clone()) {
-                    Ok(p) => publisher = Some(p),
-                    Err(e) => tracing::error!(
-                        "tern serve: no publisher thread ({e}); commits wait for their fsync"
-                    ),
-                }
-            }
-            let stage = publisher.as_ref().filter(|_| pipelined);
             let start = status.group_started();
             let group = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_group(&mut jobs, status, &mut cache, stage)
+                run_group(&mut jobs, status, &mut cache)
             }));
             status.group_finished(start);
             // A panic drops the jobs: their connections close, none is told a
             // write succeeded that may not have.
-            match (group, stage) {
-                // Answered once what they wrote (or read) is published.
-                (Ok(replies), Some(p)) => p.send(Stage::Done(jobs, replies)),
-                (Ok(replies), None) => {
-                    for (job, replies) in jobs.into_iter().zip(replies) {
-                        let _ = job.done.send(JobDone {
-                            session: job.session,
-                            rest: job.requests,
-                            replies,
-                            ran: job.ran,
-                        });
-                    }
+            if let Ok(replies) = group {
+                for (job, replies) in jobs.into_iter().zip(replies) {
+                    let _ = job.done.send(JobDone {
+                        session: job.session,
+                        rest: job.requests,
+                        replies,
+                        ran: job.ran,
+                    });
                 }
-                (Err(_), _) => {}
             }
         }
         if let Some(state) = expire {
@@ -275,8 +251,6 @@ fn expire_cycle(
     if store.meta().expires == 0 {
         return Ok(0);
     }
-    // Expiry decides on the latest writes, published or not.
-    let _own = store.db.read_own_writes();
     let mut pending = Pending::new(store.layout(), store.meta(), std::mem::take(cache));
     if let Some(c) = &state.cluster {
         pending.set_importing(c.view().importing());
@@ -329,14 +303,7 @@ fn expire_steps(
     }
 }
 
-/// Runs a group's commands and commits what they write: through
-/// `publisher` when given (pipelined, answered there), else waiting.
-fn run_group(
-    jobs: &mut [WriteJob],
-    status: &ExecStatus,
-    cache: &mut KeyCache,
-    publisher: Option<&Publisher>,
-) -> Vec<Vec<Reply>> {
+fn run_group(jobs: &mut [WriteJob], status: &ExecStatus, cache: &mut KeyCache) -> Vec<Vec<Reply>> {
     let mut replies: Vec<Vec<Reply>> = jobs
         .iter()
         .map(|j| Vec::with_capacity(j.requests.len()))
@@ -344,16 +311,11 @@ fn run_group(
     let Some(state) = jobs.first().map(|j| j.state.clone()) else {
         return replies;
     };
-    // Reads here build on every write before them, published or not.
-    let _own = state.store.db.read_own_writes();
     let mut pending = Pending::new(
         state.store.layout(),
         state.store.meta(),
         std::mem::take(cache),
     );
-    let commit = |pending: &mut Pending, replies: &mut [Vec<Reply>], settled: &mut [usize]| {
-        commit(&state, pending, replies, settled, status, publisher)
-    };
     // Per job, how many of its replies a commit has settled; the rest wait
     // on the next commit.
     let mut settled = vec![0; jobs.len()];
@@ -394,7 +356,7 @@ fn run_group(
             // into an error.
             let alone = commits_first(&req.args);
             if alone {
-                commit(&mut pending, &mut replies, &mut settled);
+                commit(&state, &mut pending, &mut replies, &mut settled, status);
                 clock.restart();
             }
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -420,12 +382,12 @@ fn run_group(
             reply_bytes += reply.size_hint();
             replies[ji].push(reply);
             if alone || pending.bytes() >= GROUP_MAX_BYTES {
-                commit(&mut pending, &mut replies, &mut settled);
+                commit(&state, &mut pending, &mut replies, &mut settled, status);
                 clock.restart();
             }
         }
     }
-    commit(&mut pending, &mut replies, &mut settled);
+    commit(&state, &mut pending, &mut replies, &mut settled, status);
     *cache = pending.into_cache();
     replies
 }
@@ -461,7 +423,6 @@ fn commit(
     replies: &mut [Vec<Reply>],
     settled: &mut [usize],
     status: &ExecStatus,
-    publisher: Option<&Publisher>,
 ) {
     let mut committed = true;
     if !pending.is_empty() {
@@ -474,14 +435,6 @@ fn commit(
             Err(Reply::Error(
                 "TRYAGAIN the node lost touch with the cluster; nothing was written, retry".into(),
             ))
-        } else if let Some(p) = publisher {
-            // Handed over at once: a later write that needs a new memtable
-            // waits until this one is published.
-            state
-                .store
-                .commit_unpublished(batch, meta)
-                .map(|w| p.send(Stage::Written(w)))
-                .map_err(store_error)
         } else {
             state.store.commit(batch, meta).map_err(store_error)
         };

@@ -15,7 +15,6 @@
 //! so its commands take effect in the order it sent them.
 
 pub mod committer;
-pub mod publisher;
 pub mod readers;
 pub mod status;
 

@@ -12,8 +12,6 @@ pub struct ExecStatus {
     pub write_queue: AtomicUsize,
     /// Microseconds after `epoch` when the running group started; 0: idle.
     busy_since: AtomicU64,
-    /// The same for the publisher's running sync (`appendfsync always`).
-    publishing_since: AtomicU64,
     /// Engine commits made.
     pub commits: AtomicU64,
     /// The longest a group has taken, microseconds.
@@ -28,7 +26,6 @@ impl Default for ExecStatus {
             epoch: Instant::now(),
             write_queue: AtomicUsize::new(0),
             busy_since: AtomicU64::new(0),
-            publishing_since: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             longest_group_micros: AtomicU64::new(0),
             read_queue: AtomicUsize::new(0),
@@ -43,47 +40,25 @@ impl ExecStatus {
 
     /// Marks the start of a commit group; returns its start time.
     pub fn group_started(&self) -> u64 {
-        self.started(&self.busy_since)
+        let t = self.now_micros();
+        self.busy_since.store(t, Relaxed);
+        t
     }
 
     /// Marks the end of the group started at `start`.
     pub fn group_finished(&self, start: u64) {
-        self.finished(&self.busy_since, start);
-    }
-
-    /// Marks the start of the publisher's sync of the writes it holds;
-    /// returns its start time.
-    pub fn publish_started(&self) -> u64 {
-        self.started(&self.publishing_since)
-    }
-
-    /// Marks the end of the sync started at `start`; counted as a group.
-    pub fn publish_finished(&self, start: u64) {
-        self.finished(&self.publishing_since, start);
-    }
-
-    fn started(&self, since: &AtomicU64) -> u64 {
-        let t = self.now_micros();
-        since.store(t, Relaxed);
-        t
-    }
-
-    fn finished(&self, since: &AtomicU64, start: u64) {
-        since.store(0, Relaxed);
+        self.busy_since.store(0, Relaxed);
         self.longest_group_micros
             .fetch_max(self.now_micros().saturating_sub(start), Relaxed);
     }
 
-    /// How long the running group (or, under `appendfsync always`, the
-    /// running sync of written groups) has taken so far, microseconds; 0
-    /// when both are idle. A large value means writes are waiting on the
-    /// engine (a stall or a slow fsync).
+    /// How long the running group has taken so far, microseconds; 0 when
+    /// the committer is idle. A large value means writes are waiting on
+    /// the engine (a stall or a slow fsync).
     pub fn busy_micros(&self) -> u64 {
-        let oldest = [&self.busy_since, &self.publishing_since]
-            .iter()
-            .map(|t| t.load(Relaxed))
-            .filter(|&t| t != 0)
-            .min();
-        oldest.map_or(0, |t| self.now_micros().saturating_sub(t))
+        match self.busy_since.load(Relaxed) {
+            0 => 0,
+            t => self.now_micros().saturating_sub(t),
+        }
     }
 }

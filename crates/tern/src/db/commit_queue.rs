@@ -24,9 +24,6 @@ pub struct Writer {
     pub(super) opts: WriteOptions,
     /// Switch the memtable even if it is not full (used by `flush`).
     pub(super) force_switch: bool,
-    /// Leave the write unpublished ([`crate::Unpublished`]); such a writer
-    /// is always a group of its own.
-    pub(super) unpublished: bool,
     /// What the leader ahead tells this writer. A waiting writer holds no
     /// lock but its own: with the queue's mutex behind the wait, every
     /// follower woke into a fight for that mutex with the writers joining,
@@ -133,22 +130,11 @@ impl Writer {
         opts: WriteOptions,
         force_switch: bool,
     ) -> Arc<Self> {
-        Self::with(batch, opts, force_switch, false)
-    }
-
-    /// A writer whose group is left unpublished when `unpublished`.
-    pub(super) fn with(
-        batch: Option<WriteBatch>,
-        opts: WriteOptions,
-        force_switch: bool,
-        unpublished: bool,
-    ) -> Arc<Self> {
         Arc::new(Writer {
             size: batch.as_ref().map_or(0, WriteBatch::approximate_size),
             batch: Mutex::new(batch),
             opts,
             force_switch,
-            unpublished,
             signal: Mutex::new(Signal::Waiting),
             told: AtomicBool::new(false),
             cv: Condvar::new(),

@@ -122,13 +122,6 @@ pub struct Shared {
     pub sv_cache: super::sv_cache::SvCache<SuperVersion>,
     /// Highest sequence number visible to readers.
     pub visible_seq: AtomicU64,
-    /// Highest sequence number in the memtable: above `visible_seq` while
-    /// unpublished writes ([`crate::Unpublished`]) wait.
-    pub written_seq: AtomicU64,
-    /// Highest sequence number an unpublished write's sync made durable.
-    pub synced_seq: AtomicU64,
-    /// Where writers wait for earlier ones to be published.
-    pub publication: super::publish::Publication,
     pub queue: CommitQueue,
     /// Waiting writers that may poll at once (`commit_queue::PollSlots`).
     pub poll_slots: PollSlots,

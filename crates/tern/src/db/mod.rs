@@ -14,7 +14,6 @@ mod ingest;
 mod linker;
 mod memtier;
 mod open;
-mod publish;
 pub(crate) mod read_ahead;
 mod snapshot;
 mod stats;
@@ -33,7 +32,6 @@ use parking_lot::Mutex;
 
 use self::core::{Shared, SuperVersion};
 pub use self::ingest::IngestReport;
-pub use self::publish::{OwnWrites, Unpublished};
 pub use self::snapshot::{ReadOptions, Snapshot};
 pub use self::stats::{BlobFileStats, LevelStats, Stats};
 use crate::blob::{resolve_cached_in, resolve_in, BlobReader, BlobResolver, ScanResolver};
@@ -135,17 +133,6 @@ impl Db {
     /// Applies `batch` atomically. With `opts.sync` the write is on stable
     /// storage when this returns.
     pub fn write(&self, batch: WriteBatch, opts: WriteOptions) -> Result<()> {
-        self.check_batch(&batch)?;
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.shared.write(Some(batch), opts, false)
-    }
-
-    /// Refuses a batch `write` would not take: a closed store, a malformed
-    /// batch, internal entries, keys or values over their limits, a batch
-    /// larger than any memtable.
-    fn check_batch(&self, batch: &WriteBatch) -> Result<()> {
         self.shared.check_open()?;
         for e in batch.iter() {
             let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
@@ -165,13 +152,16 @@ impl Db {
                 )));
             }
         }
+        if batch.is_empty() {
+            return Ok(());
+        }
         // Refused here, not in its group, so that no other writer's batch
         // fails with it.
-        let need = write::reserve_for(batch);
+        let need = write::reserve_for(&batch);
         if need > write::max_group_need() {
             return Err(write::too_large(need));
         }
-        Ok(())
+        self.shared.write(Some(batch), opts, false)
     }
 
     fn check_key(&self, key: &[u8]) -> Result<()> {
@@ -462,7 +452,7 @@ impl Db {
             .hit("read:between_version_and_sequence");
         let seq = match snapshot {
             Some(s) => s.seq(),
-            None => self.shared.read_seq(),
+            None => self.shared.visible_seq.load(Ordering::Acquire),
         };
         (sv, seq)
     }

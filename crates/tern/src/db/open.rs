@@ -136,9 +136,6 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         current: Mutex::new(Arc::new(sv)),
         sv_cache: Default::default(),
         visible_seq: AtomicU64::new(0),
-        written_seq: AtomicU64::new(0),
-        synced_seq: AtomicU64::new(0),
-        publication: Default::default(),
         queue: Mutex::new(VecDeque::new()),
         poll_slots: super::commit_queue::PollSlots::for_this_machine(),
         wal: Mutex::new(None),
@@ -283,7 +280,6 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     state.mem = s.new_memtable(0);
     *s.leader_mem.lock() = state.mem.clone();
     state.mem_wal_number = wal_number;
-    s.written_seq.store(max_seq, Ordering::Release);
     s.visible_seq.store(max_seq, Ordering::Release);
     // Reads see the restored tier through its view.
     s.publish_tier(&mut state);

@@ -11,7 +11,6 @@ use parking_lot::MutexGuard;
 
 use super::commit_queue::Writer;
 use super::core::{Immutable, Shared, State};
-use super::publish::Written;
 use super::stats::Counters;
 use super::wal_sync::ActiveWal;
 use crate::error::{Error, IoContext, Result};
@@ -100,26 +99,7 @@ impl Shared {
         opts: WriteOptions,
         force_switch: bool,
     ) -> Result<()> {
-        let mut written = None;
-        self.write_as(Writer::new(batch, opts, force_switch), &mut written)
-    }
-
-    /// Writes `batch` to the WAL (not synced) and the memtable, in a group
-    /// of its own, without publishing it: see [`crate::Unpublished`].
-    pub fn write_unpublished(&self, batch: WriteBatch) -> Result<Written> {
-        let opts = WriteOptions {
-            sync: false,
-            ..WriteOptions::default()
-        };
-        let mut written = None;
-        self.write_as(Writer::with(Some(batch), opts, false, true), &mut written)?;
-        written.ok_or_else(|| Error::Internal("an unpublished write was not recorded".into()))
-    }
-
-    /// Queues `me` and commits it (leading a group or as a follower); an
-    /// unpublished writer's range lands in `written`.
-    fn write_as(&self, me: Arc<Writer>, written: &mut Option<Written>) -> Result<()> {
-        let (opts, force_switch) = (me.opts, me.force_switch);
+        let me = Writer::new(batch, opts, force_switch);
         let mut queue = self.queue.lock();
         queue.push_back(me.clone());
         if queue.len() > 1 {
@@ -138,12 +118,9 @@ impl Shared {
             .opts
             .max_write_group_bytes
             .min(bytes.max(128 << 10) + (1 << 20));
-        if !force_switch && !me.unpublished {
+        if !force_switch {
             for w in queue.iter().skip(1) {
-                if w.force_switch
-                    || w.unpublished
-                    || w.opts.disable_wal != opts.disable_wal
-                    || bytes + w.size > max
+                if w.force_switch || w.opts.disable_wal != opts.disable_wal || bytes + w.size > max
                 {
                     break;
                 }
@@ -157,7 +134,7 @@ impl Shared {
             shared: self,
             group: &group,
         };
-        let result = self.commit_group(&group, written);
+        let result = self.commit_group(&group);
         std::mem::forget(unwinding);
         self.finish_group(&group, result)
     }
@@ -189,7 +166,7 @@ impl Shared {
         result
     }
 
-    fn commit_group(&self, group: &[Arc<Writer>], written: &mut Option<Written>) -> Result<()> {
+    fn commit_group(&self, group: &[Arc<Writer>]) -> Result<()> {
         let leader = &group[0];
         let sync = group.iter().any(|w| w.opts.sync);
         let disable_wal = leader.opts.disable_wal;
@@ -209,13 +186,10 @@ impl Shared {
                 state.mem.clone()
             }
         };
-        let first_seq = self.written_seq.load(Ordering::Acquire) + 1;
         if merged.is_empty() {
-            if leader.unpublished {
-                *written = Some(Written::empty(first_seq));
-            }
             return Ok(());
         }
+        let first_seq = self.visible_seq.load(Ordering::Acquire) + 1;
         merged.set_seq(first_seq);
         // Decoded before the WAL append, so a batch that cannot go into the
         // memtable is never logged either.
@@ -224,17 +198,10 @@ impl Shared {
             let e = e.map_err(|e| Error::InvalidArgument(format!("malformed write batch: {e}")))?;
             entries.push((e.key, seq, e.kind, e.value));
         }
-        let mut wal_sync = None;
         if !disable_wal {
             let mut wal = self.wal.lock();
             let res = match wal.as_mut() {
                 Some(active) => {
-                    if leader.unpublished {
-                        wal_sync = Some((
-                            self.dir.join(wal_file_name(active.number)),
-                            active.sync_handle(),
-                        ));
-                    }
                     let w = &mut active.writer;
                     let res = w
                         .add_record(merged.as_bytes())
@@ -291,19 +258,11 @@ impl Shared {
         );
         Counters::add(&self.counters.keys_written, merged.len() as u64);
         Counters::add(&self.counters.write_groups, 1);
-        self.written_seq.store(seq - 1, Ordering::Release);
+        self.visible_seq.store(seq - 1, Ordering::Release);
         if deferred {
             self.linker.wake();
         }
-        if leader.unpublished {
-            *written = Some(Written {
-                first: first_seq,
-                last: seq - 1,
-                wal: wal_sync,
-            });
-            return Ok(());
-        }
-        self.publish_in_order(first_seq, seq - 1)
+        Ok(())
     }
 
     /// The active memtable when a group of `need` bytes fits in it and
@@ -389,15 +348,6 @@ impl Shared {
                     start.elapsed().as_micros() as u64,
                 );
                 Counters::add(&self.counters.stops, 1);
-                continue;
-            }
-            // Only published writes leave the active memtable: a flush
-            // takes every version it holds as readable, and recovery the
-            // flushed sequence numbers as used.
-            if !self.all_published() {
-                let target = self.written_seq.load(Ordering::Acquire);
-                // A failure poisons the store, which the loop's top refuses.
-                let _ = MutexGuard::unlocked(state, || self.await_published(target));
                 continue;
             }
             self.switch_memtable(state, need)?;
