@@ -303,7 +303,9 @@ fn keyspace_and_expiry() {
     assert_eq!(run(&mut c, &["TTL", "a"]), Ok(Value::Int(-2)));
     assert_eq!(run(&mut c, &["TTL", "c"]), Ok(Value::Int(-1)));
     assert_eq!(run(&mut c, &["EXPIRE", "c", "100"]), Ok(Value::Int(1)));
-    assert_eq!(run(&mut c, &["TTL", "c"]), Ok(Value::Int(100)));
+    // 99 once half a second passed between the two (a loaded machine).
+    let ttl = run(&mut c, &["TTL", "c"]);
+    assert!(matches!(ttl, Ok(Value::Int(99..=100))), "TTL {ttl:?}");
     assert_eq!(run(&mut c, &["EXPIRE", "c", "50", "GT"]), Ok(Value::Int(0)));
     assert_eq!(run(&mut c, &["EXPIRE", "c", "50", "LT"]), Ok(Value::Int(1)));
     assert_eq!(run(&mut c, &["EXPIRE", "c", "50", "NX"]), Ok(Value::Int(0)));

@@ -481,7 +481,19 @@ mod tests {
                 let routed = n.install(Some(topology(v)));
                 tx.send((v, routed)).unwrap();
             }));
-            std::thread::sleep(Duration::from_millis(20));
+            // Version 3 first, whenever its thread gets a core: the late
+            // version 2 starts only once 3 is in (a fixed sleep lost that
+            // race on a loaded machine).
+            if v == 3 {
+                let since = std::time::Instant::now();
+                while node.view().version() != 3 {
+                    assert!(
+                        since.elapsed() < Duration::from_secs(10),
+                        "version 3 never went in"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
         }
         // Neither install may return while the batch holds version 1.
         assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
