@@ -207,12 +207,7 @@ impl Db {
     /// a pin keeps every reader it uses until dropped, and looks them up
     /// one by one.
     pub fn get_in(&self, batch: &read_ahead::ReadAhead<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.check_read(key)?;
-        let found = match self.batch_view(batch)? {
-            Some((sv, seq)) => self.counted(self.lookup_in(sv, seq, key, GetMode::Full))?,
-            None => self.get_inner(key, &ReadOptions::default(), GetMode::Full)?,
-        };
-        Ok(found.flatten().map(|v| v.bytes))
+        Ok(self.get_value_in(batch, key, GetMode::Full)?.flatten())
     }
 
     /// The view of `batch` for one more read, `None` once it keeps too
@@ -244,11 +239,22 @@ impl Db {
         } else {
             GetMode::Cached
         };
-        self.check_read(key)?;
-        let found = match self.batch_view(batch)? {
-            Some((sv, seq)) => self.counted(self.lookup_in(sv, seq, key, mode))?,
-            None => self.get_inner(key, &ReadOptions::default(), mode)?,
+        self.get_value_in(batch, key, mode)
+    }
+
+    /// [`Db::get_value`] in the view of `batch` (or, once it keeps too many
+    /// file readers, in a view of its own).
+    fn get_value_in(
+        &self,
+        batch: &read_ahead::ReadAhead<'_>,
+        key: &[u8],
+        mode: GetMode,
+    ) -> Result<Option<Option<Vec<u8>>>> {
+        let Some((sv, seq)) = self.batch_view(batch)? else {
+            return self.get_value(key, mode);
         };
+        self.check_read(key)?;
+        let found = self.counted(self.lookup_in(sv, seq, key, mode))?;
         Ok(found.map(|v| v.map(|v| v.bytes)))
     }
 
