@@ -244,6 +244,40 @@ fn a_failed_background_wal_sync_poisons_the_store() {
     assert!(cause.contains(".log"), "the error names the WAL: {cause}");
 }
 
+/// Linux reports a writeback error once per open file description: of two
+/// fsyncs overlapping on the WAL's sync handle, the one that lost the race
+/// can return success for bytes the failed writeback dropped. Two
+/// overlapping `sync_wal` calls (the server's once-a-second sync and a
+/// caller's own) both covered the same acknowledged writes; the second
+/// reported them durable while the first reported the failure.
+#[test]
+fn concurrent_wal_syncs_after_a_failed_one_are_not_reported_durable() {
+    let (_mem, fault) = fault_fs();
+    let db = Arc::new(Db::open(DIR, no_auto_compaction(fault.clone())).unwrap());
+    for i in 0..20 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    fault.only_paths_containing(".log");
+    // A slow disk that then fails the sync in progress, once: the next sync
+    // through the same description would succeed, as Linux's does.
+    fault.set_sync_delay(std::time::Duration::from_millis(300));
+    fault.fail_once(FaultKind::Sync);
+    let first = {
+        let db = db.clone();
+        std::thread::spawn(move || db.sync_wal())
+    };
+    eventually("the first sync under way", || fault.delayed_syncs() >= 1);
+    let second = db.sync_wal();
+    let first = first.join().unwrap();
+    assert!(first.is_err(), "the injected fault failed the first sync");
+    assert!(
+        second.is_err(),
+        "a sync overlapping a failed one reported the writes durable: {second:?}"
+    );
+    fault.set_sync_delay(std::time::Duration::ZERO);
+    assert_poisoned(db.sync_wal(), "a later sync");
+}
+
 #[test]
 fn sync_handles_fail_as_their_writers_sync_would() {
     let (_mem, fault) = fault_fs();

@@ -17,7 +17,14 @@
 //! description, so with a shared one the syncer could consume an error the
 //! leader's own sync then would not see. A failed background writeback
 //! poisons the store like a failed synced write.
+//!
+//! The handle itself is shared by the syncer and every `sync_wal` caller,
+//! so it is gated ([`GatedSync`]): one sync through it at a time, and once
+//! one failed every later one fails too. Otherwise of two overlapping
+//! fsyncs the one that lost the race could report success for bytes the
+//! failed writeback dropped, before the other's failure poisoned the store.
 
+use std::io;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -43,7 +50,7 @@ impl ActiveWal {
     pub fn new(number: u64, writer: LogWriter) -> std::io::Result<ActiveWal> {
         Ok(ActiveWal {
             number,
-            sync: writer.sync_handle()?,
+            sync: Arc::new(GatedSync::new(writer.sync_handle()?)),
             requested_at: writer.len(),
             writer,
         })
@@ -109,5 +116,97 @@ impl WalSyncer {
             }
             self.cv.wait(&mut p);
         }
+    }
+}
+
+/// A sync handle shared by several threads: syncs through it run one at a
+/// time, and after one fails every later one reports that failure (Linux
+/// would report it only once per open file description, then succeed
+/// without the bytes it dropped).
+pub struct GatedSync {
+    inner: Arc<dyn FileSync>,
+    /// The first failure's message, once a sync failed.
+    failed: Mutex<Option<String>>,
+}
+
+impl GatedSync {
+    /// Gates `inner`.
+    pub fn new(inner: Arc<dyn FileSync>) -> GatedSync {
+        GatedSync {
+            inner,
+            failed: Mutex::new(None),
+        }
+    }
+
+    /// Runs `op` under the gate, recording its failure for every later
+    /// caller. Waiting callers queue behind the one syncing, which is
+    /// where their fsyncs would wait anyway.
+    fn gated(&self, op: impl FnOnce(&dyn FileSync) -> io::Result<()>) -> io::Result<()> {
+        let mut failed = self.failed.lock();
+        if let Some(first) = &*failed {
+            return Err(io::Error::other(format!(
+                "an earlier sync of this file failed ({first}); its bytes may not be on disk"
+            )));
+        }
+        let res = op(&*self.inner);
+        if let Err(e) = &res {
+            *failed = Some(e.to_string());
+        }
+        res
+    }
+}
+
+impl FileSync for GatedSync {
+    fn sync_data(&self) -> io::Result<()> {
+        self.gated(|s| s.sync_data())
+    }
+
+    fn start_writeback(&self) -> io::Result<()> {
+        self.gated(|s| s.start_writeback())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// Fails its first sync, then succeeds: what Linux does on one open
+    /// file description after a writeback error.
+    #[derive(Default)]
+    struct ReportsOnce(AtomicU32);
+
+    impl FileSync for ReportsOnce {
+        fn sync_data(&self) -> io::Result<()> {
+            match self.0.fetch_add(1, Ordering::Relaxed) {
+                0 => Err(io::Error::other("EIO")),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_failure_is_reported_to_every_later_sync() {
+        let inner = Arc::new(ReportsOnce::default());
+        let gated = GatedSync::new(inner.clone());
+        assert!(gated.sync_data().is_err());
+        let later = gated.sync_data().unwrap_err().to_string();
+        assert!(later.contains("EIO"), "names the first failure: {later}");
+        assert!(gated.start_writeback().is_err());
+        assert_eq!(
+            inner.0.load(Ordering::Relaxed),
+            1,
+            "no sync after the failure"
+        );
+    }
+
+    #[test]
+    fn successful_syncs_pass_through() {
+        let inner = Arc::new(ReportsOnce(AtomicU32::new(1)));
+        let gated = GatedSync::new(inner.clone());
+        gated.sync_data().unwrap();
+        gated.start_writeback().unwrap();
+        assert_eq!(inner.0.load(Ordering::Relaxed), 3);
     }
 }

@@ -361,14 +361,8 @@ fn faulty_sync(
     path: &Path,
     sync: impl FnOnce() -> io::Result<()>,
 ) -> io::Result<()> {
-    // Bound first: the guard must be gone before the branch locks again.
-    let checked = faults.lock().check(FaultKind::Sync, &[path]);
-    if let Err(e) = checked {
-        if faults.lock().torn_draw().is_some_and(|r| r % 2 == 0) {
-            let _ = sync();
-        }
-        return Err(e);
-    }
+    // A slow disk is slow for syncs that then fail too, so a failing sync
+    // can overlap others.
     let delay = {
         let mut f = faults.lock();
         if !f.sync_delay.is_zero() {
@@ -378,6 +372,14 @@ fn faulty_sync(
     };
     if !delay.is_zero() {
         std::thread::sleep(delay);
+    }
+    // Bound first: the guard must be gone before the branch locks again.
+    let checked = faults.lock().check(FaultKind::Sync, &[path]);
+    if let Err(e) = checked {
+        if faults.lock().torn_draw().is_some_and(|r| r % 2 == 0) {
+            let _ = sync();
+        }
+        return Err(e);
     }
     sync()
 }
