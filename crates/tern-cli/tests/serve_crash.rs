@@ -97,17 +97,32 @@ fn kill_mid_stream(mode: &str) {
     let port = free_port();
     let mut server = serve(&dir, port, mode);
     let mut c = Client::connect(port);
-    // Write until the kill; count only what the server acknowledged.
-    let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1500));
-        // `Child::kill` sends SIGKILL.
-        server.kill().unwrap();
-        server.wait().unwrap();
-    });
+    // Write until the kill; count only what the server acknowledged. The
+    // kill comes 1.5 s in, or later on a slow machine: not before 200
+    // writes were acknowledged, so the check below has something to check.
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let killer = {
+        let progress = progress.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            std::thread::sleep(Duration::from_millis(1500));
+            while progress.load(std::sync::atomic::Ordering::Relaxed) < 200
+                && start.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // `Child::kill` sends SIGKILL.
+            server.kill().unwrap();
+            server.wait().unwrap();
+        })
+    };
     let mut acked = 0u64;
     loop {
         match c.call(&["SET", &format!("k{acked}"), &value(acked)]) {
-            Ok(r) if r == "+OK" => acked += 1,
+            Ok(r) if r == "+OK" => {
+                acked += 1;
+                progress.store(acked, std::sync::atomic::Ordering::Relaxed);
+            }
             Ok(r) => panic!("{mode}: SET k{acked} answered {r}"),
             Err(_) => break,
         }
