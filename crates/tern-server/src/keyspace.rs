@@ -17,6 +17,8 @@
 //! FLUSHDB starts a new generation; keys of older generations are invisible
 //! and compaction drops them.
 
+use bytes::Bytes;
+
 /// Namespace tag of Redis keys.
 pub const NS_KEYS: u8 = b'k';
 /// Namespace tag of the expiry index.
@@ -324,8 +326,9 @@ pub struct Entry {
     /// What the key holds.
     pub kind: Kind,
     /// The payload: the string, or a composite's metadata
-    /// ([`crate::members::Composite`]).
-    pub value: Vec<u8>,
+    /// ([`crate::members::Composite`]). It shares the stored value's
+    /// buffer, past the header, so a large value is not moved to drop it.
+    pub value: Bytes,
     /// When it expires, unix milliseconds; `None`: never.
     pub expire_at: Option<u64>,
 }
@@ -443,12 +446,11 @@ fn whole_header(raw: &[u8]) -> Result<Header, DecodeError> {
 }
 
 /// The entry of stored value `raw`, whose header is `h`.
-fn entry(mut raw: Vec<u8>, h: Header) -> Entry {
+fn entry(raw: Vec<u8>, h: Header) -> Entry {
     let skip = HEADER_LEN + if h.expire_at.is_some() { 8 } else { 0 };
-    raw.drain(..skip);
     Entry {
         kind: h.kind,
-        value: raw,
+        value: Bytes::from(raw).slice(skip..),
         expire_at: h.expire_at,
     }
 }
@@ -543,7 +545,7 @@ mod tests {
             for v in [&b""[..], b"hello"] {
                 let raw = encode_value(v, exp);
                 let e = decode_value(raw.clone()).unwrap();
-                assert_eq!((e.value.as_slice(), e.expire_at), (v, exp));
+                assert_eq!((&e.value[..], e.expire_at), (v, exp));
                 let h = decode_header(&raw[..HEAD_LEN.min(raw.len())], true)
                     .unwrap()
                     .unwrap();
@@ -558,7 +560,7 @@ mod tests {
         for kind in [Kind::String, Kind::Hash, Kind::Set, Kind::ZSet, Kind::List] {
             let e = decode_value(encode_typed(kind, b"p", Some(5))).unwrap();
             assert_eq!(
-                (e.kind, e.value.as_slice(), e.expire_at),
+                (e.kind, &e.value[..], e.expire_at),
                 (kind, &b"p"[..], Some(5))
             );
             let d = decode_header(&dropped_value(kind, 5), false)

@@ -741,7 +741,7 @@ mod tests {
         p.put(&s, b"m", Kind::String, b"7", None).unwrap();
         commit_and_settle(&mut p, &s, false);
         assert_eq!(p.known(b"m"), None);
-        assert_eq!(s.get_at(b"m", 0).unwrap().unwrap().value, b"6");
+        assert_eq!(&s.get_at(b"m", 0).unwrap().unwrap().value[..], b"6");
     }
 
     #[test]
@@ -842,8 +842,8 @@ mod tests {
         assert!(p.overlay.is_none(), "the overlay was built");
         commit_and_settle(&mut p, &s, true);
         let c0 = s.get_at(b"c0", 0).unwrap().unwrap();
-        assert_eq!(c0.value, b"10");
+        assert_eq!(&c0.value[..], b"10");
         let c9 = s.get_at(b"c9", 0).unwrap().unwrap();
-        assert_eq!(c9.value, b"10");
+        assert_eq!(&c9.value[..], b"10");
     }
 }

@@ -541,7 +541,7 @@ fn shutdown_command_stops_and_flushes() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        tern_server::keyspace::decode_value(v).unwrap().value,
+        &tern_server::keyspace::decode_value(v).unwrap().value[..],
         b"yes"
     );
 }

@@ -64,7 +64,7 @@ pub fn setbit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     };
     let key = &args[1];
     let (mut v, exp) = match tri!(read(ctx, key)) {
-        Some(e) => (e.value, e.expire_at),
+        Some(e) => (Vec::from(e.value), e.expire_at),
         None => (Vec::new(), None),
     };
     tri!(grow(ctx, &mut v, off));
@@ -217,13 +217,13 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     for k in &args[3..] {
         srcs.push(tri!(read(ctx, k)).map(|e| e.value).unwrap_or_default());
     }
-    let max = srcs.iter().map(Vec::len).max().unwrap_or(0);
+    let max = srcs.iter().map(|s| s.len()).max().unwrap_or(0);
     let dst = &args[2];
     if max == 0 {
         tri!(ctx.delete(dst));
         return Reply::Int(0);
     }
-    let byte = |s: &Vec<u8>, i: usize| s.get(i).copied().unwrap_or(0);
+    let byte = |s: &bytes::Bytes, i: usize| s.get(i).copied().unwrap_or(0);
     let out: Vec<u8> = (0..max)
         .map(|i| {
             let mut it = srcs.iter().map(|s| byte(s, i));
@@ -397,7 +397,7 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Vec<u8>], read_only: bool) -> Rep
     }
     let key = &args[1];
     let (mut v, exp) = match tri!(read(ctx, key)) {
-        Some(e) => (e.value, e.expire_at),
+        Some(e) => (Vec::from(e.value), e.expire_at),
         None => (Vec::new(), None),
     };
     if writes {

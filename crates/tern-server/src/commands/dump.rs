@@ -166,7 +166,7 @@ impl Dump {
 /// read (on the read pool, from the snapshot its metadata is read from).
 pub fn dump(ctx: &mut Ctx<'_>, key: &[u8], e: Entry) -> Result<Option<Vec<u8>>, Reply> {
     if !e.kind.is_composite() {
-        return Ok(Some(Dump::String(e.value).encode()));
+        return Ok(Some(Dump::String(Vec::from(e.value)).encode()));
     }
     // Read again: the members must belong to the metadata read.
     let Some(v) = ctx.composite(key, e.kind)? else {

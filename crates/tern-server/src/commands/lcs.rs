@@ -11,7 +11,7 @@ use crate::resp::Reply;
 fn operand(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
     match ctx.get(key).map_err(store_error)? {
         None => Ok(Some(Vec::new())),
-        Some(e) if e.kind == Kind::String => Ok(Some(e.value)),
+        Some(e) if e.kind == Kind::String => Ok(Some(Vec::from(e.value))),
         Some(_) => Ok(None),
     }
 }

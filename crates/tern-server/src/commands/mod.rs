@@ -192,7 +192,7 @@ impl Ctx<'_> {
                 Some(Known::Int(_, Some(t))) if t <= now => Ok(None),
                 Some(Known::Int(v, expire_at)) => Ok(Some(Entry {
                     kind: Kind::String,
-                    value: v.to_string().into_bytes(),
+                    value: v.to_string().into_bytes().into(),
                     expire_at,
                 })),
                 None => match p.lookup(key) {

@@ -66,7 +66,7 @@ fn check_len(ctx: &Ctx<'_>, len: u64) -> Result<(), Reply> {
 /// The reply for a value that may be absent.
 fn value_reply(e: Option<Entry>) -> Reply {
     match e {
-        Some(e) => Reply::Bulk(e.value),
+        Some(e) => Reply::Value(e.value),
         None => Reply::Nil,
     }
 }
@@ -268,7 +268,7 @@ pub fn getex(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         }
         ExpiryChange::At(t) => tri!(write(ctx, key, &e.value, Some(t))),
     }
-    Reply::Bulk(e.value)
+    Reply::Value(e.value)
 }
 
 /// MGET key [key ...]
@@ -413,7 +413,7 @@ pub fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 pub fn append(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let key = &args[1];
     let (mut v, exp) = match tri!(read(ctx, key)) {
-        Some(e) => (e.value, e.expire_at),
+        Some(e) => (Vec::from(e.value), e.expire_at),
         None => (Vec::new(), None),
     };
     tri!(check_len(ctx, (v.len() + args[2].len()) as u64));
@@ -478,7 +478,7 @@ pub fn setrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         return Reply::Int(e.value.len() as i64);
     }
     tri!(check_len(ctx, offset as u64 + val.len() as u64));
-    let mut v = e.value;
+    let mut v = Vec::from(e.value);
     let end = offset as usize + val.len();
     if v.len() < end {
         v.resize(end, 0);

@@ -13,6 +13,9 @@ pub enum Reply {
     Int(i64),
     /// A bulk string.
     Bulk(Vec<u8>),
+    /// A bulk string sharing a stored value's buffer, so a large value is
+    /// not copied to make the reply.
+    Value(bytes::Bytes),
     /// A missing value: `$-1` in RESP2, `_` in RESP3.
     Nil,
     /// A missing array: `*-1` in RESP2, `_` in RESP3.
@@ -47,6 +50,7 @@ impl Reply {
         match self {
             Reply::Simple(s) | Reply::Error(s) | Reply::Verbatim(s) => s.len() + 16,
             Reply::Bulk(b) => b.len() + 16,
+            Reply::Value(b) => b.len() + 16,
             Reply::Array(items) | Reply::Set(items) => {
                 16 + items.iter().map(Reply::size_hint).sum::<usize>()
             }
@@ -73,6 +77,7 @@ impl Reply {
             Reply::Error(s) => line(out, b'-', &clean(s)),
             Reply::Int(i) => line(out, b':', &i.to_string()),
             Reply::Bulk(b) => bulk(out, b'$', b),
+            Reply::Value(b) => bulk(out, b'$', b),
             Reply::Nil if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
             Reply::NilArray if resp3 => out.extend_from_slice(b"_\r\n"),
