@@ -27,7 +27,7 @@ use crate::commands::{execute, execute_from_memory, execute_in_run, Access, RunC
 use crate::exec::committer::JobDone;
 use crate::exec::{run_bounded, Class, Exec, Request};
 use crate::resp::parser::UNAUTHENTICATED_LIMITS;
-use crate::resp::{Limits, Parser, Reply};
+use crate::resp::{Limits, Out, Parser, Reply};
 use crate::state::{ClientInfo, State};
 
 /// Most requests parsed ahead of execution.
@@ -77,23 +77,18 @@ fn secs(s: u64) -> Option<Duration> {
 
 async fn write_out(
     sock: &mut TcpStream,
-    out: &mut Vec<u8>,
+    out: &mut Out,
     stall: Option<Duration>,
 ) -> Result<(), Close> {
     if out.is_empty() {
         return Ok(());
     }
-    let w = sock.write_all(out);
+    let w = out.write_to(sock, OUT_FLUSH * 2, READ_CHUNK);
     let r = match stall {
         Some(d) => tokio::time::timeout(d, w).await.map_err(|_| Close::Gone)?,
         None => w.await,
     };
-    r.map_err(|_| Close::Gone)?;
-    out.clear();
-    if out.capacity() > OUT_FLUSH * 2 {
-        out.shrink_to(READ_CHUNK);
-    }
-    Ok(())
+    r.map_err(|_| Close::Gone)
 }
 
 /// Serves one connection until it closes, the client quits, or the
@@ -146,7 +141,7 @@ async fn run(
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     // What the next read asks for (see `MAX_READ_CHUNK`).
     let mut chunk = READ_CHUNK;
-    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut out = Out::with_capacity(READ_CHUNK);
     let mut requests: VecDeque<Request> = VecDeque::new();
     // Requests that have run, their buffers going back to the parser.
     let mut ran: Vec<Request> = Vec::new();
@@ -336,7 +331,7 @@ async fn run_requests(
     mut session: Session,
     requests: &mut VecDeque<Request>,
     ran: &mut Vec<Request>,
-    out: &mut Vec<u8>,
+    out: &mut Out,
     sock: &mut TcpStream,
     stall: Option<Duration>,
 ) -> Result<Session, Close> {
@@ -449,8 +444,8 @@ async fn run_requests(
                 replies
             }
         };
-        for r in &replies {
-            r.encode(out, session.resp3);
+        for r in replies {
+            out.push(r, session.resp3);
         }
         if session.close {
             requests.clear();

@@ -499,3 +499,80 @@ fn partly_received_request_counts_against_maxmemory_clients() {
         Ok(Value::SimpleString("PONG".into()))
     );
 }
+
+/// Large values go to the socket from their own buffers, in one `writev`
+/// with the replies around them: pipelined GETs and MGETs of values just
+/// under, at and far over that size, with and without an expiry, from the
+/// memtable and from blob files, read by a client slow enough that writes
+/// stop part-way, come back byte for byte and in order.
+#[test]
+fn large_values_reach_a_slow_reader_whole_and_in_order() {
+    let t = start();
+    let mut c = t.client();
+    let sizes = [4095usize, 4096, 4097, 70_000, 300_000];
+    let val = |seed: usize, n: usize| -> Vec<u8> {
+        (0..n).map(|j| b'a' + ((seed * 7 + j) % 26) as u8).collect()
+    };
+    let set = |c: &mut redis::Connection, k: String, v: Vec<u8>, ex: bool| {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(k).arg(v);
+        if ex {
+            cmd.arg("EX").arg(1000);
+        }
+        cmd.query::<()>(c).unwrap();
+    };
+    for (i, &n) in sizes.iter().enumerate() {
+        set(&mut c, format!("old{i}"), val(i, n), false);
+        set(&mut c, format!("exp{i}"), val(i + 10, n), true);
+    }
+    t.server.state().store.db.flush().unwrap();
+    for (i, &n) in sizes.iter().enumerate() {
+        set(&mut c, format!("new{i}"), val(i + 20, n), false);
+    }
+    let mut req = Vec::new();
+    let mut want = Vec::new();
+    let cmd = |req: &mut Vec<u8>, args: &[&str]| {
+        req.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+    };
+    let bulk = |want: &mut Vec<u8>, v: &[u8]| {
+        want.extend_from_slice(format!("${}\r\n", v.len()).as_bytes());
+        want.extend_from_slice(v);
+        want.extend_from_slice(b"\r\n");
+    };
+    for _ in 0..6 {
+        for (i, &n) in sizes.iter().enumerate() {
+            for (prefix, seed) in [("old", i), ("exp", i + 10), ("new", i + 20)] {
+                cmd(&mut req, &["GET", &format!("{prefix}{i}")]);
+                bulk(&mut want, &val(seed, n));
+            }
+            cmd(&mut req, &["PING"]);
+            want.extend_from_slice(b"+PONG\r\n");
+        }
+        cmd(&mut req, &["MGET", "old0", "absent", "new4", "exp3"]);
+        want.extend_from_slice(b"*4\r\n");
+        bulk(&mut want, &val(0, sizes[0]));
+        want.extend_from_slice(b"$-1\r\n");
+        bulk(&mut want, &val(24, sizes[4]));
+        bulk(&mut want, &val(13, sizes[3]));
+    }
+    let mut s = TcpStream::connect(t.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(&req).unwrap();
+    // Let the server fill the socket's buffers and wait on them.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut got = Vec::with_capacity(want.len());
+    let mut buf = vec![0u8; 64 << 10];
+    while got.len() < want.len() {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {} of {} bytes", got.len(), want.len());
+        got.extend_from_slice(&buf[..n]);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if let Some(at) = got.iter().zip(&want).position(|(g, w)| g != w) {
+        panic!("replies differ at byte {at} of {}", want.len());
+    }
+    assert_eq!(got.len(), want.len(), "more bytes than the replies");
+}
