@@ -575,4 +575,17 @@ fn large_values_reach_a_slow_reader_whole_and_in_order() {
         panic!("replies differ at byte {at} of {}", want.len());
     }
     assert_eq!(got.len(), want.len(), "more bytes than the replies");
+    // Nothing follows them.
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    match s.read(&mut buf) {
+        Ok(n) => panic!("{n} bytes after the replies"),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        ),
+    }
 }

@@ -113,6 +113,10 @@ impl Out {
         if self.buf.capacity() > above {
             self.buf.shrink_to(keep);
         }
+        // A pipeline of a thousand large values leaves no lasting list.
+        if self.shared.capacity() > 64 {
+            self.shared = Vec::new();
+        }
         Ok(())
     }
 }

@@ -125,8 +125,8 @@ impl WalSyncer {
 /// without the bytes it dropped).
 pub struct GatedSync {
     inner: Arc<dyn FileSync>,
-    /// The first failure's message, once a sync failed.
-    failed: Mutex<Option<String>>,
+    /// The first failure's kind and message, once a sync failed.
+    failed: Mutex<Option<(io::ErrorKind, String)>>,
 }
 
 impl GatedSync {
@@ -143,14 +143,17 @@ impl GatedSync {
     /// where their fsyncs would wait anyway.
     fn gated(&self, op: impl FnOnce(&dyn FileSync) -> io::Result<()>) -> io::Result<()> {
         let mut failed = self.failed.lock();
-        if let Some(first) = &*failed {
-            return Err(io::Error::other(format!(
-                "an earlier sync of this file failed ({first}); its bytes may not be on disk"
-            )));
+        if let Some((kind, first)) = &*failed {
+            return Err(io::Error::new(
+                *kind,
+                format!(
+                    "an earlier sync of this file failed ({first}); its bytes may not be on disk"
+                ),
+            ));
         }
         let res = op(&*self.inner);
         if let Err(e) = &res {
-            *failed = Some(e.to_string());
+            *failed = Some((e.kind(), e.to_string()));
         }
         res
     }
@@ -180,7 +183,7 @@ mod tests {
     impl FileSync for ReportsOnce {
         fn sync_data(&self) -> io::Result<()> {
             match self.0.fetch_add(1, Ordering::Relaxed) {
-                0 => Err(io::Error::other("EIO")),
+                0 => Err(io::Error::new(io::ErrorKind::StorageFull, "ENOSPC")),
                 _ => Ok(()),
             }
         }
@@ -191,8 +194,16 @@ mod tests {
         let inner = Arc::new(ReportsOnce::default());
         let gated = GatedSync::new(inner.clone());
         assert!(gated.sync_data().is_err());
-        let later = gated.sync_data().unwrap_err().to_string();
-        assert!(later.contains("EIO"), "names the first failure: {later}");
+        let later = gated.sync_data().unwrap_err();
+        assert_eq!(
+            later.kind(),
+            io::ErrorKind::StorageFull,
+            "the first failure's kind"
+        );
+        assert!(
+            later.to_string().contains("ENOSPC"),
+            "names the first failure: {later}"
+        );
         assert!(gated.start_writeback().is_err());
         assert_eq!(
             inner.0.load(Ordering::Relaxed),
