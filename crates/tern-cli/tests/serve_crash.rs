@@ -8,6 +8,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A free local port.
@@ -100,13 +102,13 @@ fn kill_mid_stream(mode: &str) {
     // Write until the kill; count only what the server acknowledged. The
     // kill comes 1.5 s in, or later on a slow machine: not before 200
     // writes were acknowledged, so the check below has something to check.
-    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let progress = Arc::new(AtomicU64::new(0));
     let killer = {
         let progress = progress.clone();
         std::thread::spawn(move || {
             let start = Instant::now();
             std::thread::sleep(Duration::from_millis(1500));
-            while progress.load(std::sync::atomic::Ordering::Relaxed) < 200
+            while progress.load(Ordering::Relaxed) < 200
                 && start.elapsed() < Duration::from_secs(60)
             {
                 std::thread::sleep(Duration::from_millis(10));
@@ -121,7 +123,7 @@ fn kill_mid_stream(mode: &str) {
         match c.call(&["SET", &format!("k{acked}"), &value(acked)]) {
             Ok(r) if r == "+OK" => {
                 acked += 1;
-                progress.store(acked, std::sync::atomic::Ordering::Relaxed);
+                progress.store(acked, Ordering::Relaxed);
             }
             Ok(r) => panic!("{mode}: SET k{acked} answered {r}"),
             Err(_) => break,

@@ -17,7 +17,7 @@
 //! FLUSHDB starts a new generation; keys of older generations are invisible
 //! and compaction drops them.
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 
 /// Namespace tag of Redis keys.
 pub const NS_KEYS: u8 = b'k';
@@ -447,10 +447,11 @@ fn whole_header(raw: &[u8]) -> Result<Header, DecodeError> {
 
 /// The entry of stored value `raw`, whose header is `h`.
 fn entry(raw: Vec<u8>, h: Header) -> Entry {
-    let skip = HEADER_LEN + if h.expire_at.is_some() { 8 } else { 0 };
+    let mut value = Bytes::from(raw);
+    value.advance(HEADER_LEN + if h.expire_at.is_some() { 8 } else { 0 });
     Entry {
         kind: h.kind,
-        value: Bytes::from(raw).slice(skip..),
+        value,
         expire_at: h.expire_at,
     }
 }

@@ -110,12 +110,7 @@ fn readers_see_every_write_while_the_tier_merges_and_copies_out() {
     assert_eq!(scan(&db), model, "seed {seed}");
     // Merges run on the tier's own thread, which may lag the writes on a
     // loaded machine.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while (db.stats().memtier_merges == 0 || db.stats().memtier_unlinked == 0)
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_for(|| db.stats().memtier_merges > 0 && db.stats().memtier_unlinked > 0);
     let st = db.stats();
     assert!(st.memtier_copy_ins > 0, "{st}");
     assert!(st.memtier_merges > 0, "{st}");
@@ -184,13 +179,19 @@ fn durable_opts(fs: FsRef) -> Options {
     tier_opts(fs).tune(|s| s.memtier_path = Some("MEMTIER".into()))
 }
 
-/// Waits until the flush thread has moved every immutable memtable on.
-fn settle(db: &Db) {
+/// Polls `done` every 5 ms until it holds or 30 s have passed; the caller
+/// asserts what it needs.
+fn wait_for(mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while db.stats().immutable_memtables > 0 {
-        assert!(std::time::Instant::now() < deadline, "memtables stay");
+    while !done() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Waits until the flush thread has moved every immutable memtable on.
+fn settle(db: &Db) {
+    wait_for(|| db.stats().immutable_memtables == 0);
+    assert_eq!(db.stats().immutable_memtables, 0, "memtables stay");
 }
 
 fn wal_count(fs: &MemFs) -> usize {
@@ -366,10 +367,7 @@ fn merges_free_memtables_that_newer_writes_overwrote_entirely() {
     }
     // Merges run in the background after the copy-ins that `settle` waits
     // for: under load they lag (one run saw 9 tables and 1 merge here).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while db.stats().memtier_extents_freed == 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_for(|| db.stats().memtier_extents_freed > 0);
     let st = db.stats();
     assert!(st.memtier_extents_freed > 0, "{st}");
     assert_same(&scan(&db), &model, "after the merges");

@@ -10,6 +10,7 @@ use std::io::{self, IoSlice};
 use bytes::Bytes;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use super::reply::line;
 use super::Reply;
 
 /// Values at least this long are written from their own buffer; a shorter
@@ -43,19 +44,14 @@ impl Out {
     pub fn push(&mut self, reply: Reply, resp3: bool) {
         match reply {
             Reply::Value(b) if b.len() >= SHARE_MIN => {
-                self.buf.push(b'$');
-                self.buf.extend_from_slice(b.len().to_string().as_bytes());
-                self.buf.extend_from_slice(b"\r\n");
+                line(&mut self.buf, b'$', &b.len().to_string());
                 self.shared_len += b.len();
                 self.shared.push((self.buf.len(), b));
                 self.buf.extend_from_slice(b"\r\n");
             }
             // An array's items may hold large values (MGET).
             Reply::Array(items) => {
-                self.buf.push(b'*');
-                self.buf
-                    .extend_from_slice(items.len().to_string().as_bytes());
-                self.buf.extend_from_slice(b"\r\n");
+                line(&mut self.buf, b'*', &items.len().to_string());
                 for item in items {
                     self.push(item, resp3);
                 }

@@ -171,7 +171,9 @@ fn clean(s: &str) -> String {
     s.replace(['\r', '\n'], " ")
 }
 
-fn line(out: &mut Vec<u8>, tag: u8, s: &str) {
+/// Appends `tag`, `s` and CRLF: a simple reply, or an aggregate's or a
+/// bulk string's header.
+pub(super) fn line(out: &mut Vec<u8>, tag: u8, s: &str) {
     out.push(tag);
     out.extend_from_slice(s.as_bytes());
     out.extend_from_slice(b"\r\n");

@@ -125,8 +125,9 @@ impl WalSyncer {
 /// without the bytes it dropped).
 pub struct GatedSync {
     inner: Arc<dyn FileSync>,
-    /// The first failure's kind and message, once a sync failed.
-    failed: Mutex<Option<(io::ErrorKind, String)>>,
+    /// Held across each sync; holds the first failure's kind and message
+    /// once a sync failed.
+    gate: Mutex<Option<(io::ErrorKind, String)>>,
 }
 
 impl GatedSync {
@@ -134,7 +135,7 @@ impl GatedSync {
     pub fn new(inner: Arc<dyn FileSync>) -> GatedSync {
         GatedSync {
             inner,
-            failed: Mutex::new(None),
+            gate: Mutex::new(None),
         }
     }
 
@@ -142,7 +143,7 @@ impl GatedSync {
     /// caller. Waiting callers queue behind the one syncing, which is
     /// where their fsyncs would wait anyway.
     fn gated(&self, op: impl FnOnce(&dyn FileSync) -> io::Result<()>) -> io::Result<()> {
-        let mut failed = self.failed.lock();
+        let mut failed = self.gate.lock();
         if let Some((kind, first)) = &*failed {
             return Err(io::Error::new(
                 *kind,
