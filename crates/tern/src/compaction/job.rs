@@ -74,11 +74,11 @@ pub struct CompactionJob {
 /// scan later finds neighbouring keys' values next to each other.
 #[derive(Debug, Clone, Default)]
 pub struct ValueMoves {
-    /// Move every value, those in sorted runs too: the runs under the job's
-    /// keys become one.
-    pub merge_runs: bool,
+    /// Sorted runs whose values under the job's keys move too, into the
+    /// new run with the values not yet in runs.
+    pub merge: BTreeSet<u64>,
     /// The live blob files that are sorted runs; their values stay where
-    /// they are unless `merge_runs`.
+    /// they are unless in `merge`.
     pub runs: BTreeSet<u64>,
     /// Blob files of the new run are cut near this size, bytes.
     pub blob_file_size: u64,
@@ -87,7 +87,7 @@ pub struct ValueMoves {
 impl ValueMoves {
     /// Whether a value whose record lives in blob file `file` moves.
     fn moves(&self, file: u64) -> bool {
-        self.merge_runs || !self.runs.contains(&file)
+        !self.runs.contains(&file) || self.merge.contains(&file)
     }
 }
 

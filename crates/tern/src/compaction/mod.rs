@@ -13,6 +13,7 @@ mod job;
 pub(crate) mod picker;
 mod retention;
 mod split;
+pub(crate) mod value_runs;
 
 pub use executor::{run_parts, Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};

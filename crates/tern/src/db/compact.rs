@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use super::core::Shared;
 use super::stats::Counters;
 use crate::compaction::picker::{self, CompactionPlan, PickerInput};
+use crate::compaction::value_runs;
 use crate::compaction::{
     CompactionJob, CompactionOutput, JobContext, KeyRange, Retention, ValueMoves,
 };
@@ -338,7 +339,8 @@ fn dead_ordinals(
 /// `Settings::sorted_value_runs`): nothing unless values are separated and
 /// it writes the last level that holds its keys. Values already in sorted
 /// runs move too when the new run would make more runs overlap some key of
-/// its range than the setting allows: the runs there become one.
+/// its range than the setting allows: the sparsest runs there, as few as
+/// keep the limit ([`value_runs::runs_to_merge`]).
 fn value_moves(
     version: &Version,
     plan: &CompactionPlan,
@@ -372,39 +374,49 @@ fn value_moves(
         .flat_map(|f| f.blob_files.iter())
         .map(|&n| version.live_blob_file(n))
         .collect();
+    // The runs among them, each whole, with its live bytes.
+    let spans: Vec<(u64, value_runs::RunSpan<'_>)> = referenced
+        .iter()
+        .filter_map(|n| {
+            let b = version.blob_files.get(n)?;
+            let (first, last) = b.meta.run_keys.as_ref()?;
+            let span = value_runs::RunSpan {
+                first,
+                last,
+                live_bytes: b.meta.data_bytes.saturating_sub(b.dead_bytes),
+            };
+            Some((*n, span))
+        })
+        .collect();
+    let density = value_runs::densities(&spans.iter().map(|&(_, span)| span).collect::<Vec<_>>());
     // Only the part of each run under the job's keys counts.
-    let ranges = referenced.iter().filter_map(|n| {
-        let (first, last) = version.blob_files.get(n)?.meta.run_keys.as_ref()?;
-        let (first, last) = (first.as_slice().max(lo), last.as_slice().min(hi));
-        (first <= last).then_some((first, last))
-    });
-    // Values outside runs make a new run over the job's keys.
+    let parts: Vec<value_runs::RunPart<'_>> = spans
+        .iter()
+        .zip(density)
+        .filter_map(|(&(file, span), density)| {
+            let (first, last) = (span.first.max(lo), span.last.min(hi));
+            (first <= last).then_some(value_runs::RunPart {
+                file,
+                first,
+                last,
+                density,
+            })
+        })
+        .collect();
+    // Values outside runs make a new run over the job's keys, which takes
+    // one of the places. A job without any moves nothing: its runs were
+    // placed by earlier jobs, and a limit they seem to exceed is mostly
+    // counted over stale spans (a run keeps the span it was written with
+    // while later jobs move parts of it out).
     let new_run = referenced.iter().any(|n| !runs.contains(n));
+    let merge = if new_run {
+        value_runs::runs_to_merge(&parts, max_runs - 1)
+    } else {
+        BTreeSet::new()
+    };
     Some(ValueMoves {
-        merge_runs: max_overlap(ranges) + usize::from(new_run) > max_runs,
+        merge,
         runs,
         blob_file_size: opts.blob_file_size,
     })
-}
-
-/// The most of the closed key ranges `[first, last]` that share a key.
-fn max_overlap<'a>(ranges: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> usize {
-    // Starts sort before ends at the same key: closed ranges touching
-    // there share it.
-    let mut events: Vec<(&[u8], bool)> = Vec::new();
-    for (first, last) in ranges {
-        events.push((first, false));
-        events.push((last, true));
-    }
-    events.sort();
-    let (mut depth, mut most) = (0usize, 0usize);
-    for (_, end) in events {
-        if end {
-            depth = depth.saturating_sub(1);
-        } else {
-            depth += 1;
-            most = most.max(depth);
-        }
-    }
-    most
 }

@@ -382,11 +382,12 @@ settings! {
     /// flushes): out of memory, the difference between one device read
     /// per scan and one per row. A value already in a sorted run stays
     /// there until a compaction's new run would make more than this many
-    /// runs overlap some key of its range; that compaction merges them
-    /// into one. The price is write
+    /// runs overlap some key of its range; that compaction merges the
+    /// sparsest of them (the fewest live bytes for their span of keys)
+    /// into its new run, as few as keep the limit. The price is write
     /// amplification: each value that lives until it reaches the last
-    /// level is written once more, and again when runs merge. `off` never
-    /// moves values. Default: off.
+    /// level is written once more, and again when its run merges. `off`
+    /// never moves values. Default: off.
     #[serde(serialize_with = "off_when_none")]
     sorted_value_runs: Option<usize> = None,
     /// Read separated values through a read-only mapping of their blob
