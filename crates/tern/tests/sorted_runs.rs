@@ -180,8 +180,8 @@ fn values_in_runs_stay_until_too_many_runs_overlap() {
     let db = Db::open(DIR, opts(fs.clone(), 3)).unwrap();
     let mut model = BTreeMap::new();
     // Rounds of keys from all over the key range, each a quarter the size
-    // of the one before: each run overlaps every earlier one and is more
-    // than twice as dense as the next, so none merges for its size.
+    // of the one before: each run overlaps every earlier one and is denser
+    // than every later one.
     let rounds: [fn(u32) -> bool; 4] = [
         |i| i % 2 == 0,
         |i| i % 8 == 1,

@@ -5,7 +5,7 @@
 //! each of its keys within the limit. Merging every run under its keys
 //! once the limit is reached rewrites the oldest, densest runs, those
 //! holding most of the values, again and again as the store grows. Here
-//! only as many runs merge as the limit needs, the sparsest first: young
+//! runs merge only where the limit needs it, the sparsest first: young
 //! runs that hold few values for their span of keys merge with each other,
 //! while a large run stays where it is.
 
@@ -28,8 +28,10 @@ pub(crate) struct RunPart<'a> {
 /// The runs among `parts` whose values move into the new run so that no
 /// key is under more than `keep_at_most` of the runs left: walking the keys
 /// in order, wherever a run starts and too many are under that key, the
-/// sparsest of them (on a tie, the youngest: the highest file number)
-/// until few enough are. `O(n log n)`: a job into a large last level names
+/// sparsest of them (on a tie, the higher file number) until few enough
+/// are. A greedy walk, cheap rather than minimal: a run it merges early
+/// may turn out not to be needed once a later one merges too (one that
+/// spans both pile-ups). `O(n log n)`: a job into a large last level names
 /// hundreds of runs.
 pub(crate) fn runs_to_merge(parts: &[RunPart<'_>], keep_at_most: usize) -> BTreeSet<u64> {
     // Starts sort before ends at the same key: closed spans touching there
@@ -172,7 +174,7 @@ mod tests {
     }
 
     #[test]
-    fn ties_merge_the_youngest() {
+    fn ties_merge_the_higher_file_number() {
         let parts = [part(3, "a", "z", 1.0), part(9, "a", "z", 1.0)];
         assert_eq!(runs_to_merge(&parts, 1), BTreeSet::from([9]));
     }

@@ -339,8 +339,8 @@ fn dead_ordinals(
 /// `Settings::sorted_value_runs`): nothing unless values are separated and
 /// it writes the last level that holds its keys. Values already in sorted
 /// runs move too when the new run would make more runs overlap some key of
-/// its range than the setting allows: the sparsest runs there, as few as
-/// keep the limit ([`value_runs::runs_to_merge`]).
+/// its range than the setting allows: the sparsest runs where too many
+/// share a key ([`value_runs::runs_to_merge`]).
 fn value_moves(
     version: &Version,
     plan: &CompactionPlan,

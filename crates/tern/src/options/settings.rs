@@ -384,7 +384,7 @@ settings! {
     /// there until a compaction's new run would make more than this many
     /// runs overlap some key of its range; that compaction merges the
     /// sparsest of them (the fewest live bytes for their span of keys)
-    /// into its new run, as few as keep the limit. The price is write
+    /// into its new run, where the limit needs it. The price is write
     /// amplification: each value that lives until it reaches the last
     /// level is written once more, and again when its run merges. `off`
     /// never moves values. Default: off.
