@@ -12,6 +12,8 @@
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
+use crate::format::block::common_prefix_len;
+
 /// A sorted run's part under a compaction's keys.
 #[derive(Debug, Clone)]
 pub(crate) struct RunPart<'a> {
@@ -21,7 +23,7 @@ pub(crate) struct RunPart<'a> {
     pub first: &'a [u8],
     /// See `first`.
     pub last: &'a [u8],
-    /// Live bytes per unit of key space over the whole run ([`density`]).
+    /// Live bytes per unit of key space over the whole run ([`densities`]).
     pub density: f64,
 }
 
@@ -83,7 +85,7 @@ pub(crate) struct RunSpan<'a> {
 pub(crate) fn densities(spans: &[RunSpan<'_>]) -> Vec<f64> {
     let keys = || spans.iter().flat_map(|s| [s.first, s.last]);
     let prefix = keys()
-        .reduce(|p, k| &p[..common_prefix(p, k)])
+        .reduce(|p, k| &p[..common_prefix_len(p, k)])
         .map_or(0, <[u8]>::len);
     // Per byte position past the prefix: the least byte seen and the
     // radix, for as many positions as an f64 counts exactly.
@@ -119,10 +121,6 @@ pub(crate) fn densities(spans: &[RunSpan<'_>]) -> Vec<f64> {
             s.live_bytes as f64 / width
         })
         .collect()
-}
-
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 #[cfg(test)]
