@@ -1,7 +1,9 @@
 //! Data block benchmarks: building ~4 KiB blocks, seeking in them and
-//! iterating them forward and backward; and probing the bloom filter of a
-//! table of 2M keys (2.5 MB, larger than the cache) for keys it holds and
-//! keys it does not.
+//! iterating them forward and backward; seeking in blocks far larger than
+//! the CPU's caches together (each seek's block read from memory, as a
+//! point read of a large table meets it); and probing the bloom filter of
+//! a table of 2M keys (2.5 MB, larger than the cache) for keys it holds
+//! and keys it does not.
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -132,5 +134,60 @@ fn bloom_probes(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(block_benches, benches, bloom_probes);
+/// Seeks for random keys of random blocks among 16,384 blocks (64 MiB),
+/// each block shaped as a table of separated values holds them: about 100
+/// keys of 24 bytes with a 16-byte blob reference each. The blocks' bytes
+/// are not in the CPU's caches, so the seek pays for every cache line it
+/// touches, as a point read in a large table does.
+fn seek_cold(c: &mut Criterion) {
+    const BLOCKS: u64 = 16 << 10;
+    let key = |b: u64, i: u64| format!("user{:020}", (b * 1000 + i * 7) * 1_000_003);
+    let mut per_block = 0;
+    let blocks: Vec<Arc<Block>> = (0..BLOCKS)
+        .map(|b| {
+            let mut builder = BlockBuilder::new(16);
+            let mut i = 0;
+            while builder.estimated_size() < 4000 {
+                let k = make_internal_key(key(b, i).as_bytes(), 1000 + i, ValueKind::Value);
+                builder.add(&k, &(b * 1000 + i).to_le_bytes().repeat(2));
+                i += 1;
+            }
+            per_block = i;
+            Arc::new(Block::new(builder.finish().to_vec()).unwrap())
+        })
+        .collect();
+    // A fixed pseudo-random sequence of (block, key) pairs.
+    let seeks: Vec<(usize, Vec<u8>)> = (0..4096u64)
+        .map(|n| {
+            let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let b = (h >> 20) % BLOCKS;
+            let i = (h >> 4) % per_block;
+            (b as usize, seek_key(key(b, i).as_bytes(), MAX_SEQ))
+        })
+        .collect();
+    let mut g = c.benchmark_group("block_cold");
+    g.measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Elements(seeks.len() as u64));
+    g.bench_function("seek_64m", |bench| {
+        let mut key_buf = Vec::new();
+        bench.iter(|| {
+            let mut found = 0usize;
+            for (b, t) in &seeks {
+                let mut it =
+                    BlockIter::with_key_buffer(&*blocks[*b], compare, std::mem::take(&mut key_buf));
+                it.seek(t);
+                // The entry found is the sought user key's (the seek key
+                // differs from it only in its 8-byte trailer).
+                let user = &t[..t.len() - 8];
+                found += usize::from(it.valid() && it.key().starts_with(user));
+                key_buf = it.into_key_buffer();
+            }
+            assert_eq!(found, seeks.len(), "every seek finds its key");
+            black_box(found)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(block_benches, benches, seek_cold, bloom_probes);
 criterion_main!(block_benches);

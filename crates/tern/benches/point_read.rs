@@ -6,7 +6,10 @@
 //! key's first) and in tables (block cache hits); batches of 16
 //! reads with and without naming their keys for read-ahead first; and
 //! reads from one table of a million keys, whose index (about 9,000
-//! entries) costs more to search than a small table's.
+//! entries) costs more to search than a small table's; and reads of 1 KiB
+//! values separated into blob files, 256 MiB of them, so that the table's
+//! blocks and the values a read touches are mostly not in the CPU's
+//! caches.
 
 #![allow(missing_docs)]
 
@@ -24,20 +27,29 @@ const KEYS: u32 = 100_000;
 /// Keys in the table of the `get_1m_one_table` group.
 const BIG_KEYS: u32 = 1_000_000;
 
+/// The value most stores hold: small enough to stay in the tables.
+const SMALL_VALUE: &[u8] = b"value-of-sixteen";
+
 fn open_store(name: &str, flushed: bool, writes: u32) -> (Db, std::path::PathBuf) {
-    open_store_of(name, KEYS, flushed, writes)
+    open_store_of(name, KEYS, flushed, writes, SMALL_VALUE)
 }
 
-/// A store of `keys` keys, each written `writes` times (round after
-/// round, so a key's versions lie far apart in the memtable).
-fn open_store_of(name: &str, keys: u32, flushed: bool, writes: u32) -> (Db, std::path::PathBuf) {
+/// A store of `keys` keys, each written `writes` times with `value`
+/// (round after round, so a key's versions lie far apart in the memtable).
+fn open_store_of(
+    name: &str,
+    keys: u32,
+    flushed: bool,
+    writes: u32,
+    value: &[u8],
+) -> (Db, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("tern-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let opts = Options::default().tune(|s| s.write_buffer_size = 256 << 20);
     let db = Db::open(&dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
     for _ in 0..writes {
         for i in 0..keys {
-            db.put(&key(i), b"value-of-sixteen")
+            db.put(&key(i), value)
                 .unwrap_or_else(|e| panic!("put: {e}"));
         }
     }
@@ -144,12 +156,25 @@ fn point_reads(c: &mut Criterion) {
         let _ = std::fs::remove_dir_all(dir);
     }
     // One flush of a million keys: one table with a large index.
-    let (db, dir) = open_store_of("big", BIG_KEYS, true, 1);
+    let big = open_store_of("big", BIG_KEYS, true, 1, SMALL_VALUE);
+    scattered_reads(c, "get_1m_one_table", big, BIG_KEYS);
+    // 1 KiB values, separated into blob files.
+    let separated = open_store_of("separated", SEPARATED_KEYS, true, 1, &[b'v'; 1024]);
+    scattered_reads(c, "get_256k_separated", separated, SEPARATED_KEYS);
+}
+
+/// Keys of the `get_256k_separated` group, each with a 1 KiB value.
+const SEPARATED_KEYS: u32 = 256 << 10;
+
+/// Benchmarks group `name`: 100k reads of keys scattered over the `keys`
+/// keys of `store`, from one thread and from four; then removes the store.
+fn scattered_reads(c: &mut Criterion, name: &str, store: (Db, std::path::PathBuf), keys: u32) {
+    let (db, dir) = store;
     let sample: Vec<Vec<u8>> = (0..KEYS)
-        .map(|i| key(i.wrapping_mul(7919) % BIG_KEYS))
+        .map(|i| key(i.wrapping_mul(7919) % keys))
         .collect();
     read_all(&db, &sample, 1);
-    let mut g = c.benchmark_group("get_1m_one_table");
+    let mut g = c.benchmark_group(name);
     g.throughput(Throughput::Elements(u64::from(KEYS)));
     for threads in [1, 4] {
         g.bench_function(format!("{threads}_threads"), |b| {

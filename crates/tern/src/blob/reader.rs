@@ -20,6 +20,10 @@ pub const WALK_READ_BYTES: u64 = 1 << 20;
 /// [`BlobReader::walk_records`]; shorter runs are read through, as one
 /// larger read costs less than two.
 pub const WALK_SKIP_BYTES: u64 = 64 << 10;
+/// Most bytes of a record a mapped read asks the CPU for ahead of its
+/// checksum: past a few KiB the hardware's own sequential prefetch keeps
+/// up, and a large value's lines would only push others out.
+const RECORD_PREFETCH_MAX: usize = 4 << 10;
 
 /// One record read whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -482,6 +486,11 @@ impl BlobReader {
             return Some(Err(e));
         }
         // Inside the records, so inside the mapping (the file as opened).
+        // The record's lines are asked for at once: the checksum then
+        // reads them without waiting on each in turn.
+        if let Some(rec) = map.get(offset as usize..(offset + len) as usize) {
+            crate::hint::prefetch_bytes(rec, RECORD_PREFETCH_MAX);
+        }
         self.value_from_buffer(map, 0, offset, want)
     }
 
