@@ -142,8 +142,8 @@ fn bloom_probes(c: &mut Criterion) {
 fn seek_cold(c: &mut Criterion) {
     const BLOCKS: u64 = 16 << 10;
     let key = |b: u64, i: u64| format!("user{:020}", (b * 1000 + i * 7) * 1_000_003);
-    let mut per_block = 0;
-    let blocks: Vec<Arc<Block>> = (0..BLOCKS)
+    // Each block with the number of keys it took.
+    let blocks: Vec<(Arc<Block>, u64)> = (0..BLOCKS)
         .map(|b| {
             let mut builder = BlockBuilder::new(16);
             let mut i = 0;
@@ -152,8 +152,7 @@ fn seek_cold(c: &mut Criterion) {
                 builder.add(&k, &(b * 1000 + i).to_le_bytes().repeat(2));
                 i += 1;
             }
-            per_block = i;
-            Arc::new(Block::new(builder.finish().to_vec()).unwrap())
+            (Arc::new(Block::new(builder.finish().to_vec()).unwrap()), i)
         })
         .collect();
     // A fixed pseudo-random sequence of (block, key) pairs.
@@ -161,7 +160,7 @@ fn seek_cold(c: &mut Criterion) {
         .map(|n| {
             let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let b = (h >> 20) % BLOCKS;
-            let i = (h >> 4) % per_block;
+            let i = (h >> 4) % blocks[b as usize].1;
             (b as usize, seek_key(key(b, i).as_bytes(), MAX_SEQ))
         })
         .collect();
@@ -173,8 +172,11 @@ fn seek_cold(c: &mut Criterion) {
         bench.iter(|| {
             let mut found = 0usize;
             for (b, t) in &seeks {
-                let mut it =
-                    BlockIter::with_key_buffer(&*blocks[*b], compare, std::mem::take(&mut key_buf));
+                let mut it = BlockIter::with_key_buffer(
+                    &*blocks[*b].0,
+                    compare,
+                    std::mem::take(&mut key_buf),
+                );
                 it.seek(t);
                 // The entry found is the sought user key's (the seek key
                 // differs from it only in its 8-byte trailer).

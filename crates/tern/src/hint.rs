@@ -16,7 +16,7 @@ pub fn prefetch_read<T>(p: *const T) {
 }
 
 /// Bytes in a CPU cache line.
-pub const CACHE_LINE: usize = 64;
+const CACHE_LINE: usize = 64;
 
 /// [`prefetch_read`] for every cache line `bytes` touches, up to `max`
 /// bytes from its start: for a read that will go through all of them, so

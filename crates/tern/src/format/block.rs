@@ -246,24 +246,21 @@ impl Block {
     /// either way.
     #[inline]
     fn prefetch_restart_keys(&self, left: usize, right: usize) {
-        // (left, right, depth) ranges still to visit, as the search splits
-        // them: at most one pending range per level.
-        let mut stack = [(0usize, 0usize); PREFETCH_DEPTH + 1];
-        let mut depth = [0usize; PREFETCH_DEPTH + 1];
+        // (left, right, depth) of the ranges still to visit, as the search
+        // splits them: at most one pending range per level.
+        let mut stack = [(0usize, 0usize, 0usize); PREFETCH_DEPTH + 1];
+        stack[0] = (left, right, 0);
         let mut len = 1;
-        stack[0] = (left, right);
         while len > 0 {
             len -= 1;
-            let ((l, r), d) = (stack[len], depth[len]);
+            let (l, r, d) = stack[len];
             if l >= r || d == PREFETCH_DEPTH {
                 continue;
             }
             let mid = (l + r).div_ceil(2);
             crate::hint::prefetch_read(self.data[self.restart_point(mid)..].as_ptr());
-            stack[len] = (mid, r);
-            depth[len] = d + 1;
-            stack[len + 1] = (l, mid - 1);
-            depth[len + 1] = d + 1;
+            stack[len] = (mid, r, d + 1);
+            stack[len + 1] = (l, mid - 1, d + 1);
             len += 2;
         }
     }

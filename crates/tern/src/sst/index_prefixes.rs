@@ -86,13 +86,14 @@ impl IndexPrefixes {
         // `hi` equal it: usually none or one, stepped over one by one.
         let xs = &self.prefixes;
         let lo = lower_bound(xs, p);
-        let mut hi = lo;
-        while hi < xs.len() && xs[hi] == p {
-            hi += 1;
-            if hi - lo == EQUAL_STEPS {
-                hi += xs[hi..].partition_point(|&x| x == p);
-                break;
-            }
+        let mut hi = lo
+            + xs[lo..]
+                .iter()
+                .take(EQUAL_STEPS)
+                .take_while(|&&x| x == p)
+                .count();
+        if hi - lo == EQUAL_STEPS {
+            hi += xs[hi..].partition_point(|&x| x == p);
         }
         (lo.saturating_sub(1), hi.saturating_sub(1))
     }
