@@ -300,6 +300,9 @@ fn skewed_overwrites(ratio: f64, limit: Option<f64>) -> (f64, f64, u64) {
             blob_threshold: Some(256),
             gc_garbage_ratio: ratio,
             gc_space_amp_limit: limit,
+            // The bounds a writing store keeps; `wait_for_background`
+            // would otherwise also run the idle store's GC.
+            gc_idle_space_amp_limit: None,
             write_buffer_size: 256 << 10,
             blob_file_size: 256 << 10,
             target_file_size: 64 << 10,
@@ -381,6 +384,92 @@ fn space_amp_limit_holds_when_no_file_reaches_the_gc_ratio() {
         "the workload should exceed {bound:.3} without the limit: {unlimited:.3}"
     );
     assert_within(skewed_overwrites(0.95, Some(limit)), bound);
+}
+
+/// A store of 3,000 separated values whose every blob file then lost
+/// about 18% of its records to uniform overwrites, the garbage compaction
+/// has found: under `gc_space_amp_limit` 1.25, where no file holds the
+/// fifth of garbage it needs. Returns the store and each key's round.
+fn thinly_overwritten(idle_limit: Option<f64>) -> (tempfile::TempDir, Db, Vec<u32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        settings: tern::Settings {
+            blob_threshold: Some(256),
+            gc_garbage_ratio: 0.5,
+            gc_space_amp_limit: Some(1.25),
+            gc_idle_space_amp_limit: idle_limit,
+            write_buffer_size: 256 << 10,
+            blob_file_size: 256 << 10,
+            target_file_size: 64 << 10,
+            ..tern::Settings::default()
+        },
+        ..Options::default()
+    };
+    let db = Db::open(dir.path(), opts).unwrap();
+    let keys = 3000u32;
+    let mut latest = vec![0u32; keys as usize];
+    for i in 0..keys {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.flush().unwrap();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..keys / 5 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let i = (rng >> 8) as u32 % keys;
+        db.put(&key(i), &value(i, 1)).unwrap();
+        latest[i as usize] = 1;
+    }
+    db.flush().unwrap();
+    db.compact_range(None, None).unwrap();
+    (dir, db, latest)
+}
+
+/// Blob file bytes over the live records' bytes, as `Stats` counts them.
+fn blob_amp(db: &Db) -> f64 {
+    let st = db.stats();
+    st.blob_bytes as f64 / st.blob_live_bytes.max(1) as f64
+}
+
+#[test]
+fn an_idle_store_collects_the_thin_garbage_a_writing_one_keeps() {
+    // With idle-time GC off, the store keeps what the busy limit leaves.
+    let (_dir, db, latest) = thinly_overwritten(None);
+    db.wait_for_background().unwrap();
+    let kept = blob_amp(&db);
+    assert!(
+        kept > 1.12,
+        "the workload should leave the blob files over the idle bound: {kept:.3}"
+    );
+    check_all(&db, &latest, "idle GC off");
+    drop(db);
+
+    // On, the GC thread finds the store idle and works it down to 1.1
+    // (the files' headers and indexes on top) without being asked.
+    let (dir, db, latest) = thinly_overwritten(Some(1.1));
+    let runs_before = db.stats().gc_runs;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while blob_amp(&db) > 1.1 * 1.05 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an idle store stayed at {:.3} for a minute",
+            blob_amp(&db)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(db.stats().gc_runs > runs_before, "GC must have run");
+    check_all(&db, &latest, "after idle GC");
+    // `wait_for_background` runs the same GC and finds nothing left.
+    db.wait_for_background().unwrap();
+    assert!(blob_amp(&db) <= 1.1 * 1.05);
+    let db = reopen(db, &dir);
+    check_all(&db, &latest, "after idle GC and a restart");
+}
+
+fn reopen(db: Db, dir: &tempfile::TempDir) -> Db {
+    drop(db);
+    Db::open(dir.path(), Options::default()).unwrap()
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! Background threads: one flushes immutable memtables, one compacts, one
 //! collects blob garbage, one syncs the WAL as it grows.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::core::Shared;
 use crate::error::{Error, IoContext};
@@ -121,9 +122,38 @@ fn lower_priority(s: &Shared, thread: &str) {
     }
 }
 
+/// How long the store must take no writes before GC works down to
+/// `gc_idle_space_amp_limit`.
+const IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// Tells, from the last published sequence number, whether the store has
+/// taken no writes for [`IDLE_AFTER`].
+struct IdleWatch {
+    seq: u64,
+    since: Instant,
+}
+
+impl IdleWatch {
+    fn new(seq: u64, now: Instant) -> IdleWatch {
+        IdleWatch { seq, since: now }
+    }
+
+    /// True once `seq` has not moved for [`IDLE_AFTER`] up to `now`.
+    fn idle(&mut self, seq: u64, now: Instant) -> bool {
+        if seq != self.seq {
+            self.seq = seq;
+            self.since = now;
+            return false;
+        }
+        now.saturating_duration_since(self.since) >= IDLE_AFTER
+    }
+}
+
 fn gc_loop(s: &Shared) {
     lower_priority(s, "GC");
     let mut failures = 0u32;
+    let written = || s.visible_seq.load(Ordering::Acquire);
+    let mut watch = IdleWatch::new(written(), Instant::now());
     loop {
         {
             let mut state = s.state.lock();
@@ -147,7 +177,15 @@ fn gc_loop(s: &Shared) {
         // Keep collecting while there is work, then go back to waiting.
         loop {
             let busy = s.poll_slots.background_job();
-            let done = s.gc_one();
+            let mut done = s.gc_one();
+            // Nothing over the limit for a writing store: an idle one is
+            // worked down to its own. A write ends that at the next job.
+            if matches!(done, Ok(false))
+                && s.opts.gc_idle_space_amp_limit.is_some()
+                && watch.idle(written(), Instant::now())
+            {
+                done = s.gc_one_idle();
+            }
             drop(busy);
             match done {
                 Ok(true) => failures = 0,
@@ -290,7 +328,7 @@ fn wal_sync_loop(s: &Shared) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::path::Path;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     use super::*;
     use crate::io::MemFs;
@@ -417,5 +455,17 @@ mod tests {
         for (name, p) in thread_priorities(crate::CpuPriority::Normal, normal) {
             assert_eq!(p, normal, "{name} at normal");
         }
+    }
+
+    #[test]
+    fn a_store_is_idle_only_after_a_second_without_writes() {
+        let t0 = Instant::now();
+        let mut w = IdleWatch::new(7, t0);
+        assert!(!w.idle(7, t0 + Duration::from_millis(999)));
+        assert!(w.idle(7, t0 + IDLE_AFTER));
+        // A write restarts the clock.
+        assert!(!w.idle(8, t0 + Duration::from_secs(5)));
+        assert!(!w.idle(8, t0 + Duration::from_millis(5500)));
+        assert!(w.idle(8, t0 + Duration::from_secs(6)));
     }
 }

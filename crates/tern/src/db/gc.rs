@@ -14,6 +14,22 @@ impl Shared {
     /// Picks blob files to collect ([`picker::pick`]), copies their live
     /// records into new files and installs them. Returns whether a job ran.
     pub fn gc_one(&self) -> Result<bool> {
+        self.gc_one_picked(picker::pick)
+    }
+
+    /// [`Shared::gc_one`] for a store that is not writing: the files over
+    /// `gc_idle_space_amp_limit` ([`picker::pick_idle`]).
+    pub fn gc_one_idle(&self) -> Result<bool> {
+        self.gc_one_picked(picker::pick_idle)
+    }
+
+    fn gc_one_picked(
+        &self,
+        pick: for<'a> fn(
+            &'a Version,
+            &crate::options::Options,
+        ) -> Vec<&'a crate::version::BlobFileState>,
+    ) -> Result<bool> {
         let _guard = self.gc_lock.lock();
         // The version the job reads from stays pinned (via `_pin`) until the
         // install, so none of its input files is deleted while it runs.
@@ -23,7 +39,7 @@ impl Shared {
                 return Ok(false);
             }
             let v = state.versions.current();
-            let picked = picker::pick(&v, &self.opts);
+            let picked = pick(&v, &self.opts);
             if picked.is_empty() {
                 return Ok(false);
             }

@@ -8,13 +8,30 @@ use crate::version::{BlobFileState, Version};
 /// and, while the blob files are over `gc_space_amp_limit`, files under the
 /// ratio too until what they free brings the store back under the limit.
 pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
+    pick_under(v, opts, opts.gc_space_amp_limit)
+}
+
+/// [`pick`] for a store that has stopped writing: the lower of
+/// `gc_idle_space_amp_limit` and `gc_space_amp_limit` bounds the blob
+/// files instead.
+pub fn pick_idle<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
+    let limit = match (opts.gc_idle_space_amp_limit, opts.gc_space_amp_limit) {
+        (Some(idle), Some(busy)) => Some(idle.min(busy)),
+        (idle, busy) => idle.or(busy),
+    };
+    pick_under(v, opts, limit)
+}
+
+/// [`pick`] with the bound on the blob files' bytes over their live bytes
+/// given.
+fn pick_under<'a>(v: &'a Version, opts: &Options, limit: Option<f64>) -> Vec<&'a BlobFileState> {
     // Bytes GC must free to bring total/live under the limit. Some file
     // then holds more than the floor's share of garbage: if every file held
     // less, so would the whole. Garbage compaction has not marked yet does
     // not count: GC cannot free it, and copying files with less garbage in
     // its place costs more than the compaction that reveals it
     // (`compaction::picker`).
-    let (mut excess, floor) = match opts.gc_space_amp_limit {
+    let (mut excess, floor) = match limit {
         Some(limit) => (v.blob_space_excess(limit, 0), 1.0 - 1.0 / limit),
         None => (0, f64::INFINITY),
     };
@@ -130,6 +147,29 @@ mod tests {
         // 300 - 1.2 * 243 = 8.4 bytes takes one file.
         let v = version(&[(1, 19), (2, 19), (3, 19)]);
         assert_eq!(picked(&v, &opts(0.5, Some(1.2), 8)), vec![1]);
+    }
+
+    #[test]
+    fn an_idle_store_is_collected_down_to_the_idle_limit_and_no_further() {
+        // Garbage spread thinly, as updates spread over every file leave
+        // it: 400/340 = 1.18, under 1.25, and no file holds the fifth it
+        // needs there.
+        let v = version(&[(1, 15), (2, 15), (3, 15), (4, 15)]);
+        let mut o = opts(0.5, Some(1.25), 8);
+        o.settings.gc_idle_space_amp_limit = Some(1.1);
+        assert!(picked(&v, &o).is_empty());
+        // Idle, 1.1 takes files of at least a eleventh of garbage until
+        // 400 - 1.1 * 340 = 26 bytes are freed: two of 15.
+        let idle: Vec<u64> = pick_idle(&v, &o).iter().map(|b| b.meta.number).collect();
+        assert_eq!(idle, vec![1, 2]);
+        // Files under the idle bound's share stay even then.
+        let thin = version(&[(1, 8), (2, 8), (3, 8), (4, 8)]);
+        assert!(pick_idle(&thin, &o).is_empty());
+        // An idle limit above the busy one changes nothing, and off is off.
+        o.settings.gc_idle_space_amp_limit = Some(1.5);
+        assert!(pick_idle(&v, &o).is_empty());
+        o.settings.gc_idle_space_amp_limit = None;
+        assert!(pick_idle(&v, &o).is_empty());
     }
 
     #[test]

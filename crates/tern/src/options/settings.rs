@@ -440,6 +440,22 @@ settings! {
     /// leaves GC to the ratio alone. Default: 1.25.
     #[serde(serialize_with = "off_when_none")]
     gc_space_amp_limit: Option<f64> = Some(1.25),
+    /// The bound of `gc_space_amp_limit` while the store is idle: once no
+    /// write has landed for a second, GC works the blob files down to it,
+    /// by the same rule (most garbage first, never a file with less than
+    /// the bound allows in all: an eleventh at 1.1), and goes back to
+    /// `gc_space_amp_limit` with the next write. Under writes a file keeps
+    /// its garbage until it is worth copying, since more keeps coming;
+    /// garbage spread thinly over every file (a fifth is needed at 1.25)
+    /// then stays on disk for good once the writes stop, which is when
+    /// copying it costs the foreground the least. Reads do not count as
+    /// activity: on a store that reads after it stops writing, that copy
+    /// shares the disk and a core with them (`background_cpu_priority`
+    /// and `background_rate_limit` bound it). `Db::wait_for_background`
+    /// runs it as well, the caller being idle. `off`: the store keeps
+    /// what `gc_space_amp_limit` leaves. Default: 1.1.
+    #[serde(serialize_with = "off_when_none")]
+    gc_idle_space_amp_limit: Option<f64> = Some(1.1),
     /// Most input bytes one GC job reads. Default: 256 MiB.
     gc_max_batch_bytes: u64 = 256 << 20,
     /// Most input files one GC job merges. Default: 8.
@@ -557,6 +573,12 @@ impl Settings {
             .is_some_and(|l| !(l > 1.0 && l.is_finite()))
         {
             return bad("gc_space_amp_limit must be above 1 (off to leave GC to gc_garbage_ratio)");
+        }
+        if self
+            .gc_idle_space_amp_limit
+            .is_some_and(|l| !(l > 1.0 && l.is_finite()))
+        {
+            return bad("gc_idle_space_amp_limit must be above 1 (off for no idle-time GC)");
         }
         if self.blob_file_size < 4096 || self.gc_max_batch_files == 0 {
             return bad("blob_file_size must be at least 4096 and gc_max_batch_files at least 1");
