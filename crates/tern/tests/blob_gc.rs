@@ -448,7 +448,6 @@ fn an_idle_store_collects_the_thin_garbage_a_writing_one_keeps() {
     // On, the GC thread finds the store idle and works it down to 1.1
     // (the files' headers and indexes on top) without being asked.
     let (dir, db, latest) = thinly_overwritten(Some(1.1));
-    let runs_before = db.stats().gc_runs;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while blob_amp(&db) > 1.1 * 1.05 {
         assert!(
@@ -458,7 +457,10 @@ fn an_idle_store_collects_the_thin_garbage_a_writing_one_keeps() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(db.stats().gc_runs > runs_before, "GC must have run");
+    // Nothing else collects here: with the idle bound off, the same
+    // workload kept its garbage (above). The idle GC may well have run
+    // before the loop first looked, on a slow machine.
+    assert!(db.stats().gc_runs > 0, "GC must have run");
     check_all(&db, &latest, "after idle GC");
     // `wait_for_background` runs the same GC and finds nothing left.
     db.wait_for_background().unwrap();

@@ -670,7 +670,9 @@ impl Db {
     }
 
     /// Runs blob GC now until nothing is left to collect: no file at or over
-    /// `gc_garbage_ratio`, and the blob files within `gc_space_amp_limit`.
+    /// `gc_garbage_ratio`, and the blob files within `gc_space_amp_limit`
+    /// (the writing store's bounds; `wait_for_background` also applies
+    /// `gc_idle_space_amp_limit`).
     /// Returns the number of GC jobs run.
     pub fn collect_garbage(&self) -> Result<usize> {
         self.shared.check_open()?;

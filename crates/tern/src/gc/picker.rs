@@ -162,9 +162,18 @@ mod tests {
         // 400 - 1.1 * 340 = 26 bytes are freed: two of 15.
         let idle: Vec<u64> = pick_idle(&v, &o).iter().map(|b| b.meta.number).collect();
         assert_eq!(idle, vec![1, 2]);
-        // Files under the idle bound's share stay even then.
-        let thin = version(&[(1, 8), (2, 8), (3, 8), (4, 8)]);
-        assert!(pick_idle(&thin, &o).is_empty());
+        // A store already under the idle bound is left alone: 400/368.
+        let under = version(&[(1, 8), (2, 8), (3, 8), (4, 8)]);
+        assert!(pick_idle(&under, &o).is_empty());
+        // Over it, a file under the bound's share (1 - 1/1.1, 9.1%) stays
+        // even while the rest cannot free enough: 400/333 = 1.2, excess
+        // 400 - 1.1 * 333 = 33.7; the 8s are skipped.
+        let mixed = version(&[(1, 8), (2, 30), (3, 8), (4, 21)]);
+        let idle: Vec<u64> = pick_idle(&mixed, &o)
+            .iter()
+            .map(|b| b.meta.number)
+            .collect();
+        assert_eq!(idle, vec![2, 4]);
         // An idle limit above the busy one changes nothing, and off is off.
         o.settings.gc_idle_space_amp_limit = Some(1.5);
         assert!(pick_idle(&v, &o).is_empty());

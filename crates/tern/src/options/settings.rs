@@ -437,7 +437,8 @@ settings! {
     /// copies still frees at least a quarter byte. Under skewed updates the
     /// old, mostly cold files collect garbage slowly and sit just under the
     /// ratio, which would otherwise leave the store near 1/(1−ratio); `off`
-    /// leaves GC to the ratio alone. Default: 1.25.
+    /// leaves a writing store's GC to the ratio alone
+    /// (`gc_idle_space_amp_limit` still bounds an idle one). Default: 1.25.
     #[serde(serialize_with = "off_when_none")]
     gc_space_amp_limit: Option<f64> = Some(1.25),
     /// The bound of `gc_space_amp_limit` while the store is idle: once no
@@ -451,9 +452,12 @@ settings! {
     /// copying it costs the foreground the least. Reads do not count as
     /// activity: on a store that reads after it stops writing, that copy
     /// shares the disk and a core with them (`background_cpu_priority`
-    /// and `background_rate_limit` bound it). `Db::wait_for_background`
-    /// runs it as well, the caller being idle. `off`: the store keeps
-    /// what `gc_space_amp_limit` leaves. Default: 1.1.
+    /// and `background_rate_limit` bound it). Bulk ingestion and
+    /// `compact_range` are not writes here, and a job already started
+    /// (up to `gc_max_batch_bytes`) runs to its end when writes resume.
+    /// `Db::wait_for_background` runs it as well, the caller being idle.
+    /// A bound above `gc_space_amp_limit` changes nothing. `off`: the
+    /// store keeps what `gc_space_amp_limit` leaves. Default: 1.1.
     #[serde(serialize_with = "off_when_none")]
     gc_idle_space_amp_limit: Option<f64> = Some(1.1),
     /// Most input bytes one GC job reads. Default: 256 MiB.
@@ -572,7 +576,9 @@ impl Settings {
             .gc_space_amp_limit
             .is_some_and(|l| !(l > 1.0 && l.is_finite()))
         {
-            return bad("gc_space_amp_limit must be above 1 (off to leave GC to gc_garbage_ratio)");
+            return bad(
+                "gc_space_amp_limit must be above 1 (off to leave a writing store's GC to gc_garbage_ratio)",
+            );
         }
         if self
             .gc_idle_space_amp_limit
