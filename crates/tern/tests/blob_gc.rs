@@ -289,6 +289,36 @@ fn gc_into_several_output_files_keeps_every_value_across_restart() {
     assert!(report.is_ok(), "{:?}", report.problems);
 }
 
+/// Settings of the space tests: values of 256 bytes and more separated,
+/// small memtables, blob files and tables, and GC's three bounds.
+fn small_separated(ratio: f64, limit: Option<f64>, idle_limit: Option<f64>) -> tern::Settings {
+    tern::Settings {
+        blob_threshold: Some(256),
+        gc_garbage_ratio: ratio,
+        gc_space_amp_limit: limit,
+        gc_idle_space_amp_limit: idle_limit,
+        write_buffer_size: 256 << 10,
+        blob_file_size: 256 << 10,
+        target_file_size: 64 << 10,
+        ..tern::Settings::default()
+    }
+}
+
+/// The next number of a xorshift sequence.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Blob file bytes over the live records' bytes, as `Stats` counts them:
+/// what GC bounds.
+fn blob_amp(db: &Db) -> f64 {
+    let st = db.stats();
+    st.blob_bytes as f64 / st.blob_live_bytes.max(1) as f64
+}
+
 /// Blob space over live blob bytes (what GC bounds) under skewed
 /// overwrites: the largest seen after each of 20 rounds, then the truth once
 /// compaction found every dead version and GC ran (blob bytes over the
@@ -297,17 +327,10 @@ fn skewed_overwrites(ratio: f64, limit: Option<f64>) -> (f64, f64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
         settings: tern::Settings {
-            blob_threshold: Some(256),
-            gc_garbage_ratio: ratio,
-            gc_space_amp_limit: limit,
+            max_bytes_for_level_base: 1 << 20,
             // The bounds a writing store keeps; `wait_for_background`
             // would otherwise also run the idle store's GC.
-            gc_idle_space_amp_limit: None,
-            write_buffer_size: 256 << 10,
-            blob_file_size: 256 << 10,
-            target_file_size: 64 << 10,
-            max_bytes_for_level_base: 1 << 20,
-            ..tern::Settings::default()
+            ..small_separated(ratio, limit, None)
         },
         ..Options::default()
     };
@@ -318,9 +341,7 @@ fn skewed_overwrites(ratio: f64, limit: Option<f64>) -> (f64, f64, u64) {
     let mut rng = 0x2545F4914F6CDD1Du64;
     for round in 0..20u32 {
         for _ in 0..keys {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
+            let rng = xorshift(&mut rng);
             // Skewed: half the writes go to a tenth of the keys.
             let i = if rng % 2 == 0 {
                 (rng >> 8) as u32 % (keys / 10)
@@ -331,9 +352,7 @@ fn skewed_overwrites(ratio: f64, limit: Option<f64>) -> (f64, f64, u64) {
             written.insert(i);
         }
         db.wait_for_background().unwrap();
-        let st = db.stats();
-        let blob_amp = st.blob_bytes as f64 / st.blob_live_bytes.max(1) as f64;
-        max_amp = max_amp.max(blob_amp);
+        max_amp = max_amp.max(blob_amp(&db));
     }
     let gc_runs = db.stats().gc_runs;
     db.compact_range(None, None).unwrap();
@@ -393,16 +412,7 @@ fn space_amp_limit_holds_when_no_file_reaches_the_gc_ratio() {
 fn thinly_overwritten(idle_limit: Option<f64>) -> (tempfile::TempDir, Db, Vec<u32>) {
     let dir = tempfile::tempdir().unwrap();
     let opts = Options {
-        settings: tern::Settings {
-            blob_threshold: Some(256),
-            gc_garbage_ratio: 0.5,
-            gc_space_amp_limit: Some(1.25),
-            gc_idle_space_amp_limit: idle_limit,
-            write_buffer_size: 256 << 10,
-            blob_file_size: 256 << 10,
-            target_file_size: 64 << 10,
-            ..tern::Settings::default()
-        },
+        settings: small_separated(0.5, Some(1.25), idle_limit),
         ..Options::default()
     };
     let db = Db::open(dir.path(), opts).unwrap();
@@ -414,22 +424,13 @@ fn thinly_overwritten(idle_limit: Option<f64>) -> (tempfile::TempDir, Db, Vec<u3
     db.flush().unwrap();
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     for _ in 0..keys / 5 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let i = (rng >> 8) as u32 % keys;
+        let i = (xorshift(&mut rng) >> 8) as u32 % keys;
         db.put(&key(i), &value(i, 1)).unwrap();
         latest[i as usize] = 1;
     }
     db.flush().unwrap();
     db.compact_range(None, None).unwrap();
     (dir, db, latest)
-}
-
-/// Blob file bytes over the live records' bytes, as `Stats` counts them.
-fn blob_amp(db: &Db) -> f64 {
-    let st = db.stats();
-    st.blob_bytes as f64 / st.blob_live_bytes.max(1) as f64
 }
 
 #[test]
@@ -465,13 +466,9 @@ fn an_idle_store_collects_the_thin_garbage_a_writing_one_keeps() {
     // `wait_for_background` runs the same GC and finds nothing left.
     db.wait_for_background().unwrap();
     assert!(blob_amp(&db) <= 1.1 * 1.05);
-    let db = reopen(db, &dir);
-    check_all(&db, &latest, "after idle GC and a restart");
-}
-
-fn reopen(db: Db, dir: &tempfile::TempDir) -> Db {
     drop(db);
-    Db::open(dir.path(), Options::default()).unwrap()
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    check_all(&db, &latest, "after idle GC and a restart");
 }
 
 #[test]

@@ -180,10 +180,7 @@ fn gc_loop(s: &Shared) {
             let mut done = s.gc_one();
             // Nothing over the limit for a writing store: an idle one is
             // worked down to its own. A write ends that at the next job.
-            if matches!(done, Ok(false))
-                && s.opts.gc_idle_space_amp_limit.is_some()
-                && watch.idle(written(), Instant::now())
-            {
+            if matches!(done, Ok(false)) && watch.idle(written(), Instant::now()) {
                 done = s.gc_one_idle();
             }
             drop(busy);

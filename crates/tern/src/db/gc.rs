@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 use crate::format::blob::LineageEntry;
 use crate::format::version_edit::{DeadOrdinals, VersionEdit};
 use crate::gc::{picker, GcContext, GcInput, GcJob, GcOutput};
-use crate::version::Version;
+use crate::options::Options;
+use crate::version::{BlobFileState, Version};
 
 impl Shared {
     /// Picks blob files to collect ([`picker::pick`]), copies their live
@@ -18,17 +19,18 @@ impl Shared {
     }
 
     /// [`Shared::gc_one`] for a store that is not writing: the files over
-    /// `gc_idle_space_amp_limit` ([`picker::pick_idle`]).
+    /// `gc_idle_space_amp_limit` ([`picker::pick_idle`]); nothing when it
+    /// is off.
     pub fn gc_one_idle(&self) -> Result<bool> {
+        if self.opts.gc_idle_space_amp_limit.is_none() {
+            return Ok(false);
+        }
         self.gc_one_picked(picker::pick_idle)
     }
 
     fn gc_one_picked(
         &self,
-        pick: for<'a> fn(
-            &'a Version,
-            &crate::options::Options,
-        ) -> Vec<&'a crate::version::BlobFileState>,
+        pick: for<'a> fn(&'a Version, &Options) -> Vec<&'a BlobFileState>,
     ) -> Result<bool> {
         let _guard = self.gc_lock.lock();
         // The version the job reads from stays pinned (via `_pin`) until the

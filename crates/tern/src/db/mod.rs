@@ -693,12 +693,11 @@ impl Db {
     /// (`gc_idle_space_amp_limit`).
     pub fn wait_for_background(&self) -> Result<()> {
         let gc = self.shared.opts.enable_gc;
-        let idle_gc = gc && self.shared.opts.gc_idle_space_amp_limit.is_some();
         loop {
             self.flush_inner(true)?;
             let compacted = self.shared.compact_one()?;
-            let collected = (gc && self.shared.gc_one()?)
-                || (!compacted && idle_gc && self.shared.gc_one_idle()?);
+            let collected =
+                gc && (self.shared.gc_one()? || (!compacted && self.shared.gc_one_idle()?));
             if !compacted && !collected {
                 self.shared.purge_obsolete_files(self.shared.state.lock());
                 return Ok(());

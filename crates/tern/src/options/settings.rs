@@ -572,18 +572,13 @@ impl Settings {
         if !(self.gc_garbage_ratio > 0.0 && self.gc_garbage_ratio <= 1.0) {
             return bad("gc_garbage_ratio must be in (0, 1]");
         }
-        if self
-            .gc_space_amp_limit
-            .is_some_and(|l| !(l > 1.0 && l.is_finite()))
-        {
+        let not_above_one = |l: Option<f64>| l.is_some_and(|l| !(l > 1.0 && l.is_finite()));
+        if not_above_one(self.gc_space_amp_limit) {
             return bad(
                 "gc_space_amp_limit must be above 1 (off to leave a writing store's GC to gc_garbage_ratio)",
             );
         }
-        if self
-            .gc_idle_space_amp_limit
-            .is_some_and(|l| !(l > 1.0 && l.is_finite()))
-        {
+        if not_above_one(self.gc_idle_space_amp_limit) {
             return bad("gc_idle_space_amp_limit must be above 1 (off for no idle-time GC)");
         }
         if self.blob_file_size < 4096 || self.gc_max_batch_files == 0 {
