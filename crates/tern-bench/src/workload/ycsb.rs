@@ -24,7 +24,7 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::value::{decode_row, encode_row, fill_printable};
+use super::value::{decode_row, encode_row, fill_printable, push_field};
 use crate::binding::Binding;
 use crate::generator::{
     fnv_hash64, AcknowledgedCounter, Constant, NumberGen, ScrambledZipfian, SkewedLatest, Uniform,
@@ -172,6 +172,8 @@ pub struct Ycsb {
     inserts: Arc<AcknowledgedCounter>,
     key_chooser: Box<dyn NumberGen>,
     field_len: Box<dyn NumberGen>,
+    /// `field0`, `field1`, …: named once, not per row.
+    field_names: Vec<String>,
     scan_len: Box<dyn NumberGen>,
     loaded: AtomicU64,
     inserted: AtomicU64,
@@ -220,6 +222,7 @@ impl Ycsb {
             )),
             d => return Err(Error(format!("unknown scanlengthdistribution {d:?}"))),
         };
+        let field_names = (0..cfg.field_count).map(|i| format!("field{i}")).collect();
         Ok(Ycsb {
             load_seq: AtomicU64::new(cfg.insert_start),
             load_end: cfg.insert_start + cfg.insert_count,
@@ -228,6 +231,7 @@ impl Ycsb {
             inserts,
             key_chooser,
             field_len,
+            field_names,
             scan_len,
             loaded: AtomicU64::new(0),
             inserted: AtomicU64::new(0),
@@ -268,15 +272,13 @@ impl Ycsb {
         }
     }
 
+    /// A whole row, written straight into `out`.
     fn build_row(&self, rng: &mut SmallRng, out: &mut Vec<u8>) {
-        let fields: Vec<(String, Vec<u8>)> = (0..self.cfg.field_count)
-            .map(|i| {
-                let mut v = vec![0u8; self.field_len.next(rng) as usize];
-                fill_printable(rng, &mut v);
-                (format!("field{i}"), v)
-            })
-            .collect();
-        encode_row(out, &fields);
+        out.clear();
+        for name in &self.field_names {
+            let len = self.field_len.next(rng) as usize;
+            push_field(out, name, len, |v| fill_printable(rng, v));
+        }
     }
 
     fn update_one_field(&self, rng: &mut SmallRng, old: &[u8], out: &mut Vec<u8>) {
