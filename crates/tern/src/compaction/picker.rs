@@ -13,7 +13,8 @@ pub struct PickerInput<'a> {
     /// Per level, the largest key of the last compaction (round robin).
     pub compact_pointers: &'a [Vec<u8>; NUM_LEVELS],
     /// Estimated bytes of blob records that L0's entries shadow, not yet
-    /// marked dead (`Stats::blob_hidden_garbage_bytes`).
+    /// marked dead (`Stats::blob_hidden_garbage_bytes`), for a store that
+    /// is not writing; 0 for one that is, which never compacts L0 early.
     pub hidden_garbage: u64,
 }
 
@@ -124,19 +125,19 @@ pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
     Some(CompactionPlan::new(v, level, level + 1, vec![file], score))
 }
 
-/// Whether to compact L0 before its file-count trigger, to reveal the
-/// blob garbage its entries shadow. GC frees only garbage compaction has
-/// marked, so while hidden garbage holds the blob files over
-/// `gc_space_amp_limit`, GC has to copy files with less garbage instead.
+/// Whether an idle store should compact L0 before its file-count trigger,
+/// to reveal the blob garbage its entries shadow. GC frees only garbage
+/// compaction has marked, so hidden garbage can hold the blob files over
+/// the idle bound (`gc::picker::idle_limit`) with nothing for GC to free.
 /// Revealing it costs one L0 compaction: worth it once the hidden garbage
-/// is at least the bytes that compaction writes. When the tables are small
-/// beside the blob files (key-value separation, large values), that is
-/// about every flush of an update-heavy workload; for a large LSM it is
-/// rarely before the trigger.
+/// is at least the bytes that compaction writes. A writing store never
+/// does this (its callers pass no hidden garbage): with large values that
+/// was about one compaction of the whole base level per flush, and it cost
+/// a fifth of the update throughput for no less disk (`docs/engine.md`).
 fn worth_revealing(v: &Version, opts: &Options, hidden: u64, base_level: usize) -> bool {
     // With GC off nothing frees what the compaction reveals: every flush
     // that hid more would compact L0 for nothing.
-    let Some(limit) = opts.gc_space_amp_limit.filter(|_| opts.enable_gc) else {
+    let Some(limit) = crate::gc::picker::idle_limit(opts).filter(|_| opts.enable_gc) else {
         return false;
     };
     if hidden == 0 || v.levels[0].is_empty() || v.blob_space_excess(limit, hidden) == 0 {
@@ -339,12 +340,17 @@ mod tests {
         // 11 KB hidden is over the limit too (1.27), but less than the
         // compaction would write: GC copies instead.
         assert!(pick_with(&v, &opts, 11_000).is_none());
-        // Under the limit with the hidden garbage counted: nothing.
-        assert!(pick_with(&separated_version(0), &opts, 15_000).is_none());
+        // Under the idle limit (1.1) with the hidden garbage counted:
+        // nothing (100 / 95 = 1.05).
+        assert!(pick_with(&separated_version(0), &opts, 5_000).is_none());
+        // Over it, with no garbage marked: 100 / 85 = 1.18, under the
+        // writing store's 1.25 but over the idle store's bound.
+        assert!(pick_with(&separated_version(0), &opts, 15_000).is_some());
         // Without a limit hidden garbage never triggers a compaction.
         let unlimited = Options {
             settings: crate::Settings {
                 gc_space_amp_limit: None,
+                gc_idle_space_amp_limit: None,
                 ..crate::Settings::default()
             },
             ..Options::default()

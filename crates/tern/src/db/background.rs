@@ -177,11 +177,21 @@ fn gc_loop(s: &Shared) {
         // Keep collecting while there is work, then go back to waiting.
         loop {
             let busy = s.poll_slots.background_job();
+            let mut compacting = false;
             let mut done = s.gc_one();
             // Nothing over the limit for a writing store: an idle one is
             // worked down to its own. A write ends that at the next job.
             if matches!(done, Ok(false)) && watch.idle(written(), Instant::now()) {
-                done = s.gc_one_idle();
+                // Garbage only L0 hides, which a writing store leaves to
+                // L0's trigger, is marked first, so GC does not copy it.
+                if s.opts.gc_idle_space_amp_limit.is_some() {
+                    compacting = true;
+                    done = s.compact_one_idle();
+                }
+                if matches!(done, Ok(false)) {
+                    compacting = false;
+                    done = s.gc_one_idle();
+                }
             }
             drop(busy);
             match done {
@@ -192,8 +202,14 @@ fn gc_loop(s: &Shared) {
                 }
                 Err(e) => {
                     failures += 1;
-                    super::stats::Counters::add(&s.counters.gc_failures, 1);
-                    after_failure(s, failures, "blob GC", &e, false);
+                    // A compaction's failure is counted where it ran.
+                    let what = if compacting {
+                        "idle-time L0 compaction"
+                    } else {
+                        super::stats::Counters::add(&s.counters.gc_failures, 1);
+                        "blob GC"
+                    };
+                    after_failure(s, failures, what, &e, false);
                     break;
                 }
             }

@@ -38,8 +38,20 @@ impl Shared {
         }
     }
 
-    /// Picks and runs one background compaction. Returns whether one ran.
+    /// Picks and runs one background compaction for a writing store.
+    /// Returns whether one ran.
     pub fn compact_one(&self) -> Result<bool> {
+        self.compact_one_with(false)
+    }
+
+    /// [`Shared::compact_one`] for a store that is not writing: it also
+    /// compacts L0 early when that reveals enough blob garbage for GC
+    /// (`compaction::picker`).
+    pub fn compact_one_idle(&self) -> Result<bool> {
+        self.compact_one_with(true)
+    }
+
+    fn compact_one_with(&self, idle: bool) -> Result<bool> {
         if self.opts.disable_auto_compactions {
             return Ok(false);
         }
@@ -54,7 +66,11 @@ impl Shared {
                 version: &version,
                 opts: &self.opts,
                 compact_pointers: &state.versions.compact_pointers,
-                hidden_garbage: self.hidden_garbage(&version),
+                hidden_garbage: if idle {
+                    self.hidden_garbage(&version)
+                } else {
+                    0
+                },
             })
         };
         match plan {

@@ -15,11 +15,17 @@ pub fn pick<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
 /// `gc_idle_space_amp_limit` and `gc_space_amp_limit` bounds the blob
 /// files instead.
 pub fn pick_idle<'a>(v: &'a Version, opts: &Options) -> Vec<&'a BlobFileState> {
-    let limit = match (opts.gc_idle_space_amp_limit, opts.gc_space_amp_limit) {
+    pick_under(v, opts, idle_limit(opts))
+}
+
+/// The bound on the blob files' bytes over their live bytes for a store
+/// that is not writing: the lower of `gc_idle_space_amp_limit` and
+/// `gc_space_amp_limit`, either when the other is off.
+pub fn idle_limit(opts: &Options) -> Option<f64> {
+    match (opts.gc_idle_space_amp_limit, opts.gc_space_amp_limit) {
         (Some(idle), Some(busy)) => Some(idle.min(busy)),
         (idle, busy) => idle.or(busy),
-    };
-    pick_under(v, opts, limit)
+    }
 }
 
 /// [`pick`] with the bound on the blob files' bytes over their live bytes

@@ -456,7 +456,9 @@ settings! {
     /// `compact_range` are not writes here, and a job already started
     /// (up to `gc_max_batch_bytes`) runs to its end when writes resume.
     /// `Db::wait_for_background` runs it as well, the caller being idle.
-    /// A bound above `gc_space_amp_limit` changes nothing. `off`: the
+    /// An idle store also compacts L0 before its trigger when that marks
+    /// enough of the garbage L0's newer versions hide (a writing store
+    /// leaves it to the trigger), so GC does not copy it. A bound above `gc_space_amp_limit` changes nothing. `off`: the
     /// store keeps what `gc_space_amp_limit` leaves. Default: 1.1.
     #[serde(serialize_with = "off_when_none")]
     gc_idle_space_amp_limit: Option<f64> = Some(1.1),
