@@ -31,18 +31,18 @@ fi
 export TERN_MODEL_SEEDS="${TERN_MODEL_SEEDS:-100}"
 # Kills per sync mode in the kill -9 crash loop of `tern stress`.
 export TERN_CRASH_KILLS="${TERN_CRASH_KILLS:-10}"
-echo "== cargo test (model test with $TERN_MODEL_SEEDS seeds, crash loop with $TERN_CRASH_KILLS kills per sync mode, fuzz corpus replay)"
+echo "== cargo test (model test with $TERN_MODEL_SEEDS seeds, crash loop with $TERN_CRASH_KILLS kills per sync mode, fuzz corpus replay) [$(date +%T)]"
 # --all-targets includes the criterion benches: each runs once as a test,
 # so a bench that no longer builds or panics fails here without a second,
 # release-profile build of the whole workspace.
 cargo test --workspace --all-targets --locked
-echo "== doc tests"
+echo "== doc tests [$(date +%T)]"
 cargo test --workspace --doc --locked
 if [ "${TERN_BENCH_ROCKSDB:-0}" = 1 ]; then
   # Benchmark bindings against the system RocksDB (Debian's librocksdb-dev 7.8).
   apt_install librocksdb-dev libclang-dev
   export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
-  echo "== bench bindings (rocksdb, fjall)"
+  echo "== bench bindings (rocksdb, fjall) [$(date +%T)]"
   cargo test -p tern-bench --features rocksdb,fjall --locked --test smoke
   echo "bench_rocksdb_fjall_smoke 1" >>"$TERN_SUMMARY_FILE"
 fi
