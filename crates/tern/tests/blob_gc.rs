@@ -1016,7 +1016,7 @@ fn put_and_flush(db: &Db, latest: &mut [u32], keys: std::ops::Range<u32>, round:
 }
 
 /// A store whose last two flushes, of updates, hide garbage in L0 that
-/// takes the blob files to 1.33 and outweighs the compaction that would
+/// takes the blob files to 1.475 and outweighs the compaction that would
 /// reveal it; L0's trigger out of reach. Returns the versions written.
 fn garbage_hidden_in_l0(idle_limit: Option<f64>) -> (Options, Db, Vec<u32>) {
     let opts = hidden_garbage_opts(idle_limit);
@@ -1032,6 +1032,9 @@ fn garbage_hidden_in_l0(idle_limit: Option<f64>) -> (Options, Db, Vec<u32>) {
     write(&db, 0..100, 1);
     db.compact_range(None, None).unwrap();
     db.wait_for_background().unwrap();
+    // 190 overwrites in two flushes: 590 records for 400 keys, 1.475, with
+    // the hidden garbage far more than the compaction that reveals it
+    // would write.
     write(&db, 100..190, 2);
     write(&db, 200..300, 2);
     (opts, db, latest)
@@ -1044,10 +1047,14 @@ fn garbage_hidden_in_l0(idle_limit: Option<f64>) -> (Options, Db, Vec<u32>) {
 /// A writing store now leaves L0 to its trigger; an idle one reveals.
 #[test]
 fn a_writing_store_leaves_garbage_hidden_in_l0_to_its_trigger() {
-    // The idle GC thread off: only `wait_for_background` (its caller is
-    // idle) may reveal.
-    let (opts, db, latest) = garbage_hidden_in_l0(None);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (opts, db, latest) = garbage_hidden_in_l0(Some(1.1));
+    // Still writing (a rewrite of one value every 50 ms, under the second
+    // without writes that makes the store idle) while the background
+    // threads have time to compact.
+    for _ in 0..8 {
+        db.put(&key(399), &value(399, latest[399])).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let st = db.stats();
     assert_eq!(st.levels[0].files, 2, "a writing store compacted L0 early");
     assert!(st.blob_hidden_garbage_bytes > 0);

@@ -452,6 +452,28 @@ mod tests {
     }
 
     #[test]
+    fn rows_are_built_in_place_in_the_row_format() {
+        let mut p = Properties::new();
+        p.set("fieldcount", "3");
+        p.set("fieldlength", "33");
+        let y = Ycsb::new(YcsbConfig::from_props(&p).unwrap(), true).unwrap();
+        let mut rng = SmallRng::seed_from_u64(5);
+        let mut row = b"left over".to_vec();
+        y.build_row(&mut rng, &mut row);
+        let fields = decode_row(&row).expect("a row decodes");
+        let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["field0", "field1", "field2"]);
+        for (_, v) in &fields {
+            assert_eq!(v.len(), 33);
+            assert!(v.iter().all(|b| (b' '..=b'~').contains(b)), "{v:?}");
+        }
+        let first = row.clone();
+        y.build_row(&mut rng, &mut row);
+        assert_eq!(row.len(), first.len());
+        assert_ne!(row, first, "each row draws new bytes");
+    }
+
+    #[test]
     fn operation_mix_follows_proportions() {
         let mut p = Properties::new();
         p.set("readproportion", "0.5");

@@ -127,7 +127,6 @@ fn compaction_picker() {
                         version: &v,
                         opts: &opts,
                         compact_pointers: &pointers,
-                        hidden_garbage: 0,
                     }))
                 }
                 "range" => {

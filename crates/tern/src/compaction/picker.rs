@@ -12,10 +12,6 @@ pub struct PickerInput<'a> {
     pub opts: &'a Options,
     /// Per level, the largest key of the last compaction (round robin).
     pub compact_pointers: &'a [Vec<u8>; NUM_LEVELS],
-    /// Estimated bytes of blob records that L0's entries shadow, not yet
-    /// marked dead (`Stats::blob_hidden_garbage_bytes`), for a store that
-    /// is not writing; 0 for one that is, which never compacts L0 early.
-    pub hidden_garbage: u64,
 }
 
 /// A chosen compaction.
@@ -96,10 +92,7 @@ pub fn l0_output_level(v: &Version, base_level: usize) -> usize {
 pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
     let v = input.version;
     let targets = LevelTargets::compute(v, input.opts);
-    let mut scores = targets.scores(v, input.opts);
-    if worth_revealing(v, input.opts, input.hidden_garbage, targets.base_level) {
-        scores[0] = scores[0].max(1.0);
-    }
+    let scores = targets.scores(v, input.opts);
     let (level, score) = scores
         .iter()
         .copied()
@@ -125,15 +118,26 @@ pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
     Some(CompactionPlan::new(v, level, level + 1, vec![file], score))
 }
 
-/// Whether an idle store should compact L0 before its file-count trigger,
-/// to reveal the blob garbage its entries shadow. GC frees only garbage
-/// compaction has marked, so hidden garbage can hold the blob files over
-/// the idle bound (`gc::picker::idle_limit`) with nothing for GC to free.
-/// Revealing it costs one L0 compaction: worth it once the hidden garbage
-/// is at least the bytes that compaction writes. A writing store never
-/// does this (its callers pass no hidden garbage): with large values that
-/// was about one compaction of the whole base level per flush, and it cost
-/// a fifth of the update throughput for no less disk (`docs/engine.md`).
+/// For a store that is not writing: all of L0 into its output level, if
+/// `hidden` bytes of blob garbage that L0's entries shadow
+/// (`Stats::blob_hidden_garbage_bytes`) make it worth compacting before
+/// L0's trigger. GC frees only garbage compaction has marked, so hidden
+/// garbage can hold the blob files over the idle bound
+/// (`gc::picker::idle_limit`) with nothing for GC to free. Revealing it
+/// costs one L0 compaction: worth it once the hidden garbage is at least
+/// the bytes that compaction writes. A writing store never does this: with
+/// large values that was about one compaction of the whole base level per
+/// flush, a fifth of the update throughput for no less disk
+/// (`docs/engine.md`).
+pub fn pick_reveal(v: &Version, opts: &Options, hidden: u64) -> Option<CompactionPlan> {
+    let base_level = LevelTargets::compute(v, opts).base_level;
+    if !worth_revealing(v, opts, hidden, base_level) {
+        return None;
+    }
+    let output = l0_output_level(v, base_level);
+    Some(CompactionPlan::new(v, 0, output, v.levels[0].clone(), 1.0))
+}
+
 fn worth_revealing(v: &Version, opts: &Options, hidden: u64, base_level: usize) -> bool {
     // With GC off nothing frees what the compaction reveals: every flush
     // that hid more would compact L0 for nothing.
@@ -227,7 +231,6 @@ mod tests {
             version: &v,
             opts: &opts,
             compact_pointers: &ptrs,
-            hidden_garbage: 0,
         })
         .unwrap();
         assert_eq!(plan.level, 0);
@@ -257,7 +260,6 @@ mod tests {
             version: &v,
             opts: &opts,
             compact_pointers: &ptrs,
-            hidden_garbage: 0,
         };
         let mut v0 = v.clone();
         // Only L0 over its trigger (L2 drained already): straight to the base.
@@ -281,7 +283,6 @@ mod tests {
             version: &v,
             opts: &opts,
             compact_pointers: &ptrs,
-            hidden_garbage: 0,
         })
         .is_none());
         let plan = plan_range(&v, &opts, 0, None, None).unwrap();
@@ -319,33 +320,32 @@ mod tests {
     #[test]
     fn l0_compacts_early_when_the_garbage_it_hides_is_worth_revealing() {
         let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
-        let pick_with = |v: &Version, opts: &Options, hidden: u64| {
-            pick(&PickerInput {
-                version: v,
-                opts,
-                compact_pointers: &ptrs,
-                hidden_garbage: hidden,
-            })
-        };
         let opts = Options::default();
         let v = separated_version(10_000);
-        // Two L0 files under a trigger of four: nothing to do on its own.
-        assert!(pick_with(&v, &opts, 0).is_none());
+        // Two L0 files under a trigger of four: nothing to do on its own,
+        // however much garbage they hide (a writing store never reveals).
+        let writing = pick(&PickerInput {
+            version: &v,
+            opts: &opts,
+            compact_pointers: &ptrs,
+        });
+        assert!(writing.is_none());
+        assert!(pick_reveal(&v, &opts, 0).is_none());
         // 20 KB hidden: 100 / (100 - 10 - 20) = 1.43 is over the 1.25 limit,
         // and revealing it writes 12 KB (L0 and the base file).
-        let plan = pick_with(&v, &opts, 20_000).expect("L0 should compact");
+        let plan = pick_reveal(&v, &opts, 20_000).expect("L0 should compact");
         assert_eq!((plan.level, plan.output_level), (0, 6));
         assert_eq!((plan.inputs.len(), plan.output_level_inputs.len()), (2, 1));
         assert_eq!(plan.score, 1.0);
         // 11 KB hidden is over the limit too (1.27), but less than the
         // compaction would write: GC copies instead.
-        assert!(pick_with(&v, &opts, 11_000).is_none());
+        assert!(pick_reveal(&v, &opts, 11_000).is_none());
         // Under the idle limit (1.1) with the hidden garbage counted:
         // nothing (100 / 95 = 1.05).
-        assert!(pick_with(&separated_version(0), &opts, 5_000).is_none());
+        assert!(pick_reveal(&separated_version(0), &opts, 5_000).is_none());
         // Over it, with no garbage marked: 100 / 85 = 1.18, under the
         // writing store's 1.25 but over the idle store's bound.
-        assert!(pick_with(&separated_version(0), &opts, 15_000).is_some());
+        assert!(pick_reveal(&separated_version(0), &opts, 15_000).is_some());
         // Without a limit hidden garbage never triggers a compaction.
         let unlimited = Options {
             settings: crate::Settings {
@@ -355,7 +355,7 @@ mod tests {
             },
             ..Options::default()
         };
-        assert!(pick_with(&v, &unlimited, 20_000).is_none());
+        assert!(pick_reveal(&v, &unlimited, 20_000).is_none());
     }
 
     /// Regression: with GC off, the marked garbage never goes, so the store
@@ -363,7 +363,6 @@ mod tests {
     /// early, though nothing would free what that revealed.
     #[test]
     fn l0_is_not_compacted_early_with_gc_off() {
-        let ptrs: [Vec<u8>; NUM_LEVELS] = Default::default();
         let opts = Options {
             settings: crate::Settings {
                 enable_gc: false,
@@ -373,12 +372,7 @@ mod tests {
         };
         // 100 / 70 = 1.43 from marked garbage alone, and 20 KB more hidden.
         let v = separated_version(30_000);
-        let plan = pick(&PickerInput {
-            version: &v,
-            opts: &opts,
-            compact_pointers: &ptrs,
-            hidden_garbage: 20_000,
-        });
+        let plan = pick_reveal(&v, &opts, 20_000);
         assert!(plan.is_none(), "{plan:?}");
     }
 }

@@ -154,6 +154,7 @@ fn gc_loop(s: &Shared) {
     let mut failures = 0u32;
     let written = || s.visible_seq.load(Ordering::Acquire);
     let mut watch = IdleWatch::new(written(), Instant::now());
+    let mut reveal = IdleReveal::default();
     loop {
         {
             let mut state = s.state.lock();
@@ -177,21 +178,15 @@ fn gc_loop(s: &Shared) {
         // Keep collecting while there is work, then go back to waiting.
         loop {
             let busy = s.poll_slots.background_job();
-            let mut compacting = false;
             let mut done = s.gc_one();
             // Nothing over the limit for a writing store: an idle one is
             // worked down to its own. A write ends that at the next job.
             if matches!(done, Ok(false)) && watch.idle(written(), Instant::now()) {
-                // Garbage only L0 hides, which a writing store leaves to
-                // L0's trigger, is marked first, so GC does not copy it.
-                if s.opts.gc_idle_space_amp_limit.is_some() {
-                    compacting = true;
-                    done = s.compact_one_idle();
-                }
-                if matches!(done, Ok(false)) {
-                    compacting = false;
-                    done = s.gc_one_idle();
-                }
+                done = if reveal.run(s) {
+                    Ok(true)
+                } else {
+                    s.gc_one_idle()
+                };
             }
             drop(busy);
             match done {
@@ -202,16 +197,48 @@ fn gc_loop(s: &Shared) {
                 }
                 Err(e) => {
                     failures += 1;
-                    // A compaction's failure is counted where it ran.
-                    let what = if compacting {
-                        "idle-time L0 compaction"
-                    } else {
-                        super::stats::Counters::add(&s.counters.gc_failures, 1);
-                        "blob GC"
-                    };
-                    after_failure(s, failures, what, &e, false);
+                    super::stats::Counters::add(&s.counters.gc_failures, 1);
+                    after_failure(s, failures, "blob GC", &e, false);
                     break;
                 }
+            }
+        }
+    }
+}
+
+/// How long an idle store waits after a failed idle-time L0 compaction
+/// before it tries another.
+const REVEAL_RETRY: Duration = Duration::from_secs(60);
+
+/// The idle store's L0 compaction that marks the blob garbage L0 hides
+/// before GC copies (`Shared::reveal_hidden_garbage`). A failure is
+/// logged and only delays the next try: GC goes on without it, since GC is
+/// what frees space, on a full disk too.
+#[derive(Default)]
+struct IdleReveal {
+    failed_at: Option<Instant>,
+}
+
+impl IdleReveal {
+    /// Runs one if due and the compaction lock is free; whether one ran.
+    fn run(&mut self, s: &Shared) -> bool {
+        if crate::gc::picker::idle_limit(&s.opts).is_none()
+            || self.failed_at.is_some_and(|t| t.elapsed() < REVEAL_RETRY)
+        {
+            return false;
+        }
+        match s.reveal_hidden_garbage(false) {
+            Ok(ran) => {
+                self.failed_at = None;
+                ran
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "tern: the idle-time L0 compaction failed, GC goes on without it (next try in {}s): {e}",
+                    REVEAL_RETRY.as_secs()
+                );
+                self.failed_at = Some(Instant::now());
+                false
             }
         }
     }

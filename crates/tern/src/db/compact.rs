@@ -38,40 +38,57 @@ impl Shared {
         }
     }
 
-    /// Picks and runs one background compaction for a writing store.
-    /// Returns whether one ran.
+    /// Picks and runs one background compaction. Returns whether one ran.
     pub fn compact_one(&self) -> Result<bool> {
-        self.compact_one_with(false)
-    }
-
-    /// [`Shared::compact_one`] for a store that is not writing: it also
-    /// compacts L0 early when that reveals enough blob garbage for GC
-    /// (`compaction::picker`).
-    pub fn compact_one_idle(&self) -> Result<bool> {
-        self.compact_one_with(true)
-    }
-
-    fn compact_one_with(&self, idle: bool) -> Result<bool> {
         if self.opts.disable_auto_compactions {
             return Ok(false);
         }
-        let _guard = self.compaction_lock.lock();
+        let guard = self.compaction_lock.lock();
+        self.compact_picked(guard, |s, version, pointers| {
+            picker::pick(&PickerInput {
+                version,
+                opts: &s.opts,
+                compact_pointers: pointers,
+            })
+        })
+    }
+
+    /// For a store that is not writing: compacts L0 before its trigger
+    /// when that reveals enough of the blob garbage L0 hides for GC to
+    /// free it ([`picker::pick_reveal`]); nothing else. With `wait` false
+    /// it gives up at once when another compaction holds the lock, so the
+    /// idle GC it precedes does not wait for that job.
+    pub fn reveal_hidden_garbage(&self, wait: bool) -> Result<bool> {
+        if self.opts.disable_auto_compactions {
+            return Ok(false);
+        }
+        let guard = if wait {
+            self.compaction_lock.lock()
+        } else {
+            match self.compaction_lock.try_lock() {
+                Some(g) => g,
+                None => return Ok(false),
+            }
+        };
+        self.compact_picked(guard, |s, version, _| {
+            picker::pick_reveal(version, &s.opts, s.hidden_garbage(version))
+        })
+    }
+
+    /// Runs the plan `pick` makes from the current version, under the
+    /// compaction lock the caller took.
+    fn compact_picked(
+        &self,
+        _guard: parking_lot::MutexGuard<'_, ()>,
+        pick: impl FnOnce(&Self, &Version, &[Vec<u8>; NUM_LEVELS]) -> Option<CompactionPlan>,
+    ) -> Result<bool> {
         let plan = {
             let state = self.state.lock();
             if state.bg_error.is_some() || state.shutting_down {
                 return Ok(false);
             }
             let version = state.versions.current();
-            picker::pick(&PickerInput {
-                version: &version,
-                opts: &self.opts,
-                compact_pointers: &state.versions.compact_pointers,
-                hidden_garbage: if idle {
-                    self.hidden_garbage(&version)
-                } else {
-                    0
-                },
-            })
+            pick(self, &version, &state.versions.compact_pointers)
         };
         match plan {
             Some(plan) => self.run_plan(&plan).map(|()| true),

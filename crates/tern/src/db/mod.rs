@@ -695,7 +695,8 @@ impl Db {
         let gc = self.shared.opts.enable_gc;
         loop {
             self.flush_inner(true)?;
-            let compacted = self.shared.compact_one_idle()?;
+            let compacted =
+                self.shared.compact_one()? || self.shared.reveal_hidden_garbage(true)?;
             let collected =
                 gc && (self.shared.gc_one()? || (!compacted && self.shared.gc_one_idle()?));
             if !compacted && !collected {

@@ -34,9 +34,9 @@ fn pick_under<'a>(v: &'a Version, opts: &Options, limit: Option<f64>) -> Vec<&'a
     // Bytes GC must free to bring total/live under the limit. Some file
     // then holds more than the floor's share of garbage: if every file held
     // less, so would the whole. Garbage compaction has not marked yet does
-    // not count: GC cannot free it, and copying files with less garbage in
-    // its place costs more than the compaction that reveals it
-    // (`compaction::picker`).
+    // not count: GC cannot free it. A writing store leaves it to L0's
+    // trigger; an idle one compacts L0 early to reveal it when that is
+    // worth its bytes (`compaction::picker::pick_reveal`).
     let (mut excess, floor) = match limit {
         Some(limit) => (v.blob_space_excess(limit, 0), 1.0 - 1.0 / limit),
         None => (0, f64::INFINITY),
