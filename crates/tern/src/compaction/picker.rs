@@ -130,31 +130,16 @@ pub fn pick(input: &PickerInput<'_>) -> Option<CompactionPlan> {
 /// flush, a fifth of the update throughput for no less disk
 /// (`docs/engine.md`).
 pub fn pick_reveal(v: &Version, opts: &Options, hidden: u64) -> Option<CompactionPlan> {
-    let base_level = LevelTargets::compute(v, opts).base_level;
-    if !worth_revealing(v, opts, hidden, base_level) {
-        return None;
-    }
-    let output = l0_output_level(v, base_level);
-    Some(CompactionPlan::new(v, 0, output, v.levels[0].clone(), 1.0))
-}
-
-fn worth_revealing(v: &Version, opts: &Options, hidden: u64, base_level: usize) -> bool {
     // With GC off nothing frees what the compaction reveals: every flush
     // that hid more would compact L0 for nothing.
-    let Some(limit) = crate::gc::picker::idle_limit(opts).filter(|_| opts.enable_gc) else {
-        return false;
-    };
+    let limit = crate::gc::picker::idle_limit(opts).filter(|_| opts.enable_gc)?;
     if hidden == 0 || v.levels[0].is_empty() || v.blob_space_excess(limit, hidden) == 0 {
-        return false;
+        return None;
     }
-    let output = l0_output_level(v, base_level);
-    let (lo, hi) = user_range(&v.levels[0]);
-    let cost: u64 = v.levels[0]
-        .iter()
-        .chain(v.overlapping(output, lo.as_deref(), hi.as_deref()).iter())
-        .map(|f| f.file_size)
-        .sum();
-    hidden >= cost
+    let output = l0_output_level(v, LevelTargets::compute(v, opts).base_level);
+    let plan = CompactionPlan::new(v, 0, output, v.levels[0].clone(), 1.0);
+    let cost: u64 = plan.all_inputs().map(|f| f.file_size).sum();
+    (hidden >= cost).then_some(plan)
 }
 
 /// A manual compaction of `[lo, hi]` (None = unbounded) out of `level`, or

@@ -222,9 +222,7 @@ struct IdleReveal {
 impl IdleReveal {
     /// Runs one if due and the compaction lock is free; whether one ran.
     fn run(&mut self, s: &Shared) -> bool {
-        if crate::gc::picker::idle_limit(&s.opts).is_none()
-            || self.failed_at.is_some_and(|t| t.elapsed() < REVEAL_RETRY)
-        {
+        if self.failed_at.is_some_and(|t| t.elapsed() < REVEAL_RETRY) {
             return false;
         }
         match s.reveal_hidden_garbage(false) {
