@@ -129,10 +129,13 @@ fn inspect_wal_escapes_keys() {
     let mut b = WriteBatch::new();
     b.put(b"bin\x01key", b"v").delete(b"old");
     db.write(b, WriteOptions::synced()).unwrap();
+    // The one holding the batch (the store may have an empty one ready for
+    // its next memtable switch).
     let wal = std::fs::read_dir(&store)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
         .unwrap();
     std::fs::copy(&wal, d.join("000007.log")).unwrap();
     drop(db);

@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use common::{fault_fs, key, scan, small_opts, value, DIR};
@@ -216,6 +217,117 @@ fn the_wal_goes_to_the_background_syncer_as_it_grows() {
             });
         }
         assert_eq!(db.stats().wal_syncs, 0, "no write asked for a sync");
+    }
+}
+
+/// A file system that records which threads synced a directory.
+struct DirSyncWatch {
+    inner: tern::io::FsRef,
+    callers: parking_lot::Mutex<Vec<(std::thread::ThreadId, Option<String>)>>,
+}
+
+impl DirSyncWatch {
+    fn syncs_by(&self, thread: std::thread::ThreadId) -> usize {
+        self.callers
+            .lock()
+            .iter()
+            .filter(|(t, _)| *t == thread)
+            .count()
+    }
+
+    fn syncs_by_name(&self, name: &str) -> usize {
+        let callers = self.callers.lock();
+        callers
+            .iter()
+            .filter(|(_, n)| n.as_deref() == Some(name))
+            .count()
+    }
+}
+
+impl FileSystem for DirSyncWatch {
+    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn tern::io::WritableFile>> {
+        self.inner.create(path)
+    }
+    fn open(&self, path: &Path) -> std::io::Result<Arc<dyn tern::io::RandomAccessFile>> {
+        self.inner.open(path)
+    }
+    fn read_all(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        self.inner.read_all(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn file_size(&self, path: &Path) -> std::io::Result<u64> {
+        self.inner.file_size(path)
+    }
+    fn sync_dir(&self, path: &Path) -> std::io::Result<()> {
+        let me = std::thread::current();
+        self.callers
+            .lock()
+            .push((me.id(), me.name().map(String::from)));
+        self.inner.sync_dir(path)
+    }
+    fn lock(&self, path: &Path) -> std::io::Result<Box<dyn tern::io::FileLock>> {
+        self.inner.lock(path)
+    }
+}
+
+/// Regression: every memtable switch created the next WAL and synced the
+/// directory while all writers waited, on ext4 often longer than the old
+/// WAL's own fsync (a journal commit behind the flush's fresh data). The
+/// syncer thread now prepares the next WAL ahead of the switch.
+#[test]
+fn a_memtable_switch_does_not_sync_the_directory_on_the_writers_path() {
+    let watch = Arc::new(DirSyncWatch {
+        inner: MemFs::new(),
+        callers: Default::default(),
+    });
+    let mut opts = small_opts(watch.clone());
+    opts.settings.disable_auto_compactions = true;
+    let db = Db::open(DIR, opts).unwrap();
+    let me = std::thread::current().id();
+    let at_open = watch.syncs_by(me);
+    let mut i = 0;
+    for switch in 1..=3 {
+        // The syncer's WAL is ready once it synced the directory after
+        // the last switch; the grace covers handing it over.
+        eventually("the next WAL prepared", || {
+            watch.syncs_by_name("tern-wal-sync") >= switch
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // 64 KiB memtables: a switch within about 32 puts.
+        for _ in 0..1000 {
+            if db.stats().wals_prepared >= switch as u64 {
+                break;
+            }
+            db.put(&key(i), &[b'v'; 2000]).unwrap();
+            i += 1;
+        }
+        assert_eq!(
+            db.stats().wals_prepared,
+            switch as u64,
+            "switches to a prepared WAL"
+        );
+    }
+    assert_eq!(
+        watch.syncs_by(me),
+        at_open,
+        "a writer synced the directory at a switch"
+    );
+    for j in 0..i {
+        assert_eq!(db.get(&key(j)).unwrap().unwrap(), vec![b'v'; 2000]);
     }
 }
 

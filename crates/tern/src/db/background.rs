@@ -345,7 +345,25 @@ fn link_loop(s: &Shared) {
 }
 
 fn wal_sync_loop(s: &Shared) {
-    while let Some((number, sync)) = s.wal_syncer.next() {
+    let counter = s.state.lock().versions.file_number_counter();
+    while let Some(job) = s.wal_syncer.next() {
+        let (number, sync) = match job {
+            super::wal_sync::SyncJob::Writeback(number, sync) => (number, sync),
+            super::wal_sync::SyncJob::Prepare => {
+                if !s.wal_syncer.has_spare() {
+                    let number = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    match s.create_wal(number) {
+                        Ok(wal) => s.wal_syncer.put_spare(wal),
+                        // The switch creates the WAL itself, and reports
+                        // the error if it persists.
+                        Err(e) => {
+                            tracing::warn!("tern: could not create the next WAL ahead of time: {e}")
+                        }
+                    }
+                }
+                continue;
+            }
+        };
         // A switch already synced a WAL that is no longer active (a flush
         // may even have removed it): nothing to start.
         if s.wal.lock().as_ref().map(|w| w.number) != Some(number) {

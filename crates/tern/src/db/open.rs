@@ -13,7 +13,6 @@ use super::core::{Shared, State, SuperVersion};
 use super::snapshot::SnapshotList;
 use super::stats::Counters;
 use super::table_cache::TableCache;
-use super::wal_sync::ActiveWal;
 use crate::blob::BlobCache;
 use crate::cache::{BlockCache, OpenFiles};
 use crate::compaction::{Executor, LocalExecutor, Retention};
@@ -27,9 +26,7 @@ use crate::memtier::table::TierTable;
 use crate::memtier::TierLevels;
 use crate::options::Options;
 use crate::version::VersionSet;
-use crate::wal::{
-    parse_file_name, wal_file_name, FileType, LogKind, LogReader, LogWriter, LOCK_FILE_NAME,
-};
+use crate::wal::{parse_file_name, wal_file_name, FileType, LogKind, LogReader, LOCK_FILE_NAME};
 
 /// Opens (or creates) the store in `dir`.
 pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> Result<Arc<Shared>> {
@@ -265,11 +262,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
 
     // A fresh WAL for new writes, then one manifest snapshot naming it.
     let wal_number = state.versions.new_file_number();
-    let wal_path = s.dir.join(wal_file_name(wal_number));
-    let file = s.fs.create(&wal_path).ctx(&wal_path)?;
-    let writer = LogWriter::new(file, LogKind::Wal).ctx(&wal_path)?;
-    let active = ActiveWal::new(wal_number, writer).ctx(&wal_path)?;
-    s.fs.sync_dir(&s.dir).ctx(&s.dir)?;
+    let active = s.create_wal(wal_number)?;
     edit.log_number = Some(wal_number);
     edit.last_sequence = Some(max_seq);
     s.log_and_apply(&mut state, &mut edit)?;
@@ -277,6 +270,8 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     drop(spill);
     s.wal_len.store(active.writer.len(), Ordering::Relaxed);
     *s.wal.lock() = Some(active);
+    // The first switch finds the next WAL ready too.
+    s.wal_syncer.prepare();
     state.mem = s.new_memtable(0);
     *s.leader_mem.lock() = state.mem.clone();
     state.mem_wal_number = wal_number;
@@ -431,6 +426,7 @@ fn remove_orphans(s: &Shared, state: &State, names: &[String]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::io::{FaultFs, FaultKind, FileSystem, MemFs};
+    use crate::wal::LogWriter;
     use crate::Db;
 
     /// A store on `fault` with a durable tier of `tier` bytes and 64 KiB
@@ -595,11 +591,19 @@ mod tests {
         assert_eq!(db.get(b"key1").unwrap(), Some(b"value".to_vec()));
     }
 
+    /// The WALs holding records, oldest first (not the empty one prepared
+    /// for the next switch).
     fn wal_paths(fs: &MemFs) -> Vec<std::path::PathBuf> {
-        fs.file_names()
+        let mut wals: Vec<_> = fs
+            .file_names()
             .into_iter()
             .filter(|p| p.to_string_lossy().ends_with(".log"))
-            .collect()
+            .filter(|p| {
+                fs.file_size(p).unwrap() > crate::format::log_record::FILE_HEADER_LEN as u64
+            })
+            .collect();
+        wals.sort();
+        wals
     }
 
     fn key(i: u32) -> Vec<u8> {

@@ -10,6 +10,7 @@ pub struct Counters {
     pub(crate) wal_bytes_written: AtomicU64,
     pub(crate) wal_syncs: AtomicU64,
     pub(crate) wal_background_syncs: AtomicU64,
+    pub(crate) wals_prepared: AtomicU64,
     pub(crate) write_groups: AtomicU64,
     pub(crate) flush_bytes_written: AtomicU64,
     pub(crate) flushes: AtomicU64,
@@ -96,6 +97,10 @@ pub struct Stats {
     pub wal_syncs: u64,
     /// WAL fsyncs by the background syncer (`wal_bytes_per_sync`).
     pub wal_background_syncs: u64,
+    /// Memtable switches that took a WAL the syncer thread had created
+    /// ahead of time; the others created one and synced the directory
+    /// while writers waited.
+    pub wals_prepared: u64,
     /// Group commits (one WAL record each).
     pub write_groups: u64,
     /// Bytes of L0 tables written by flushes.
@@ -238,6 +243,7 @@ impl Stats {
             wal_bytes_written: c.wal_bytes_written.load(Relaxed),
             wal_syncs: c.wal_syncs.load(Relaxed),
             wal_background_syncs: c.wal_background_syncs.load(Relaxed),
+            wals_prepared: c.wals_prepared.load(Relaxed),
             write_groups: c.write_groups.load(Relaxed),
             flush_bytes_written: c.flush_bytes_written.load(Relaxed),
             flushes: c.flushes.load(Relaxed),
@@ -305,8 +311,12 @@ impl std::fmt::Display for Stats {
         writeln!(f, "keys written            {}", self.keys_written)?;
         writeln!(
             f,
-            "wal bytes written       {} ({} syncs, {} in the background, {} groups)",
-            self.wal_bytes_written, self.wal_syncs, self.wal_background_syncs, self.write_groups
+            "wal bytes written       {} ({} syncs, {} in the background, {} groups, {} prepared WALs)",
+            self.wal_bytes_written,
+            self.wal_syncs,
+            self.wal_background_syncs,
+            self.write_groups,
+            self.wals_prepared
         )?;
         writeln!(
             f,

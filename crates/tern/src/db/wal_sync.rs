@@ -18,6 +18,13 @@
 //! leader's own sync then would not see. A failed background writeback
 //! poisons the store like a failed synced write.
 //!
+//! The syncer also creates the next WAL ahead of each switch
+//! ([`WalSyncer::prepare`]): creating a file is cheap, but making its name
+//! durable takes a directory fsync, which on ext4 commits the journal and
+//! waits for every other file's freshly allocated data, tens of
+//! milliseconds under a flush or a compaction. The switch then finds the
+//! WAL ready and only syncs the old one.
+//!
 //! The handle itself is shared by the syncer and every `sync_wal` caller,
 //! so it is gated ([`GatedSync`]): one sync through it at a time, and once
 //! one failed every later one fails too. Otherwise of two overlapping
@@ -75,19 +82,31 @@ impl ActiveWal {
     }
 }
 
-/// The pending request (at most one: a newer one covers an older one of
-/// the same WAL, and a switch syncs the old WAL itself).
+/// The pending requests (at most one writeback: a newer one covers an
+/// older one of the same WAL, and a switch syncs the old WAL itself).
 #[derive(Default)]
 struct Pending {
     wal: Option<(u64, Arc<dyn FileSync>)>,
+    prepare: bool,
     stop: bool,
 }
 
-/// Hands sync requests to the syncer thread.
+/// What the syncer thread is asked to do next.
+pub(super) enum SyncJob {
+    /// Start writeback of WAL `.0` through `.1`.
+    Writeback(u64, Arc<dyn FileSync>),
+    /// Create the WAL the next switch takes (see [`WalSyncer::take_spare`]).
+    Prepare,
+}
+
+/// Hands sync requests to the syncer thread, and the WAL it prepared to the
+/// next memtable switch.
 #[derive(Default)]
 pub struct WalSyncer {
     pending: Mutex<Pending>,
     cv: Condvar,
+    /// A new, empty WAL whose directory entry is durable.
+    spare: Mutex<Option<ActiveWal>>,
 }
 
 impl WalSyncer {
@@ -97,6 +116,28 @@ impl WalSyncer {
         self.cv.notify_one();
     }
 
+    /// Asks for the next WAL to be created ahead of the switch that needs
+    /// it (nothing happens if one is ready).
+    pub fn prepare(&self) {
+        self.pending.lock().prepare = true;
+        self.cv.notify_one();
+    }
+
+    /// Whether a prepared WAL is waiting.
+    pub fn has_spare(&self) -> bool {
+        self.spare.lock().is_some()
+    }
+
+    /// Keeps `wal` for the next switch.
+    pub fn put_spare(&self, wal: ActiveWal) {
+        *self.spare.lock() = Some(wal);
+    }
+
+    /// The prepared WAL, if one is waiting.
+    pub fn take_spare(&self) -> Option<ActiveWal> {
+        self.spare.lock().take()
+    }
+
     /// Makes the syncer thread return (dropping any pending request: the
     /// caller syncs the WAL itself on close).
     pub fn stop(&self) {
@@ -104,15 +145,19 @@ impl WalSyncer {
         self.cv.notify_one();
     }
 
-    /// The next request, or None once stopped.
-    pub(super) fn next(&self) -> Option<(u64, Arc<dyn FileSync>)> {
+    /// The next request, or None once stopped. A writeback comes first:
+    /// it is what bounds the next switch's fsync.
+    pub(super) fn next(&self) -> Option<SyncJob> {
         let mut p = self.pending.lock();
         loop {
             if p.stop {
                 return None;
             }
-            if let Some(w) = p.wal.take() {
-                return Some(w);
+            if let Some((number, sync)) = p.wal.take() {
+                return Some(SyncJob::Writeback(number, sync));
+            }
+            if std::mem::take(&mut p.prepare) {
+                return Some(SyncJob::Prepare);
             }
             self.cv.wait(&mut p);
         }

@@ -355,15 +355,43 @@ impl Shared {
         }
     }
 
-    /// Freezes the active memtable and starts a new one with a new WAL.
-    fn switch_memtable(&self, state: &mut State, need: usize) -> Result<()> {
-        let number = state.versions.new_file_number();
+    /// Creates WAL `number`, empty, with its directory entry durable.
+    pub(crate) fn create_wal(&self, number: u64) -> Result<ActiveWal> {
         let path = self.dir.join(wal_file_name(number));
+        let file = self.fs.create(&path).ctx(&path)?;
+        let writer = LogWriter::new(file, LogKind::Wal).ctx(&path)?;
+        let active = ActiveWal::new(number, writer).ctx(&path)?;
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+        Ok(active)
+    }
+
+    /// The WAL the syncer thread prepared, if it is newer than the active
+    /// one (it may have been numbered before a switch that found none
+    /// ready and created its own: WALs must replay in number order).
+    fn take_prepared_wal(&self, state: &mut State) -> Option<ActiveWal> {
+        let spare = self.wal_syncer.take_spare()?;
+        if spare.number > state.mem_wal_number {
+            return Some(spare);
+        }
+        // Empty; removed with the next install's obsolete files.
+        state.obsolete_wals.push(spare.number);
+        None
+    }
+
+    /// Freezes the active memtable and starts a new one with a new WAL:
+    /// the one the syncer thread prepared when it is ready, so that writers
+    /// do not wait for a directory sync.
+    fn switch_memtable(&self, state: &mut State, need: usize) -> Result<()> {
+        let prepared = self.take_prepared_wal(state);
+        if prepared.is_some() {
+            Counters::add(&self.counters.wals_prepared, 1);
+        }
         let res = (|| {
-            let file = self.fs.create(&path).ctx(&path)?;
-            let writer = LogWriter::new(file, LogKind::Wal).ctx(&path)?;
-            let active = ActiveWal::new(number, writer).ctx(&path)?;
-            self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+            let active = match prepared {
+                Some(active) => active,
+                None => self.create_wal(state.versions.new_file_number())?,
+            };
+            let number = active.number;
             let mut wal = self.wal.lock();
             // The old WAL must be durable before any write lands in the new
             // one, so a crash can lose only a suffix of the history. The
@@ -375,12 +403,16 @@ impl Shared {
             }
             self.wal_len.store(active.writer.len(), Ordering::Relaxed);
             *wal = Some(active);
-            Ok(())
+            Ok(number)
         })();
-        if let Err(e) = res {
-            self.set_bg_error(state, &e);
-            return Err(e);
-        }
+        let number = match res {
+            Ok(number) => number,
+            Err(e) => {
+                self.set_bg_error(state, &e);
+                return Err(e);
+            }
+        };
+        self.wal_syncer.prepare();
         let mem = self.new_memtable(need);
         *self.leader_mem.lock() = mem.clone();
         let old = std::mem::replace(&mut state.mem, mem);
@@ -396,8 +428,89 @@ impl Shared {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
+    use std::path::Path;
+
     use super::memtable_capacity;
+    use crate::io::{FileSystem, MemFs};
+    use crate::options::WriteOptions;
+    use crate::wal::wal_file_name;
+    use crate::{Db, Options};
+
+    /// Waits up to 10 s for the syncer thread's prepared WAL.
+    fn wait_for_spare(db: &Db) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !db.shared.wal_syncer.has_spare() {
+            assert!(std::time::Instant::now() < deadline, "no WAL prepared");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    fn active_wal(db: &Db) -> u64 {
+        db.shared.state.lock().mem_wal_number
+    }
+
+    fn force_switch(db: &Db) {
+        db.put(b"k", b"v").unwrap();
+        db.shared
+            .write(None, WriteOptions::default(), true)
+            .unwrap();
+    }
+
+    fn open(mem: &std::sync::Arc<MemFs>) -> Db {
+        let opts = Options {
+            fs: mem.clone(),
+            ..Options::default()
+        };
+        Db::open("/db", opts).unwrap()
+    }
+
+    #[test]
+    fn a_switch_takes_the_prepared_wal_and_never_one_numbered_below_the_active_one() {
+        let mem = MemFs::new();
+        let db = open(&mem);
+        wait_for_spare(&db);
+        // Held back while a switch finds none ready and numbers its own.
+        let stale = db.shared.wal_syncer.take_spare().unwrap();
+        let before = active_wal(&db);
+        force_switch(&db);
+        let inline = active_wal(&db);
+        assert!(inline > stale.number && inline > before);
+        assert_eq!(db.stats().wals_prepared, 0);
+
+        wait_for_spare(&db);
+        force_switch(&db);
+        assert!(active_wal(&db) > inline);
+        assert_eq!(db.stats().wals_prepared, 1, "took the prepared WAL");
+
+        // A prepared WAL older than the active one would replay before it.
+        wait_for_spare(&db);
+        drop(db.shared.wal_syncer.take_spare());
+        let active = active_wal(&db);
+        let stale_number = stale.number;
+        db.shared.wal_syncer.put_spare(stale);
+        force_switch(&db);
+        assert!(active_wal(&db) > active, "a new WAL, not the stale one");
+        assert_eq!(db.stats().wals_prepared, 1);
+        db.wait_for_background().unwrap();
+        let stale_path = Path::new("/db").join(wal_file_name(stale_number));
+        assert!(!mem.exists(&stale_path), "the stale WAL is removed");
+        db.close().unwrap();
+
+        // The prepared WAL left at close is empty: the next open replays
+        // it as such and removes it.
+        let db = open(&mem);
+        assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        db.close().unwrap();
+        let wals = mem
+            .list_dir(Path::new("/db"))
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.ends_with(".log"))
+            .count();
+        assert!(wals <= 2, "the active WAL and at most one prepared: {wals}");
+    }
 
     #[test]
     fn memtables_for_groups_of_any_usual_size_get_one_capacity() {

@@ -120,11 +120,14 @@ fn first_table(fs: &Arc<MemFs>, deep: bool) -> (PathBuf, u64) {
     (dir().join(table_file_name(meta.number)), meta.number)
 }
 
+/// The newest WAL holding records (a newer one may be the empty WAL
+/// prepared for the next switch).
 fn live_wal(fs: &Arc<MemFs>) -> PathBuf {
     let mut wals: Vec<PathBuf> = fs
         .file_names()
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter(|p| fs.file_size(p).unwrap() > FILE_HEADER_LEN as u64)
         .collect();
     wals.sort();
     wals.pop().unwrap()
