@@ -61,11 +61,25 @@ fn assert_contents(db: &Db, expected: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
 
 // ---------------------------------------------------------------- WAL writes
 
+/// Waits until the syncer thread has written the header of the WAL it
+/// prepares for the next switch, so that a fault armed on WAL writes next
+/// hits a writer, not the syncer. Some WAL must hold records.
+fn wait_for_prepared_wal(mem: &MemFs) {
+    eventually("the next WAL prepared", || {
+        let mut wals = common::files_ending(mem, DIR, ".log");
+        wals.sort();
+        let size = |p: &std::path::PathBuf| mem.file_size(p).unwrap_or(0);
+        let newest_is_header_only = wals.last().is_some_and(|p| size(p) == 16);
+        newest_is_header_only && wals.iter().any(|p| size(p) > 16)
+    });
+}
+
 #[test]
 fn wal_write_error_reaches_put_as_io_error() {
-    let (_mem, fault) = fault_fs();
+    let (mem, fault) = fault_fs();
     let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
     db.put(b"before", b"1").unwrap();
+    wait_for_prepared_wal(&mem);
     fault.only_paths_containing(".log");
     fault.fail_once(FaultKind::Write);
     assert_io(db.put(b"k", b"v"), "put with a failing WAL write");
@@ -74,8 +88,10 @@ fn wal_write_error_reaches_put_as_io_error() {
 
 #[test]
 fn writes_are_refused_as_poisoned_after_a_wal_write_error() {
-    let (_mem, fault) = fault_fs();
+    let (mem, fault) = fault_fs();
     let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
+    db.put(b"before", b"1").unwrap();
+    wait_for_prepared_wal(&mem);
     fault.only_paths_containing(".log");
     fault.fail_once(FaultKind::Write);
     assert!(db.put(b"k", b"v").is_err());
@@ -90,11 +106,12 @@ fn writes_are_refused_as_poisoned_after_a_wal_write_error() {
 
 #[test]
 fn reads_still_work_after_a_wal_write_error() {
-    let (_mem, fault) = fault_fs();
+    let (mem, fault) = fault_fs();
     let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
     for i in 0..100 {
         db.put(&key(i), &value(i, 0)).unwrap();
     }
+    wait_for_prepared_wal(&mem);
     fault.only_paths_containing(".log");
     fault.fail_once(FaultKind::Write);
     assert!(db.put(&key(1000), b"v").is_err());
@@ -115,9 +132,10 @@ fn reads_still_work_after_a_wal_write_error() {
 
 #[test]
 fn reopening_after_a_wal_write_error_accepts_writes_again() {
-    let (_mem, fault) = fault_fs();
+    let (mem, fault) = fault_fs();
     let db = Db::open(DIR, small_opts(fault.clone())).unwrap();
     put_synced(&db, b"a", b"1").unwrap();
+    wait_for_prepared_wal(&mem);
     fault.only_paths_containing(".log");
     fault.fail_once(FaultKind::Write);
     assert!(db.put(b"b", b"2").is_err());

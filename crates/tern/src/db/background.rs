@@ -350,17 +350,7 @@ fn wal_sync_loop(s: &Shared) {
         let (number, sync) = match job {
             super::wal_sync::SyncJob::Writeback(number, sync) => (number, sync),
             super::wal_sync::SyncJob::Prepare => {
-                if !s.wal_syncer.has_spare() {
-                    let number = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    match s.create_wal(number) {
-                        Ok(wal) => s.wal_syncer.put_spare(wal),
-                        // The switch creates the WAL itself, and reports
-                        // the error if it persists.
-                        Err(e) => {
-                            tracing::warn!("tern: could not create the next WAL ahead of time: {e}")
-                        }
-                    }
-                }
+                prepare_wal(s, &counter);
                 continue;
             }
         };
@@ -378,6 +368,40 @@ fn wal_sync_loop(s: &Shared) {
             }
         }
     }
+}
+
+/// Creates the WAL the next switch takes, unless one newer than the
+/// active WAL is waiting (an older one is stale: removed and replaced).
+fn prepare_wal(s: &Shared, counter: &std::sync::atomic::AtomicU64) {
+    let active = s.wal.lock().as_ref().map(|w| w.number);
+    if let Some(spare) = s.wal_syncer.take_spare() {
+        if active.is_some_and(|a| spare.number > a) {
+            s.wal_syncer.put_spare(spare);
+            return;
+        }
+        // Empty, and named by nothing: an orphan if this fails.
+        let path = s.dir.join(crate::wal::wal_file_name(spare.number));
+        drop(spare);
+        let _ = s.fs.remove_file(&path);
+    }
+    let number = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let wal = match s.create_wal_file(number) {
+        Ok(wal) => wal,
+        // The switch creates the WAL itself, and reports the error if it
+        // persists.
+        Err(e) => {
+            tracing::warn!("tern: could not create the next WAL ahead of time: {e}");
+            return;
+        }
+    };
+    // A failed directory sync poisons the store, as it did at a switch: a
+    // later sync through another descriptor need not report it again.
+    if let Err(e) = s.fs.sync_dir(&s.dir).ctx(&s.dir) {
+        let mut state = s.state.lock();
+        s.set_bg_error(&mut state, &e);
+        return;
+    }
+    s.wal_syncer.put_spare(wal);
 }
 
 #[cfg(test)]

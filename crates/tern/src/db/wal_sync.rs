@@ -124,6 +124,7 @@ impl WalSyncer {
     }
 
     /// Whether a prepared WAL is waiting.
+    #[cfg(test)]
     pub fn has_spare(&self) -> bool {
         self.spare.lock().is_some()
     }

@@ -357,12 +357,17 @@ impl Shared {
 
     /// Creates WAL `number`, empty, with its directory entry durable.
     pub(crate) fn create_wal(&self, number: u64) -> Result<ActiveWal> {
+        let active = self.create_wal_file(number)?;
+        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
+        Ok(active)
+    }
+
+    /// Creates WAL `number`, empty; its name is not durable yet.
+    pub(crate) fn create_wal_file(&self, number: u64) -> Result<ActiveWal> {
         let path = self.dir.join(wal_file_name(number));
         let file = self.fs.create(&path).ctx(&path)?;
         let writer = LogWriter::new(file, LogKind::Wal).ctx(&path)?;
-        let active = ActiveWal::new(number, writer).ctx(&path)?;
-        self.fs.sync_dir(&self.dir).ctx(&self.dir)?;
-        Ok(active)
+        ActiveWal::new(number, writer).ctx(&path)
     }
 
     /// The WAL the syncer thread prepared, if it is newer than the active
@@ -383,9 +388,7 @@ impl Shared {
     /// do not wait for a directory sync.
     fn switch_memtable(&self, state: &mut State, need: usize) -> Result<()> {
         let prepared = self.take_prepared_wal(state);
-        if prepared.is_some() {
-            Counters::add(&self.counters.wals_prepared, 1);
-        }
+        let was_prepared = prepared.is_some();
         let res = (|| {
             let active = match prepared {
                 Some(active) => active,
@@ -412,6 +415,9 @@ impl Shared {
                 return Err(e);
             }
         };
+        if was_prepared {
+            Counters::add(&self.counters.wals_prepared, 1);
+        }
         self.wal_syncer.prepare();
         let mem = self.new_memtable(need);
         *self.leader_mem.lock() = mem.clone();
