@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::{
-    current_manifest, files_ending, key, log_record_offsets, scan, small_opts, value, DIR,
+    current_manifest, files_ending, key, log_record_offsets, scan, small_opts, value,
+    wals_with_records, DIR,
 };
 use tern::io::{FileSystem, MemFs};
 use tern::{Db, Error, Options, ReadOptions, WriteBatch, WriteOptions};
@@ -155,11 +156,7 @@ fn crashed_with_wal(writes: u32) -> (Arc<MemFs>, PathBuf) {
     }
     let crashed = fs.crashed_copy();
     drop(db);
-    // Not the empty WAL the store may have prepared for its next switch.
-    let wals: Vec<PathBuf> = files_ending(&crashed, DIR, ".log")
-        .into_iter()
-        .filter(|p| crashed.file_size(p).unwrap() > 16)
-        .collect();
+    let wals = wals_with_records(&crashed, DIR);
     assert_eq!(
         wals.len(),
         1,

@@ -65,12 +65,11 @@ fn assert_contents(db: &Db, expected: &BTreeMap<Vec<u8>, Vec<u8>>, what: &str) {
 /// prepares for the next switch, so that a fault armed on WAL writes next
 /// hits a writer, not the syncer. Some WAL must hold records.
 fn wait_for_prepared_wal(mem: &MemFs) {
+    let header = tern::internals::format::log_record::FILE_HEADER_LEN as u64;
     eventually("the next WAL prepared", || {
-        let mut wals = common::files_ending(mem, DIR, ".log");
-        wals.sort();
-        let size = |p: &std::path::PathBuf| mem.file_size(p).unwrap_or(0);
-        let newest_is_header_only = wals.last().is_some_and(|p| size(p) == 16);
-        newest_is_header_only && wals.iter().any(|p| size(p) > 16)
+        let newest = common::files_ending(mem, DIR, ".log").into_iter().max();
+        let newest_is_header_only = newest.is_some_and(|n| mem.file_size(&n).ok() == Some(header));
+        newest_is_header_only && !common::wals_with_records(mem, DIR).is_empty()
     });
 }
 

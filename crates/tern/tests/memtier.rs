@@ -11,7 +11,7 @@ use std::sync::Arc;
 use common::{key, small_opts, DIR};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tern::io::{FileSystem, FsRef, MemFs};
+use tern::io::{FsRef, MemFs};
 use tern::{Db, Options};
 
 fn tier_opts(fs: FsRef) -> Options {
@@ -194,13 +194,8 @@ fn settle(db: &Db) {
     assert_eq!(db.stats().immutable_memtables, 0, "memtables stay");
 }
 
-/// WALs holding records (not the empty one prepared for the next switch).
 fn wal_count(fs: &MemFs) -> usize {
-    fs.file_names()
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .filter(|p| fs.file_size(p).unwrap() > 16)
-        .count()
+    common::wals_with_records(fs, DIR).len()
 }
 
 /// A durable tier keeps its tables in its file: their WALs go as soon as

@@ -55,6 +55,19 @@ pub fn files_ending(fs: &MemFs, dir: &str, suffix: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The WALs in `dir` that hold records, oldest first: not the empty one a
+/// store prepares for its next memtable switch.
+pub fn wals_with_records(fs: &MemFs, dir: &str) -> Vec<PathBuf> {
+    use tern::internals::format::log_record::FILE_HEADER_LEN;
+    use tern::io::FileSystem;
+    let mut wals: Vec<PathBuf> = files_ending(fs, dir, ".log")
+        .into_iter()
+        .filter(|p| fs.file_size(p).is_ok_and(|n| n > FILE_HEADER_LEN as u64))
+        .collect();
+    wals.sort();
+    wals
+}
+
 /// The live manifest named by `CURRENT`.
 pub fn current_manifest(fs: &MemFs, dir: &str) -> PathBuf {
     use tern::io::FileSystem;
