@@ -237,13 +237,24 @@ fn the_wal_goes_to_the_background_syncer_as_it_grows() {
     }
 }
 
-/// A file system that records which threads synced a directory.
+/// A file system that records which threads synced a directory; once
+/// `fail_syncer` is set, the WAL syncer thread's directory syncs fail after
+/// 200 ms.
 struct DirSyncWatch {
     inner: tern::io::FsRef,
     callers: parking_lot::Mutex<Vec<(std::thread::ThreadId, Option<String>)>>,
+    fail_syncer: std::sync::atomic::AtomicBool,
 }
 
 impl DirSyncWatch {
+    fn new() -> Arc<DirSyncWatch> {
+        Arc::new(DirSyncWatch {
+            inner: MemFs::new(),
+            callers: Default::default(),
+            fail_syncer: Default::default(),
+        })
+    }
+
     fn syncs_by(&self, thread: std::thread::ThreadId) -> usize {
         self.callers
             .lock()
@@ -294,6 +305,12 @@ impl FileSystem for DirSyncWatch {
         self.callers
             .lock()
             .push((me.id(), me.name().map(String::from)));
+        if me.name() == Some("tern-wal-sync")
+            && self.fail_syncer.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            return Err(std::io::Error::other("injected: slow failing sync_dir"));
+        }
         self.inner.sync_dir(path)
     }
     fn lock(&self, path: &Path) -> std::io::Result<Box<dyn tern::io::FileLock>> {
@@ -307,10 +324,7 @@ impl FileSystem for DirSyncWatch {
 /// syncer thread now prepares the next WAL ahead of the switch.
 #[test]
 fn a_memtable_switch_does_not_sync_the_directory_on_the_writers_path() {
-    let watch = Arc::new(DirSyncWatch {
-        inner: MemFs::new(),
-        callers: Default::default(),
-    });
+    let watch = DirSyncWatch::new();
     let mut opts = small_opts(watch.clone());
     opts.settings.disable_auto_compactions = true;
     let db = Db::open(DIR, opts).unwrap();
@@ -346,6 +360,30 @@ fn a_memtable_switch_does_not_sync_the_directory_on_the_writers_path() {
     for j in 0..i {
         assert_eq!(db.get(&key(j)).unwrap().unwrap(), vec![b'v'; 2000]);
     }
+}
+
+/// Regression: `wait_for_background` returned while the syncer thread was
+/// still preparing the next WAL, so a failed directory sync there poisoned
+/// the store after the caller was told all background work had succeeded
+/// (the model test then saw an operation fail with no fault injected).
+#[test]
+fn wait_for_background_waits_for_the_wal_being_prepared() {
+    let watch = DirSyncWatch::new();
+    let db = Db::open(DIR, small_opts(watch.clone())).unwrap();
+    eventually("the WAL prepared at open", || {
+        watch.syncs_by_name("tern-wal-sync") >= 1
+    });
+    watch
+        .fail_syncer
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    db.put(b"k", b"v").unwrap();
+    // Its flush switches the memtable, which asks for the next WAL.
+    let res = db.wait_for_background();
+    assert!(
+        matches!(res, Err(Error::Poisoned(_))),
+        "returned before the prepared WAL's directory sync failed: {res:?}"
+    );
+    assert!(db.stats().background_error.is_some());
 }
 
 #[test]

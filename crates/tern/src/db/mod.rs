@@ -687,8 +687,9 @@ impl Db {
         Ok(jobs)
     }
 
-    /// Waits until no flush, compaction or GC is pending and every obsolete
-    /// file no reader holds is removed (for tests and tools). The caller
+    /// Waits until no flush, compaction, GC or WAL preparation is pending
+    /// and every obsolete file no reader holds is removed (for tests and
+    /// tools); fails if any of that work poisoned the store. The caller
     /// being idle, that includes the GC an idle store does
     /// (`gc_idle_space_amp_limit`).
     pub fn wait_for_background(&self) -> Result<()> {
@@ -700,7 +701,14 @@ impl Db {
             let collected =
                 gc && (self.shared.gc_one()? || (!compacted && self.shared.gc_one_idle()?));
             if !compacted && !collected {
-                self.shared.purge_obsolete_files(self.shared.state.lock());
+                // The last flush's switch asked for the next WAL; a failure
+                // preparing it must show before this returns.
+                self.shared.wal_syncer.wait_idle();
+                let state = self.shared.state.lock();
+                if let Some(e) = &state.bg_error {
+                    return Err(Error::Poisoned(e.clone()));
+                }
+                self.shared.purge_obsolete_files(state);
                 return Ok(());
             }
         }

@@ -87,7 +87,15 @@ impl ActiveWal {
 struct Pending {
     wal: Option<(u64, Arc<dyn FileSync>)>,
     prepare: bool,
+    /// The syncer thread is running a job.
+    busy: bool,
     stop: bool,
+}
+
+impl Pending {
+    fn idle(&self) -> bool {
+        self.stop || !(self.busy || self.prepare || self.wal.is_some())
+    }
 }
 
 /// What the syncer thread is asked to do next.
@@ -104,6 +112,8 @@ pub(super) enum SyncJob {
 pub struct WalSyncer {
     pending: Mutex<Pending>,
     cv: Condvar,
+    /// Signalled when the syncer thread runs out of work.
+    idle: Condvar,
     /// A new, empty WAL whose directory entry is durable.
     spare: Mutex<Option<ActiveWal>>,
 }
@@ -120,6 +130,17 @@ impl WalSyncer {
     pub fn prepare(&self) {
         self.pending.lock().prepare = true;
         self.cv.notify_one();
+    }
+
+    /// Waits until the syncer thread has no job running or pending, so
+    /// that a failure in one has poisoned the store by the time this
+    /// returns. Only for a caller that stopped writing: new writes keep
+    /// asking for work.
+    pub fn wait_idle(&self) {
+        let mut p = self.pending.lock();
+        while !p.idle() {
+            self.idle.wait(&mut p);
+        }
     }
 
     /// Whether a prepared WAL is waiting.
@@ -143,22 +164,28 @@ impl WalSyncer {
     pub fn stop(&self) {
         self.pending.lock().stop = true;
         self.cv.notify_one();
+        self.idle.notify_all();
     }
 
-    /// The next request, or None once stopped. A writeback comes first:
-    /// it is what bounds the next switch's fsync.
+    /// The next request, or None once stopped; called by the syncer
+    /// thread once it finished the job it took before. A writeback comes
+    /// first: it is what bounds the next switch's fsync.
     pub(super) fn next(&self) -> Option<SyncJob> {
         let mut p = self.pending.lock();
+        p.busy = false;
         loop {
             if p.stop {
                 return None;
             }
             if let Some((number, sync)) = p.wal.take() {
+                p.busy = true;
                 return Some(SyncJob::Writeback(number, sync));
             }
             if std::mem::take(&mut p.prepare) {
+                p.busy = true;
                 return Some(SyncJob::Prepare);
             }
+            self.idle.notify_all();
             self.cv.wait(&mut p);
         }
     }
