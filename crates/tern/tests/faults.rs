@@ -239,19 +239,26 @@ fn the_wal_goes_to_the_background_syncer_as_it_grows() {
 
 /// A file system that records which threads synced a directory; once
 /// `fail_syncer` is set, the WAL syncer thread's directory syncs fail after
-/// 200 ms.
+/// 200 ms, and while `hold_background` is set the syncer thread's
+/// directory syncs and the background threads' table creates wait.
 struct DirSyncWatch {
     inner: tern::io::FsRef,
     callers: parking_lot::Mutex<Vec<(std::thread::ThreadId, Option<String>)>>,
     fail_syncer: std::sync::atomic::AtomicBool,
+    hold_background: std::sync::atomic::AtomicBool,
 }
 
 impl DirSyncWatch {
     fn new() -> Arc<DirSyncWatch> {
+        DirSyncWatch::over(MemFs::new())
+    }
+
+    fn over(inner: tern::io::FsRef) -> Arc<DirSyncWatch> {
         Arc::new(DirSyncWatch {
-            inner: MemFs::new(),
+            inner,
             callers: Default::default(),
             fail_syncer: Default::default(),
+            hold_background: Default::default(),
         })
     }
 
@@ -261,6 +268,16 @@ impl DirSyncWatch {
             .iter()
             .filter(|(t, _)| *t == thread)
             .count()
+    }
+
+    /// Waits while `hold_background` is set.
+    fn held(&self) {
+        while self
+            .hold_background
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     fn syncs_by_name(&self, name: &str) -> usize {
@@ -277,6 +294,12 @@ impl FileSystem for DirSyncWatch {
         self.inner.create_dir_all(path)
     }
     fn create(&self, path: &Path) -> std::io::Result<Box<dyn tern::io::WritableFile>> {
+        let background = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("tern-"));
+        if background && path.extension().is_some_and(|e| e == "sst") {
+            self.held();
+        }
         self.inner.create(path)
     }
     fn open(&self, path: &Path) -> std::io::Result<Arc<dyn tern::io::RandomAccessFile>> {
@@ -305,6 +328,9 @@ impl FileSystem for DirSyncWatch {
         self.callers
             .lock()
             .push((me.id(), me.name().map(String::from)));
+        if me.name() == Some("tern-wal-sync") {
+            self.held();
+        }
         if me.name() == Some("tern-wal-sync")
             && self.fail_syncer.load(std::sync::atomic::Ordering::SeqCst)
         {
@@ -359,6 +385,107 @@ fn a_memtable_switch_does_not_sync_the_directory_on_the_writers_path() {
     );
     for j in 0..i {
         assert_eq!(db.get(&key(j)).unwrap().unwrap(), vec![b'v'; 2000]);
+    }
+}
+
+/// Regression: a memtable switch fsynced the old WAL on the writer's
+/// path, holding up every writer for a whole memtable's worth of WAL. Now
+/// the syncer thread syncs it: with every WAL sync failing, the write that
+/// switches succeeds, and the store is poisoned by the background sync
+/// (later writes are refused as `Poisoned`, never failed by a switch).
+#[test]
+fn a_memtable_switch_does_not_sync_the_old_wal_on_the_writers_path() {
+    let (_mem, fault) = fault_fs();
+    let mut opts = small_opts(fault.clone());
+    opts.settings.wal_bytes_per_sync = 0;
+    let db = Db::open(DIR, opts).unwrap();
+    fault.only_paths_containing(".log");
+    fault.inject(FaultKind::Sync, 0, true);
+    // 64 KiB memtables: a switch within about 32 puts.
+    let mut i = 0;
+    while db.stats().background_error.is_none() {
+        match db.put(&key(i), &[b'v'; 2000]) {
+            Ok(()) => {}
+            Err(Error::Poisoned(_)) => break,
+            Err(e) => panic!("put {i} failed itself: {e}"),
+        }
+        i += 1;
+        assert!(i < 10_000, "no switch, or its WAL never synced");
+    }
+    eventually("the background sync's failure", || {
+        db.stats().background_error.is_some()
+    });
+    let cause = db.stats().background_error.unwrap();
+    assert!(cause.contains(".log"), "names the WAL: {cause}");
+    assert!(matches!(db.sync_wal(), Err(Error::Poisoned(_))));
+}
+
+/// A synced write (or `sync_wal`) right after a switch must make the old
+/// WAL durable before its own: with the syncer held back and no table
+/// written, only the synced bytes survive the crash, and every write made
+/// before the synced one is still there.
+#[test]
+fn a_synced_write_after_a_switch_makes_the_retired_wal_durable_first() {
+    for use_sync_wal in [false, true] {
+        let mem = MemFs::new();
+        let watch = DirSyncWatch::over(mem.clone());
+        watch
+            .hold_background
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let db = Db::open(DIR, small_opts(watch.clone())).unwrap();
+        // The syncer waits in the directory sync of the WAL it prepares
+        // at open: it cannot sync a retired WAL before the test does.
+        eventually("the syncer held", || {
+            watch.syncs_by_name("tern-wal-sync") >= 1
+        });
+        let mut i = 0;
+        while db.stats().immutable_memtables == 0 {
+            db.put(&key(i), &value(i, 0)).unwrap();
+            i += 1;
+            assert!(i < 10_000, "no switch");
+        }
+        db.put(&key(i), &value(i, 0)).unwrap();
+        i += 1;
+        if use_sync_wal {
+            db.sync_wal().unwrap();
+        } else {
+            let mut b = WriteBatch::new();
+            b.put(&key(i), &value(i, 0));
+            db.write(
+                b,
+                WriteOptions {
+                    sync: true,
+                    ..WriteOptions::default()
+                },
+            )
+            .unwrap();
+            i += 1;
+        }
+        let crashed = mem.crashed_copy_with(tern::io::CrashMode::SyncedOnly, 0);
+        let kept = mem.crashed_copy_with(tern::io::CrashMode::KeepAll, 0);
+        watch
+            .hold_background
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        drop(db);
+        if !use_sync_wal {
+            // The synced write's group starts with a sync mark naming the
+            // retired WAL: damage there is corruption, not a crash.
+            let wals = common::wals_with_records(&kept, DIR);
+            assert_eq!(wals.len(), 2, "{wals:?}");
+            kept.corrupt_byte(&wals[0], 40, 0x01).unwrap();
+            match Db::open(DIR, small_opts(kept)) {
+                Err(Error::Corruption { file, .. }) => assert_eq!(file, wals[0]),
+                other => panic!("damage in a vouched-for WAL opened as {other:?}"),
+            }
+        }
+        let db = Db::open(DIR, small_opts(crashed)).unwrap();
+        for j in 0..i {
+            assert_eq!(
+                db.get(&key(j)).unwrap(),
+                Some(value(j, 0)),
+                "write {j} of {i} lost (sync_wal: {use_sync_wal})"
+            );
+        }
     }
 }
 

@@ -353,6 +353,13 @@ fn wal_sync_loop(s: &Shared) {
                 prepare_wal(s, &counter);
                 continue;
             }
+            super::wal_sync::SyncJob::SyncRetired => {
+                if let Err(e) = s.wal_syncer.sync_retired(&s.dir) {
+                    let mut state = s.state.lock();
+                    s.set_bg_error(&mut state, &e);
+                }
+                continue;
+            }
         };
         // A switch already synced a WAL that is no longer active (a flush
         // may even have removed it): nothing to start.

@@ -555,7 +555,13 @@ impl Db {
             }
             (path, w.sync_handle())
         };
-        if let Err(e) = sync.sync_data().map_err(|e| Error::io(&path, e)) {
+        // Every WAL retired before the one just read; a synced record
+        // never follows an unsynced one.
+        let synced = s
+            .wal_syncer
+            .sync_retired(&s.dir)
+            .and_then(|()| sync.sync_data().map_err(|e| Error::io(&path, e)));
+        if let Err(e) = synced {
             s.set_bg_error(&mut s.state.lock(), &e);
             return Err(e);
         }
@@ -738,7 +744,15 @@ impl Db {
         self.shared.closed.store(true, Ordering::Release);
         let mut wal = self.shared.wal.lock();
         if let Some(w) = wal.as_mut() {
-            let _ = w.writer.sync();
+            // Retired WALs first, as for any sync of the active one.
+            if self
+                .shared
+                .wal_syncer
+                .sync_retired(&self.shared.dir)
+                .is_ok()
+            {
+                let _ = w.writer.sync();
+            }
         }
         *wal = None;
         self.shared.purge_obsolete_files(self.shared.state.lock());

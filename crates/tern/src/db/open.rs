@@ -197,9 +197,10 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     let mut spill = Spill::default();
     let mut mem = s.new_memtable(0);
     // Point-in-time recovery: replay the WALs in order and stop at the first
-    // incomplete or damaged record of the newest WAL written to (the
-    // unsynced tail a crash may leave, possibly with holes where pages were
-    // lost). Damage before that is corruption, not a crash.
+    // incomplete or damaged record (the unsynced tail a crash may leave,
+    // possibly with holes where pages were lost), dropping every later WAL,
+    // unless a later WAL's sync mark proves the damaged one was synced
+    // whole: then it is corruption, not a crash.
     for (i, &number) in wals.iter().enumerate() {
         let path = s.dir.join(wal_file_name(number));
         let data = s.fs.read_all(&path).ctx(&path)?;
@@ -240,22 +241,32 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         let Some(at) = reader.stopped_at() else {
             continue;
         };
-        if crate::wal::later_wal_shows_writes(s.fs.as_ref(), &s.dir, &wals[i + 1..])? {
+        let later = &wals[i + 1..];
+        if crate::wal::later_wal_vouches_for(s.fs.as_ref(), &s.dir, number, later)? {
             return Err(reader.damage().unwrap_or_else(|| {
                 Error::corruption(
                     &path,
                     at,
-                    "incomplete record in a write-ahead log that a later log with records follows (it was synced whole, so this is damage, not a crash)",
+                    "incomplete record in a write-ahead log that a later log's sync mark says was synced whole (damage, not a crash)",
                 )
             }));
         }
-        let dropped = len - at;
+        // The later WALs hold only writes made after the lost ones (none
+        // synced: a sync makes the earlier WALs durable first).
+        let mut dropped = len - at;
+        for &n in later {
+            let p = s.dir.join(wal_file_name(n));
+            dropped +=
+                s.fs.file_size(&p)
+                    .ctx(&p)?
+                    .saturating_sub(crate::format::log_record::FILE_HEADER_LEN as u64);
+        }
         tracing::warn!(
-            "tern: recovery stopped at offset {at} of {}: dropped {dropped} bytes of unsynced writes (incomplete or damaged record)",
-            path.display()
+            "tern: recovery stopped at offset {at} of {}: dropped {dropped} bytes of unsynced writes (an incomplete or damaged record, and {} later WALs)",
+            path.display(),
+            later.len()
         );
         Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
-        // No later WAL was written to: nothing more to replay.
         break;
     }
     spill_replayed(s, &mut state, &mem, &mut edit, &mut spill)?;
@@ -685,9 +696,15 @@ mod tests {
     type WalRecords = (std::path::PathBuf, Vec<u64>);
 
     /// Two synced WALs the manifest never heard of (as after two memtable
-    /// switches and a crash), 50 writes each; returns their paths and the
-    /// offsets of their records, with the file system and options.
+    /// switches and a crash), 50 writes each, the second starting with a
+    /// sync mark naming the first; returns their paths and the offsets of
+    /// their records, with the file system and options.
     fn two_unflushed_wals() -> (Arc<MemFs>, Options, Vec<WalRecords>) {
+        two_wals(true)
+    }
+
+    /// [`two_unflushed_wals`], with the sync mark only if `marked`.
+    fn two_wals(marked: bool) -> (Arc<MemFs>, Options, Vec<WalRecords>) {
         let mem = MemFs::new();
         let opts = Options {
             fs: mem.clone(),
@@ -697,10 +714,15 @@ mod tests {
         let (set, _) = VersionSet::recover(mem.clone(), Path::new("/db"), 1 << 20).unwrap();
         let next = set.new_file_number();
         drop(set);
-        let mut out = Vec::new();
+        let mut out: Vec<WalRecords> = Vec::new();
         for (w, number) in [next, next + 1].into_iter().enumerate() {
             let path = Path::new("/db").join(wal_file_name(number));
             let mut writer = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
+            if let (true, Some((older, _))) = (marked, out.last()) {
+                let len = mem.file_size(older.as_path()).unwrap();
+                let mark = crate::format::log_record::SyncMark { number: next, len };
+                writer.add_sync_mark(mark).unwrap();
+            }
             let mut offsets = Vec::new();
             for i in 0..50u32 {
                 let i = w as u32 * 50 + i;
@@ -758,7 +780,7 @@ mod tests {
 
     /// The same for an older WAL cut short (its tail lost) and for a
     /// checksum failure in its last record: both are damage, not a torn
-    /// write, because a later WAL was written to.
+    /// write, because a later WAL's sync mark says it was synced whole.
     #[test]
     fn truncated_or_damaged_tail_of_an_older_wal_is_corruption() {
         for truncate in [true, false] {
@@ -777,8 +799,9 @@ mod tests {
     /// Regression: a later WAL whose first record (or header) is also
     /// damaged counted as holding no writes, so real damage in the older,
     /// synced WAL was taken for a torn tail, recovery stopped there, and the
-    /// later WAL's synced writes were removed with it. Any bytes past a
-    /// later WAL's header show writes came after the older WAL was synced.
+    /// later WAL's synced writes were removed with it. A sync mark read
+    /// before the later WAL's damage, or a damaged header (whose marks
+    /// cannot be read), keeps the older WAL's damage corruption.
     #[test]
     fn damage_in_an_older_wal_stays_corruption_when_the_later_wal_is_damaged_too() {
         for later_header in [false, true] {
@@ -793,6 +816,36 @@ mod tests {
             };
             mem.corrupt_byte(newer, at, 0x01).unwrap();
             assert_corruption_at(&mem, opts, older, offsets[30]);
+        }
+    }
+
+    /// A switch does not wait for the old WAL's fsync, so a crash can keep
+    /// a later WAL's records and lose the end of an earlier one. Without a
+    /// sync mark in the later WAL, no record there was synced: recovery
+    /// keeps the prefix before the damage and drops the later WAL too.
+    #[test]
+    fn damage_in_an_older_wal_that_no_sync_mark_vouches_for_recovers_the_prefix() {
+        for truncate in [true, false] {
+            let (mem, opts, wals) = two_wals(false);
+            let (older, offsets) = &wals[0];
+            if truncate {
+                mem.truncate(older, offsets[30] + 5).unwrap();
+            } else {
+                mem.corrupt_byte(older, offsets[30] + 12, 0x01).unwrap();
+            }
+            let report = crate::tools::check::check_store(Path::new("/db"), mem.clone()).unwrap();
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
+            let newer_len = mem.file_size(&wals[1].0).unwrap();
+            let db = Db::open("/db", opts.clone()).unwrap();
+            assert_eq!(recovered_prefix(&db, 100), 30, "truncate {truncate}");
+            let dropped = db.stats().wal_bytes_dropped_at_recovery;
+            assert!(dropped > newer_len - 16, "dropped {dropped}");
+            // The dropped WAL is never replayed later.
+            db.put(b"after", b"x").unwrap();
+            db.close().unwrap();
+            let db = Db::open("/db", opts).unwrap();
+            assert_eq!(recovered_prefix(&db, 100), 30);
+            assert_eq!(db.get(b"after").unwrap(), Some(b"x".to_vec()));
         }
     }
 

@@ -1,28 +1,35 @@
 //! The active WAL and its background syncer.
 //!
-//! A memtable switch must make the old WAL durable before any write lands
-//! in the new one (recovery relies on it: damage in a WAL that a later,
-//! written WAL follows is corruption, not a crash). Left to the switch,
-//! that fsync covers a whole memtable's worth of WAL, tens of milliseconds
-//! during which every writer waits. So once `wal_bytes_per_sync` bytes
-//! were appended since the last request, the group leader asks the syncer
-//! thread to start writeback of the WAL through a second handle, off every
-//! lock (`sync_file_range`, as RocksDB's option of the same name: no
-//! journal commit, no wait for the device); the switch's fsync then finds
-//! little left to write. The same handle lets `sync_wal` fsync without
-//! holding the WAL mutex.
+//! A memtable switch retires the old WAL without syncing it: a whole
+//! memtable's worth of WAL takes tens of milliseconds to fsync, during
+//! which every writer would wait. The syncer thread syncs retired WALs in
+//! number order ([`WalSyncer::sync_retired`]); whoever needs a newer WAL
+//! durable (a synced write, `sync_wal`, close) syncs them first, so a
+//! synced record never follows an unsynced one. Until then a crash may
+//! keep a later WAL's records and lose an earlier one's, so recovery
+//! stops at the first damaged WAL and drops the later ones
+//! (`docs/format/wal.md`). Once the retired WALs are durable, the next
+//! group written writes a sync mark naming them, so that recovery can
+//! still tell damage to a synced WAL from a crash.
+//!
+//! Once `wal_bytes_per_sync` bytes were appended since the last request,
+//! the group leader also asks the syncer to start writeback of the active
+//! WAL through a second handle, off every lock (`sync_file_range`, as
+//! RocksDB's option of the same name: no journal commit, no wait for the
+//! device), so the eventual fsync finds little left to write. The same
+//! handle lets `sync_wal` fsync without holding the WAL mutex.
 //!
 //! The handle is a separate open file description, not a duplicated
 //! descriptor: Linux reports a writeback error once per open file
 //! description, so with a shared one the syncer could consume an error the
-//! leader's own sync then would not see. A failed background writeback
-//! poisons the store like a failed synced write.
+//! leader's own sync then would not see. A failed background writeback or
+//! sync poisons the store like a failed synced write.
 //!
 //! The syncer also creates the next WAL ahead of each switch
 //! ([`WalSyncer::prepare`]): creating a file is cheap, but making its name
 //! durable takes a directory fsync, measured at 17–110 ms while a flush
 //! and a compaction write (`docs/engine.md`). The switch then finds the
-//! WAL ready and only syncs the old one.
+//! WAL ready and does no I/O beyond handing the old one over.
 //!
 //! The handle itself is shared by the syncer and every `sync_wal` caller,
 //! so it is gated ([`GatedSync`]): one sync through it at a time, and once
@@ -30,13 +37,17 @@
 //! fsyncs the one that lost the race could report success for bytes the
 //! failed writeback dropped, before the other's failure poisoned the store.
 
+use std::collections::VecDeque;
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::error::{Error, Result};
+use crate::format::log_record::SyncMark;
 use crate::io::FileSync;
-use crate::wal::LogWriter;
+use crate::wal::{wal_file_name, LogWriter};
 
 /// The WAL receiving writes; only the group leader (and `sync_wal`,
 /// switches and shutdown, under the same mutex) touches it.
@@ -49,6 +60,9 @@ pub struct ActiveWal {
     sync: Arc<dyn FileSync>,
     /// `writer.len()` when a background sync was last requested.
     requested_at: u64,
+    /// The WAL retired when this one became active, until a sync mark
+    /// naming it (or a newer one) is written here.
+    mark_due: Option<u64>,
 }
 
 impl ActiveWal {
@@ -59,7 +73,35 @@ impl ActiveWal {
             sync: Arc::new(GatedSync::new(writer.sync_handle()?)),
             requested_at: writer.len(),
             writer,
+            mark_due: None,
         })
+    }
+
+    /// Becomes the active WAL in place of `old`, which `syncer` syncs
+    /// later; `old`'s buffered records go to the operating system first.
+    pub fn replace(&mut self, old: ActiveWal, syncer: &WalSyncer) -> io::Result<()> {
+        let mut old = old;
+        old.writer.flush()?;
+        let mark = SyncMark {
+            number: old.number,
+            len: old.writer.len(),
+        };
+        syncer.retire(mark, old.sync);
+        self.mark_due = Some(mark.number);
+        Ok(())
+    }
+
+    /// Writes a sync mark when one is due and the retired WALs it names are
+    /// durable (the group leader calls this before its record).
+    pub fn add_due_mark(&mut self, syncer: &WalSyncer) -> io::Result<()> {
+        let Some(due) = self.mark_due else {
+            return Ok(());
+        };
+        if let Some(mark) = syncer.synced().filter(|m| m.number >= due) {
+            self.writer.add_sync_mark(mark)?;
+            self.mark_due = None;
+        }
+        Ok(())
     }
 
     /// A handle that syncs this WAL without its mutex held.
@@ -82,10 +124,12 @@ impl ActiveWal {
 }
 
 /// The pending requests (at most one writeback: a newer one covers an
-/// older one of the same WAL, and a switch syncs the old WAL itself).
+/// older one of the same WAL, and a retired WAL is synced whole).
 #[derive(Default)]
 struct Pending {
     wal: Option<(u64, Arc<dyn FileSync>)>,
+    /// Retired WALs wait to be synced.
+    retired: bool,
     prepare: bool,
     /// The syncer thread is running a job.
     busy: bool,
@@ -94,7 +138,7 @@ struct Pending {
 
 impl Pending {
     fn idle(&self) -> bool {
-        self.stop || !(self.busy || self.prepare || self.wal.is_some())
+        self.stop || !(self.busy || self.retired || self.prepare || self.wal.is_some())
     }
 }
 
@@ -102,6 +146,8 @@ impl Pending {
 pub(super) enum SyncJob {
     /// Start writeback of WAL `.0` through `.1`.
     Writeback(u64, Arc<dyn FileSync>),
+    /// Sync the retired WALs ([`WalSyncer::sync_retired`]).
+    SyncRetired,
     /// Create the WAL the next switch takes (see [`WalSyncer::take_spare`]).
     Prepare,
 }
@@ -116,6 +162,13 @@ pub struct WalSyncer {
     idle: Condvar,
     /// A new, empty WAL whose directory entry is durable.
     spare: Mutex<Option<ActiveWal>>,
+    /// WALs a switch retired, not yet synced, oldest first.
+    retired: Mutex<VecDeque<(SyncMark, Arc<dyn FileSync>)>>,
+    /// Held while retired WALs are synced, so that they become durable in
+    /// number order.
+    retired_order: Mutex<()>,
+    /// The newest retired WAL synced.
+    synced: Mutex<Option<SyncMark>>,
 }
 
 impl WalSyncer {
@@ -123,6 +176,36 @@ impl WalSyncer {
     pub fn request(&self, number: u64, sync: Arc<dyn FileSync>) {
         self.pending.lock().wal = Some((number, sync));
         self.cv.notify_one();
+    }
+
+    /// Hands over WAL `mark.number`, retired by a switch, to be synced
+    /// through `sync` in number order.
+    fn retire(&self, mark: SyncMark, sync: Arc<dyn FileSync>) {
+        self.retired.lock().push_back((mark, sync));
+        self.pending.lock().retired = true;
+        self.cv.notify_one();
+    }
+
+    /// Syncs every retired WAL, oldest first; once this returns `Ok` every
+    /// WAL retired before the call is durable. `dir` names them in errors.
+    /// A failure leaves the WAL queued (its gated handle fails every later
+    /// sync too), and the caller poisons the store.
+    pub fn sync_retired(&self, dir: &Path) -> Result<()> {
+        let _order = self.retired_order.lock();
+        loop {
+            let Some((mark, sync)) = self.retired.lock().front().cloned() else {
+                return Ok(());
+            };
+            sync.sync_data()
+                .map_err(|e| Error::io(dir.join(wal_file_name(mark.number)), e))?;
+            self.retired.lock().pop_front();
+            *self.synced.lock() = Some(mark);
+        }
+    }
+
+    /// The newest retired WAL synced so far (with every older one).
+    pub fn synced(&self) -> Option<SyncMark> {
+        *self.synced.lock()
     }
 
     /// Asks for the next WAL to be created ahead of the switch that needs
@@ -168,14 +251,18 @@ impl WalSyncer {
     }
 
     /// The next request, or None once stopped; called by the syncer
-    /// thread once it finished the job it took before. A writeback comes
-    /// first: it is what bounds the next switch's fsync.
+    /// thread once it finished the job it took before. Retired WALs come
+    /// first (they bound what a crash may lose), then writeback.
     pub(super) fn next(&self) -> Option<SyncJob> {
         let mut p = self.pending.lock();
         p.busy = false;
         loop {
             if p.stop {
                 return None;
+            }
+            if std::mem::take(&mut p.retired) {
+                p.busy = true;
+                return Some(SyncJob::SyncRetired);
             }
             if let Some((number, sync)) = p.wal.take() {
                 p.busy = true;

@@ -201,19 +201,7 @@ impl Shared {
         if !disable_wal {
             let mut wal = self.wal.lock();
             let res = match wal.as_mut() {
-                Some(active) => {
-                    let w = &mut active.writer;
-                    let res = w
-                        .add_record(merged.as_bytes())
-                        .and_then(|()| w.flush())
-                        .and_then(|()| if sync { w.sync() } else { Ok(()) })
-                        .ctx(&self.dir.join(wal_file_name(active.number)));
-                    if res.is_ok() {
-                        self.wal_len.store(active.writer.len(), Ordering::Relaxed);
-                        active.after_append(&self.wal_syncer, self.opts.wal_bytes_per_sync, sync);
-                    }
-                    res
-                }
+                Some(active) => self.append_group(active, merged.as_bytes(), sync),
                 None => Err(Error::Closed),
             };
             drop(wal);
@@ -262,6 +250,25 @@ impl Shared {
         if deferred {
             self.linker.wake();
         }
+        Ok(())
+    }
+
+    /// Appends a group's record to the active WAL, after a sync mark if
+    /// one is due, and syncs it when asked: the retired WALs first, so a
+    /// synced record never follows an unsynced one.
+    fn append_group(&self, active: &mut ActiveWal, record: &[u8], sync: bool) -> Result<()> {
+        if sync {
+            self.wal_syncer.sync_retired(&self.dir)?;
+        }
+        let path = self.dir.join(wal_file_name(active.number));
+        active.add_due_mark(&self.wal_syncer).ctx(&path)?;
+        let w = &mut active.writer;
+        w.add_record(record)
+            .and_then(|()| w.flush())
+            .and_then(|()| if sync { w.sync() } else { Ok(()) })
+            .ctx(&path)?;
+        self.wal_len.store(active.writer.len(), Ordering::Relaxed);
+        active.after_append(&self.wal_syncer, self.opts.wal_bytes_per_sync, sync);
         Ok(())
     }
 
@@ -385,24 +392,23 @@ impl Shared {
 
     /// Freezes the active memtable and starts a new one with a new WAL:
     /// the one the syncer thread prepared when it is ready, so that writers
-    /// do not wait for a directory sync.
+    /// do not wait for a directory sync. The old WAL is synced later, by
+    /// the syncer thread or by the first synced write.
     fn switch_memtable(&self, state: &mut State, need: usize) -> Result<()> {
         let prepared = self.take_prepared_wal(state);
         let was_prepared = prepared.is_some();
         let res = (|| {
-            let active = match prepared {
+            let mut active = match prepared {
                 Some(active) => active,
                 None => self.create_wal(state.versions.new_file_number())?,
             };
             let number = active.number;
             let mut wal = self.wal.lock();
-            // The old WAL must be durable before any write lands in the new
-            // one, so a crash can lose only a suffix of the history. The
-            // background syncer has done most of it (`wal_bytes_per_sync`).
-            if let Some(old) = wal.as_mut() {
-                old.writer
-                    .sync()
-                    .ctx(&self.dir.join(wal_file_name(old.number)))?;
+            // The old WAL is synced by the syncer thread, not here: the
+            // fsync of a whole memtable's WAL would stall every writer.
+            if let Some(old) = wal.take() {
+                let path = self.dir.join(wal_file_name(old.number));
+                active.replace(old, &self.wal_syncer).ctx(&path)?;
             }
             self.wal_len.store(active.writer.len(), Ordering::Relaxed);
             *wal = Some(active);

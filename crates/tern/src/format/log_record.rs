@@ -71,14 +71,17 @@ impl LogKind {
     }
 }
 
-/// The type byte of a record. Only [`RecordType::Full`] is written today;
-/// values 2–4 are reserved for fragmented records (first/middle/last) and 0
-/// is never valid, so zero-filled space never parses as a record.
+/// The type byte of a record. Values 2–4 are reserved for fragmented
+/// records (first/middle/last) and 0 is never valid, so zero-filled space
+/// never parses as a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum RecordType {
     /// The payload is one complete logical record.
     Full = 1,
+    /// WAL only: the earlier WALs reached the disk whole; the payload is a
+    /// [`SyncMark`]. Recovery uses it to tell damage from a crash.
+    SyncMark = 5,
 }
 
 impl RecordType {
@@ -86,8 +89,43 @@ impl RecordType {
     pub fn from_u8(b: u8) -> Option<RecordType> {
         match b {
             1 => Some(RecordType::Full),
+            5 => Some(RecordType::SyncMark),
             _ => None,
         }
+    }
+}
+
+/// The payload of a [`RecordType::SyncMark`] record: WAL `number` was
+/// fsynced with `len` bytes, and every WAL numbered below it was fsynced
+/// whole, before this record was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncMark {
+    /// The newest earlier WAL known durable.
+    pub number: u64,
+    /// Its length in bytes, header included, when it was synced.
+    pub len: u64,
+}
+
+/// Length of an encoded [`SyncMark`].
+pub const SYNC_MARK_LEN: usize = 16;
+
+impl SyncMark {
+    /// The 16-byte payload: `number` u64 LE ‖ `len` u64 LE.
+    pub fn encode(&self) -> [u8; SYNC_MARK_LEN] {
+        let mut b = [0u8; SYNC_MARK_LEN];
+        b[..8].copy_from_slice(&self.number.to_le_bytes());
+        b[8..].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// Decodes a payload; `None` unless it is exactly 16 bytes.
+    pub fn decode(payload: &[u8]) -> Option<SyncMark> {
+        let b: &[u8; SYNC_MARK_LEN] = payload.try_into().ok()?;
+        let (number, len) = b.split_at(8);
+        Some(SyncMark {
+            number: u64::from_le_bytes(number.try_into().ok()?),
+            len: u64::from_le_bytes(len.try_into().ok()?),
+        })
     }
 }
 
@@ -176,8 +214,13 @@ pub fn decode_file_header(file: &[u8], kind: LogKind) -> Result<FileHeader, Deco
 /// The caller must keep `payload.len() <= MAX_PAYLOAD_LEN`; the writer checks
 /// this before calling.
 pub fn encode_record(dst: &mut Vec<u8>, payload: &[u8]) {
+    encode_typed_record(dst, RecordType::Full, payload);
+}
+
+/// Appends one framed record of type `ty`.
+pub fn encode_typed_record(dst: &mut Vec<u8>, ty: RecordType, payload: &[u8]) {
     debug_assert!(payload.len() <= MAX_PAYLOAD_LEN);
-    let ty = [RecordType::Full as u8];
+    let ty = [ty as u8];
     put_fixed32(dst, checksum::crc2(&ty, payload));
     put_fixed32(dst, payload.len() as u32);
     dst.push(ty[0]);
@@ -189,6 +232,9 @@ pub fn encode_record(dst: &mut Vec<u8>, payload: &[u8]) {
 pub enum RecordOutcome<'a> {
     /// A valid record.
     Record {
+        /// Its type: [`RecordType::SyncMark`] only in a WAL, with a
+        /// payload [`SyncMark::decode`] accepts.
+        ty: RecordType,
         /// The payload bytes.
         payload: &'a [u8],
         /// Offset of the next record (just past this one).
@@ -231,10 +277,26 @@ pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_
     if checksum::crc2(&[ty], payload) != stored_crc {
         return damage_or_tail(file, pos, kind, Some(pos + RECORD_HEADER_LEN + len));
     }
+    let next = pos + RECORD_HEADER_LEN + len;
     match RecordType::from_u8(ty) {
         Some(RecordType::Full) => RecordOutcome::Record {
+            ty: RecordType::Full,
             payload,
-            next: pos + RECORD_HEADER_LEN + len,
+            next,
+        },
+        Some(RecordType::SyncMark) if kind != LogKind::Wal => RecordOutcome::Corrupt(
+            DecodeError::new(pos, "a WAL sync mark in a manifest".to_string()),
+        ),
+        Some(RecordType::SyncMark) if SyncMark::decode(payload).is_none() => {
+            RecordOutcome::Corrupt(DecodeError::new(
+                pos,
+                format!("a WAL sync mark of {len} bytes (expected {SYNC_MARK_LEN})"),
+            ))
+        }
+        Some(RecordType::SyncMark) => RecordOutcome::Record {
+            ty: RecordType::SyncMark,
+            payload,
+            next,
         },
         None => RecordOutcome::Corrupt(DecodeError::new(
             pos,
@@ -358,7 +420,7 @@ mod tests {
         let mut pos = FILE_HEADER_LEN;
         loop {
             match decode_record(f, pos, LogKind::Wal) {
-                RecordOutcome::Record { payload, next } => {
+                RecordOutcome::Record { payload, next, .. } => {
                     out.push(payload.to_vec());
                     pos = next;
                 }
@@ -432,6 +494,37 @@ mod tests {
             decode_record(&f, start, LogKind::Wal),
             RecordOutcome::TornTail
         );
+    }
+
+    #[test]
+    fn sync_marks_are_wal_records_of_sixteen_bytes() {
+        let mark = SyncMark {
+            number: 7,
+            len: 1 << 40,
+        };
+        assert_eq!(SyncMark::decode(&mark.encode()), Some(mark));
+        for kind in [LogKind::Wal, LogKind::Manifest] {
+            let mut f = log(kind, &[]);
+            encode_typed_record(&mut f, RecordType::SyncMark, &mark.encode());
+            let outcome = decode_record(&f, FILE_HEADER_LEN, kind);
+            match (kind, outcome) {
+                (LogKind::Wal, RecordOutcome::Record { ty, payload, next }) => {
+                    assert_eq!(ty, RecordType::SyncMark);
+                    assert_eq!(SyncMark::decode(payload), Some(mark));
+                    assert_eq!(next, f.len());
+                }
+                (LogKind::Manifest, RecordOutcome::Corrupt(e)) => {
+                    assert_eq!(e.offset, FILE_HEADER_LEN as u64)
+                }
+                (kind, other) => panic!("{kind:?}: {other:?}"),
+            }
+        }
+        let mut f = log(LogKind::Wal, &[]);
+        encode_typed_record(&mut f, RecordType::SyncMark, &mark.encode()[..15]);
+        assert!(matches!(
+            decode_record(&f, FILE_HEADER_LEN, LogKind::Wal),
+            RecordOutcome::Corrupt(_)
+        ));
     }
 
     #[test]

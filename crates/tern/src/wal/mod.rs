@@ -17,7 +17,7 @@ pub use filename::{
     parse_file_name, read_current, set_current, table_file_name, temp_file_name, wal_file_name,
     FileType, CURRENT_FILE_NAME, LOCK_FILE_NAME,
 };
-pub use reader::{later_wal_shows_writes, LogReader};
+pub use reader::{later_wal_vouches_for, LogReader};
 pub use writer::LogWriter;
 
 #[cfg(test)]

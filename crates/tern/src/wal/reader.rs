@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use super::wal_file_name;
 use crate::error::{DecodeError, IoContext, Result};
 use crate::format::log_record::{
-    decode_file_header, decode_record, FileHeader, LogKind, RecordOutcome, FILE_HEADER_LEN,
+    decode_file_header, decode_record, FileHeader, LogKind, RecordOutcome, RecordType, SyncMark,
+    FILE_HEADER_LEN,
 };
 use crate::io::FileSystem;
 
@@ -27,6 +28,8 @@ pub struct LogReader {
     done: bool,
     /// The corruption found, returned again by later calls.
     error: Option<DecodeError>,
+    /// The newest earlier WAL a sync mark read so far vouches for.
+    synced_through: Option<SyncMark>,
 }
 
 impl LogReader {
@@ -52,39 +55,55 @@ impl LogReader {
             torn_tail,
             done,
             error: None,
+            synced_through: None,
         })
     }
 
     /// The next record's payload, `Ok(None)` at the end of the log (including
     /// a dropped torn tail), or a corruption error. After an error every
-    /// later call returns the same error.
+    /// later call returns the same error. Sync marks are not returned:
+    /// [`LogReader::synced_through`] collects them.
     pub fn next_record(&mut self) -> Result<Option<&[u8]>> {
         if let Some(e) = self.damage() {
             return Err(e);
         }
-        if self.done {
-            return Ok(None);
-        }
-        let start = self.pos;
-        match decode_record(&self.data, start, self.kind) {
-            RecordOutcome::Record { payload, next } => {
-                self.last_record_offset = start as u64;
-                self.pos = next;
-                Ok(Some(payload))
+        loop {
+            if self.done {
+                return Ok(None);
             }
-            RecordOutcome::End => {
-                self.done = true;
-                Ok(None)
-            }
-            RecordOutcome::TornTail => {
-                self.done = true;
-                self.torn_tail = Some(start as u64);
-                Ok(None)
-            }
-            RecordOutcome::Corrupt(e) => {
-                self.done = true;
-                self.error = Some(e.clone());
-                Err(e.in_file(&self.path, 0))
+            let start = self.pos;
+            match decode_record(&self.data, start, self.kind) {
+                RecordOutcome::Record {
+                    ty: RecordType::SyncMark,
+                    payload,
+                    next,
+                } => {
+                    if let Some(mark) = SyncMark::decode(payload) {
+                        if self.synced_through.is_none_or(|m| m.number < mark.number) {
+                            self.synced_through = Some(mark);
+                        }
+                    }
+                    self.pos = next;
+                }
+                RecordOutcome::Record { payload, next, .. } => {
+                    self.last_record_offset = start as u64;
+                    self.pos = next;
+                    return Ok(Some(payload));
+                }
+                RecordOutcome::End => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                RecordOutcome::TornTail => {
+                    self.done = true;
+                    self.torn_tail = Some(start as u64);
+                    return Ok(None);
+                }
+                RecordOutcome::Corrupt(e) => {
+                    self.done = true;
+                    self.error = Some(e.clone());
+                    return Err(e.in_file(&self.path, 0));
+                }
             }
         }
     }
@@ -104,6 +123,12 @@ impl LogReader {
         } else {
             self.torn_tail
         }
+    }
+
+    /// The newest earlier WAL that the sync marks read so far name as
+    /// durable (see `docs/format/wal.md`).
+    pub fn synced_through(&self) -> Option<SyncMark> {
+        self.synced_through
     }
 
     /// Offset in the file of the record last returned by
@@ -136,25 +161,30 @@ impl LogReader {
     }
 }
 
-/// Point-in-time recovery's test for damage found in a WAL: it may end the
-/// log (a crash's unsynced tail) only when none of the `later` WALs in `dir`
-/// shows a write. A WAL is synced whole before any write lands in the next
-/// one, so a later WAL with any non-zero byte past its header (a record,
-/// even a damaged or incomplete one) or with a damaged header proves the
-/// earlier WAL once reached the disk complete. A later WAL that is empty,
-/// header-only or zero-filled is one created just before a crash. Reads the
-/// later WALs only when called, that is, on damage.
-pub fn later_wal_shows_writes(fs: &dyn FileSystem, dir: &Path, later: &[u64]) -> Result<bool> {
+/// Point-in-time recovery's test for damage found in WAL `damaged`: it is
+/// corruption only when one of the `later` WALs in `dir` holds a sync mark
+/// (before any damage of its own) naming `damaged` or a newer WAL, proof
+/// that `damaged` once reached the disk whole. Otherwise it may be the
+/// unsynced tail a crash left: a memtable switch does not wait for the old
+/// WAL's fsync, so the page cache may have written a later WAL's records
+/// while the earlier one's were lost. A later WAL whose header is damaged
+/// counts as vouching: its marks cannot be read, and a header never tears
+/// into non-zero garbage. Reads the later WALs only when called, that is,
+/// on damage.
+pub fn later_wal_vouches_for(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    damaged: u64,
+    later: &[u64],
+) -> Result<bool> {
     for &number in later {
         let path = dir.join(wal_file_name(number));
         let data = fs.read_all(&path).ctx(&path)?;
-        let written = match decode_file_header(&data, LogKind::Wal) {
-            Err(_) => true,
-            Ok(_) => data
-                .get(FILE_HEADER_LEN..)
-                .is_some_and(|rest| rest.iter().any(|&b| b != 0)),
+        let Ok(mut reader) = LogReader::new(data, path, LogKind::Wal) else {
+            return Ok(true);
         };
-        if written {
+        while let Ok(Some(_)) = reader.next_record() {}
+        if reader.synced_through().is_some_and(|m| m.number >= damaged) {
             return Ok(true);
         }
     }

@@ -3,7 +3,8 @@
 use std::io;
 
 use crate::format::log_record::{
-    encode_file_header, encode_record, LogKind, MAX_PAYLOAD_LEN, RECORD_HEADER_LEN,
+    encode_file_header, encode_record, encode_typed_record, LogKind, RecordType, SyncMark,
+    MAX_PAYLOAD_LEN, RECORD_HEADER_LEN, SYNC_MARK_LEN,
 };
 use crate::io::WritableFile;
 
@@ -59,6 +60,16 @@ impl LogWriter {
             self.buf = Vec::new();
         }
         res
+    }
+
+    /// Appends a [`SyncMark`] record (WAL only): `mark.number` and every
+    /// earlier WAL reached the disk whole.
+    pub fn add_sync_mark(&mut self, mark: SyncMark) -> io::Result<()> {
+        debug_assert_eq!(self.kind, LogKind::Wal);
+        self.buf.clear();
+        encode_typed_record(&mut self.buf, RecordType::SyncMark, &mark.encode());
+        debug_assert_eq!(self.buf.len(), RECORD_HEADER_LEN + SYNC_MARK_LEN);
+        self.file.append(&self.buf)
     }
 
     /// Pushes buffered records to the operating system (survives a process

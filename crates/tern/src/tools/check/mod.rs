@@ -231,11 +231,11 @@ pub fn check_store_with_tier(dir: &Path, fs: FsRef, memtier_path: &Path) -> Resu
         match parsed {
             Some((FileType::Wal, n)) if *n >= replay.log_number => {
                 let later = recovered_wals.partition_point(|w| w <= n);
-                // A later WAL that cannot be read counts as written:
+                // A later WAL that cannot be read counts as vouching:
                 // the damage is then reported as a problem.
                 let may_be_torn = || {
-                    !crate::wal::later_wal_shows_writes(fs.as_ref(), dir, &recovered_wals[later..])
-                        .unwrap_or(true)
+                    let later = &recovered_wals[later..];
+                    !crate::wal::later_wal_vouches_for(fs.as_ref(), dir, *n, later).unwrap_or(true)
                 };
                 check_wal(&fs, &path, may_be_torn, &mut report);
             }
