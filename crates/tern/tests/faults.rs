@@ -497,9 +497,8 @@ fn a_synced_write_after_a_switch_makes_the_retired_wal_durable_first() {
 fn wait_for_background_waits_for_the_wal_being_prepared() {
     let watch = DirSyncWatch::new();
     let db = Db::open(DIR, small_opts(watch.clone())).unwrap();
-    eventually("the WAL prepared at open", || {
-        watch.syncs_by_name("tern-wal-sync") >= 1
-    });
+    // The WAL prepared at open is done once the syncer is idle.
+    db.wait_for_background().unwrap();
     watch
         .fail_syncer
         .store(true, std::sync::atomic::Ordering::SeqCst);

@@ -345,6 +345,15 @@ fn link_loop(s: &Shared) {
 }
 
 fn wal_sync_loop(s: &Shared) {
+    /// Stops the syncer's queue however the loop ends, so that nothing
+    /// waits for a thread that panicked.
+    struct StopOnExit<'a>(&'a Shared);
+    impl Drop for StopOnExit<'_> {
+        fn drop(&mut self) {
+            self.0.wal_syncer.stop();
+        }
+    }
+    let _stop = StopOnExit(s);
     let counter = s.state.lock().versions.file_number_counter();
     while let Some(job) = s.wal_syncer.next() {
         let (number, sync) = match job {

@@ -556,11 +556,17 @@ impl Db {
             (path, w.sync_handle())
         };
         // Every WAL retired before the one just read; a synced record
-        // never follows an unsynced one.
-        let synced = s
-            .wal_syncer
-            .sync_retired(&s.dir)
-            .and_then(|()| sync.sync_data().map_err(|e| Error::io(&path, e)));
+        // never follows an unsynced one. Then the due sync mark, so that
+        // damage to the retired WALs is not taken for a crash.
+        let synced = s.wal_syncer.sync_retired(&s.dir).and_then(|()| {
+            if let Some(w) = s.wal.lock().as_mut() {
+                let p = s.dir.join(crate::wal::wal_file_name(w.number));
+                w.add_due_mark(&s.wal_syncer)
+                    .and_then(|()| w.writer.flush())
+                    .map_err(|e| Error::io(&p, e))?;
+            }
+            sync.sync_data().map_err(|e| Error::io(&path, e))
+        });
         if let Err(e) = synced {
             s.set_bg_error(&mut s.state.lock(), &e);
             return Err(e);

@@ -198,14 +198,42 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     let mut mem = s.new_memtable(0);
     // Point-in-time recovery: replay the WALs in order and stop at the first
     // incomplete or damaged record (the unsynced tail a crash may leave,
-    // possibly with holes where pages were lost), dropping every later WAL,
-    // unless a later WAL's sync mark proves the damaged one was synced
-    // whole: then it is corruption, not a crash.
+    // possibly with holes where pages were lost) or at a WAL whose
+    // predecessor is shorter than it was at the switch, dropping every
+    // later WAL, unless a later WAL's sync mark proves the damaged one was
+    // synced whole: then it is corruption, not a crash.
+    let mut replayed_len = std::collections::HashMap::new();
     for (i, &number) in wals.iter().enumerate() {
         let path = s.dir.join(wal_file_name(number));
         let data = s.fs.read_all(&path).ctx(&path)?;
         let len = data.len() as u64;
         let mut reader = LogReader::new(data, path.clone(), LogKind::Wal)?;
+        if let Some(prev) = reader.predecessor() {
+            let had = replayed_len.get(&prev.number).copied().unwrap_or(0);
+            if prev.number >= state.versions.log_number && had < prev.len {
+                let prev_path = s.dir.join(wal_file_name(prev.number));
+                let later = &wals[i..];
+                if crate::wal::later_wal_vouches_for(s.fs.as_ref(), &s.dir, prev.number, later)? {
+                    return Err(Error::corruption(
+                        &prev_path,
+                        had,
+                        format!(
+                            "write-ahead log ends at {had} but was {} bytes at the memtable switch, and a later log's sync mark says it was synced whole (damage, not a crash)",
+                            prev.len
+                        ),
+                    ));
+                }
+                let dropped = later_wal_bytes(s, later)?;
+                tracing::warn!(
+                    "tern: recovery stopped at the end of {}, cut short at {had} of {} bytes: dropped {dropped} bytes of unsynced writes in {} later WALs",
+                    prev_path.display(),
+                    prev.len,
+                    later.len()
+                );
+                Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
+                break;
+            }
+        }
         // Damage ends the loop like the end of the log; `stopped_at` and
         // `damage` below tell the two apart.
         while let Ok(Some(rec)) = reader.next_record() {
@@ -238,9 +266,16 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
                 max_seq = max_seq.max(seq);
             }
         }
+        replayed_len.insert(number, reader.valid_len());
         let Some(at) = reader.stopped_at() else {
             continue;
         };
+        if at == 0 && len <= crate::format::log_record::FILE_HEADER_LEN as u64 {
+            // A torn header and nothing after it: a WAL created just before
+            // the crash that received nothing (a lost predecessor shows in
+            // its successor's predecessor record).
+            continue;
+        }
         let later = &wals[i + 1..];
         if crate::wal::later_wal_vouches_for(s.fs.as_ref(), &s.dir, number, later)? {
             return Err(reader.damage().unwrap_or_else(|| {
@@ -253,14 +288,7 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         }
         // The later WALs hold only writes made after the lost ones (none
         // synced: a sync makes the earlier WALs durable first).
-        let mut dropped = len - at;
-        for &n in later {
-            let p = s.dir.join(wal_file_name(n));
-            dropped +=
-                s.fs.file_size(&p)
-                    .ctx(&p)?
-                    .saturating_sub(crate::format::log_record::FILE_HEADER_LEN as u64);
-        }
+        let dropped = len - at + later_wal_bytes(s, later)?;
         tracing::warn!(
             "tern: recovery stopped at offset {at} of {}: dropped {dropped} bytes of unsynced writes (an incomplete or damaged record, and {} later WALs)",
             path.display(),
@@ -292,6 +320,17 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     s.install_super_version(&state);
     remove_orphans(s, &state, &names)?;
     Ok(())
+}
+
+/// Bytes past their headers in the WALs `numbers`, which recovery drops.
+fn later_wal_bytes(s: &Shared, numbers: &[u64]) -> Result<u64> {
+    let mut bytes = 0;
+    for &n in numbers {
+        let p = s.dir.join(wal_file_name(n));
+        let len = s.fs.file_size(&p).ctx(&p)?;
+        bytes += len.saturating_sub(crate::format::log_record::FILE_HEADER_LEN as u64);
+    }
+    Ok(bytes)
 }
 
 /// Where replayed memtables go while recovery runs. Nothing recovery does
@@ -705,6 +744,13 @@ mod tests {
 
     /// [`two_unflushed_wals`], with the sync mark only if `marked`.
     fn two_wals(marked: bool) -> (Arc<MemFs>, Options, Vec<WalRecords>) {
+        two_wals_with(marked, false)
+    }
+
+    /// [`two_wals`]; with `predecessor`, the second WAL starts with a
+    /// predecessor record naming the first and its length, as a switch
+    /// writes. The WALs are numbered two apart (room for a stale one).
+    fn two_wals_with(marked: bool, predecessor: bool) -> (Arc<MemFs>, Options, Vec<WalRecords>) {
         let mem = MemFs::new();
         let opts = Options {
             fs: mem.clone(),
@@ -715,13 +761,18 @@ mod tests {
         let next = set.new_file_number();
         drop(set);
         let mut out: Vec<WalRecords> = Vec::new();
-        for (w, number) in [next, next + 1].into_iter().enumerate() {
+        for (w, number) in [next, next + 2].into_iter().enumerate() {
             let path = Path::new("/db").join(wal_file_name(number));
             let mut writer = LogWriter::new(mem.create(&path).unwrap(), LogKind::Wal).unwrap();
-            if let (true, Some((older, _))) = (marked, out.last()) {
+            if let Some((older, _)) = out.last() {
                 let len = mem.file_size(older.as_path()).unwrap();
                 let mark = crate::format::log_record::SyncMark { number: next, len };
-                writer.add_sync_mark(mark).unwrap();
+                if predecessor {
+                    writer.add_predecessor(mark).unwrap();
+                }
+                if marked {
+                    writer.add_sync_mark(mark).unwrap();
+                }
             }
             let mut offsets = Vec::new();
             for i in 0..50u32 {
@@ -846,6 +897,56 @@ mod tests {
             let db = Db::open("/db", opts).unwrap();
             assert_eq!(recovered_prefix(&db, 100), 30);
             assert_eq!(db.get(b"after").unwrap(), Some(b"x".to_vec()));
+        }
+    }
+
+    /// Regression: an older WAL that a crash cut exactly between two
+    /// records (or emptied) read as complete, and the later WAL was
+    /// replayed on top of the lost writes. The later WAL's predecessor
+    /// record gives the older one's length at the switch: shorter is a
+    /// crash (the prefix is kept, the later WAL dropped), or corruption
+    /// when a sync mark says the older WAL was synced whole.
+    #[test]
+    fn an_older_wal_cut_between_records_is_seen_in_its_successors_predecessor_record() {
+        for (marked, cut_to) in [(false, Some(30)), (false, None), (true, Some(30))] {
+            let (mem, opts, wals) = two_wals_with(marked, true);
+            let (older, offsets) = &wals[0];
+            let at = cut_to.map_or(16, |c| offsets[c]);
+            mem.truncate(older, at).unwrap();
+            if marked {
+                match Db::open("/db", opts) {
+                    Err(Error::Corruption { file, offset, .. }) => {
+                        assert_eq!((file.as_path(), offset), (older.as_path(), at))
+                    }
+                    other => panic!("expected corruption, got {other:?}"),
+                }
+                continue;
+            }
+            let db = Db::open("/db", opts).unwrap();
+            assert_eq!(recovered_prefix(&db, 100), cut_to.unwrap_or(0) as u32);
+            assert!(db.stats().wal_bytes_dropped_at_recovery > 0);
+        }
+    }
+
+    /// Regression: an empty WAL prepared for a switch, found stale and
+    /// discarded without its header ever synced, read as a torn tail at
+    /// offset 0 after a crash and ended recovery, dropping the later WAL's
+    /// synced writes. A header-only WAL that tore holds nothing to lose.
+    #[test]
+    fn a_torn_header_only_wal_between_two_written_ones_does_not_end_recovery() {
+        for torn in [vec![0u8; 16], b"TERNW".to_vec()] {
+            let (mem, opts, wals) = two_wals_with(true, true);
+            let number =
+                crate::wal::parse_file_name(&wals[0].0.file_name().unwrap().to_string_lossy())
+                    .unwrap()
+                    .1;
+            let stale = Path::new("/db").join(wal_file_name(number + 1));
+            let mut f = mem.create(&stale).unwrap();
+            f.append(&torn).unwrap();
+            f.sync().unwrap();
+            let db = Db::open("/db", opts).unwrap();
+            assert_eq!(recovered_prefix(&db, 100), 100);
+            assert_eq!(db.stats().wal_bytes_dropped_at_recovery, 0);
         }
     }
 

@@ -79,6 +79,9 @@ impl ActiveWal {
 
     /// Becomes the active WAL in place of `old`, which `syncer` syncs
     /// later; `old`'s buffered records go to the operating system first.
+    /// Its first record names `old` and its length, so that recovery can
+    /// tell `old` was cut short by a crash even where the cut falls
+    /// between two records.
     pub fn replace(&mut self, old: ActiveWal, syncer: &WalSyncer) -> io::Result<()> {
         let mut old = old;
         old.writer.flush()?;
@@ -86,6 +89,7 @@ impl ActiveWal {
             number: old.number,
             len: old.writer.len(),
         };
+        self.writer.add_predecessor(mark)?;
         syncer.retire(mark, old.sync);
         self.mark_due = Some(mark.number);
         Ok(())

@@ -82,6 +82,10 @@ pub enum RecordType {
     /// WAL only: the earlier WALs reached the disk whole; the payload is a
     /// [`SyncMark`]. Recovery uses it to tell damage from a crash.
     SyncMark = 5,
+    /// WAL only, first record: the WAL that was active before this one and
+    /// its final length (the same payload as a sync mark, but nothing is
+    /// known durable). Recovery uses it to see that WAL cut short.
+    Predecessor = 6,
 }
 
 impl RecordType {
@@ -90,6 +94,7 @@ impl RecordType {
         match b {
             1 => Some(RecordType::Full),
             5 => Some(RecordType::SyncMark),
+            6 => Some(RecordType::Predecessor),
             _ => None,
         }
     }
@@ -97,7 +102,9 @@ impl RecordType {
 
 /// The payload of a [`RecordType::SyncMark`] record: WAL `number` was
 /// fsynced with `len` bytes, and every WAL numbered below it was fsynced
-/// whole, before this record was written.
+/// whole, before this record was written. A [`RecordType::Predecessor`]
+/// record carries the same fields: the WAL active before this one and
+/// its final length, durable or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncMark {
     /// The newest earlier WAL known durable.
@@ -232,8 +239,9 @@ pub fn encode_typed_record(dst: &mut Vec<u8>, ty: RecordType, payload: &[u8]) {
 pub enum RecordOutcome<'a> {
     /// A valid record.
     Record {
-        /// Its type: [`RecordType::SyncMark`] only in a WAL, with a
-        /// payload [`SyncMark::decode`] accepts.
+        /// Its type: [`RecordType::SyncMark`] and
+        /// [`RecordType::Predecessor`] only in a WAL, with a payload
+        /// [`SyncMark::decode`] accepts.
         ty: RecordType,
         /// The payload bytes.
         payload: &'a [u8],
@@ -284,20 +292,23 @@ pub fn decode_record(file: &[u8], pos: usize, kind: LogKind) -> RecordOutcome<'_
             payload,
             next,
         },
-        Some(RecordType::SyncMark) if kind != LogKind::Wal => RecordOutcome::Corrupt(
-            DecodeError::new(pos, "a WAL sync mark in a manifest".to_string()),
-        ),
-        Some(RecordType::SyncMark) if SyncMark::decode(payload).is_none() => {
+        Some(RecordType::SyncMark | RecordType::Predecessor) if kind != LogKind::Wal => {
             RecordOutcome::Corrupt(DecodeError::new(
                 pos,
-                format!("a WAL sync mark of {len} bytes (expected {SYNC_MARK_LEN})"),
+                format!("a WAL-only record (type {ty}) in a manifest"),
             ))
         }
-        Some(RecordType::SyncMark) => RecordOutcome::Record {
-            ty: RecordType::SyncMark,
-            payload,
-            next,
-        },
+        Some(RecordType::SyncMark | RecordType::Predecessor)
+            if SyncMark::decode(payload).is_none() =>
+        {
+            RecordOutcome::Corrupt(DecodeError::new(
+                pos,
+                format!("a WAL record of type {ty} with {len} bytes (expected {SYNC_MARK_LEN})"),
+            ))
+        }
+        Some(ty @ (RecordType::SyncMark | RecordType::Predecessor)) => {
+            RecordOutcome::Record { ty, payload, next }
+        }
         None => RecordOutcome::Corrupt(DecodeError::new(
             pos,
             format!("unknown log record type {ty}"),

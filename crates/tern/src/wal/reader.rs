@@ -61,8 +61,9 @@ impl LogReader {
 
     /// The next record's payload, `Ok(None)` at the end of the log (including
     /// a dropped torn tail), or a corruption error. After an error every
-    /// later call returns the same error. Sync marks are not returned:
-    /// [`LogReader::synced_through`] collects them.
+    /// later call returns the same error. Sync marks are not returned
+    /// ([`LogReader::synced_through`] collects them), nor predecessor
+    /// records ([`LogReader::predecessor`]).
     pub fn next_record(&mut self) -> Result<Option<&[u8]>> {
         if let Some(e) = self.damage() {
             return Err(e);
@@ -85,6 +86,11 @@ impl LogReader {
                     }
                     self.pos = next;
                 }
+                RecordOutcome::Record {
+                    ty: RecordType::Predecessor,
+                    next,
+                    ..
+                } => self.pos = next,
                 RecordOutcome::Record { payload, next, .. } => {
                     self.last_record_offset = start as u64;
                     self.pos = next;
@@ -122,6 +128,26 @@ impl LogReader {
             Some(self.pos as u64)
         } else {
             self.torn_tail
+        }
+    }
+
+    /// The log's first record if it is a [`RecordType::Predecessor`] one
+    /// (read past it), before any other record is read; `None` otherwise.
+    pub fn predecessor(&mut self) -> Option<SyncMark> {
+        if self.done || self.pos != FILE_HEADER_LEN {
+            return None;
+        }
+        match decode_record(&self.data, self.pos, self.kind) {
+            RecordOutcome::Record {
+                ty: RecordType::Predecessor,
+                payload,
+                next,
+            } => {
+                let prev = SyncMark::decode(payload);
+                self.pos = next;
+                prev
+            }
+            _ => None,
         }
     }
 

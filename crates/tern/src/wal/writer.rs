@@ -65,9 +65,20 @@ impl LogWriter {
     /// Appends a [`SyncMark`] record (WAL only): `mark.number` and every
     /// earlier WAL reached the disk whole.
     pub fn add_sync_mark(&mut self, mark: SyncMark) -> io::Result<()> {
+        self.add_wal_record(RecordType::SyncMark, mark)
+    }
+
+    /// Appends a [`RecordType::Predecessor`] record (WAL only, first):
+    /// `prev.number` was the active WAL before this one, `prev.len` long.
+    pub fn add_predecessor(&mut self, prev: SyncMark) -> io::Result<()> {
+        debug_assert!(self.is_empty());
+        self.add_wal_record(RecordType::Predecessor, prev)
+    }
+
+    fn add_wal_record(&mut self, ty: RecordType, mark: SyncMark) -> io::Result<()> {
         debug_assert_eq!(self.kind, LogKind::Wal);
         self.buf.clear();
-        encode_typed_record(&mut self.buf, RecordType::SyncMark, &mark.encode());
+        encode_typed_record(&mut self.buf, ty, &mark.encode());
         debug_assert_eq!(self.buf.len(), RECORD_HEADER_LEN + SYNC_MARK_LEN);
         self.file.append(&self.buf)
     }
