@@ -346,10 +346,15 @@ fn link_loop(s: &Shared) {
 
 fn wal_sync_loop(s: &Shared) {
     /// Stops the syncer's queue however the loop ends, so that nothing
-    /// waits for a thread that panicked.
+    /// waits for a thread that panicked, and poisons the store if it did:
+    /// retired WALs would no longer be synced in the background.
     struct StopOnExit<'a>(&'a Shared);
     impl Drop for StopOnExit<'_> {
         fn drop(&mut self) {
+            if std::thread::panicking() {
+                let cause = "the WAL syncer thread panicked; reopen the store".to_string();
+                self.0.set_bg_error_message(&mut self.0.state.lock(), cause);
+            }
             self.0.wal_syncer.stop();
         }
     }

@@ -750,13 +750,10 @@ impl Db {
         self.shared.closed.store(true, Ordering::Release);
         let mut wal = self.shared.wal.lock();
         if let Some(w) = wal.as_mut() {
-            // Retired WALs first, as for any sync of the active one.
-            if self
-                .shared
-                .wal_syncer
-                .sync_retired(&self.shared.dir)
-                .is_ok()
-            {
+            // Retired WALs first, as for any sync of the active one, and
+            // the sync mark that says so.
+            let syncer = &self.shared.wal_syncer;
+            if syncer.sync_retired(&self.shared.dir).is_ok() && w.add_due_mark(syncer).is_ok() {
                 let _ = w.writer.sync();
             }
         }

@@ -914,14 +914,19 @@ mod tests {
             let at = cut_to.map_or(16, |c| offsets[c]);
             mem.truncate(older, at).unwrap();
             if marked {
-                match Db::open("/db", opts) {
-                    Err(Error::Corruption { file, offset, .. }) => {
-                        assert_eq!((file.as_path(), offset), (older.as_path(), at))
-                    }
-                    other => panic!("expected corruption, got {other:?}"),
-                }
+                assert_corruption_at(&mem, opts, older, at);
                 continue;
             }
+            let report = crate::tools::check::check_store(Path::new("/db"), mem.clone()).unwrap();
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
+            assert!(
+                report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains("memtable switch")),
+                "{:?}",
+                report.warnings
+            );
             let db = Db::open("/db", opts).unwrap();
             assert_eq!(recovered_prefix(&db, 100), cut_to.unwrap_or(0) as u32);
             assert!(db.stats().wal_bytes_dropped_at_recovery > 0);
@@ -944,6 +949,8 @@ mod tests {
             let mut f = mem.create(&stale).unwrap();
             f.append(&torn).unwrap();
             f.sync().unwrap();
+            let report = crate::tools::check::check_store(Path::new("/db"), mem.clone()).unwrap();
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
             let db = Db::open("/db", opts).unwrap();
             assert_eq!(recovered_prefix(&db, 100), 100);
             assert_eq!(db.stats().wal_bytes_dropped_at_recovery, 0);

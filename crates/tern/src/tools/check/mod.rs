@@ -226,6 +226,7 @@ pub fn check_store_with_tier(dir: &Path, fs: FsRef, memtier_path: &Path) -> Resu
             check_table(dir, &fs, level, meta, &blobs, &mut report);
         }
     }
+    let mut wal_ends = std::collections::BTreeMap::new();
     for (name, parsed) in &files {
         let path = dir.join(name);
         match parsed {
@@ -237,7 +238,9 @@ pub fn check_store_with_tier(dir: &Path, fs: FsRef, memtier_path: &Path) -> Resu
                     let later = &recovered_wals[later..];
                     !crate::wal::later_wal_vouches_for(fs.as_ref(), dir, *n, later).unwrap_or(true)
                 };
-                check_wal(&fs, &path, may_be_torn, &mut report);
+                if let Some(end) = check_wal(&fs, &path, may_be_torn, &mut report) {
+                    wal_ends.insert(*n, end);
+                }
             }
             Some((FileType::Wal, _)) => report.warnings.push(format!(
                 "{}: WAL below the log number {} (already flushed; removed at next open)",
@@ -277,7 +280,61 @@ pub fn check_store_with_tier(dir: &Path, fs: FsRef, memtier_path: &Path) -> Resu
                 .push(format!("{}: not a Tern file (ignored)", path.display())),
         }
     }
+    check_predecessors(
+        dir,
+        &fs,
+        replay.log_number,
+        &recovered_wals,
+        &wal_ends,
+        &mut report,
+    );
     Ok(report)
+}
+
+/// Recovery's predecessor rule: a WAL whose first record says its
+/// predecessor (one recovery replays) was longer than the predecessor's
+/// valid records is a crash's cut, and recovery drops it and every later
+/// WAL (a warning), unless a later WAL's sync mark vouches for the
+/// predecessor (a problem).
+fn check_predecessors(
+    dir: &Path,
+    fs: &FsRef,
+    log_number: u64,
+    wals: &[u64],
+    ends: &std::collections::BTreeMap<u64, wal::WalEnd>,
+    report: &mut CheckReport,
+) {
+    for (i, (&number, end)) in ends.iter().enumerate() {
+        let Some(prev) = end.predecessor else {
+            continue;
+        };
+        let had = ends.get(&prev.number).map_or(0, |e| e.valid_len);
+        if prev.number < log_number || had >= prev.len {
+            continue;
+        }
+        let prev_path = dir.join(crate::wal::wal_file_name(prev.number));
+        let later = &wals[wals.partition_point(|&w| w < number)..];
+        let vouched =
+            crate::wal::later_wal_vouches_for(fs.as_ref(), dir, prev.number, later).unwrap_or(true);
+        let what = format!(
+            "write-ahead log ends at {had} but was {} bytes at the memtable switch",
+            prev.len
+        );
+        if vouched {
+            report.problem(
+                prev_path,
+                had,
+                format!("{what}, and a later log's sync mark says it was synced whole"),
+            );
+        } else {
+            report.warnings.push(format!(
+                "{}: {what} (a crash's cut); recovery drops {} later WALs (unsynced writes)",
+                prev_path.display(),
+                ends.len() - i
+            ));
+        }
+        return;
+    }
 }
 
 /// Picks the manifest to check: the one `CURRENT` names, or the newest one

@@ -4,36 +4,48 @@ use std::path::Path;
 
 use super::CheckReport;
 use crate::error::Error;
-use crate::format::log_record::RECORD_HEADER_LEN;
+use crate::format::log_record::{SyncMark, FILE_HEADER_LEN, RECORD_HEADER_LEN};
 use crate::format::write_batch::WriteBatch;
 use crate::io::FsRef;
 use crate::wal::{LogKind, LogReader};
 
+/// What recovery needs to know of a WAL that [`check_wal`] read: the
+/// predecessor its first record names and the length of its valid records.
+pub(super) struct WalEnd {
+    /// The WAL active before this one and its length at the switch.
+    pub predecessor: Option<SyncMark>,
+    /// Bytes up to the end of the last valid record.
+    pub valid_len: u64,
+}
+
 /// Checks every record of the WAL at `path`. An incomplete or damaged
 /// record is a warning when `may_be_torn()` says recovery treats it as the
-/// end of the log, and a problem otherwise.
+/// end of the log, and a problem otherwise. A torn header with nothing
+/// after it is a WAL created just before a crash, as recovery takes it.
 pub(super) fn check_wal(
     fs: &FsRef,
     path: &Path,
     may_be_torn: impl FnOnce() -> bool,
     report: &mut CheckReport,
-) {
+) -> Option<WalEnd> {
     let data = match fs.read_all(path) {
         Ok(d) => d,
         Err(e) => {
             report.error(path, Error::io(path, e));
-            return;
+            return None;
         }
     };
     report.bytes_checked += data.len() as u64;
     report.wals_checked += 1;
+    let len = data.len() as u64;
     let mut reader = match LogReader::new(data, path.to_path_buf(), LogKind::Wal) {
         Ok(r) => r,
         Err(e) => {
             report.error(path, e);
-            return;
+            return None;
         }
     };
+    let predecessor = reader.predecessor();
     let mut prev_end: Option<u64> = None;
     // Damage ends the loop like the end of the log; `stopped_at` and
     // `damage` below tell the two apart.
@@ -60,9 +72,20 @@ pub(super) fn check_wal(
             Err(e) => report.error(path, e.in_file(path, offset + RECORD_HEADER_LEN as u64)),
         }
     }
-    let Some(at) = reader.stopped_at() else {
-        return;
+    let end = WalEnd {
+        predecessor,
+        valid_len: reader.valid_len(),
     };
+    let Some(at) = reader.stopped_at() else {
+        return Some(end);
+    };
+    if at == 0 && len <= FILE_HEADER_LEN as u64 {
+        report.warnings.push(format!(
+            "{}: empty WAL with a torn header (created just before a crash; removed at next open)",
+            path.display()
+        ));
+        return Some(end);
+    }
     match (reader.damage(), may_be_torn()) {
         (Some(e), true) => report.warnings.push(format!(
             "{}: damaged record ({e}); recovery keeps the records before it and drops the rest (unsynced writes)",
@@ -76,7 +99,8 @@ pub(super) fn check_wal(
         (None, false) => report.problem(
             path,
             at,
-            "incomplete record in a write-ahead log that a later log with records follows",
+            "incomplete record in a write-ahead log that a later log's sync mark says was synced whole",
         ),
     }
+    Some(end)
 }
