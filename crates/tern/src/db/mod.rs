@@ -747,8 +747,10 @@ impl Db {
     fn shutdown(&self) {
         let threads: Vec<JoinHandle<()>> = self.threads.lock().drain(..).collect();
         background::stop(&self.shared, threads);
+        self.shared.sync_points.hit("shutdown:threads_stopped");
         self.shared.closed.store(true, Ordering::Release);
         let mut wal = self.shared.wal.lock();
+        self.shared.sync_points.hit("shutdown:wal_held");
         if let Some(w) = wal.as_mut() {
             // Retired WALs first, as for any sync of the active one, and
             // the sync mark that says so.
@@ -758,6 +760,8 @@ impl Db {
             }
         }
         *wal = None;
+        // A switch takes the state lock before the WAL mutex.
+        drop(wal);
         self.shared.purge_obsolete_files(self.shared.state.lock());
         // The handle lets go of the tier's tables; the tier file stays
         // locked while readers of this handle still hold some, since a new
@@ -811,6 +815,49 @@ mod tests {
         db.put(b"k", b"v1").unwrap();
         db.flush().unwrap();
         db
+    }
+
+    /// Regression: shutdown held the WAL mutex while it took the state
+    /// lock, the reverse of a memtable switch's order, so a switch that
+    /// started after the background threads stopped, but before the store
+    /// was marked closed, deadlocked with it.
+    #[test]
+    fn shutdown_during_a_memtable_switch_does_not_deadlock() {
+        let db = store();
+        db.put(b"k", b"v2").unwrap();
+        let (go, wait_go) = std::sync::mpsc::channel::<()>();
+        let writer_db = db.clone();
+        db.shared
+            .sync_points
+            .set("shutdown:threads_stopped", move || {
+                // A forced switch (what `flush` starts with) gets the state
+                // lock now, and stops before it takes the WAL.
+                let (at_switch, switching) = std::sync::mpsc::channel();
+                writer_db
+                    .shared
+                    .sync_points
+                    .set("switch:before_wal", move || {
+                        at_switch.send(()).unwrap();
+                        let _ = wait_go.recv();
+                    });
+                let db = writer_db.clone();
+                std::thread::spawn(move || db.shared.write(None, WriteOptions::default(), true));
+                switching.recv().unwrap();
+            });
+        // Shutdown holds the WAL when the switch goes on to take it.
+        db.shared.sync_points.set("shutdown:wal_held", move || {
+            go.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        });
+        let (done, finished) = std::sync::mpsc::channel();
+        let closer = db.clone();
+        std::thread::spawn(move || {
+            closer.shutdown();
+            done.send(()).unwrap();
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("shutdown deadlocked with a memtable switch");
     }
 
     /// Regression: a group leader whose commit panicked stayed at the front

@@ -403,6 +403,7 @@ impl Shared {
                 None => self.create_wal(state.versions.new_file_number())?,
             };
             let number = active.number;
+            self.sync_points.hit("switch:before_wal");
             let mut wal = self.wal.lock();
             // The old WAL is synced by the syncer thread, not here: the
             // fsync of a whole memtable's WAL would stall every writer.
