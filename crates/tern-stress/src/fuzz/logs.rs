@@ -31,6 +31,8 @@ fn walk_log(data: &[u8], kind: LogKind, mut each: impl FnMut(&[u8])) -> Vec<Vec<
     let Ok(mut r) = LogReader::new(data.to_vec(), PathBuf::from("fuzz.log"), kind) else {
         return Vec::new();
     };
+    // A WAL's predecessor record and sync marks are read, not returned.
+    std::hint::black_box(r.predecessor());
     let mut records = Vec::new();
     while let Ok(Some(rec)) = r.next_record() {
         each(rec);
@@ -38,7 +40,7 @@ fn walk_log(data: &[u8], kind: LogKind, mut each: impl FnMut(&[u8])) -> Vec<Vec<
         assert!(records.len() <= data.len(), "log reader does not advance");
     }
     let valid = r.valid_len();
-    std::hint::black_box(r.torn_tail());
+    std::hint::black_box((r.torn_tail(), r.synced_through()));
     assert!(valid <= data.len() as u64, "valid prefix past the input");
     if !records.is_empty() {
         assert!(
