@@ -212,25 +212,17 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
             let had = replayed_len.get(&prev.number).copied().unwrap_or(0);
             if prev.number >= state.versions.log_number && had < prev.len {
                 let prev_path = s.dir.join(wal_file_name(prev.number));
-                let later = &wals[i..];
-                if crate::wal::later_wal_vouches_for(s.fs.as_ref(), &s.dir, prev.number, later)? {
-                    return Err(Error::corruption(
-                        &prev_path,
-                        had,
-                        format!(
-                            "write-ahead log ends at {had} but was {} bytes at the memtable switch, and a later log's sync mark says it was synced whole (damage, not a crash)",
-                            prev.len
-                        ),
-                    ));
-                }
-                let dropped = later_wal_bytes(s, later)?;
-                tracing::warn!(
-                    "tern: recovery stopped at the end of {}, cut short at {had} of {} bytes: dropped {dropped} bytes of unsynced writes in {} later WALs",
-                    prev_path.display(),
-                    prev.len,
-                    later.len()
-                );
-                Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
+                stop_replay(s, prev.number, &wals[i..], 0, || {
+                    let cut = format!(
+                        "write-ahead log ends at {had} but was {} bytes at the memtable switch",
+                        prev.len
+                    );
+                    let what = format!("{}: {cut}", prev_path.display());
+                    (
+                        Error::corruption(&prev_path, had, format!("{cut}, and {VOUCHED}")),
+                        what,
+                    )
+                })?;
                 break;
             }
         }
@@ -270,31 +262,25 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
         let Some(at) = reader.stopped_at() else {
             continue;
         };
-        if at == 0 && len <= crate::format::log_record::FILE_HEADER_LEN as u64 {
-            // A torn header and nothing after it: a WAL created just before
-            // the crash that received nothing (a lost predecessor shows in
-            // its successor's predecessor record).
+        if reader.only_a_torn_header() {
+            // A WAL created just before the crash that received nothing (a
+            // lost predecessor shows in its successor's predecessor record).
             continue;
         }
-        let later = &wals[i + 1..];
-        if crate::wal::later_wal_vouches_for(s.fs.as_ref(), &s.dir, number, later)? {
-            return Err(reader.damage().unwrap_or_else(|| {
+        stop_replay(s, number, &wals[i + 1..], len - at, || {
+            let damage = reader.damage().unwrap_or_else(|| {
                 Error::corruption(
                     &path,
                     at,
-                    "incomplete record in a write-ahead log that a later log's sync mark says was synced whole (damage, not a crash)",
+                    format!("incomplete record in a write-ahead log that {VOUCHED}"),
                 )
-            }));
-        }
-        // The later WALs hold only writes made after the lost ones (none
-        // synced: a sync makes the earlier WALs durable first).
-        let dropped = len - at + later_wal_bytes(s, later)?;
-        tracing::warn!(
-            "tern: recovery stopped at offset {at} of {}: dropped {dropped} bytes of unsynced writes (an incomplete or damaged record, and {} later WALs)",
-            path.display(),
-            later.len()
-        );
-        Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
+            });
+            let what = format!(
+                "{}: incomplete or damaged record at offset {at}",
+                path.display()
+            );
+            (damage, what)
+        })?;
         break;
     }
     spill_replayed(s, &mut state, &mem, &mut edit, &mut spill)?;
@@ -319,6 +305,36 @@ fn recover_wals(s: &Arc<Shared>) -> Result<()> {
     s.publish_tier(&mut state);
     s.install_super_version(&state);
     remove_orphans(s, &state, &names)?;
+    Ok(())
+}
+
+/// Why damage is corruption rather than a crash's loss.
+const VOUCHED: &str = "a later log's sync mark says it was synced whole (damage, not a crash)";
+
+/// Ends replay at damage in WAL `damaged`, `dropped_here` bytes of it lost:
+/// an error (the first of `describe`'s pair) when one of the `later` WALs
+/// vouches for it, else a warning (its second) and the dropped bytes, the
+/// later WALs' included, counted. The later WALs hold only writes made
+/// after the lost ones, none synced: a sync makes earlier WALs durable
+/// first.
+fn stop_replay(
+    s: &Shared,
+    damaged: u64,
+    later: &[u64],
+    dropped_here: u64,
+    describe: impl FnOnce() -> (Error, String),
+) -> Result<()> {
+    let vouched = crate::wal::later_wal_vouches_for(s.fs.as_ref(), &s.dir, damaged, later)?;
+    let (error, what) = describe();
+    if vouched {
+        return Err(error);
+    }
+    let dropped = dropped_here + later_wal_bytes(s, later)?;
+    tracing::warn!(
+        "tern: recovery stopped: {what}; dropped {dropped} bytes of unsynced writes, {} later WALs included",
+        later.len()
+    );
+    Counters::add(&s.counters.wal_bytes_dropped_at_recovery, dropped);
     Ok(())
 }
 

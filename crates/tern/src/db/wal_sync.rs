@@ -82,8 +82,7 @@ impl ActiveWal {
     /// Its first record names `old` and its length, so that recovery can
     /// tell `old` was cut short by a crash even where the cut falls
     /// between two records.
-    pub fn replace(&mut self, old: ActiveWal, syncer: &WalSyncer) -> io::Result<()> {
-        let mut old = old;
+    pub fn replace(&mut self, mut old: ActiveWal, syncer: &WalSyncer) -> io::Result<()> {
         old.writer.flush()?;
         let mark = SyncMark {
             number: old.number,

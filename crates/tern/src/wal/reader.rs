@@ -121,6 +121,12 @@ impl LogReader {
         self.error.clone().map(|e| e.in_file(&self.path, 0))
     }
 
+    /// Whether the file holds no more than a header that tore: a WAL
+    /// created just before a crash that received nothing.
+    pub fn only_a_torn_header(&self) -> bool {
+        self.torn_tail == Some(0) && self.data.len() <= FILE_HEADER_LEN
+    }
+
     /// Offset where reading stopped at a torn tail or damage, if it did.
     /// Only final once `next_record` has returned `Ok(None)` or an error.
     pub fn stopped_at(&self) -> Option<u64> {

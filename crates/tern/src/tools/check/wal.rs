@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::CheckReport;
 use crate::error::Error;
-use crate::format::log_record::{SyncMark, FILE_HEADER_LEN, RECORD_HEADER_LEN};
+use crate::format::log_record::{SyncMark, RECORD_HEADER_LEN};
 use crate::format::write_batch::WriteBatch;
 use crate::io::FsRef;
 use crate::wal::{LogKind, LogReader};
@@ -37,7 +37,6 @@ pub(super) fn check_wal(
     };
     report.bytes_checked += data.len() as u64;
     report.wals_checked += 1;
-    let len = data.len() as u64;
     let mut reader = match LogReader::new(data, path.to_path_buf(), LogKind::Wal) {
         Ok(r) => r,
         Err(e) => {
@@ -79,7 +78,7 @@ pub(super) fn check_wal(
     let Some(at) = reader.stopped_at() else {
         return Some(end);
     };
-    if at == 0 && len <= FILE_HEADER_LEN as u64 {
+    if reader.only_a_torn_header() {
         report.warnings.push(format!(
             "{}: empty WAL with a torn header (created just before a crash; removed at next open)",
             path.display()
