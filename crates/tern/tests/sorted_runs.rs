@@ -8,8 +8,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use common::{scan, small_opts, DIR};
+use tern::compaction::{CompactionFilter, FilterDecision, FilterValue};
 use tern::internals::blob::BlobReader;
 use tern::internals::wal::blob_file_name;
 use tern::io::{FsRef, MemFs};
@@ -383,4 +387,131 @@ fn a_damaged_value_stays_unmoved_and_compaction_goes_on() {
     for (k, v) in model.iter().filter(|(k, _)| **k != damaged) {
         assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
     }
+}
+
+/// [`opts`] with automatic compactions, L0 compacted at 4 files, moves
+/// stopping at 12, writes slowing at 20; flushes only where a test makes
+/// them.
+fn auto_opts(fs: FsRef) -> Options {
+    opts(fs, 1).tune(|s| {
+        s.disable_auto_compactions = false;
+        s.write_buffer_size = 1 << 20;
+        s.level0_file_num_compaction_trigger = 4;
+        s.level0_slowdown_writes_trigger = 20;
+        s.level0_stop_writes_trigger = 100;
+    })
+}
+
+/// A compaction filter that keeps everything and holds the compaction
+/// thread at given calls until the test lets it go (or 30 s pass, so that
+/// a failed test does not leave the thread waiting for ever).
+struct Hold {
+    calls: AtomicUsize,
+    at: [usize; 2],
+    reached: Mutex<mpsc::Sender<()>>,
+    released: Mutex<mpsc::Receiver<()>>,
+}
+
+/// The test's ends of a [`Hold`]'s handshake.
+struct HoldEnds {
+    reached: mpsc::Receiver<()>,
+    release: mpsc::Sender<()>,
+}
+
+impl Hold {
+    fn new(at: [usize; 2]) -> (Arc<Hold>, HoldEnds) {
+        let (reached_tx, reached) = mpsc::channel();
+        let (release, released_rx) = mpsc::channel();
+        let hold = Hold {
+            calls: AtomicUsize::new(0),
+            at,
+            reached: Mutex::new(reached_tx),
+            released: Mutex::new(released_rx),
+        };
+        (Arc::new(hold), HoldEnds { reached, release })
+    }
+}
+
+impl HoldEnds {
+    /// Waits until the compaction thread is held.
+    fn wait(&self) {
+        self.reached
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the compaction reached the hold");
+    }
+
+    fn release(&self) {
+        self.release.send(()).unwrap();
+    }
+}
+
+impl CompactionFilter for Hold {
+    fn name(&self) -> &str {
+        "hold"
+    }
+
+    fn filter(&self, _level: usize, _key: &[u8], _value: FilterValue<'_>) -> FilterDecision {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.at.contains(&n) {
+            let _ = self.reached.lock().unwrap().send(());
+            let _ = self
+                .released
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+        }
+        FilterDecision::Keep
+    }
+}
+
+#[test]
+fn a_compaction_stops_moving_values_when_l0_fills() {
+    let mem = MemFs::new();
+    let fs: FsRef = mem.clone();
+    // The first compaction reads the four L0 files `fill` leaves, N
+    // entries, one filter call each: held at its 200th, and again at the
+    // next job's first.
+    let (hold, ends) = Hold::new([200, N as usize + 1]);
+    // Written before this open, so old enough to move; four L0 files.
+    let o = auto_opts(fs.clone()).tune(|s| s.disable_auto_compactions = true);
+    let db = Db::open(DIR, o).unwrap();
+    let mut model = fill(&db, N as usize / 4);
+    drop(db);
+    let mut o = auto_opts(fs.clone());
+    o.compaction_filter = Some(hold);
+    let db = Db::open(DIR, o).unwrap();
+
+    // Held: fill L0 past the point where moves stop, halfway from the
+    // compaction trigger (4) to the slowdown trigger (20).
+    ends.wait();
+    for round in 1..=10 {
+        for i in (0..N).filter(|i| i % 40 == round) {
+            db.put(&key(i), &value(i, round)).unwrap();
+            model.insert(key(i), value(i, round));
+        }
+        db.flush().unwrap();
+    }
+    assert_eq!(db.stats().values_moved, 0, "nothing installed yet");
+    ends.release();
+
+    // Held again at the next job: the first one has installed.
+    ends.wait();
+    let st = db.stats();
+    assert_eq!(st.value_moves_stopped, 1);
+    assert_eq!(
+        st.values_moved, 199,
+        "the values before the hold moved, none after it"
+    );
+    ends.release();
+
+    db.wait_for_background().unwrap();
+    check(&db, &model);
+    db.compact_range(None, None).unwrap();
+    check(&db, &model);
+    // Every value reaches a run in the end, the ones left behind included.
+    assert!(db.stats().blob_files.iter().all(|b| b.sorted_run));
+    runs(&db, &fs);
+    drop(db);
+    let report = tern::tools::check::check_store(Path::new(DIR), fs.clone()).unwrap();
+    assert!(report.is_ok(), "tern check: {report:?}");
 }

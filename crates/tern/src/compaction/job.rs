@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::{CompactionFilter, FilterDecision, FilterValue, Placed, Retention, VersionWalk};
@@ -82,12 +82,38 @@ pub struct ValueMoves {
     pub runs: BTreeSet<u64>,
     /// Blob files of the new run are cut near this size, bytes.
     pub blob_file_size: u64,
+    /// When the job stops moving values; `None`: never (a compaction a
+    /// caller asked for, or a store without automatic compactions).
+    pub pressure: Option<MovePressure>,
 }
 
 impl ValueMoves {
     /// Whether a value whose record lives in blob file `file` moves.
     fn moves(&self, file: u64) -> bool {
         !self.runs.contains(&file) || self.merge.contains(&file)
+    }
+}
+
+/// When moving values gives way to writes. A job that moves values reads
+/// and rewrites every one of them, several times the work of rewriting
+/// keys and references, and while it runs no other compaction does: L0
+/// fills behind it until writes slow down. Once L0 holds `stop_at` files
+/// (the job's own L0 inputs count: a job planned with that many moves
+/// nothing) the job moves nothing more and finishes at the speed of a
+/// plain compaction; the values it left stay where they are, to move in a
+/// later job over their keys.
+#[derive(Debug, Clone)]
+pub struct MovePressure {
+    /// Files in L0 of the store's current version.
+    pub l0_files: Arc<AtomicUsize>,
+    /// The count at which the job stops moving.
+    pub stop_at: usize,
+}
+
+impl MovePressure {
+    /// Whether L0 has filled to the point of stopping.
+    fn high(&self) -> bool {
+        self.l0_files.load(Ordering::Relaxed) >= self.stop_at
     }
 }
 
@@ -154,6 +180,9 @@ pub struct CompactionOutput {
     pub values_moved: u64,
     /// Bytes of the records moved (also in `dead_refs`: the old copies).
     pub value_bytes_moved: u64,
+    /// Whether the job stopped moving values part-way because L0 filled
+    /// ([`MovePressure`]).
+    pub moves_stopped: bool,
     /// Set by an executor whose output another process made (an offload
     /// worker), for the store's counters.
     pub ran_elsewhere: bool,
@@ -340,7 +369,21 @@ impl CompactionJob {
                                 None => Error::Internal(format!("{why} (in a memtable)")),
                             },
                         )?;
-                    if let Some(moves) = self.move_values.as_ref().filter(|m| m.moves(file)) {
+                    let mut moving = self
+                        .move_values
+                        .as_ref()
+                        .filter(|m| !out.moves_stopped && m.moves(file));
+                    // Stopped only between user keys, as run files are
+                    // cut: a key's moved versions share one file.
+                    if moving
+                        .and_then(|m| m.pressure.as_ref())
+                        .is_some_and(MovePressure::high)
+                        && run.as_ref().is_none_or(|w| w.last != parsed.user_key)
+                    {
+                        out.moves_stopped = true;
+                        moving = None;
+                    }
+                    if let Some(moves) = moving {
                         let want = ExpectedRecord {
                             key: parsed.user_key,
                             seq: parsed.seq,

@@ -17,7 +17,7 @@ pub(crate) mod value_runs;
 
 pub use executor::{run_parts, Executor, LocalExecutor};
 pub use filter::{CompactionFilter, FilterDecision, FilterValue, RemoteFilter};
-pub use job::{CompactionJob, CompactionOutput, JobContext, KeyRange, ValueMoves};
+pub use job::{CompactionJob, CompactionOutput, JobContext, KeyRange, MovePressure, ValueMoves};
 pub use retention::Retention;
 pub(crate) use retention::{Placed, VersionWalk};
 pub use split::check_parts;

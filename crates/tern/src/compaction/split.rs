@@ -136,6 +136,7 @@ impl CompactionJob {
             out.blobs.extend(p.blobs);
             out.values_moved += p.values_moved;
             out.value_bytes_moved += p.value_bytes_moved;
+            out.moves_stopped |= p.moves_stopped;
             out.ran_elsewhere |= p.ran_elsewhere;
         }
         // Each part counted its inputs whole; the job read each once.

@@ -8,7 +8,7 @@ use super::stats::Counters;
 use crate::compaction::picker::{self, CompactionPlan, PickerInput};
 use crate::compaction::value_runs;
 use crate::compaction::{
-    CompactionJob, CompactionOutput, JobContext, KeyRange, Retention, ValueMoves,
+    CompactionJob, CompactionOutput, JobContext, KeyRange, MovePressure, Retention, ValueMoves,
 };
 use crate::error::Result;
 use crate::format::internal_key::user_key;
@@ -186,6 +186,10 @@ impl Shared {
         }
         Counters::add(&self.counters.values_moved, output.values_moved);
         Counters::add(&self.counters.value_bytes_moved, output.value_bytes_moved);
+        Counters::add(
+            &self.counters.value_moves_stopped,
+            u64::from(output.moves_stopped),
+        );
         Counters::add(&self.counters.compaction_bytes_read, output.bytes_read);
         Counters::add(
             &self.counters.compaction_bytes_written,
@@ -275,7 +279,19 @@ impl Shared {
         for (_, lo, hi) in &state.protected {
             deeper_ranges.push(vec![(lo.clone(), hi.clone())]);
         }
-        let move_values = value_moves(&version, plan, &self.opts, &deeper_ranges);
+        // Halfway from L0's compaction trigger to slowing writes. Without
+        // automatic compactions L0 never slows writes: nothing to give way
+        // to; a compaction a caller asks for moves what it can.
+        let automatic = plan.score > 0.0 && !self.opts.disable_auto_compactions;
+        let pressure = automatic.then(|| MovePressure {
+            l0_files: self.l0_files.clone(),
+            stop_at: self
+                .opts
+                .level0_file_num_compaction_trigger
+                .midpoint(self.opts.level0_slowdown_writes_trigger)
+                .max(self.opts.level0_file_num_compaction_trigger + 1),
+        });
+        let move_values = value_moves(&version, plan, &self.opts, &deeper_ranges, pressure);
         let job = CompactionJob {
             dir: self.dir.clone(),
             inputs: plan.all_inputs().map(|f| (**f).clone()).collect(),
@@ -373,12 +389,14 @@ fn dead_ordinals(
 /// it writes the last level that holds its keys. Values already in sorted
 /// runs move too when the new run would make more runs overlap some key of
 /// its range than the setting allows: the sparsest runs where too many
-/// share a key ([`value_runs::runs_to_merge`]).
+/// share a key ([`value_runs::runs_to_merge`]). The job stops moving when
+/// L0 fills (`pressure`).
 fn value_moves(
     version: &Version,
     plan: &CompactionPlan,
     opts: &crate::options::Options,
     deeper_ranges: &[Vec<(Vec<u8>, Vec<u8>)>],
+    pressure: Option<MovePressure>,
 ) -> Option<ValueMoves> {
     let max_runs = opts.sorted_value_runs?;
     opts.blob_threshold?;
@@ -451,5 +469,6 @@ fn value_moves(
         merge,
         runs,
         blob_file_size: opts.blob_file_size,
+        pressure,
     })
 }

@@ -132,8 +132,9 @@ pub struct Shared {
     /// takes it from here without locking `state`, which installs hold
     /// across manifest syncs.
     pub leader_mem: Mutex<Arc<MemTable>>,
-    /// Files in L0 of the current version, for the same leaders.
-    pub l0_files: AtomicUsize,
+    /// Files in L0 of the current version, for the same leaders and for
+    /// compactions that move values (they stop moving when L0 fills).
+    pub l0_files: Arc<AtomicUsize>,
     /// Bytes in the active WAL, for stats: the WAL mutex is held across a
     /// synced write's fsync, which stats must not wait for.
     pub wal_len: AtomicU64,

@@ -137,7 +137,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         poll_slots: super::commit_queue::PollSlots::for_this_machine(),
         wal: Mutex::new(None),
         leader_mem: Mutex::new(mem),
-        l0_files: AtomicUsize::new(0),
+        l0_files: Arc::new(AtomicUsize::new(0)),
         wal_len: AtomicU64::new(0),
         bg_error_seen: Mutex::new(None),
         wal_syncer: Default::default(),

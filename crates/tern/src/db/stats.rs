@@ -23,6 +23,7 @@ pub struct Counters {
     pub(crate) blob_refs_rewritten: AtomicU64,
     pub(crate) values_moved: AtomicU64,
     pub(crate) value_bytes_moved: AtomicU64,
+    pub(crate) value_moves_stopped: AtomicU64,
     pub(crate) compaction_bytes_read: AtomicU64,
     pub(crate) compaction_bytes_written: AtomicU64,
     pub(crate) compactions: AtomicU64,
@@ -177,6 +178,9 @@ pub struct Stats {
     pub values_moved: u64,
     /// Bytes of those records (counted in `compaction_bytes_written` too).
     pub value_bytes_moved: u64,
+    /// Compactions that stopped moving values before their end, or moved
+    /// none, because L0 had filled (writes come first).
+    pub value_moves_stopped: u64,
     /// Memtable bytes (active + immutable): arena bytes used plus each
     /// memtable's hash index and key filter.
     pub memtable_bytes: u64,
@@ -268,6 +272,7 @@ impl Stats {
             blob_refs_rewritten: c.blob_refs_rewritten.load(Relaxed),
             values_moved: c.values_moved.load(Relaxed),
             value_bytes_moved: c.value_bytes_moved.load(Relaxed),
+            value_moves_stopped: c.value_moves_stopped.load(Relaxed),
             wal_bytes_dropped_at_recovery: c.wal_bytes_dropped_at_recovery.load(Relaxed),
             point_reads: c.point_reads.get(),
             iterators: c.iterators.get(),
@@ -336,8 +341,8 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "values moved into runs  {} ({} bytes)",
-            self.values_moved, self.value_bytes_moved
+            "values moved into runs  {} ({} bytes; {} jobs stopped moving for L0)",
+            self.values_moved, self.value_bytes_moved, self.value_moves_stopped
         )?;
         writeln!(
             f,
