@@ -472,7 +472,9 @@ fn a_compaction_stops_moving_values_when_l0_fills() {
     // entries, one filter call each: held at its 200th, and again at the
     // next job's first.
     let (hold, ends) = Hold::new([200, N as usize + 1]);
-    // Written before this open, so old enough to move; four L0 files.
+    // Four L0 files, written with automatic compactions off: the first
+    // compaction starts at the reopen, with the hold in place, and reads
+    // exactly these.
     let o = auto_opts(fs.clone()).tune(|s| s.disable_auto_compactions = true);
     let db = Db::open(DIR, o).unwrap();
     let mut model = fill(&db, N as usize / 4);
