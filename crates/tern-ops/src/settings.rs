@@ -106,6 +106,10 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
                 "sorted_value_runs",
                 pick(rng, &["off", "off", "1", "3"]).to_string(),
             );
+            put(
+                "sorted_value_runs_above",
+                pick(rng, &["0", "0", "64K", "memory"]).to_string(),
+            );
         }
         Scale::Small => {
             put(
@@ -176,6 +180,10 @@ pub fn random_settings(rng: &mut StdRng, scale: Scale) -> Vec<(&'static str, Str
             put(
                 "sorted_value_runs",
                 pick(rng, &["off", "off", "1", "3"]).to_string(),
+            );
+            put(
+                "sorted_value_runs_above",
+                pick(rng, &["0", "0", "64K", "memory"]).to_string(),
             );
         }
     }

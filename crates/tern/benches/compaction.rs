@@ -30,6 +30,7 @@ fn fresh_store(dir: &std::path::Path, runs: Option<usize>) -> Db {
         s.level0_slowdown_writes_trigger = 64;
         s.level0_stop_writes_trigger = 64;
         s.sorted_value_runs = runs;
+        s.sorted_value_runs_above = tern::BytesOrMemory::Bytes(0);
     });
     let db = Db::open(dir, opts).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()));
     let value = vec![0x5au8; VALUE];

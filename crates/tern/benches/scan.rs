@@ -166,7 +166,10 @@ fn scans(c: &mut Criterion) {
     drop(db);
     // The same store with its values moved into one sorted run
     // (`sorted_value_runs`): a scan's values lie side by side.
-    let sorted = options(false).tune(|s| s.sorted_value_runs = Some(1));
+    let sorted = options(false).tune(|s| {
+        s.sorted_value_runs = Some(1);
+        s.sorted_value_runs_above = tern::BytesOrMemory::Bytes(0);
+    });
     let db = Db::open(&dir, sorted).unwrap_or_else(|e| panic!("reopen: {e}"));
     db.compact_range(None, None)
         .unwrap_or_else(|e| panic!("compact: {e}"));

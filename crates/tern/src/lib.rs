@@ -100,7 +100,10 @@ pub use format::internal_key::ValueKind;
 pub use format::write_batch::WriteBatch;
 pub use iter::DbIterator;
 pub use memtier::DEFAULT_MEMTIER_FILE;
-pub use options::{Compression, CpuPriority, Options, SettingValue, Settings, WriteOptions};
+pub use options::{
+    process_memory, BytesOrMemory, Compression, CpuPriority, Options, SettingValue, Settings,
+    WriteOptions,
+};
 pub use options::{MIN_WRITE_BUFFER_SIZE, NUM_LEVELS};
 pub use sst::TableOptions;
 pub use version::{BlobMeta, FileMeta, Relocation, Relocations};

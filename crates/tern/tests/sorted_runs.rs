@@ -17,7 +17,7 @@ use tern::compaction::{CompactionFilter, FilterDecision, FilterValue};
 use tern::internals::blob::BlobReader;
 use tern::internals::wal::blob_file_name;
 use tern::io::{FsRef, MemFs};
-use tern::{Db, Options, ReadOptions};
+use tern::{BytesOrMemory, Db, Options, ReadOptions};
 
 const N: u32 = 2000;
 
@@ -44,6 +44,8 @@ fn opts(fs: FsRef, runs: usize) -> Options {
     small_opts(fs).tune(|s| {
         s.blob_threshold = Some(100);
         s.sorted_value_runs = Some(runs);
+        // These stores are far smaller than memory.
+        s.sorted_value_runs_above = BytesOrMemory::Bytes(0);
         // Compactions only where the test asks for them; GC would move
         // records on its own.
         s.disable_auto_compactions = true;
@@ -229,6 +231,41 @@ fn no_values_move_when_the_setting_is_off_or_values_are_inline() {
         assert_eq!(st.values_moved, 0, "{runs:?} {threshold:?}");
         assert!(st.blob_files.iter().all(|b| !b.sorted_run));
     }
+}
+
+#[test]
+fn values_move_only_once_the_store_holds_more_than_sorted_value_runs_above() {
+    let mem = MemFs::new();
+    let fs: FsRef = mem.clone();
+    // About 660 KB of records per fill of N keys (330 bytes each).
+    let o = opts(fs.clone(), 2).tune(|s| s.sorted_value_runs_above = BytesOrMemory::Bytes(1 << 20));
+    let db = Db::open(DIR, o).unwrap();
+    let mut model = fill(&db, 500);
+    db.compact_range(None, None).unwrap();
+    check(&db, &model);
+    assert_eq!(db.stats().values_moved, 0, "below the threshold");
+    assert!(db.stats().blob_files.iter().all(|b| !b.sorted_run));
+    // As many new keys again: past the threshold, the next compaction
+    // moves every value under its keys, old ones included.
+    for i in N..2 * N {
+        db.put(&key(i), &value(i, 0)).unwrap();
+        model.insert(key(i), value(i, 0));
+    }
+    db.flush().unwrap();
+    db.compact_range(None, None).unwrap();
+    check(&db, &model);
+    assert_eq!(db.stats().values_moved, u64::from(2 * N), "above it");
+    assert!(db.stats().blob_files.iter().all(|b| b.sorted_run));
+    db.close().unwrap();
+    // The default threshold is the memory the process may use: a store
+    // this small never moves a value.
+    let mem = MemFs::new();
+    let o = opts(mem.clone(), 2).tune(|s| s.sorted_value_runs_above = BytesOrMemory::Memory);
+    let db = Db::open(DIR, o).unwrap();
+    let model = fill(&db, 500);
+    db.compact_range(None, None).unwrap();
+    check(&db, &model);
+    assert_eq!(db.stats().values_moved, 0, "a store smaller than memory");
 }
 
 #[test]

@@ -384,8 +384,18 @@ fn dead_ordinals(
     dead.into_values().collect()
 }
 
+/// Bytes of the records in `version`'s blob files not known to be dead.
+fn live_value_bytes(version: &Version) -> u64 {
+    version
+        .blob_files
+        .values()
+        .map(|b| b.meta.data_bytes.saturating_sub(b.dead_bytes))
+        .sum()
+}
+
 /// What a compaction moves into a sorted run ([`ValueMoves`],
-/// `Settings::sorted_value_runs`): nothing unless values are separated and
+/// `Settings::sorted_value_runs`): nothing unless values are separated,
+/// the store's live values exceed `Settings::sorted_value_runs_above` and
 /// it writes the last level that holds its keys. Values already in sorted
 /// runs move too when the new run would make more runs overlap some key of
 /// its range than the setting allows: the sparsest runs where too many
@@ -410,6 +420,11 @@ fn value_moves(
         .flatten()
         .any(|(a, b)| a.as_slice() <= hi && lo <= b.as_slice());
     if deeper {
+        return None;
+    }
+    // Below the threshold nothing moves: checked last, as it sums over
+    // every blob file.
+    if live_value_bytes(version) <= opts.sorted_value_runs_above.bytes() {
         return None;
     }
     let runs: BTreeSet<u64> = version

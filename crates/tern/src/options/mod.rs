@@ -71,8 +71,10 @@ use std::sync::Arc;
 use crate::compaction::CompactionFilter;
 use crate::io::{FsRef, PosixFs};
 
+mod memory;
 mod settings;
 
+pub use memory::{process_memory, BytesOrMemory};
 pub use settings::{SettingValue, Settings, MIN_WRITE_BUFFER_SIZE};
 
 /// Number of LSM levels (L0 … L6).
