@@ -120,3 +120,39 @@ fn a_store_with_direct_io_reads_back_every_write_through_gc_and_reopen() {
     let db = open(dir.path());
     check(&db, &model, "after reopening");
 }
+
+/// With direct reads the block cache is the only memory that holds
+/// values, so by default values move into sorted runs once they outgrow
+/// it, not the machine's RAM.
+#[test]
+fn with_direct_reads_values_move_into_runs_once_they_outgrow_the_block_cache() {
+    let Some(dir) = store_dir() else { return };
+    let settings = Settings {
+        block_cache_capacity: 256 << 10,
+        disable_auto_compactions: true,
+        enable_gc: false,
+        ..direct_settings()
+    };
+    assert_eq!(settings.sorted_runs_threshold(), 256 << 10);
+    let db = Db::open(dir.path(), Options::new(settings)).unwrap();
+    let mut model = BTreeMap::new();
+    // 400 values of 1 KiB or more: over 400 KiB, past the cache.
+    for i in 0..400u32 {
+        let mut v = value(i, 0);
+        v.resize(v.len().max(1024), b'v');
+        db.put(format!("k{i:05}").as_bytes(), &v).unwrap();
+        model.insert(format!("k{i:05}").into_bytes(), v);
+        if i % 100 == 99 {
+            db.flush().unwrap();
+        }
+    }
+    db.compact_range(None, None).unwrap();
+    check(&db, &model, "after the compaction");
+    assert_eq!(db.stats().values_moved, 400);
+    // Without direct reads the same store is far smaller than memory.
+    let buffered = Settings {
+        use_direct_reads: false,
+        ..direct_settings()
+    };
+    assert!(buffered.sorted_runs_threshold() > 1 << 20);
+}

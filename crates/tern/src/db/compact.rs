@@ -424,7 +424,7 @@ fn value_moves(
     }
     // Below the threshold nothing moves: checked last, as it sums over
     // every blob file.
-    if live_value_bytes(version) <= opts.sorted_value_runs_above.bytes() {
+    if live_value_bytes(version) <= opts.sorted_runs_threshold() {
         return None;
     }
     let runs: BTreeSet<u64> = version

@@ -417,8 +417,9 @@ settings! {
     /// into one per scan (YCSB E at 10M records under a 2.5 GiB limit:
     /// about three times the scans). Values already in runs stay there
     /// below it. `memory`: the memory the process may use, its memory
-    /// cgroup's limit or else the machine's RAM, read once. `0` always
-    /// moves. Default: memory.
+    /// cgroup's limit or else the machine's RAM, read once; with
+    /// `use_direct_reads`, the block cache's capacity. `0` always moves.
+    /// Default: memory.
     sorted_value_runs_above: BytesOrMemory = BytesOrMemory::Memory,
     /// Read separated values through a read-only mapping of their blob
     /// file while they are in memory: a copy instead of a `pread` (a system
@@ -553,6 +554,16 @@ impl Settings {
             self.set(name.as_ref(), text.as_ref())?;
         }
         Ok(())
+    }
+
+    /// Live separated bytes past which compactions move values into sorted
+    /// runs (`sorted_value_runs_above` resolved): with `use_direct_reads`,
+    /// `memory` is the block cache, the only memory that then holds values.
+    pub fn sorted_runs_threshold(&self) -> u64 {
+        match self.sorted_value_runs_above {
+            BytesOrMemory::Memory if self.use_direct_reads => self.block_cache_capacity as u64,
+            other => other.bytes(),
+        }
     }
 
     /// Compression for SSTs written to `level`.
