@@ -269,6 +269,35 @@ fn values_move_only_once_the_store_holds_more_than_sorted_value_runs_above() {
 }
 
 #[test]
+fn runs_written_above_the_threshold_stay_readable_below_it() {
+    let fs: FsRef = MemFs::new();
+    let db = Db::open(DIR, opts(fs.clone(), 2)).unwrap();
+    let mut model = fill(&db, 500);
+    db.compact_range(None, None).unwrap();
+    assert_eq!(db.stats().values_moved, u64::from(N), "every value moved");
+    db.close().unwrap();
+    // Reopened with a threshold the store is below: new values stay where
+    // flushes write them, beside the run, and every read sees both.
+    let high =
+        opts(fs.clone(), 2).tune(|s| s.sorted_value_runs_above = BytesOrMemory::Bytes(u64::MAX));
+    let db = Db::open(DIR, high).unwrap();
+    for round in 1..3 {
+        assert_eq!(compact_round(&db, &mut model, |i| i % 3 == round, round), 0);
+    }
+    assert!(db.stats().blob_files.iter().any(|b| b.sorted_run));
+    assert!(db.stats().blob_files.iter().any(|b| !b.sorted_run));
+    db.close().unwrap();
+    // Back above it: the next compaction moves what stayed out, keeping
+    // the limit of two runs over any key.
+    let db = Db::open(DIR, opts(fs.clone(), 2)).unwrap();
+    check(&db, &model);
+    assert!(compact_round(&db, &mut model, |i| i % 7 == 0, 3) > 0);
+    assert!(db.stats().blob_files.iter().all(|b| b.sorted_run));
+    let all = runs(&db, &fs);
+    assert!(depth(&all) <= 2, "at most two runs overlap: {all:?}");
+}
+
+#[test]
 fn sorted_value_runs_of_zero_is_refused() {
     let fs: FsRef = MemFs::new();
     let err = Db::open(DIR, opts(fs, 0)).unwrap_err();

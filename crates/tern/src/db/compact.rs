@@ -384,15 +384,6 @@ fn dead_ordinals(
     dead.into_values().collect()
 }
 
-/// Bytes of the records in `version`'s blob files not known to be dead.
-fn live_value_bytes(version: &Version) -> u64 {
-    version
-        .blob_files
-        .values()
-        .map(|b| b.meta.data_bytes.saturating_sub(b.dead_bytes))
-        .sum()
-}
-
 /// What a compaction moves into a sorted run ([`ValueMoves`],
 /// `Settings::sorted_value_runs`): nothing unless values are separated,
 /// the store's live values exceed `Settings::sorted_value_runs_above` and
@@ -424,7 +415,7 @@ fn value_moves(
     }
     // Below the threshold nothing moves: checked last, as it sums over
     // every blob file.
-    if live_value_bytes(version) <= opts.sorted_runs_threshold() {
+    if version.blob_live_bytes() <= opts.sorted_runs_threshold() {
         return None;
     }
     let runs: BTreeSet<u64> = version

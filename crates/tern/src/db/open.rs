@@ -73,6 +73,9 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         opts.max_open_files,
         opts.open_files_memory as u64,
     ));
+    // Reads the process's memory limit (files under /proc and /sys) once,
+    // here, rather than under the state lock at the first compaction.
+    let _ = opts.sorted_runs_threshold();
     // The caches open every table and blob file that reads use.
     let read_fs = DirectIo::for_reads(&fs, opts.use_direct_reads);
     let tables = Arc::new(TableCache::new(

@@ -409,17 +409,21 @@ settings! {
     #[serde(serialize_with = "off_when_none")]
     sorted_value_runs: Option<usize> = Some(4),
     /// Compactions move values into sorted runs (`sorted_value_runs`) only
-    /// while the store's live separated values exceed this many bytes.
-    /// In memory a scan's values are a copy each wherever they lie, and
-    /// moving them costs compaction time the foreground could use (YCSB A
-    /// at 2M records in memory: a quarter of its throughput); once values
-    /// outgrow memory, key order turns a scan's reads from one per row
-    /// into one per scan (YCSB E at 10M records under a 2.5 GiB limit:
+    /// while the live bytes of the store's blob files exceed this many
+    /// bytes. In memory a scan's values are a copy each wherever they lie,
+    /// and moving them costs compaction time the foreground could use
+    /// (YCSB A at 2M records in memory: a quarter of its throughput); once
+    /// values outgrow memory, key order turns a scan's reads from one per
+    /// row into one per scan (YCSB E at 10M records under a 2.5 GiB limit:
     /// about three times the scans). Values already in runs stay there
-    /// below it. `memory`: the memory the process may use, its memory
-    /// cgroup's limit or else the machine's RAM, read once; with
-    /// `use_direct_reads`, the block cache's capacity. `0` always moves.
-    /// Default: memory.
+    /// below it. `memory`: the memory the process may use, the smaller of
+    /// its memory cgroups' limits and the machine's RAM, read once (on
+    /// Linux; elsewhere `memory` never moves values), or the block cache's
+    /// capacity with `use_direct_reads`. It is compared with values alone:
+    /// the engine's own memory (memtables, block cache, table indexes) and
+    /// the tables' pages leave less than that for values, so set a size
+    /// for an earlier start. Compactions run on offload workers move
+    /// nothing either way. `0` always moves. Default: memory.
     sorted_value_runs_above: BytesOrMemory = BytesOrMemory::Memory,
     /// Read separated values through a read-only mapping of their blob
     /// file while they are in memory: a copy instead of a `pread` (a system
@@ -717,6 +721,29 @@ mod tests {
         assert!(err.to_string().contains("or memory"), "{err}");
         let t: Settings = toml::from_str("sorted_value_runs_above = 0").unwrap();
         assert_eq!(t.sorted_value_runs_above, BytesOrMemory::Bytes(0));
+    }
+
+    #[test]
+    fn with_direct_reads_memory_means_the_block_cache() {
+        let s = Settings {
+            use_direct_reads: true,
+            block_cache_capacity: 256 << 10,
+            ..Settings::default()
+        };
+        assert_eq!(s.sorted_runs_threshold(), 256 << 10);
+        let buffered = Settings {
+            use_direct_reads: false,
+            ..s.clone()
+        };
+        assert_eq!(
+            buffered.sorted_runs_threshold(),
+            super::super::process_memory()
+        );
+        let fixed = Settings {
+            sorted_value_runs_above: BytesOrMemory::Bytes(5),
+            ..s
+        };
+        assert_eq!(fixed.sorted_runs_threshold(), 5);
     }
 
     #[test]
