@@ -68,6 +68,16 @@ fn fill(db: &Db, per_flush: usize) -> Model {
     model
 }
 
+/// A store of every key, written by flushes of `per_flush` keys and
+/// compacted whole, so its values are in runs of at most `runs`.
+fn compacted(runs: usize, per_flush: usize) -> (FsRef, Db, Model) {
+    let fs: FsRef = MemFs::new();
+    let db = Db::open(DIR, opts(fs.clone(), runs)).unwrap();
+    let model = fill(&db, per_flush);
+    db.compact_range(None, None).unwrap();
+    (fs, db, model)
+}
+
 fn check(db: &Db, model: &Model) {
     for (k, v) in model {
         assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "get {k:?}");
@@ -235,10 +245,9 @@ fn no_values_move_when_the_setting_is_off_or_values_are_inline() {
 
 #[test]
 fn values_move_only_once_the_store_holds_more_than_sorted_value_runs_above() {
-    let mem = MemFs::new();
-    let fs: FsRef = mem.clone();
     // About 660 KB of records per fill of N keys (330 bytes each).
-    let o = opts(fs.clone(), 2).tune(|s| s.sorted_value_runs_above = BytesOrMemory::Bytes(1 << 20));
+    let o =
+        opts(MemFs::new(), 2).tune(|s| s.sorted_value_runs_above = BytesOrMemory::Bytes(1 << 20));
     let db = Db::open(DIR, o).unwrap();
     let mut model = fill(&db, 500);
     db.compact_range(None, None).unwrap();
@@ -259,8 +268,7 @@ fn values_move_only_once_the_store_holds_more_than_sorted_value_runs_above() {
     db.close().unwrap();
     // The default threshold is the memory the process may use: a store
     // this small never moves a value.
-    let mem = MemFs::new();
-    let o = opts(mem.clone(), 2).tune(|s| s.sorted_value_runs_above = BytesOrMemory::Memory);
+    let o = opts(MemFs::new(), 2).tune(|s| s.sorted_value_runs_above = BytesOrMemory::Memory);
     let db = Db::open(DIR, o).unwrap();
     let model = fill(&db, 500);
     db.compact_range(None, None).unwrap();
@@ -270,10 +278,7 @@ fn values_move_only_once_the_store_holds_more_than_sorted_value_runs_above() {
 
 #[test]
 fn runs_written_above_the_threshold_stay_readable_below_it() {
-    let fs: FsRef = MemFs::new();
-    let db = Db::open(DIR, opts(fs.clone(), 2)).unwrap();
-    let mut model = fill(&db, 500);
-    db.compact_range(None, None).unwrap();
+    let (fs, db, mut model) = compacted(2, 500);
     assert_eq!(db.stats().values_moved, u64::from(N), "every value moved");
     db.close().unwrap();
     // Reopened with a threshold the store is below: new values stay where
@@ -389,10 +394,7 @@ fn a_run_gc_retired_still_counts_towards_the_limit() {
 
 #[test]
 fn a_full_run_stays_while_sparse_runs_merge() {
-    let fs: FsRef = MemFs::new();
-    let db = Db::open(DIR, opts(fs.clone(), 2)).unwrap();
-    let mut model = fill(&db, 300);
-    db.compact_range(None, None).unwrap();
+    let (fs, db, mut model) = compacted(2, 300);
     let full: Vec<u64> = db.stats().blob_files.iter().map(|b| b.number).collect();
     assert_eq!(full.len(), 1, "one run of every key");
     for (round, rest) in [3, 6, 9, 2].into_iter().enumerate() {

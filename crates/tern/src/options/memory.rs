@@ -74,11 +74,18 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
+/// The number after `name` on the line of `text` that starts with it
+/// (`/proc/meminfo`, a v1 `memory.stat`: `name value [unit]`).
+fn field(text: &str, name: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// `MemTotal` of `/proc/meminfo`, bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    field(meminfo, "MemTotal:")?.checked_mul(1024)
 }
 
 /// The limit of the memory cgroup `/proc/self/cgroup` names, with its
@@ -132,11 +139,7 @@ fn existing_or_root(mount: &Path, path: &str) -> std::path::PathBuf {
 /// `hierarchical_memory_limit` of a v1 `memory.stat`; `None` when
 /// unlimited (the kernel writes a number near `i64::MAX` for that).
 fn v1_limit(stat: &str) -> Option<u64> {
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with("hierarchical_memory_limit "))?;
-    let n: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    (n < 1 << 62).then_some(n)
+    field(stat, "hierarchical_memory_limit").filter(|&n| n < 1 << 62)
 }
 
 /// A v2 `memory.max`: a number, or `max` for none.
