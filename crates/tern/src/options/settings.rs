@@ -403,8 +403,8 @@ settings! {
     /// sparsest of them (the fewest live bytes for their span of keys)
     /// into its new run, where the limit needs it. The price is write
     /// amplification: each value that lives until it reaches the last
-    /// level is written once more, and again when its run merges. So runs
-    /// are written only once the store outgrows memory
+    /// level is written once more, and again when its run merges. So by
+    /// default runs are written only once the store outgrows memory
     /// (`sorted_value_runs_above`). `off` never moves values. Default: 4.
     #[serde(serialize_with = "off_when_none")]
     sorted_value_runs: Option<usize> = Some(4),
