@@ -155,6 +155,9 @@ fn gc_loop(s: &Shared) {
     let written = || s.visible_seq.load(Ordering::Acquire);
     let mut watch = IdleWatch::new(written(), Instant::now());
     let mut reveal = IdleReveal::default();
+    // An idle pass under way: it goes on down to the idle limit once
+    // started, and a write ends it.
+    let mut pass = false;
     loop {
         {
             let mut state = s.state.lock();
@@ -179,14 +182,20 @@ fn gc_loop(s: &Shared) {
         loop {
             let busy = s.poll_slots.background_job();
             let mut done = s.gc_one();
-            // Nothing over the limit for a writing store: an idle one is
-            // worked down to its own. A write ends that at the next job.
-            if matches!(done, Ok(false)) && watch.idle(written(), Instant::now()) {
-                done = if reveal.run(s) {
-                    Ok(true)
-                } else {
-                    s.gc_one_idle()
-                };
+            // Nothing over the limit for a writing store: an idle one past
+            // where idle passes start is worked down to its own limit. A
+            // write ends that at the next job.
+            if matches!(done, Ok(false)) {
+                if !watch.idle(written(), Instant::now()) {
+                    pass = false;
+                } else if pass || s.idle_gc_due() {
+                    done = if reveal.run(s) {
+                        Ok(true)
+                    } else {
+                        s.gc_one_idle()
+                    };
+                    pass = matches!(done, Ok(true));
+                }
             }
             drop(busy);
             match done {

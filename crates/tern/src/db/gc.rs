@@ -28,6 +28,18 @@ impl Shared {
         self.gc_one_picked(picker::pick_idle)
     }
 
+    /// Whether a store that stopped writing should start collecting: its
+    /// blob files, counting the garbage L0 hides, are over
+    /// [`picker::idle_start`]. Once started, it collects down to the idle
+    /// limit ([`Shared::gc_one_idle`]).
+    pub fn idle_gc_due(&self) -> bool {
+        let Some(start) = picker::idle_start(&self.opts) else {
+            return false;
+        };
+        let v = self.state.lock().versions.current();
+        v.blob_space_excess(start, self.hidden_garbage(&v)) > 0
+    }
+
     fn gc_one_picked(
         &self,
         pick: for<'a> fn(&'a Version, &Options) -> Vec<&'a BlobFileState>,

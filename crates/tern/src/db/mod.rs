@@ -702,16 +702,25 @@ impl Db {
     /// Waits until no flush, compaction, GC or WAL preparation is pending
     /// and every obsolete file no reader holds is removed (for tests and
     /// tools); fails if any of that work poisoned the store. The caller
-    /// being idle, that includes the GC an idle store does
-    /// (`gc_idle_space_amp_limit`).
+    /// being idle, that includes the GC an idle store does once it is past
+    /// where idle passes start (`gc_idle_space_amp_limit`).
     pub fn wait_for_background(&self) -> Result<()> {
         let gc = self.shared.opts.enable_gc;
+        // Whether this wait makes an idle pass, decided once the work a
+        // writing store would do is done, as the GC thread decides it.
+        let mut pass = None;
         loop {
             self.flush_inner(true)?;
-            let compacted =
-                self.shared.compact_one()? || self.shared.reveal_hidden_garbage(true)?;
-            let collected =
-                gc && (self.shared.gc_one()? || (!compacted && self.shared.gc_one_idle()?));
+            let mut compacted = self.shared.compact_one()?;
+            let mut collected = gc && self.shared.gc_one()?;
+            if gc
+                && !compacted
+                && !collected
+                && *pass.get_or_insert_with(|| self.shared.idle_gc_due())
+            {
+                compacted = self.shared.reveal_hidden_garbage(true)?;
+                collected = !compacted && self.shared.gc_one_idle()?;
+            }
             if !compacted && !collected {
                 // The last flush's switch asked for the next WAL; a failure
                 // preparing it must show before this returns.

@@ -28,6 +28,21 @@ pub fn idle_limit(opts: &Options) -> Option<f64> {
     }
 }
 
+/// Where an idle store starts collecting: once its blob files hold half
+/// again the garbage [`idle_limit`] allows (1.15 at 1.1), or pass
+/// `gc_space_amp_limit` if that is lower; it then works them down to the
+/// idle limit. The gap keeps a store that takes a few writes between idle
+/// spells from copying after each: every pass frees at least half the
+/// bound's allowance, from files that had the time to gather it.
+pub fn idle_start(opts: &Options) -> Option<f64> {
+    let limit = idle_limit(opts)?;
+    let start = limit + (limit - 1.0) / 2.0;
+    Some(
+        opts.gc_space_amp_limit
+            .map_or(start, |busy| start.min(busy)),
+    )
+}
+
 /// [`pick`] with the bound on the blob files' bytes over their live bytes
 /// given.
 fn pick_under<'a>(v: &'a Version, opts: &Options, limit: Option<f64>) -> Vec<&'a BlobFileState> {
@@ -185,6 +200,27 @@ mod tests {
         assert!(pick_idle(&v, &o).is_empty());
         o.settings.gc_idle_space_amp_limit = None;
         assert!(pick_idle(&v, &o).is_empty());
+    }
+
+    #[test]
+    fn an_idle_store_starts_collecting_at_half_again_the_garbage_its_bound_allows() {
+        let mut o = opts(0.5, Some(1.25), 8);
+        o.settings.gc_idle_space_amp_limit = Some(1.1);
+        let start = idle_start(&o).unwrap();
+        assert!((start - 1.15).abs() < 1e-9, "{start}");
+        // A busy bound under that is where it starts instead.
+        o.settings.gc_space_amp_limit = Some(1.12);
+        assert_eq!(idle_start(&o), Some(1.12));
+        // Without a busy bound, from the idle one alone; without either,
+        // never.
+        o.settings.gc_space_amp_limit = None;
+        let start = idle_start(&o).unwrap();
+        assert!((start - 1.15).abs() < 1e-9, "{start}");
+        o.settings.gc_idle_space_amp_limit = None;
+        assert_eq!(idle_start(&o), None);
+        // With the idle bound off, a busy one alone is both.
+        o.settings.gc_space_amp_limit = Some(1.25);
+        assert_eq!(idle_start(&o), Some(1.25));
     }
 
     #[test]
