@@ -23,14 +23,9 @@ default_out="compare-${records}"
 out="bench/results/${OUT:-$default_out}"
 export ROCKSDB_LIB_DIR="${ROCKSDB_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
 cargo build --release -p tern-cli --features rocksdb,fjall
-if [ -n "${MEMORY_LIMIT:-}" ]; then
-  cg=/sys/fs/cgroup/memory/tern-bench
-  [ -d /sys/fs/cgroup/memory ] || { echo "MEMORY_LIMIT needs the cgroup v1 memory controller at /sys/fs/cgroup/memory" >&2; exit 1; }
-  mkdir -p "$cg"
-  echo "$MEMORY_LIMIT" > "$cg/memory.limit_in_bytes"
-  echo $$ > "$cg/cgroup.procs"
-  echo "memory limit: $(cat "$cg/memory.limit_in_bytes") bytes (cgroup $cg)" >&2
-fi
+# shellcheck source=bench/memory-limit.sh
+. bench/memory-limit.sh
+[ -z "${MEMORY_LIMIT:-}" ] || enter_memory_limit "$MEMORY_LIMIT"
 mkdir -p "$out"
 "${CARGO_TARGET_DIR:-target}/release/tern" bench compare \
   --bindings "${BINDINGS:-tern,rocksdb,rocksdb-blob,fjall}" -w "${STEPS:-load,a,b,c,f,e}" \
