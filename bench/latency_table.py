@@ -23,7 +23,9 @@ def main(path):
         for ph in rep["phases"]:
             for o in ph["ops"]:
                 inner = [s["ops_per_sec"] for s in ph["series"][1:-1]]
-                rows[(ph["phase"], ph["binding"], o["op"])].append({
+                # The report's binding names a variant (`tern@setting=value`);
+                # its phases name only the engine.
+                rows[(ph["phase"], rep.get("binding", ph["binding"]), o["op"])].append({
                     "tp": ph["throughput"],
                     "p50": o["p50_us"],
                     "p99": o["p99_us"] / 1000,
