@@ -155,9 +155,6 @@ fn gc_loop(s: &Shared) {
     let written = || s.visible_seq.load(Ordering::Acquire);
     let mut watch = IdleWatch::new(written(), Instant::now());
     let mut reveal = IdleReveal::default();
-    // An idle pass under way: it goes on down to the idle limit once
-    // started, and a write ends it.
-    let mut pass = false;
     loop {
         {
             let mut state = s.state.lock();
@@ -187,14 +184,19 @@ fn gc_loop(s: &Shared) {
             // write ends that at the next job.
             if matches!(done, Ok(false)) {
                 if !watch.idle(written(), Instant::now()) {
-                    pass = false;
-                } else if pass || s.idle_gc_due() {
+                    s.idle_pass.store(false, Ordering::Release);
+                } else if s.idle_gc_due() {
+                    s.idle_pass.store(true, Ordering::Release);
                     done = if reveal.run(s) {
                         Ok(true)
                     } else {
                         s.gc_one_idle()
                     };
-                    pass = matches!(done, Ok(true));
+                    // Down to the limit; a failed job keeps the pass for
+                    // the next try.
+                    if matches!(done, Ok(false)) {
+                        s.idle_pass.store(false, Ordering::Release);
+                    }
                 }
             }
             drop(busy);

@@ -161,6 +161,10 @@ pub struct Shared {
     /// Blob bytes the last L0 compaction found dead per L0 entry it merged
     /// (an `f64`'s bits), for the garbage L0 still hides.
     pub l0_shadow: AtomicU64,
+    /// An idle GC pass is under way ([`Shared::idle_gc_due`]): it goes on
+    /// down to the idle limit whoever runs its next job, the GC thread or
+    /// `Db::wait_for_background`; a write ends it.
+    pub idle_pass: std::sync::atomic::AtomicBool,
     /// The memory tier's memory, when it is on.
     pub tier: Option<Arc<crate::memtier::memory::TierMemory>>,
     /// Every tier view made, for the merge horizon.

@@ -28,16 +28,25 @@ impl Shared {
         self.gc_one_picked(picker::pick_idle)
     }
 
-    /// Whether a store that stopped writing should start collecting: its
-    /// blob files, counting the garbage L0 hides, are over
-    /// [`picker::idle_start`]. Once started, it collects down to the idle
-    /// limit ([`Shared::gc_one_idle`]).
+    /// Whether a store that stopped writing should collect: a pass is
+    /// under way ([`Shared::idle_pass`]), or its blob files are over
+    /// [`picker::idle_start`], counting the garbage L0 hides when an idle
+    /// L0 compaction would reveal it. Once started, a pass goes down to
+    /// the idle limit ([`Shared::gc_one_idle`]).
     pub fn idle_gc_due(&self) -> bool {
+        if self.idle_pass.load(Ordering::Acquire) {
+            return true;
+        }
         let Some(start) = picker::idle_start(&self.opts) else {
             return false;
         };
         let v = self.state.lock().versions.current();
-        v.blob_space_excess(start, self.hidden_garbage(&v)) > 0
+        let hidden = self.hidden_garbage(&v);
+        // Garbage no compaction will reveal is none GC can free: counting
+        // it would start a pass that copies from just over the idle limit.
+        let revealable = !self.opts.disable_auto_compactions
+            && crate::compaction::picker::pick_reveal(&v, &self.opts, hidden).is_some();
+        v.blob_space_excess(start, if revealable { hidden } else { 0 }) > 0
     }
 
     fn gc_one_picked(

@@ -684,7 +684,7 @@ impl Db {
     /// Runs blob GC now until nothing is left to collect: no file at or over
     /// `gc_garbage_ratio`, and the blob files within `gc_space_amp_limit`
     /// (the writing store's bounds; `wait_for_background` also applies
-    /// `gc_idle_space_amp_limit`).
+    /// `gc_idle_space_amp_limit` once an idle pass is due).
     /// Returns the number of GC jobs run.
     pub fn collect_garbage(&self) -> Result<usize> {
         self.shared.check_open()?;
@@ -706,8 +706,9 @@ impl Db {
     /// where idle passes start (`gc_idle_space_amp_limit`).
     pub fn wait_for_background(&self) -> Result<()> {
         let gc = self.shared.opts.enable_gc;
-        // Whether this wait makes an idle pass, decided once the work a
-        // writing store would do is done, as the GC thread decides it.
+        // Whether this wait makes an idle pass (or finishes the GC
+        // thread's), decided once the work a writing store would do is
+        // done, as the GC thread decides it.
         let mut pass = None;
         loop {
             self.flush_inner(true)?;
@@ -718,8 +719,12 @@ impl Db {
                 && !collected
                 && *pass.get_or_insert_with(|| self.shared.idle_gc_due())
             {
+                self.shared.idle_pass.store(true, Ordering::Release);
                 compacted = self.shared.reveal_hidden_garbage(true)?;
                 collected = !compacted && self.shared.gc_one_idle()?;
+                if !compacted && !collected {
+                    self.shared.idle_pass.store(false, Ordering::Release);
+                }
             }
             if !compacted && !collected {
                 // The last flush's switch asked for the next WAL; a failure

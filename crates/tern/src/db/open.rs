@@ -153,6 +153,7 @@ pub fn open(dir: &Path, opts: Options, executor: Option<Arc<dyn Executor>>) -> R
         compaction_lock: Mutex::new(()),
         gc_lock: Mutex::new(()),
         l0_shadow: AtomicU64::new(0),
+        idle_pass: std::sync::atomic::AtomicBool::new(false),
         tier,
         tier_views: Mutex::new(Vec::new()),
         tier_lock: Mutex::new(()),

@@ -29,18 +29,19 @@ pub fn idle_limit(opts: &Options) -> Option<f64> {
 }
 
 /// Where an idle store starts collecting: once its blob files hold half
-/// again the garbage [`idle_limit`] allows (1.15 at 1.1), or pass
-/// `gc_space_amp_limit` if that is lower; it then works them down to the
-/// idle limit. The gap keeps a store that takes a few writes between idle
-/// spells from copying after each: every pass frees at least half the
-/// bound's allowance, from files that had the time to gather it.
+/// again the garbage [`idle_limit`] allows (1.15 at 1.1), or are halfway
+/// from it to `gc_space_amp_limit` if that is nearer; it then works them
+/// down to the idle limit. The gap keeps a store that takes a few writes
+/// between idle spells from copying after each: every pass frees a part
+/// of the bound's allowance at least, from files that had the time to
+/// gather it. The start stays under the busy limit, which a writing store
+/// keeps, so an idle bound near that one still acts.
 pub fn idle_start(opts: &Options) -> Option<f64> {
     let limit = idle_limit(opts)?;
     let start = limit + (limit - 1.0) / 2.0;
-    Some(
-        opts.gc_space_amp_limit
-            .map_or(start, |busy| start.min(busy)),
-    )
+    Some(opts.gc_space_amp_limit.map_or(start, |busy| {
+        start.min(limit + (busy - limit).max(0.0) / 2.0)
+    }))
 }
 
 /// [`pick`] with the bound on the blob files' bytes over their live bytes
@@ -208,9 +209,16 @@ mod tests {
         o.settings.gc_idle_space_amp_limit = Some(1.1);
         let start = idle_start(&o).unwrap();
         assert!((start - 1.15).abs() < 1e-9, "{start}");
-        // A busy bound under that is where it starts instead.
+        // Halfway to a busy bound nearer than that is where it starts
+        // instead, so the busy bound a writing store keeps never hides it.
         o.settings.gc_space_amp_limit = Some(1.12);
-        assert_eq!(idle_start(&o), Some(1.12));
+        let start = idle_start(&o).unwrap();
+        assert!((start - 1.11).abs() < 1e-9, "{start}");
+        o.settings.gc_idle_space_amp_limit = Some(1.2);
+        o.settings.gc_space_amp_limit = Some(1.25);
+        let start = idle_start(&o).unwrap();
+        assert!((start - 1.225).abs() < 1e-9, "{start}");
+        o.settings.gc_idle_space_amp_limit = Some(1.1);
         // Without a busy bound, from the idle one alone; without either,
         // never.
         o.settings.gc_space_amp_limit = None;

@@ -478,12 +478,14 @@ settings! {
     gc_space_amp_limit: Option<f64> = Some(1.25),
     /// The bound of `gc_space_amp_limit` while the store is idle: once no
     /// write has landed for a second and the blob files hold half again
-    /// the garbage this bound allows (1.15 at 1.1; `gc_space_amp_limit`
-    /// if that is lower), GC works them down to it, by the same rule (most
-    /// garbage first, never a file with less than the bound allows in
-    /// all: an eleventh at 1.1), and goes back to `gc_space_amp_limit`
-    /// with the next write. The gap keeps a store that takes a few writes
-    /// between idle spells from copying files after each of them. Under writes a file keeps
+    /// the garbage this bound allows (1.15 at 1.1), or are halfway to
+    /// `gc_space_amp_limit` if that is nearer, counting garbage L0 hides
+    /// when an idle L0 compaction would reveal it, GC works them down to
+    /// it, by the same rule (most garbage first, never a file with less
+    /// than the bound allows in all: an eleventh at 1.1), and goes back
+    /// to `gc_space_amp_limit` with the next write. The gap keeps a store
+    /// that takes a few writes between idle spells from copying files
+    /// after each of them. Under writes a file keeps
     /// its garbage until it is worth copying, since more keeps coming;
     /// garbage spread thinly over every file (a fifth is needed at 1.25)
     /// then stays on disk for good once the writes stop, which is when
