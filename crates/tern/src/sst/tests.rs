@@ -286,6 +286,69 @@ fn large_values_and_blob_files() {
     assert_eq!(t.verify().unwrap(), 2);
 }
 
+/// Blocks that hold only keys, blob references and tombstones are stored
+/// as is even where the level compresses: compressing them saves little
+/// and costs every compaction and every block-cache miss. A block with an
+/// inline value is compressed as configured.
+#[test]
+fn blocks_of_blob_references_are_stored_uncompressed() {
+    let (dir, fs) = setup();
+    // The compression type of every data block of a table of 400 entries
+    // of highly compressible bytes, the `kind` of entry `i` given.
+    let types = |name: &str, kind: &dyn Fn(u32) -> ValueKind| -> Vec<Compression> {
+        let path = dir.path().join(name);
+        let entries: Entries = (0..400u32)
+            .map(|i| {
+                let k = kind(i);
+                let value = match k {
+                    ValueKind::Delete => Vec::new(),
+                    _ => vec![b'v'; 24],
+                };
+                let key = format!("key{i:06}");
+                (make_internal_key(key.as_bytes(), 1, k), value)
+            })
+            .collect();
+        let opts = TableOptions {
+            block_size: 1024,
+            compression: Compression::Lz4,
+            ..TableOptions::default()
+        };
+        build(&fs, &path, opts, &entries);
+        let t = Table::open(&fs, &path, 1, None).unwrap();
+        assert_eq!(t.verify().unwrap(), entries.len() as u64);
+        for (k, v) in &entries {
+            let got = t.get(k).unwrap().map(|(_, v)| v);
+            assert_eq!(got.as_deref(), Some(v.as_slice()), "{name}");
+        }
+        let data = std::fs::read(&path).unwrap();
+        data_blocks(&t)
+            .iter()
+            .map(|h| Compression::from_u8(data[(h.offset + h.size) as usize]).unwrap())
+            .collect()
+    };
+    let refs = types("refs.sst", &|_| ValueKind::BlobRef);
+    assert!(refs.len() > 3);
+    assert!(refs.iter().all(|&c| c == Compression::None), "{refs:?}");
+    // Blob references with one in `n` entries of kind `k`.
+    let one_in = |n: u32, k: ValueKind| {
+        move |i: u32| {
+            if i % n == 0 {
+                k
+            } else {
+                ValueKind::BlobRef
+            }
+        }
+    };
+    let dels = types("dels.sst", &one_in(2, ValueKind::Delete));
+    assert!(dels.iter().all(|&c| c == Compression::None), "{dels:?}");
+    let values = types("values.sst", &|_| ValueKind::Value);
+    assert!(values.iter().all(|&c| c == Compression::Lz4), "{values:?}");
+    // An inline value in every block of references (every third entry,
+    // the last one included): each block compressed.
+    let mixed = types("mixed.sst", &one_in(3, ValueKind::Value));
+    assert!(mixed.iter().all(|&c| c == Compression::Lz4), "{mixed:?}");
+}
+
 /// Handles of all data blocks, in order.
 fn data_blocks(t: &Table) -> Vec<BlockHandle> {
     let mut idx = t.index_iter();
