@@ -338,7 +338,10 @@ settings! {
     /// Bloom filter bits per key; 0 disables filters. Default: 10.
     bloom_bits_per_key: u32 = 10,
     /// Compression per level (the last entry applies to deeper levels).
-    /// Default: none for L0–L1, LZ4 below.
+    /// It applies to data blocks that hold inline values; blocks of blob
+    /// references and tombstones alone are stored as is, since they gain
+    /// little from it (`docs/format/sst.md`). Default: none for L0–L1,
+    /// LZ4 below.
     compression_per_level: Vec<Compression> =
         vec![Compression::None, Compression::None, Compression::Lz4],
     /// Block cache capacity (data blocks), bytes; 0 disables it.
