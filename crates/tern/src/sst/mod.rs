@@ -38,7 +38,8 @@ pub struct TableOptions {
     /// positives); 0 writes no filter.
     pub bloom_bits_per_key: u32,
     /// Compression of data blocks (default none). A block is stored raw when
-    /// compressing it saves less than 12.5%.
+    /// compressing it saves less than 12.5%, and without trying when it
+    /// holds no inline value (only blob references and tombstones).
     pub compression: Compression,
 }
 

@@ -347,6 +347,17 @@ fn blocks_of_blob_references_are_stored_uncompressed() {
     // the last one included): each block compressed.
     let mixed = types("mixed.sst", &one_in(3, ValueKind::Value));
     assert!(mixed.iter().all(|&c| c == Compression::Lz4), "{mixed:?}");
+    // Values, then references only: the choice is made per block, so the
+    // blocks after the last value are raw again.
+    let then_refs = types("then_refs.sst", &|i| {
+        if i < 100 {
+            ValueKind::Value
+        } else {
+            ValueKind::BlobRef
+        }
+    });
+    assert_eq!(then_refs[0], Compression::Lz4, "{then_refs:?}");
+    assert_eq!(then_refs.last(), Some(&Compression::None), "{then_refs:?}");
 }
 
 /// Handles of all data blocks, in order.

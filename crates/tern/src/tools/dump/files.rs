@@ -48,7 +48,11 @@ pub fn table(
         "blocks         {} data ({} bytes), index {} bytes, filter {} bytes",
         p.num_data_blocks, p.data_size, p.index_size, p.filter_size
     )?;
-    writeln!(out, "compression    {:?}", p.compression)?;
+    writeln!(
+        out,
+        "compression    {:?} (configured; blocks without inline values are stored raw)",
+        p.compression
+    )?;
     writeln!(out, "bloom bits/key {}", p.bloom_bits_per_key)?;
     writeln!(out, "sequence range {}..={}", p.smallest_seq, p.largest_seq)?;
     writeln!(
