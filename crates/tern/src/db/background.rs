@@ -183,20 +183,10 @@ fn gc_loop(s: &Shared) {
             // where idle passes start is worked down to its own limit. A
             // write ends that at the next job.
             if matches!(done, Ok(false)) {
-                if !watch.idle(written(), Instant::now()) {
+                if watch.idle(written(), Instant::now()) {
+                    done = s.idle_pass_step(|| Ok(reveal.run(s)));
+                } else {
                     s.idle_pass.store(false, Ordering::Release);
-                } else if s.idle_gc_due() {
-                    s.idle_pass.store(true, Ordering::Release);
-                    done = if reveal.run(s) {
-                        Ok(true)
-                    } else {
-                        s.gc_one_idle()
-                    };
-                    // Down to the limit; a failed job keeps the pass for
-                    // the next try.
-                    if matches!(done, Ok(false)) {
-                        s.idle_pass.store(false, Ordering::Release);
-                    }
                 }
             }
             drop(busy);

@@ -49,6 +49,27 @@ impl Shared {
         v.blob_space_excess(start, if revealable { hidden } else { 0 }) > 0
     }
 
+    /// One job of an idle pass, when one is due ([`Shared::idle_gc_due`]):
+    /// the L0 compaction `reveal` runs if it finds one worth it, else a GC
+    /// job by the idle limit. The pass ends once neither has work; a failed
+    /// job keeps it for the next try. Returns whether a job ran. The GC
+    /// thread and `Db::wait_for_background` both take their idle jobs
+    /// here, so either finishes a pass the other started.
+    pub fn idle_pass_step(&self, reveal: impl FnOnce() -> Result<bool>) -> Result<bool> {
+        if !self.opts.enable_gc || !self.idle_gc_due() {
+            return Ok(false);
+        }
+        self.idle_pass.store(true, Ordering::Release);
+        let done = match reveal() {
+            Ok(false) => self.gc_one_idle(),
+            other => other,
+        };
+        if matches!(done, Ok(false)) {
+            self.idle_pass.store(false, Ordering::Release);
+        }
+        done
+    }
+
     fn gc_one_picked(
         &self,
         pick: for<'a> fn(&'a Version, &Options) -> Vec<&'a BlobFileState>,

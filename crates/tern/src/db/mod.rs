@@ -706,27 +706,18 @@ impl Db {
     /// where idle passes start (`gc_idle_space_amp_limit`).
     pub fn wait_for_background(&self) -> Result<()> {
         let gc = self.shared.opts.enable_gc;
-        // Whether this wait makes an idle pass (or finishes the GC
-        // thread's), decided once the work a writing store would do is
-        // done, as the GC thread decides it.
-        let mut pass = None;
         loop {
             self.flush_inner(true)?;
-            let mut compacted = self.shared.compact_one()?;
-            let mut collected = gc && self.shared.gc_one()?;
-            if gc
-                && !compacted
+            let compacted = self.shared.compact_one()?;
+            let collected = gc && self.shared.gc_one()?;
+            // Once the work a writing store would do is done, an idle
+            // pass, as the GC thread makes it (or the rest of its own).
+            let idle = !compacted
                 && !collected
-                && *pass.get_or_insert_with(|| self.shared.idle_gc_due())
-            {
-                self.shared.idle_pass.store(true, Ordering::Release);
-                compacted = self.shared.reveal_hidden_garbage(true)?;
-                collected = !compacted && self.shared.gc_one_idle()?;
-                if !compacted && !collected {
-                    self.shared.idle_pass.store(false, Ordering::Release);
-                }
-            }
-            if !compacted && !collected {
+                && self
+                    .shared
+                    .idle_pass_step(|| self.shared.reveal_hidden_garbage(true))?;
+            if !compacted && !collected && !idle {
                 // The last flush's switch asked for the next WAL; a failure
                 // preparing it must show before this returns.
                 self.shared.wal_syncer.wait_idle();

@@ -488,8 +488,8 @@ settings! {
     /// than the bound allows in all: an eleventh at 1.1), and goes back
     /// to `gc_space_amp_limit` with the next write. The gap keeps a store
     /// that takes a few writes between idle spells from copying files
-    /// after each of them. Under writes a file keeps
-    /// its garbage until it is worth copying, since more keeps coming;
+    /// after each of them. Under writes a file keeps its garbage until it
+    /// is worth copying, since more keeps coming;
     /// garbage spread thinly over every file (a fifth is needed at 1.25)
     /// then stays on disk for good once the writes stop, which is when
     /// copying it costs the foreground the least. Reads do not count as

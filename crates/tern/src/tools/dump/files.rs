@@ -48,11 +48,13 @@ pub fn table(
         "blocks         {} data ({} bytes), index {} bytes, filter {} bytes",
         p.num_data_blocks, p.data_size, p.index_size, p.filter_size
     )?;
-    writeln!(
-        out,
-        "compression    {:?} (configured; blocks without inline values are stored raw)",
-        p.compression
-    )?;
+    // What is configured applies to the blocks that hold inline values.
+    let raw_refs = if p.compression == crate::options::Compression::None {
+        ""
+    } else {
+        " (blocks without inline values are stored raw)"
+    };
+    writeln!(out, "compression    {:?}{raw_refs}", p.compression)?;
     writeln!(out, "bloom bits/key {}", p.bloom_bits_per_key)?;
     writeln!(out, "sequence range {}..={}", p.smallest_seq, p.largest_seq)?;
     writeln!(
