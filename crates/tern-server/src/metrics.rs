@@ -393,6 +393,11 @@ pub fn engine_counters(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)
             "Block cache misses.",
             e.block_cache_misses,
         ),
+        (
+            "block_cache_busy_total",
+            "Block cache lookups and inserts that found their shard locked and went on without it.",
+            e.block_cache_busy,
+        ),
     ]
 }
 

@@ -17,12 +17,18 @@ use crate::striped::StripedCounter;
 use std::sync::Arc;
 
 use quick_cache::sync::Cache;
-use quick_cache::Weighter;
+use quick_cache::{OptionsBuilder, Weighter};
 
 use crate::format::block::Block;
 
 /// Fixed per-entry overhead counted on top of the block bytes.
 const ENTRY_OVERHEAD: u64 = 64;
+
+/// Shards per core. Lookups never wait for a shard (see [`BlockCache`]),
+/// so more shards only mean fewer lookups that find theirs busy and go to
+/// the file instead: with 4 per core (the crate's default), about one read
+/// in eight met a shard an insert held.
+const SHARDS_PER_CORE: usize = 32;
 
 /// What the cache holds at a `(file number, offset)`.
 #[derive(Clone)]
@@ -38,6 +44,8 @@ struct BlockWeighter;
 
 impl Weighter<(u64, u64), Entry> for BlockWeighter {
     fn weight(&self, _key: &(u64, u64), val: &Entry) -> u64 {
+        #[cfg(test)]
+        tests::gate::pass(val);
         let bytes = match val {
             Entry::Block(b) => b.size(),
             Entry::Record(r) => r.len(),
@@ -48,6 +56,15 @@ impl Weighter<(u64, u64), Entry> for BlockWeighter {
 
 /// A size-bounded cache of decoded table blocks (and, with direct reads,
 /// blob records).
+///
+/// No lookup or insert waits for another thread. A shard is locked for
+/// writing while an insert evicts, and a thread the scheduler takes off
+/// the CPU inside that lock (more client threads than cores) would hold
+/// every reader of the shard for a whole time slice, milliseconds, for a
+/// block the page cache serves in microseconds. So a lookup that finds its
+/// shard busy counts as a miss (and as busy) and the caller reads the
+/// file, and an insert that finds it busy is dropped: the next reader of
+/// the block caches it.
 pub struct BlockCache {
     inner: Cache<(u64, u64), Entry, BlockWeighter>,
     capacity: usize,
@@ -55,6 +72,7 @@ pub struct BlockCache {
     misses: StripedCounter,
     record_hits: StripedCounter,
     record_misses: StripedCounter,
+    busy: StripedCounter,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -73,14 +91,32 @@ impl std::fmt::Debug for BlockCache {
 impl BlockCache {
     /// A cache holding at most about `capacity_bytes` of blocks.
     pub fn new(capacity_bytes: usize) -> Arc<Self> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_shards(capacity_bytes, cores * SHARDS_PER_CORE)
+    }
+
+    /// [`BlockCache::new`] with about `shards` shards (a power of two, and
+    /// fewer where each would hold under 32 blocks).
+    fn with_shards(capacity_bytes: usize, shards: usize) -> Arc<Self> {
         let items = (capacity_bytes / 4096).max(16);
+        let options = OptionsBuilder::new()
+            .estimated_items_capacity(items)
+            .weight_capacity(capacity_bytes as u64)
+            .shards(shards)
+            .build();
+        let inner = match options {
+            Ok(o) => Cache::with_options(o, BlockWeighter, Default::default(), Default::default()),
+            // Only an unset field fails the build, and all are set above.
+            Err(_) => Cache::with_weighter(items, capacity_bytes as u64, BlockWeighter),
+        };
         Arc::new(BlockCache {
-            inner: Cache::with_weighter(items, capacity_bytes as u64, BlockWeighter),
+            inner,
             capacity: capacity_bytes,
             hits: StripedCounter::default(),
             misses: StripedCounter::default(),
             record_hits: StripedCounter::default(),
             record_misses: StripedCounter::default(),
+            busy: StripedCounter::default(),
         })
     }
 
@@ -102,6 +138,12 @@ impl BlockCache {
     /// Blob record lookups that did not.
     pub fn record_misses(&self) -> u64 {
         self.record_misses.get()
+    }
+
+    /// Lookups and inserts that found their shard locked by another thread
+    /// and went on without it (a lookup also counts as a miss).
+    pub fn busy(&self) -> u64 {
+        self.busy.get()
     }
 
     /// Configured capacity in bytes.
@@ -127,23 +169,41 @@ impl BlockCache {
 
     /// The block at `offset` of table `file_number`, counting a hit or miss.
     pub fn get(&self, file_number: u64, offset: u64) -> Option<Arc<Block>> {
-        let r = match self.inner.get(&(file_number, offset)) {
+        let r = match self.lookup(file_number, offset) {
             Some(Entry::Block(b)) => Some(b),
             _ => None,
         };
         counted(r, &self.hits, &self.misses)
     }
 
-    /// Caches a decoded block.
+    /// Caches a decoded block, unless its shard is busy.
     pub fn insert(&self, file_number: u64, offset: u64, block: Arc<Block>) {
+        self.store(file_number, offset, Entry::Block(block));
+    }
+
+    /// The entry at `(file_number, offset)`; `None` when absent or when its
+    /// shard is locked by another thread.
+    fn lookup(&self, file_number: u64, offset: u64) -> Option<Entry> {
         self.inner
-            .insert((file_number, offset), Entry::Block(block));
+            .try_get(&(file_number, offset))
+            .unwrap_or_else(|_| {
+                self.busy.add(1);
+                None
+            })
+    }
+
+    /// Caches `entry`, or drops it when its shard is locked by another
+    /// thread.
+    fn store(&self, file_number: u64, offset: u64, entry: Entry) {
+        if self.inner.try_insert((file_number, offset), entry).is_err() {
+            self.busy.add(1);
+        }
     }
 
     /// The record at `offset` of blob file `file_number`, as
     /// [`BlockCache::insert_record`] cached it, counting a hit or miss.
     pub fn get_record(&self, file_number: u64, offset: u64) -> Option<Arc<[u8]>> {
-        let r = match self.inner.get(&(file_number, offset)) {
+        let r = match self.lookup(file_number, offset) {
             Some(Entry::Record(r)) => Some(r),
             _ => None,
         };
@@ -153,8 +213,7 @@ impl BlockCache {
     /// Caches the bytes of the record at `offset` of blob file
     /// `file_number`.
     pub fn insert_record(&self, file_number: u64, offset: u64, record: Arc<[u8]>) {
-        self.inner
-            .insert((file_number, offset), Entry::Record(record));
+        self.store(file_number, offset, Entry::Record(record));
     }
 }
 
@@ -191,6 +250,83 @@ mod tests {
         let zero = BlockCache::new(0);
         zero.insert(1, 0, block(10));
         assert!(zero.get(1, 0).is_none());
+    }
+
+    /// Holds an insert inside its shard's write lock: the cache weighs an
+    /// entry there, and weighing [`gate::MARK`] waits until released.
+    pub(super) mod gate {
+        use super::Entry;
+        use parking_lot::{Condvar, Mutex};
+
+        /// The record whose weighing waits.
+        pub const MARK: &[u8] = b"hold the shard";
+
+        /// (inside the lock, released)
+        static STATE: Mutex<(bool, bool)> = Mutex::new((false, false));
+        static CHANGED: Condvar = Condvar::new();
+
+        pub fn pass(val: &Entry) {
+            if !matches!(val, Entry::Record(r) if &r[..] == MARK) {
+                return;
+            }
+            let mut s = STATE.lock();
+            s.0 = true;
+            CHANGED.notify_all();
+            while !s.1 {
+                CHANGED.wait(&mut s);
+            }
+        }
+
+        pub fn wait_until_inside() {
+            let mut s = STATE.lock();
+            while !s.0 {
+                CHANGED.wait(&mut s);
+            }
+        }
+
+        pub fn release() {
+            STATE.lock().1 = true;
+            CHANGED.notify_all();
+        }
+    }
+
+    #[test]
+    fn a_lookup_never_waits_for_an_insert_that_holds_its_shard() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        // One shard, so the held insert holds every key.
+        let c = BlockCache::with_shards(64 * 1024, 1);
+        c.insert(1, 0, block(100));
+        let holder = {
+            let c = c.clone();
+            std::thread::spawn(move || c.insert_record(9, 0, Arc::from(gate::MARK)))
+        };
+        gate::wait_until_inside();
+        let (tx, rx) = mpsc::channel();
+        {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let found = c.get(1, 0).is_some();
+                c.insert(2, 0, block(100));
+                let record = c.get_record(9, 0).is_some();
+                let _ = tx.send((found, record));
+            });
+        }
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        gate::release();
+        holder.join().unwrap();
+        assert_eq!(
+            got,
+            Ok((false, false)),
+            "a lookup or insert waited for the insert holding its shard"
+        );
+        assert_eq!(c.busy(), 3, "each went on without the shard, and says so");
+        assert_eq!((c.hits(), c.misses()), (0, 1));
+        // Once the shard is free, the cache works as before: the block
+        // kept, the dropped insert absent, the held one done.
+        assert!(c.get(1, 0).is_some());
+        assert!(c.get(2, 0).is_none());
+        assert_eq!(c.get_record(9, 0).as_deref(), Some(gate::MARK));
     }
 
     #[test]

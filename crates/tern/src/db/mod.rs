@@ -657,6 +657,7 @@ impl Db {
         if let Some(c) = &s.block_cache {
             st.block_cache_hits = c.hits();
             st.block_cache_misses = c.misses();
+            st.block_cache_busy = c.busy();
             st.block_cache_usage = c.usage();
             st.blob_record_cache_hits = c.record_hits();
             st.blob_record_cache_misses = c.record_misses();

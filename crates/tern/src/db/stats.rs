@@ -213,6 +213,10 @@ pub struct Stats {
     pub block_cache_hits: u64,
     /// Block cache misses.
     pub block_cache_misses: u64,
+    /// Block cache lookups and inserts that found their shard locked by
+    /// another thread and went on without the cache (such a lookup is also
+    /// a miss).
+    pub block_cache_busy: u64,
     /// Bytes the block cache holds (blocks, and with direct reads blob
     /// records).
     pub block_cache_usage: u64,
@@ -356,8 +360,11 @@ impl std::fmt::Display for Stats {
         )?;
         writeln!(
             f,
-            "block cache hit/miss    {} / {} ({} bytes held)",
-            self.block_cache_hits, self.block_cache_misses, self.block_cache_usage
+            "block cache hit/miss    {} / {} ({} bytes held, {} busy)",
+            self.block_cache_hits,
+            self.block_cache_misses,
+            self.block_cache_usage,
+            self.block_cache_busy
         )?;
         if self.blob_record_cache_hits + self.blob_record_cache_misses > 0 {
             writeln!(
