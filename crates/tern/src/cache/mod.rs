@@ -24,11 +24,43 @@ use crate::format::block::Block;
 /// Fixed per-entry overhead counted on top of the block bytes.
 const ENTRY_OVERHEAD: u64 = 64;
 
-/// Shards per core. Lookups never wait for a shard (see [`BlockCache`]),
-/// so more shards only mean fewer lookups that find theirs busy and go to
-/// the file instead: with 4 per core (the crate's default), about one read
-/// in eight met a shard an insert held.
+/// Shards per core, at most (see [`shard_count`]). More shards mean fewer
+/// lookups that find theirs busy and go to the file instead.
 const SHARDS_PER_CORE: usize = 32;
+
+/// Least capacity of a shard the extra shards may leave. An entry heavier
+/// than about a shard's capacity is never cached, and with direct reads the
+/// cache is the only place a large blob record can be kept.
+const MIN_SHARD_BYTES: usize = 1 << 20;
+
+/// Attempts at a busy shard before a lookup counts as a miss or an insert
+/// is dropped. A shard is held for a fraction of a microsecond by a thread
+/// that is running (readers, for an insert, or another insert), so a short
+/// spin catches the common case; only a holder the scheduler took off the
+/// CPU outlasts it.
+const BUSY_TRIES: usize = 16;
+
+/// The shard count for a cache of `capacity` bytes on `cores` cores: the
+/// crate's 4 per core, and up to [`SHARDS_PER_CORE`] per core while each
+/// shard keeps [`MIN_SHARD_BYTES`].
+fn shard_count(capacity: usize, cores: usize) -> usize {
+    let roomy = (capacity / MIN_SHARD_BYTES).min(cores * SHARDS_PER_CORE);
+    roomy.max(cores * 4)
+}
+
+/// `attempt` until it succeeds, at most [`BUSY_TRIES`] times with a short
+/// pause between.
+fn with_retries<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 1..BUSY_TRIES {
+        if let Some(v) = attempt() {
+            return Some(v);
+        }
+        for _ in 0..8 {
+            std::hint::spin_loop();
+        }
+    }
+    attempt()
+}
 
 /// What the cache holds at a `(file number, offset)`.
 #[derive(Clone)]
@@ -57,14 +89,16 @@ impl Weighter<(u64, u64), Entry> for BlockWeighter {
 /// A size-bounded cache of decoded table blocks (and, with direct reads,
 /// blob records).
 ///
-/// No lookup or insert waits for another thread. A shard is locked for
-/// writing while an insert evicts, and a thread the scheduler takes off
-/// the CPU inside that lock (more client threads than cores) would hold
-/// every reader of the shard for a whole time slice, milliseconds, for a
-/// block the page cache serves in microseconds. So a lookup that finds its
-/// shard busy counts as a miss (and as busy) and the caller reads the
-/// file, and an insert that finds it busy is dropped: the next reader of
-/// the block caches it.
+/// No lookup or insert waits longer than a short spin. A shard is
+/// locked for writing while an insert evicts, and a thread the scheduler
+/// takes off the CPU inside that lock (more client threads than cores)
+/// would hold every reader of the shard for a whole time slice,
+/// milliseconds, for a block the page cache serves in microseconds. So a
+/// lookup that still finds its shard busy after a short spin
+/// ([`BUSY_TRIES`]) counts as a miss (and as busy) and the caller reads the
+/// file, and an insert that does is dropped: the next reader of the block
+/// caches it. With direct reads such a miss is a device read, still far
+/// shorter than a time slice.
 pub struct BlockCache {
     inner: Cache<(u64, u64), Entry, BlockWeighter>,
     capacity: usize,
@@ -84,6 +118,7 @@ impl std::fmt::Debug for BlockCache {
             .field("misses", &self.misses())
             .field("record_hits", &self.record_hits())
             .field("record_misses", &self.record_misses())
+            .field("busy", &self.busy())
             .finish()
     }
 }
@@ -92,7 +127,7 @@ impl BlockCache {
     /// A cache holding at most about `capacity_bytes` of blocks.
     pub fn new(capacity_bytes: usize) -> Arc<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_shards(capacity_bytes, cores * SHARDS_PER_CORE)
+        Self::with_shards(capacity_bytes, shard_count(capacity_bytes, cores))
     }
 
     /// [`BlockCache::new`] with about `shards` shards (a power of two, and
@@ -141,7 +176,8 @@ impl BlockCache {
     }
 
     /// Lookups and inserts that found their shard locked by another thread
-    /// and went on without it (a lookup also counts as a miss).
+    /// for longer than a short spin and went on without it (such a lookup
+    /// also counts as a miss of its kind, block or record).
     pub fn busy(&self) -> u64 {
         self.busy.get()
     }
@@ -184,18 +220,28 @@ impl BlockCache {
     /// The entry at `(file_number, offset)`; `None` when absent or when its
     /// shard is locked by another thread.
     fn lookup(&self, file_number: u64, offset: u64) -> Option<Entry> {
-        self.inner
-            .try_get(&(file_number, offset))
-            .unwrap_or_else(|_| {
-                self.busy.add(1);
-                None
-            })
+        let key = (file_number, offset);
+        with_retries(|| self.inner.try_get(&key).ok()).unwrap_or_else(|| {
+            self.busy.add(1);
+            None
+        })
     }
 
     /// Caches `entry`, or drops it when its shard is locked by another
     /// thread.
     fn store(&self, file_number: u64, offset: u64, entry: Entry) {
-        if self.inner.try_insert((file_number, offset), entry).is_err() {
+        let mut pending = Some(((file_number, offset), entry));
+        let stored = with_retries(|| {
+            let (key, entry) = pending.take()?;
+            match self.inner.try_insert(key, entry) {
+                Ok(()) => Some(()),
+                Err(back) => {
+                    pending = Some(back);
+                    None
+                }
+            }
+        });
+        if stored.is_none() {
             self.busy.add(1);
         }
     }
@@ -288,6 +334,18 @@ mod tests {
             STATE.lock().1 = true;
             CHANGED.notify_all();
         }
+    }
+
+    #[test]
+    fn extra_shards_never_leave_a_shard_under_its_floor_or_fewer_than_the_default() {
+        // 64 MiB on 2 cores: 64 shards of 1 MiB; 16 MiB: 16 of 1 MiB.
+        assert_eq!(shard_count(64 << 20, 2), 64);
+        assert_eq!(shard_count(16 << 20, 2), 16);
+        // A large cache takes the full 32 per core.
+        assert_eq!(shard_count(8 << 30, 2), 64);
+        // Many cores or a small cache: never fewer than the crate's 4 per core.
+        assert_eq!(shard_count(64 << 20, 16), 64);
+        assert_eq!(shard_count(0, 2), 8);
     }
 
     #[test]
