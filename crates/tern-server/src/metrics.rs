@@ -395,7 +395,7 @@ pub fn engine_counters(e: &tern::Stats) -> Vec<(&'static str, &'static str, u64)
         ),
         (
             "block_cache_busy_total",
-            "Block cache lookups and inserts that found their shard locked and went on without it.",
+            "Block cache lookups and inserts that found their shard locked past a short spin and went on without it.",
             e.block_cache_busy,
         ),
     ]

@@ -49,17 +49,19 @@ fn shard_count(capacity: usize, cores: usize) -> usize {
 }
 
 /// `attempt` until it succeeds, at most [`BUSY_TRIES`] times with a short
-/// pause between.
-fn with_retries<T>(mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
+/// pause between; each failed try hands back the `state` the next one
+/// takes (an insert's key and entry).
+fn with_retries<S, T>(mut state: S, mut attempt: impl FnMut(S) -> Result<T, S>) -> Result<T, S> {
     for _ in 1..BUSY_TRIES {
-        if let Some(v) = attempt() {
-            return Some(v);
+        match attempt(state) {
+            Ok(v) => return Ok(v),
+            Err(back) => state = back,
         }
         for _ in 0..8 {
             std::hint::spin_loop();
         }
     }
-    attempt()
+    attempt(state)
 }
 
 /// What the cache holds at a `(file number, offset)`.
@@ -221,7 +223,7 @@ impl BlockCache {
     /// shard is locked by another thread.
     fn lookup(&self, file_number: u64, offset: u64) -> Option<Entry> {
         let key = (file_number, offset);
-        with_retries(|| self.inner.try_get(&key).ok()).unwrap_or_else(|| {
+        with_retries((), |()| self.inner.try_get(&key).map_err(|_| ())).unwrap_or_else(|()| {
             self.busy.add(1);
             None
         })
@@ -230,18 +232,10 @@ impl BlockCache {
     /// Caches `entry`, or drops it when its shard is locked by another
     /// thread.
     fn store(&self, file_number: u64, offset: u64, entry: Entry) {
-        let mut pending = Some(((file_number, offset), entry));
-        let stored = with_retries(|| {
-            let (key, entry) = pending.take()?;
-            match self.inner.try_insert(key, entry) {
-                Ok(()) => Some(()),
-                Err(back) => {
-                    pending = Some(back);
-                    None
-                }
-            }
+        let stored = with_retries(((file_number, offset), entry), |(key, entry)| {
+            self.inner.try_insert(key, entry)
         });
-        if stored.is_none() {
+        if stored.is_err() {
             self.busy.add(1);
         }
     }

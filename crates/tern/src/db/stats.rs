@@ -214,8 +214,9 @@ pub struct Stats {
     /// Block cache misses.
     pub block_cache_misses: u64,
     /// Block cache lookups and inserts that found their shard locked by
-    /// another thread and went on without the cache (such a lookup is also
-    /// a miss).
+    /// another thread for longer than a short spin and went on without the
+    /// cache (such a lookup also counts as a miss of its kind, block or blob
+    /// record).
     pub block_cache_busy: u64,
     /// Bytes the block cache holds (blocks, and with direct reads blob
     /// records).

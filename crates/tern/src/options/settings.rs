@@ -489,10 +489,10 @@ settings! {
     /// to `gc_space_amp_limit` with the next write. The gap keeps a store
     /// that takes a few writes between idle spells from copying files
     /// after each of them. Under writes a file keeps its garbage until it
-    /// is worth copying, since more keeps coming;
-    /// garbage spread thinly over every file (a fifth is needed at 1.25)
-    /// then stays on disk for good once the writes stop, which is when
-    /// copying it costs the foreground the least. Reads do not count as
+    /// is worth copying, since more keeps coming; garbage spread thinly
+    /// over every file (a fifth is needed at 1.25) then stays on disk for
+    /// good once the writes stop, which is when copying it costs the
+    /// foreground the least. Reads do not count as
     /// activity: on a store that reads after it stops writing, that copy
     /// shares the disk and a core with them (`background_cpu_priority`
     /// and `background_rate_limit` bound it). Bulk ingestion and
